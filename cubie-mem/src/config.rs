@@ -1,0 +1,133 @@
+//! Manager configuration, and parsing of sizes such as `512MiB`.
+
+use std::path::PathBuf;
+
+use crate::MemError;
+
+/// How the memory available to a stream group is limited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LimitMode {
+    /// The group may use the device's free memory.
+    #[default]
+    Passive,
+    /// The group may use `min(sum of its members' caps - bytes allocated, free)`.
+    Active,
+}
+
+/// Default largest pinned host array: 1 GiB.
+pub const DEFAULT_PINNED_MAX_BYTES: u64 = 1 << 30;
+
+/// Settings of a [`MemoryManager`](crate::MemoryManager).
+///
+/// ```
+/// use cubie_mem::{LimitMode, ManagerConfig};
+///
+/// let config = ManagerConfig { allocation_granule_bytes: 0, limit_mode: LimitMode::Active, ..Default::default() };
+/// assert_eq!(config.pinned_max_bytes, 1 << 30);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManagerConfig {
+    /// Memory always left free, and below which nothing is allocated (default 32 MiB; 0 allowed).
+    pub allocation_granule_bytes: u64,
+    /// The initial limit mode.
+    pub limit_mode: LimitMode,
+    /// Host arrays up to this size may be pinned (default 1 GiB).
+    pub pinned_max_bytes: u64,
+    /// Host arrays above this size spill to a file; `None` resolves per
+    /// instance, then owner, then 80% of total RAM.
+    pub host_spill_threshold: Option<u64>,
+    /// Where spill files go; `None` resolves per instance, then owner, then the
+    /// system temporary directory.
+    pub spill_directory: Option<PathBuf>,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            allocation_granule_bytes: crate::plan::DEFAULT_ALLOCATION_GRANULE,
+            limit_mode: LimitMode::Passive,
+            pinned_max_bytes: DEFAULT_PINNED_MAX_BYTES,
+            host_spill_threshold: None,
+            spill_directory: None,
+        }
+    }
+}
+
+/// Parses a byte size: a number with an optional unit, binary (`KiB`, `MiB`,
+/// `GiB`, `TiB`) or decimal (`B`, `kB`, `MB`, `GB`, `TB`), case-insensitive,
+/// with optional spaces and a fractional part (`1.5GiB`).
+///
+/// ```
+/// use cubie_mem::parse_size;
+///
+/// assert_eq!(parse_size("512MiB"), Some(512 << 20));
+/// assert_eq!(parse_size("2 GB"), Some(2_000_000_000));
+/// assert_eq!(parse_size("4096"), Some(4096));
+/// assert_eq!(parse_size("lots"), None);
+/// ```
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "k" => 1 << 10,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        "tib" | "t" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    if number.is_empty() {
+        return None;
+    }
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole.checked_mul(multiplier);
+    }
+    let value: f64 = number.parse().ok()?;
+    let bytes = (value * multiplier as f64).floor();
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+/// Reads a size from environment variable `name`; `Ok(None)` when unset.
+pub(crate) fn size_from_env(name: &str) -> Result<Option<u64>, MemError> {
+    match std::env::var(name) {
+        Ok(value) => parse_size(&value)
+            .map(Some)
+            .ok_or_else(|| MemError::Config {
+                name: name.to_owned(),
+                value,
+                reason: "expected a byte size such as 8GiB, 512MiB, 2GB or 1048576".into(),
+            }),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(raw)) => Err(MemError::Config {
+            name: name.to_owned(),
+            value: raw.to_string_lossy().into_owned(),
+            reason: "not valid UTF-8".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size("1KiB"), Some(1024));
+        assert_eq!(parse_size("1.5 gib"), Some(3 << 29));
+        assert_eq!(parse_size("8GiB"), Some(8 << 30));
+        assert_eq!(parse_size("3kB"), Some(3000));
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("MiB"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("12 parsecs"), None);
+        assert_eq!(parse_size("99999999999999999999"), None);
+    }
+}

@@ -1,0 +1,363 @@
+//! The one error type of the crate.
+//!
+//! Every message says what was asked, what was available, and what the caller
+//! can change. Byte figures are printed exactly and in binary units.
+
+use std::fmt;
+
+use crate::DType;
+
+/// A byte count that prints as `1234567 B (1.18 MiB)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+        let n = self.0;
+        if n < 1024 {
+            return write!(f, "{n} B");
+        }
+        let mut value = n as f64 / 1024.0;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{n} B ({value:.2} {})", UNITS[unit])
+    }
+}
+
+/// Every failure of cubie-mem.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemError {
+    /// A VRAM proportion outside `[0, 1]` (or not a number).
+    #[error("proportion {proportion} is outside [0, 1]: give a fraction of total device memory")]
+    InvalidProportion {
+        /// The proportion given.
+        proportion: f64,
+    },
+
+    /// Adding to the manual pool would take more than all of device memory.
+    #[error(
+        "manual pool would exceed total memory: {manual_sum:.4} already assigned + {requested:.4} requested > 1; \
+         lower this proportion or free manual shares"
+    )]
+    ManualPoolOverflow {
+        /// The proportion asked for.
+        requested: f64,
+        /// The manual pool's sum before the request.
+        manual_sum: f64,
+    },
+
+    /// Adding to the manual pool would starve the non-empty auto pool.
+    #[error(
+        "manual pool would leave {remaining:.4} of memory to {auto_members} auto-pool instance(s), \
+         below the minimum auto pool of {minimum}; lower the proportion ({manual_sum:.4} assigned + {requested:.4} requested) \
+         or move the auto instances to manual shares"
+    )]
+    AutoPoolStarved {
+        /// The proportion asked for.
+        requested: f64,
+        /// The manual pool's sum before the request.
+        manual_sum: f64,
+        /// What would remain for the auto pool.
+        remaining: f64,
+        /// The auto pool's size.
+        auto_members: usize,
+        /// The minimum auto pool fraction.
+        minimum: f64,
+    },
+
+    /// The auto pool has no room for another member.
+    #[error(
+        "cannot join the auto pool: the manual pool holds {manual_sum:.4} of memory, leaving {remaining:.4} <= the minimum \
+         auto pool of {minimum}; give this instance a manual proportion or shrink the manual shares"
+    )]
+    AutoPoolFull {
+        /// The manual pool's sum.
+        manual_sum: f64,
+        /// What is left for the auto pool.
+        remaining: f64,
+        /// The minimum auto pool fraction.
+        minimum: f64,
+    },
+
+    /// The instance handle does not belong to this manager or was deregistered.
+    #[error("instance {instance} is not registered with this manager")]
+    UnknownInstance {
+        /// The instance's id.
+        instance: u64,
+    },
+
+    /// The owner handle does not belong to this manager.
+    #[error(
+        "owner {owner} is not known to this manager; create owners with this manager's new_owner()"
+    )]
+    UnknownOwner {
+        /// The owner's id.
+        owner: u64,
+    },
+
+    /// An instance without an invalidate hook tried to queue requests.
+    #[error(
+        "instance {instance} has no invalidate hook, so its buffers could be evicted without notice; \
+         register it with Registration::on_invalidate(..) before queueing requests"
+    )]
+    NoInvalidateHook {
+        /// The instance's id.
+        instance: u64,
+    },
+
+    /// A request that cannot be served as written.
+    #[error("request '{label}': {reason}")]
+    InvalidRequest {
+        /// The request's label.
+        label: String,
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+
+    /// A chunkable request's chunk axis does not have the batch's run count.
+    #[error(
+        "request '{label}' has length {axis_length} on its chunk axis {axis}, but the batch has {total_runs} runs; \
+         size the chunk axis to the run count or mark the request unchunkable"
+    )]
+    RunCountMismatch {
+        /// The request's label.
+        label: String,
+        /// The chunk axis.
+        axis: usize,
+        /// The axis length found.
+        axis_length: usize,
+        /// The batch's run count (the largest `total_runs`).
+        total_runs: usize,
+    },
+
+    /// The effective free memory is below the allocation granule.
+    #[error(
+        "cannot allocate: {free} free (including memory the requesters already hold) is below the allocation granule of {granule}; \
+         free device memory or lower ManagerConfig::allocation_granule_bytes"
+    )]
+    BelowGranule {
+        /// Effective free memory.
+        free: Bytes,
+        /// The configured granule.
+        granule: Bytes,
+    },
+
+    /// Everything requested is unchunkable and does not fit.
+    #[error(
+        "all {requested} requested are unchunkable, but only {available} can be allocated ({withheld} withheld as reserve); \
+         make a request chunkable or free memory"
+    )]
+    AllUnchunkable {
+        /// Bytes requested.
+        requested: Bytes,
+        /// Bytes the plan may allocate.
+        available: Bytes,
+        /// Bytes withheld for fragmentation and the granule.
+        withheld: Bytes,
+    },
+
+    /// The unchunkable requests alone leave no room for any run.
+    #[error(
+        "unchunkable arrays need {unchunkable} but only {available} can be allocated ({withheld} withheld as reserve); \
+         shrink the unchunkable arrays, make them chunkable, or free memory"
+    )]
+    UnchunkableTooLarge {
+        /// Bytes of the unchunkable requests.
+        unchunkable: Bytes,
+        /// Bytes the plan may allocate.
+        available: Bytes,
+        /// Bytes withheld for fragmentation and the granule.
+        withheld: Bytes,
+    },
+
+    /// Not even one run fits beside the unchunkable arrays.
+    #[error(
+        "cannot fit a single run: one run needs {per_run} of chunkable arrays, {room} is left after {unchunkable} of \
+         unchunkable arrays ({withheld} withheld as reserve); free memory or shrink the per-run arrays"
+    )]
+    SingleRunTooLarge {
+        /// Chunkable bytes per run (rounded up).
+        per_run: Bytes,
+        /// Bytes left for chunkable arrays.
+        room: Bytes,
+        /// Bytes of the unchunkable arrays.
+        unchunkable: Bytes,
+        /// Bytes withheld for fragmentation and the granule.
+        withheld: Bytes,
+    },
+
+    /// The device could not provide the memory.
+    #[error(
+        "out of memory allocating '{label}': requested {requested}, device free {free}, held idle by this manager {idle_held}, \
+         limit {limit}; free or evict idle buffers, lower the batch size, or raise the limit"
+    )]
+    OutOfMemory {
+        /// The label being allocated.
+        label: String,
+        /// Bytes requested for it.
+        requested: Bytes,
+        /// Device free memory at the time.
+        free: Bytes,
+        /// Bytes held by idle owners that could be evicted.
+        idle_held: Bytes,
+        /// The limit that applied (free memory, or the group's caps in active mode).
+        limit: Bytes,
+    },
+
+    /// A handle whose memory was evicted, freed or replaced.
+    #[error("array '{label}' is no longer valid: its memory was {reason}; request it again")]
+    Released {
+        /// The array's label.
+        label: String,
+        /// Why it went.
+        reason: crate::array::ReleaseReason,
+    },
+
+    /// `take` with a label the response does not hold.
+    #[error("no array '{label}' in this response; it holds: {available}")]
+    UnknownLabel {
+        /// The label asked for.
+        label: String,
+        /// The labels present, comma separated.
+        available: String,
+    },
+
+    /// `take` with the wrong element type or memory kind.
+    #[error("array '{label}' holds {found}, not {requested}")]
+    WrongArrayType {
+        /// The array's label.
+        label: String,
+        /// What the caller asked for (e.g. `DeviceArray<f32>`).
+        requested: String,
+        /// What the array is.
+        found: String,
+    },
+
+    /// A host slice of the wrong length for a copy.
+    #[error("copy of '{label}': the host side has {found} elements, the array has {expected}")]
+    LengthMismatch {
+        /// The array's label.
+        label: String,
+        /// The array's element count.
+        expected: usize,
+        /// The host slice's element count.
+        found: usize,
+    },
+
+    /// A byte range outside an allocation.
+    #[error("copy out of bounds: bytes {offset}..{end} of an allocation of {size} bytes")]
+    OutOfBounds {
+        /// Start of the range.
+        offset: u64,
+        /// End of the range.
+        end: u64,
+        /// The allocation's size.
+        size: u64,
+    },
+
+    /// Element type mismatch in a typed operation.
+    #[error("element type mismatch: expected {expected}, found {found}")]
+    DTypeMismatch {
+        /// The expected type.
+        expected: DType,
+        /// The type found.
+        found: DType,
+    },
+
+    /// A failure reported by the backend (driver call, simulated fault).
+    #[error("{backend} backend: {operation} failed: {message}")]
+    Backend {
+        /// The backend's name.
+        backend: &'static str,
+        /// The operation that failed.
+        operation: &'static str,
+        /// The backend's own message.
+        message: String,
+    },
+
+    /// No GPU device could be used.
+    #[error("no CUDA device available: {cause}")]
+    NoDevice {
+        /// The driver's reason.
+        cause: String,
+    },
+
+    /// Buffers declared for one stream group allocated on an instance of another.
+    #[error(
+        "instance {instance} is in stream group '{group}' but the buffers are declared for '{declared}'; \
+         register it with the buffers' registration() preset or change its stream group"
+    )]
+    StreamGroupMismatch {
+        /// The instance's id.
+        instance: u64,
+        /// The instance's group.
+        group: String,
+        /// The group the buffers declare.
+        declared: &'static str,
+    },
+
+    /// A malformed configuration value (environment variable or setting).
+    #[error("invalid configuration {name}={value:?}: {reason}")]
+    Config {
+        /// The variable or setting.
+        name: String,
+        /// The value found.
+        value: String,
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+
+    /// A host-side I/O failure (spill files, staging).
+    #[error("{operation} '{path}': {message}")]
+    Io {
+        /// What was being done.
+        operation: &'static str,
+        /// The file or directory.
+        path: String,
+        /// The system's message.
+        message: String,
+    },
+}
+
+impl MemError {
+    pub(crate) fn invalid_request(label: &str, reason: impl Into<String>) -> Self {
+        MemError::InvalidRequest {
+            label: label.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn backend(
+        backend: &'static str,
+        operation: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        MemError::Backend {
+            backend,
+            operation,
+            message: message.into(),
+        }
+    }
+
+    /// True for errors that mean the device ran out of memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, MemError::OutOfMemory { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_print_exact_and_binary() {
+        assert_eq!(Bytes(12).to_string(), "12 B");
+        assert_eq!(Bytes(1536).to_string(), "1536 B (1.50 KiB)");
+        assert_eq!(Bytes(3 << 30).to_string(), "3221225472 B (3.00 GiB)");
+    }
+}

@@ -1,0 +1,64 @@
+//! cubie-mem: a GPU memory manager for batch numerical solvers.
+//!
+//! Solver instances register with a [`MemoryManager`], each with a share of
+//! device memory and a stream group. They queue [`ArrayRequest`]s; the
+//! manager budgets them against the memory available, splits the batch into
+//! chunks along the run axis when it does not fit ([`plan`]), evicts idle
+//! owners under pressure, and allocates stream-ordered on the group's stream.
+//! Typed [`DeviceArray`]s and [`PinnedArray`]s come back in an
+//! [`ArrayResponse`].
+//!
+//! Without a GPU everything runs on [`SimBackend`], a device held in host
+//! memory (the default). The CUDA backend is behind the feature `cuda`.
+//!
+//! ```
+//! use cubie_mem::{ArrayRequest, DType, ManagerConfig, MemoryManager, Registration, SimBackend};
+//!
+//! // A device with 1 MiB free: a 4 MiB batch must run in chunks.
+//! let mgr = MemoryManager::with_config(
+//!     SimBackend::new(1 << 30).with_free(1 << 20),
+//!     ManagerConfig { allocation_granule_bytes: 0, ..Default::default() },
+//! );
+//! let solver = mgr.register(Registration::new().on_invalidate(|| {})).unwrap();
+//! let runs = 4096;
+//! mgr.queue_request(&solver, [("state", ArrayRequest::new(DType::F64, [16, 8, runs]).total_runs(runs))]).unwrap();
+//! let response = mgr.allocate_queue_for(&solver).unwrap();
+//! assert_eq!(response.chunks, 5);
+//! assert_eq!(response.chunked_shapes["state"], [16, 8, 820]);
+//! ```
+
+pub mod array;
+pub mod backend;
+mod buffers;
+mod config;
+mod default;
+mod dtype;
+mod error;
+mod manager;
+pub mod plan;
+mod pools;
+mod registration;
+mod request;
+pub mod stats;
+pub mod streams;
+
+pub use array::{ArrayResponse, DeviceArray, PinnedArray, PinnedMut, PinnedRef, ReleaseReason};
+pub use backend::sim::SimBackend;
+pub use backend::{Backend, MemInfo};
+pub use buffers::{Allocated, GpuBuffers};
+pub use config::{DEFAULT_PINNED_MAX_BYTES, LimitMode, ManagerConfig, parse_size};
+pub use default::{
+    SIM_DEFAULT_FREE, SIM_DEFAULT_TOTAL, SIM_FREE_ENV, SIM_TOTAL_ENV, default_memmgr, sim_backend_from_env,
+};
+pub use dtype::{DType, Element, Precision};
+pub use error::{Bytes, MemError};
+pub use manager::{MemoryManager, Work};
+pub use plan::ChunkPlan;
+pub use pools::MIN_AUTOPOOL_SIZE;
+pub use registration::{AsOwner, Instance, Owner, OwnerKey, Registration};
+pub use request::{ArrayRequest, DEFAULT_CHUNK_AXIS, MemoryKind, RequestSet};
+pub use stats::{MemoryReport, MemoryStats, UsageStats};
+pub use streams::{CurrentStream, DEFAULT_STREAM_GROUP};
+
+#[cfg(feature = "derive")]
+pub use cubie_mem_derive::GpuBuffers;

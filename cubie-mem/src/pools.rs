@@ -1,0 +1,231 @@
+//! VRAM shares: the manual pool (instances with a fixed proportion) and the
+//! auto pool (instances splitting what is left evenly).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::MemError;
+
+/// The auto pool never shrinks below this fraction of device memory while it
+/// has members.
+pub const MIN_AUTOPOOL_SIZE: f64 = 0.05;
+
+/// Tolerance for sums of proportions, so that `0.1 + 0.2 + 0.7` fills the pool
+/// exactly instead of overflowing by one rounding error.
+const EPSILON: f64 = 1e-9;
+
+/// A warning raised by an accepted change.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ShareWarning {
+    /// The manual pool leaves less than the minimum auto pool, which is empty.
+    AutoPoolBelowMinimum { remaining: f64 },
+}
+
+/// Which pool an instance is in, and each one's proportion.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Shares {
+    manual: BTreeMap<u64, f64>,
+    auto: BTreeSet<u64>,
+}
+
+fn check_proportion(proportion: f64) -> Result<(), MemError> {
+    if (0.0..=1.0).contains(&proportion) {
+        Ok(())
+    } else {
+        Err(MemError::InvalidProportion { proportion })
+    }
+}
+
+impl Shares {
+    /// Sum of the manual pool's proportions.
+    pub(crate) fn manual_sum(&self) -> f64 {
+        self.manual.values().sum()
+    }
+
+    /// The fraction left to the auto pool.
+    pub(crate) fn auto_sum(&self) -> f64 {
+        (1.0 - self.manual_sum()).max(0.0)
+    }
+
+    /// Registers `id` with `proportion` (`None` or 0: the auto pool).
+    pub(crate) fn add(
+        &mut self,
+        id: u64,
+        proportion: Option<f64>,
+    ) -> Result<Option<ShareWarning>, MemError> {
+        match proportion {
+            Some(p) => {
+                check_proportion(p)?;
+                if p == 0.0 {
+                    self.add_auto(id).map(|()| None)
+                } else {
+                    self.add_manual(id, p)
+                }
+            }
+            None => self.add_auto(id).map(|()| None),
+        }
+    }
+
+    fn add_manual(&mut self, id: u64, p: f64) -> Result<Option<ShareWarning>, MemError> {
+        let manual_sum = self.manual_sum();
+        let after = manual_sum + p;
+        if after > 1.0 + EPSILON {
+            return Err(MemError::ManualPoolOverflow {
+                requested: p,
+                manual_sum,
+            });
+        }
+        let remaining = (1.0 - after).max(0.0);
+        let mut warning = None;
+        if after > 1.0 - MIN_AUTOPOOL_SIZE + EPSILON {
+            if !self.auto.is_empty() {
+                return Err(MemError::AutoPoolStarved {
+                    requested: p,
+                    manual_sum,
+                    remaining,
+                    auto_members: self.auto.len(),
+                    minimum: MIN_AUTOPOOL_SIZE,
+                });
+            }
+            warning = Some(ShareWarning::AutoPoolBelowMinimum { remaining });
+        }
+        self.manual.insert(id, p);
+        Ok(warning)
+    }
+
+    fn add_auto(&mut self, id: u64) -> Result<(), MemError> {
+        let manual_sum = self.manual_sum();
+        let remaining = 1.0 - manual_sum;
+        if remaining <= MIN_AUTOPOOL_SIZE + EPSILON {
+            return Err(MemError::AutoPoolFull {
+                manual_sum,
+                remaining: remaining.max(0.0),
+                minimum: MIN_AUTOPOOL_SIZE,
+            });
+        }
+        self.auto.insert(id);
+        Ok(())
+    }
+
+    /// Removes `id` from whichever pool holds it.
+    pub(crate) fn remove(&mut self, id: u64) {
+        self.manual.remove(&id);
+        self.auto.remove(&id);
+    }
+
+    /// Whether `id` is in the manual pool.
+    pub(crate) fn is_manual(&self, id: u64) -> bool {
+        self.manual.contains_key(&id)
+    }
+
+    /// The proportion of `id`: its manual share, or an even split of the auto pool.
+    pub(crate) fn proportion(&self, id: u64) -> Option<f64> {
+        if let Some(&p) = self.manual.get(&id) {
+            return Some(p);
+        }
+        self.auto
+            .contains(&id)
+            .then(|| self.auto_sum() / self.auto.len() as f64)
+    }
+
+    /// Moves `id` (from either pool) to the manual pool with `proportion`; on
+    /// error nothing changes.
+    pub(crate) fn set_manual(
+        &mut self,
+        id: u64,
+        proportion: f64,
+    ) -> Result<Option<ShareWarning>, MemError> {
+        check_proportion(proportion)?;
+        let mut trial = self.clone();
+        trial.remove(id);
+        let warning = trial.add_manual(id, proportion)?;
+        *self = trial;
+        Ok(warning)
+    }
+
+    /// Moves `id` from the manual pool to the auto pool; on error nothing changes.
+    pub(crate) fn set_auto(&mut self, id: u64) -> Result<(), MemError> {
+        let mut trial = self.clone();
+        trial.remove(id);
+        trial.add_auto(id)?;
+        *self = trial;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_members_split_the_rest_evenly() {
+        let mut s = Shares::default();
+        s.add(1, Some(0.5)).unwrap();
+        s.add(2, None).unwrap();
+        s.add(3, Some(0.0)).unwrap();
+        assert_eq!(s.proportion(1), Some(0.5));
+        assert_eq!(s.proportion(2), Some(0.25));
+        assert_eq!(s.proportion(3), Some(0.25));
+        s.remove(3);
+        assert_eq!(s.proportion(2), Some(0.5));
+    }
+
+    #[test]
+    fn manual_pool_limits() {
+        let mut s = Shares::default();
+        assert!(matches!(
+            s.add(1, Some(1.5)),
+            Err(MemError::InvalidProportion { .. })
+        ));
+        assert!(matches!(
+            s.add(1, Some(-0.1)),
+            Err(MemError::InvalidProportion { .. })
+        ));
+        assert!(matches!(
+            s.add(1, Some(f64::NAN)),
+            Err(MemError::InvalidProportion { .. })
+        ));
+        s.add(1, Some(0.6)).unwrap();
+        assert!(matches!(
+            s.add(2, Some(0.5)),
+            Err(MemError::ManualPoolOverflow { .. })
+        ));
+        // 0.6 + 0.37 = 0.97 > 0.95 with an empty auto pool: a warning
+        assert!(matches!(
+            s.add(2, Some(0.37)),
+            Ok(Some(ShareWarning::AutoPoolBelowMinimum { .. }))
+        ));
+        assert!(matches!(s.add(3, None), Err(MemError::AutoPoolFull { .. })));
+    }
+
+    #[test]
+    fn starving_a_non_empty_auto_pool_is_an_error() {
+        let mut s = Shares::default();
+        s.add(1, None).unwrap();
+        assert!(matches!(
+            s.add(2, Some(0.96)),
+            Err(MemError::AutoPoolStarved { .. })
+        ));
+        assert!(s.add(2, Some(0.95)).is_ok());
+    }
+
+    #[test]
+    fn exact_sums_are_not_overflows() {
+        let mut s = Shares::default();
+        s.add(1, Some(0.1)).unwrap();
+        s.add(2, Some(0.2)).unwrap();
+        assert!(s.add(3, Some(0.7)).is_ok());
+    }
+
+    #[test]
+    fn moves_between_pools_are_all_or_nothing() {
+        let mut s = Shares::default();
+        s.add(1, None).unwrap();
+        s.add(2, Some(0.5)).unwrap();
+        s.set_manual(1, 0.3).unwrap();
+        assert!(s.is_manual(1));
+        assert!(s.set_manual(1, 0.6).is_err());
+        assert_eq!(s.proportion(1), Some(0.3));
+        s.set_auto(1).unwrap();
+        assert_eq!(s.proportion(1), Some(0.5));
+    }
+}

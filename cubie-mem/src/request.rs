@@ -1,0 +1,318 @@
+//! Allocation requests: what an instance asks the manager for.
+
+use crate::{DType, Element, MemError};
+
+/// Where a requested array lives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MemoryKind {
+    /// Device (VRAM) memory, allocated stream-ordered on the group's stream.
+    #[default]
+    Device,
+    /// Page-locked host memory, directly reachable by DMA copies.
+    Pinned,
+}
+
+/// The default chunk axis: the run axis of cubie's 3-D output layout
+/// `[time, variable, run]`.
+pub const DEFAULT_CHUNK_AXIS: usize = 2;
+
+/// A description of one array an instance needs.
+///
+/// ```
+/// use cubie_mem::{ArrayRequest, DType, MemoryKind};
+///
+/// let state = ArrayRequest::new(DType::F64, [10, 3, 1000]).total_runs(1000);
+/// assert!(state.is_chunkable());
+/// assert_eq!(state.nbytes().unwrap(), 10 * 3 * 1000 * 8);
+///
+/// let status = ArrayRequest::of::<i32>([1000]).memory(MemoryKind::Pinned).chunk_axis(0);
+/// assert_eq!(status.axis(), Some(0));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ArrayRequest {
+    dtype: DType,
+    shape: Vec<usize>,
+    memory: MemoryKind,
+    chunk_axis: Option<usize>,
+    unchunkable: bool,
+    total_runs: usize,
+}
+
+impl ArrayRequest {
+    /// A device array of `dtype` with `shape`, chunked along axis 2, for one run.
+    pub fn new(dtype: DType, shape: impl Into<Vec<usize>>) -> Self {
+        ArrayRequest {
+            dtype,
+            shape: shape.into(),
+            memory: MemoryKind::Device,
+            chunk_axis: Some(DEFAULT_CHUNK_AXIS),
+            unchunkable: false,
+            total_runs: 1,
+        }
+    }
+
+    /// [`ArrayRequest::new`] with the element type taken from `T`.
+    pub fn of<T: Element>(shape: impl Into<Vec<usize>>) -> Self {
+        Self::new(T::DTYPE, shape)
+    }
+
+    /// Sets where the array lives.
+    pub fn memory(mut self, kind: MemoryKind) -> Self {
+        self.memory = kind;
+        self
+    }
+
+    /// Sets the axis along which the batch is split; `None` means no axis.
+    pub fn chunk_axis(mut self, axis: impl Into<Option<usize>>) -> Self {
+        self.chunk_axis = axis.into();
+        self
+    }
+
+    /// Marks the array as never split (allocated whole in every chunk).
+    pub fn unchunkable(mut self) -> Self {
+        self.unchunkable = true;
+        self
+    }
+
+    /// Sets the number of runs in the batch (validated to be at least 1 when queued).
+    pub fn total_runs(mut self, runs: usize) -> Self {
+        self.total_runs = runs;
+        self
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The full (unchunked) shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Where the array lives.
+    pub fn memory_kind(&self) -> MemoryKind {
+        self.memory
+    }
+
+    /// The chunk axis, if any.
+    pub fn axis(&self) -> Option<usize> {
+        self.chunk_axis
+    }
+
+    /// Whether the request was flagged unchunkable.
+    pub fn is_flagged_unchunkable(&self) -> bool {
+        self.unchunkable
+    }
+
+    /// The batch's run count as this request states it.
+    pub fn runs(&self) -> usize {
+        self.total_runs
+    }
+
+    /// Whether the planner may split this array: not flagged unchunkable, a
+    /// non-empty shape, a chunk axis inside the shape, and that axis longer than 1.
+    pub fn is_chunkable(&self) -> bool {
+        self.chunk_axis_in_use().is_some()
+    }
+
+    /// The axis the planner splits, when the request is chunkable.
+    pub fn chunk_axis_in_use(&self) -> Option<usize> {
+        if self.unchunkable {
+            return None;
+        }
+        let axis = self.chunk_axis?;
+        match self.shape.get(axis) {
+            Some(&len) if len > 1 => Some(axis),
+            _ => None,
+        }
+    }
+
+    /// Number of elements, or `None` when the product overflows.
+    pub fn elements(&self) -> Option<u64> {
+        self.shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+    }
+
+    /// Size in bytes of the full array.
+    pub fn nbytes(&self) -> Result<u64, MemError> {
+        self.elements()
+            .and_then(|n| n.checked_mul(self.dtype.size_bytes() as u64))
+            .ok_or_else(|| {
+                MemError::invalid_request(
+                    "",
+                    format!("shape {:?} overflows 64-bit byte counts", self.shape),
+                )
+            })
+    }
+
+    /// The shape with the chunk axis (when chunkable) set to `chunk_length`.
+    pub fn chunked_shape(&self, chunk_length: usize) -> Vec<usize> {
+        let mut shape = self.shape.clone();
+        if let Some(axis) = self.chunk_axis_in_use() {
+            shape[axis] = chunk_length;
+        }
+        shape
+    }
+
+    /// Checks what can be checked of a request on its own: `total_runs >= 1`
+    /// and a byte size that fits in 64 bits.
+    pub fn validate(&self, label: &str) -> Result<(), MemError> {
+        if self.total_runs == 0 {
+            return Err(MemError::invalid_request(
+                label,
+                "total_runs is 0; a batch has at least one run",
+            ));
+        }
+        if self.nbytes().is_err() {
+            return Err(MemError::invalid_request(
+                label,
+                format!(
+                    "shape {:?} of {} overflows 64-bit byte counts",
+                    self.shape, self.dtype
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Labelled requests in insertion order; inserting an existing label replaces
+/// its request in place.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestSet {
+    entries: Vec<(String, ArrayRequest)>,
+}
+
+impl RequestSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces the request under `label`.
+    pub fn insert(&mut self, label: impl Into<String>, request: ArrayRequest) {
+        let label = label.into();
+        match self.entries.iter_mut().find(|(l, _)| *l == label) {
+            Some(entry) => entry.1 = request,
+            None => self.entries.push((label, request)),
+        }
+    }
+
+    /// Builder form of [`RequestSet::insert`].
+    pub fn with(mut self, label: impl Into<String>, request: ArrayRequest) -> Self {
+        self.insert(label, request);
+        self
+    }
+
+    /// The request under `label`.
+    pub fn get(&self, label: &str) -> Option<&ArrayRequest> {
+        self.entries
+            .iter()
+            .find(|(l, _)| l == label)
+            .map(|(_, r)| r)
+    }
+
+    /// Number of requests.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Labels and requests in insertion order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &ArrayRequest)> + Clone {
+        self.entries.iter().map(|(l, r)| (l.as_str(), r))
+    }
+
+    /// Labels in insertion order.
+    pub fn labels(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.entries.iter().map(|(l, _)| l.as_str())
+    }
+
+    /// Validates every request (see [`ArrayRequest::validate`]).
+    pub fn validate(&self) -> Result<(), MemError> {
+        self.iter().try_for_each(|(label, r)| r.validate(label))
+    }
+}
+
+impl<L: Into<String>> FromIterator<(L, ArrayRequest)> for RequestSet {
+    fn from_iter<I: IntoIterator<Item = (L, ArrayRequest)>>(iter: I) -> Self {
+        let mut set = RequestSet::new();
+        for (label, request) in iter {
+            set.insert(label, request);
+        }
+        set
+    }
+}
+
+impl IntoIterator for RequestSet {
+    type Item = (String, ArrayRequest);
+    type IntoIter = std::vec::IntoIter<(String, ArrayRequest)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.into_iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_cubie() {
+        let r = ArrayRequest::new(DType::F32, [4, 5, 6]);
+        assert_eq!(r.axis(), Some(2));
+        assert_eq!(r.memory_kind(), MemoryKind::Device);
+        assert_eq!(r.runs(), 1);
+        assert!(!r.is_flagged_unchunkable());
+        assert!(r.is_chunkable());
+    }
+
+    #[test]
+    fn chunkability_rules() {
+        let base = ArrayRequest::of::<f64>([4, 5, 6]);
+        assert!(!base.clone().unchunkable().is_chunkable());
+        assert!(!ArrayRequest::of::<f64>(Vec::new()).is_chunkable());
+        assert!(!base.clone().chunk_axis(None).is_chunkable());
+        assert!(!base.clone().chunk_axis(3).is_chunkable());
+        assert!(!ArrayRequest::of::<f64>([4, 5, 1]).is_chunkable());
+        assert!(base.chunk_axis(0).is_chunkable());
+    }
+
+    #[test]
+    fn chunked_shape_replaces_only_the_chunk_axis() {
+        let r = ArrayRequest::of::<f32>([10, 3, 100]).chunk_axis(2);
+        assert_eq!(r.chunked_shape(7), vec![10, 3, 7]);
+        let u = r.clone().unchunkable();
+        assert_eq!(u.chunked_shape(7), vec![10, 3, 100]);
+    }
+
+    #[test]
+    fn validation_reports_zero_runs_and_overflow() {
+        let zero = ArrayRequest::of::<f32>([3]).total_runs(0);
+        assert!(matches!(
+            zero.validate("x"),
+            Err(MemError::InvalidRequest { .. })
+        ));
+        let huge = ArrayRequest::of::<f64>([usize::MAX, 4]);
+        assert!(huge.validate("y").is_err());
+        assert!(huge.nbytes().is_err());
+    }
+
+    #[test]
+    fn request_set_keeps_insertion_order_and_replaces() {
+        let mut set: RequestSet = [
+            ("b", ArrayRequest::of::<f32>([1])),
+            ("a", ArrayRequest::of::<f32>([2])),
+        ]
+        .into_iter()
+        .collect();
+        set.insert("b", ArrayRequest::of::<f64>([3]));
+        assert_eq!(set.labels().collect::<Vec<_>>(), ["b", "a"]);
+        assert_eq!(set.get("b").map(|r| r.dtype()), Some(DType::F64));
+    }
+}

@@ -1,0 +1,1 @@
+//! Integration tests of cubie-mem live under `tests/`; this library is empty.
