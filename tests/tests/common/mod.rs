@@ -1,0 +1,91 @@
+//! Shared helpers of the integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cubie_mem::{ArrayRequest, ArrayResponse, DType, ManagerConfig, MemoryManager, Registration, SimBackend};
+
+/// A manager on a simulated device with `free` bytes free out of `total`,
+/// and no allocation granule (so byte figures are easy to reason about).
+pub fn manager(total: u64, free: u64) -> (MemoryManager, SimBackend) {
+    let sim = SimBackend::new(total).with_free(free);
+    let mgr = MemoryManager::with_config(
+        sim.clone(),
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
+    );
+    (mgr, sim)
+}
+
+/// Counts calls of an invalidate hook.
+#[derive(Clone, Default)]
+pub struct Counter(Arc<AtomicUsize>);
+
+impl Counter {
+    pub fn hook(&self) -> impl FnMut() + Send + 'static {
+        let c = Arc::clone(&self.0);
+        move || {
+            c.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Collects the responses delivered to an `on_allocation_ready` hook.
+#[derive(Clone, Default)]
+pub struct Inbox(Arc<Mutex<Vec<ArrayResponse>>>);
+
+impl Inbox {
+    pub fn hook(&self) -> impl FnMut(ArrayResponse) + Send + 'static {
+        let inbox = Arc::clone(&self.0);
+        move |r| inbox.lock().unwrap().push(r)
+    }
+    pub fn take(&self) -> Vec<ArrayResponse> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// A registration with an invalidate hook, so it may queue.
+pub fn queuing() -> Registration {
+    Registration::new().on_invalidate(|| {})
+}
+
+/// An f64 request of `bytes_per_run * runs` bytes laid out as `[per_run / 8, runs]`,
+/// chunked along axis 1.
+pub fn runs_request(bytes_per_run: usize, runs: usize) -> ArrayRequest {
+    assert_eq!(bytes_per_run % 8, 0);
+    ArrayRequest::new(DType::F64, [bytes_per_run / 8, runs])
+        .chunk_axis(1)
+        .total_runs(runs)
+}
+
+/// Captures the `tracing` output of `f` on this thread.
+pub fn capture_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    (result, text)
+}
