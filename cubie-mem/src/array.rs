@@ -50,10 +50,11 @@ enum Memory {
 
 /// One allocation, shared by the manager and every handle to it.
 pub(crate) struct Slot {
-    label: String,
+    label: Arc<str>,
     dtype: DType,
     kind: MemoryKind,
     bytes: u64,
+    shape: Vec<usize>,
     backend: Arc<dyn Backend>,
     stream: AtomicU64,
     memory: RwLock<Memory>,
@@ -67,6 +68,7 @@ impl Slot {
         dtype: DType,
         kind: MemoryKind,
         bytes: u64,
+        shape: Vec<usize>,
         stream: StreamHandle,
     ) -> Result<Arc<Slot>, MemError> {
         let memory = match kind {
@@ -74,10 +76,11 @@ impl Slot {
             MemoryKind::Pinned => Memory::Pinned(backend.alloc_pinned(bytes)?),
         };
         Ok(Arc::new(Slot {
-            label: label.to_owned(),
+            label: Arc::from(label),
             dtype,
             kind,
             bytes,
+            shape,
             backend: Arc::clone(backend),
             stream: AtomicU64::new(stream.0),
             memory: RwLock::new(memory),
@@ -86,17 +89,18 @@ impl Slot {
 
     /// A new slot taking over this slot's memory (reuse of a buffer at least
     /// as large); this slot's handles then report `Replaced`.
-    pub(crate) fn reuse(&self, label: &str, dtype: DType) -> Option<Arc<Slot>> {
+    pub(crate) fn reuse(&self, dtype: DType, shape: Vec<usize>) -> Option<Arc<Slot>> {
         let mut memory = self.write();
         if matches!(*memory, Memory::Released(_)) {
             return None;
         }
         let taken = std::mem::replace(&mut *memory, Memory::Released(ReleaseReason::Replaced));
         Some(Arc::new(Slot {
-            label: label.to_owned(),
+            label: Arc::clone(&self.label),
             dtype,
             kind: self.kind,
             bytes: self.bytes,
+            shape,
             backend: Arc::clone(&self.backend),
             stream: AtomicU64::new(self.stream.load(Ordering::Relaxed)),
             memory: RwLock::new(taken),
@@ -122,6 +126,14 @@ impl Slot {
 
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub(crate) fn is_live(&self) -> bool {
+        self.release_reason().is_none()
     }
 
     pub(crate) fn kind(&self) -> MemoryKind {
@@ -157,7 +169,7 @@ impl Slot {
 
     fn released(&self, reason: ReleaseReason) -> MemError {
         MemError::Released {
-            label: self.label.clone(),
+            label: self.label.to_string(),
             reason,
         }
     }
@@ -198,13 +210,12 @@ fn check_length(label: &str, expected: usize, found: usize) -> Result<(), MemErr
 #[derive(Clone)]
 struct Handle<T> {
     slot: Arc<Slot>,
-    shape: Vec<usize>,
     _element: PhantomData<fn() -> T>,
 }
 
 impl<T: Element> Handle<T> {
     fn len(&self) -> usize {
-        self.shape.iter().product()
+        self.slot.shape.iter().product()
     }
 
     /// Copies `src` into the array starting at element `offset`.
@@ -278,7 +289,7 @@ macro_rules! common_accessors {
 
         /// The allocated (chunked) shape.
         pub fn shape(&self) -> &[usize] {
-            &self.inner.shape
+            &self.inner.slot.shape
         }
 
         /// Number of elements.
@@ -487,40 +498,12 @@ impl<T: Element> fmt::Debug for PinnedArray<T> {
     }
 }
 
-/// An allocated array of any element type, before `take` gives it a type.
-#[derive(Clone)]
-pub(crate) struct AnyArray {
-    pub(crate) slot: Arc<Slot>,
-    pub(crate) shape: Vec<usize>,
-}
-
-impl AnyArray {
-    fn describe(&self) -> String {
-        let kind = match self.slot.kind() {
-            MemoryKind::Device => "DeviceArray",
-            MemoryKind::Pinned => "PinnedArray",
-        };
-        format!("{kind}<{}>", self.slot.dtype())
-    }
-
-    fn typed<T: Element>(&self, label: &str, kind: MemoryKind) -> Result<Handle<T>, MemError> {
-        if self.slot.dtype() != T::DTYPE || self.slot.kind() != kind {
-            let requested = match kind {
-                MemoryKind::Device => format!("DeviceArray<{}>", T::DTYPE),
-                MemoryKind::Pinned => format!("PinnedArray<{}>", T::DTYPE),
-            };
-            return Err(MemError::WrongArrayType {
-                label: label.to_owned(),
-                requested,
-                found: self.describe(),
-            });
-        }
-        Ok(Handle {
-            slot: Arc::clone(&self.slot),
-            shape: self.shape.clone(),
-            _element: PhantomData,
-        })
-    }
+fn describe(slot: &Slot) -> String {
+    let kind = match slot.kind() {
+        MemoryKind::Device => "DeviceArray",
+        MemoryKind::Pinned => "PinnedArray",
+    };
+    format!("{kind}<{}>", slot.dtype())
 }
 
 /// What `allocate_queue` delivers to each participant: its arrays, allocated
@@ -538,7 +521,8 @@ pub struct ArrayResponse {
     pub chunked_shapes: BTreeMap<String, Vec<usize>>,
     /// The full plan, with the byte figures it was made from.
     pub plan: ChunkPlan,
-    pub(crate) arrays: BTreeMap<String, AnyArray>,
+    /// The arrays not yet taken, untyped; each knows its label.
+    arrays: Vec<Arc<Slot>>,
 }
 
 impl ArrayResponse {
@@ -548,34 +532,33 @@ impl ArrayResponse {
             chunk_length: plan.chunk_length,
             chunked_shapes: BTreeMap::new(),
             plan,
-            arrays: BTreeMap::new(),
+            arrays: Vec::new(),
         }
     }
 
-    pub(crate) fn insert(&mut self, label: String, array: AnyArray) {
-        self.chunked_shapes
-            .insert(label.clone(), array.shape.clone());
-        self.arrays.insert(label, array);
+    pub(crate) fn insert(&mut self, label: String, slot: Arc<Slot>) {
+        self.chunked_shapes.insert(label, slot.shape.clone());
+        self.arrays.push(slot);
     }
 
     /// Takes the device array under `label`; an unknown label or a different
     /// element type or memory kind is an error.
     pub fn take<T: Element>(&mut self, label: &str) -> Result<DeviceArray<T>, MemError> {
-        let inner = self.find(label)?.typed(label, MemoryKind::Device)?;
-        self.arrays.remove(label);
-        Ok(DeviceArray { inner })
+        Ok(DeviceArray {
+            inner: self.take_typed(label, MemoryKind::Device)?,
+        })
     }
 
     /// Takes the pinned array under `label`, as [`ArrayResponse::take`] does.
     pub fn take_pinned<T: Element>(&mut self, label: &str) -> Result<PinnedArray<T>, MemError> {
-        let inner = self.find(label)?.typed(label, MemoryKind::Pinned)?;
-        self.arrays.remove(label);
-        Ok(PinnedArray { inner })
+        Ok(PinnedArray {
+            inner: self.take_typed(label, MemoryKind::Pinned)?,
+        })
     }
 
     /// Labels of the arrays not yet taken.
     pub fn labels(&self) -> impl Iterator<Item = &str> {
-        self.arrays.keys().map(String::as_str)
+        self.arrays.iter().map(|slot| &*slot.label)
     }
 
     /// Whether the response holds no arrays (a notary's response, or all taken).
@@ -583,13 +566,33 @@ impl ArrayResponse {
         self.arrays.is_empty()
     }
 
-    fn find(&self, label: &str) -> Result<&AnyArray, MemError> {
-        self.arrays
-            .get(label)
-            .ok_or_else(|| MemError::UnknownLabel {
+    fn take_typed<T: Element>(
+        &mut self,
+        label: &str,
+        kind: MemoryKind,
+    ) -> Result<Handle<T>, MemError> {
+        let Some(index) = self.arrays.iter().position(|slot| &*slot.label == label) else {
+            return Err(MemError::UnknownLabel {
                 label: label.to_owned(),
-                available: self.arrays.keys().cloned().collect::<Vec<_>>().join(", "),
-            })
+                available: self.labels().collect::<Vec<_>>().join(", "),
+            });
+        };
+        let slot = &self.arrays[index];
+        if slot.dtype() != T::DTYPE || slot.kind() != kind {
+            let requested = match kind {
+                MemoryKind::Device => format!("DeviceArray<{}>", T::DTYPE),
+                MemoryKind::Pinned => format!("PinnedArray<{}>", T::DTYPE),
+            };
+            return Err(MemError::WrongArrayType {
+                label: label.to_owned(),
+                requested,
+                found: describe(slot),
+            });
+        }
+        Ok(Handle {
+            slot: self.arrays.remove(index),
+            _element: PhantomData,
+        })
     }
 }
 
@@ -604,7 +607,7 @@ impl fmt::Debug for ArrayResponse {
                 &self
                     .arrays
                     .iter()
-                    .map(|(l, a)| (l, a.describe()))
+                    .map(|slot| (&*slot.label, describe(slot)))
                     .collect::<Vec<_>>(),
             )
             .finish()

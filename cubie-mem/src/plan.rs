@@ -201,10 +201,9 @@ impl ChunkPlan {
 
     /// Bytes allocated for a request under this plan.
     pub fn chunked_bytes(&self, request: &ArrayRequest) -> u64 {
-        let elements: u64 = self
-            .chunked_shape(request)
-            .iter()
-            .map(|&d| d as u64)
+        let elements: u64 = request
+            .chunked_dims(self.chunk_length)
+            .map(|d| d as u64)
             .product();
         elements * request.dtype().size_bytes() as u64
     }

@@ -149,11 +149,16 @@ impl ArrayRequest {
 
     /// The shape with the chunk axis (when chunkable) set to `chunk_length`.
     pub fn chunked_shape(&self, chunk_length: usize) -> Vec<usize> {
-        let mut shape = self.shape.clone();
-        if let Some(axis) = self.chunk_axis_in_use() {
-            shape[axis] = chunk_length;
-        }
-        shape
+        self.chunked_dims(chunk_length).collect()
+    }
+
+    /// The dimensions of [`ArrayRequest::chunked_shape`], without allocating.
+    pub fn chunked_dims(&self, chunk_length: usize) -> impl ExactSizeIterator<Item = usize> + '_ {
+        let axis = self.chunk_axis_in_use();
+        self.shape
+            .iter()
+            .enumerate()
+            .map(move |(i, &d)| if Some(i) == axis { chunk_length } else { d })
     }
 
     /// Checks what can be checked of a request on its own: `total_runs >= 1`
@@ -242,7 +247,10 @@ impl RequestSet {
 
 impl<L: Into<String>> FromIterator<(L, ArrayRequest)> for RequestSet {
     fn from_iter<I: IntoIterator<Item = (L, ArrayRequest)>>(iter: I) -> Self {
-        let mut set = RequestSet::new();
+        let iter = iter.into_iter();
+        let mut set = RequestSet {
+            entries: Vec::with_capacity(iter.size_hint().0),
+        };
         for (label, request) in iter {
             set.insert(label, request);
         }

@@ -3,7 +3,9 @@
 //! one on this thread.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -23,7 +25,7 @@ struct Group {
 #[derive(Default)]
 pub(crate) struct StreamGroups {
     groups: BTreeMap<String, Group>,
-    membership: HashMap<u64, String>,
+    membership: FxHashMap<u64, String>,
 }
 
 impl StreamGroups {
@@ -63,15 +65,12 @@ impl StreamGroups {
         group: &str,
         backend: &dyn Backend,
     ) -> Result<StreamHandle, MemError> {
-        let entry = self.groups.entry(group.to_owned()).or_default();
-        match entry.stream {
-            Some(stream) => Ok(stream),
-            None => {
-                let stream = backend.create_stream()?;
-                entry.stream = Some(stream);
-                Ok(stream)
-            }
+        if let Some(stream) = self.groups.get(group).and_then(|g| g.stream) {
+            return Ok(stream);
         }
+        let stream = backend.create_stream()?;
+        self.groups.entry(group.to_owned()).or_default().stream = Some(stream);
+        Ok(stream)
     }
 
     /// Gives every group that had a stream a new one; returns `(group, old, new)`.

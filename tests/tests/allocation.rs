@@ -6,15 +6,17 @@ mod common;
 
 use common::{Counter, Inbox, capture_logs, manager, queuing, runs_request};
 use cubie_mem::{
-    ArrayRequest, DType, LimitMode, ManagerConfig, MemError, MemoryKind, MemoryManager, Registration,
-    ReleaseReason, SimBackend,
+    ArrayRequest, DType, LimitMode, ManagerConfig, MemError, MemoryKind, MemoryManager,
+    Registration, ReleaseReason, SimBackend,
 };
 
 #[test]
 fn an_instance_without_an_invalidate_hook_cannot_queue() {
     let (mgr, _) = manager(1 << 20, 1 << 20);
     let i = mgr.register(Registration::new()).unwrap();
-    let err = mgr.queue_request(&i, [("x", ArrayRequest::of::<f32>([4]))]).unwrap_err();
+    let err = mgr
+        .queue_request(&i, [("x", ArrayRequest::of::<f32>([4]))])
+        .unwrap_err();
     assert!(matches!(err, MemError::NoInvalidateHook { .. }), "{err}");
     assert!(!mgr.has_queued(&i));
 }
@@ -26,7 +28,10 @@ fn invalid_requests_are_rejected_when_queued() {
     let err = mgr
         .queue_request(&i, [("x", ArrayRequest::of::<f32>([4]).total_runs(0))])
         .unwrap_err();
-    assert!(matches!(err, MemError::InvalidRequest { ref label, .. } if label == "x"), "{err}");
+    assert!(
+        matches!(err, MemError::InvalidRequest { ref label, .. } if label == "x"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -44,10 +49,13 @@ fn nothing_queued_returns_without_calling_hooks() {
 fn a_batch_that_fits_is_one_chunk_at_full_shape() {
     let (mgr, sim) = manager(1 << 30, 1 << 20);
     let inbox = Inbox::default();
-    let i = mgr.register(queuing().on_allocation_ready(inbox.hook())).unwrap();
+    let i = mgr
+        .register(queuing().on_allocation_ready(inbox.hook()))
+        .unwrap();
     let state = ArrayRequest::new(DType::F64, [10, 3, 100]).total_runs(100);
     let init = ArrayRequest::of::<f32>([3]).unchunkable();
-    mgr.queue_request(&i, [("state", state), ("init", init)]).unwrap();
+    mgr.queue_request(&i, [("state", state), ("init", init)])
+        .unwrap();
     mgr.allocate_queue(&i).unwrap();
     let mut responses = inbox.take();
     assert_eq!(responses.len(), 1);
@@ -67,7 +75,8 @@ fn exact_integer_arithmetic_keeps_the_seventh_run() {
     // alloc = 57142 - floor(0.02 * 57142) = 56000, so 58 * 56000 / 464000 = 7.
     let (mgr, _) = manager(1 << 30, 57_142);
     let i = mgr.register(queuing()).unwrap();
-    mgr.queue_request(&i, [("state", runs_request(8000, 58))]).unwrap();
+    mgr.queue_request(&i, [("state", runs_request(8000, 58))])
+        .unwrap();
     let r = mgr.allocate_queue_for(&i).unwrap();
     assert_eq!(r.chunk_length, 7);
     assert_eq!(r.chunks, 9);
@@ -80,14 +89,26 @@ fn chunked_shapes_replace_only_the_chunk_axis() {
     // alloc = 19600, max_chunk = 100 * 18600 / 80000 = 23, chunks 5, length 20.
     let (mgr, _) = manager(1 << 30, 20_000);
     let i = mgr.register(queuing()).unwrap();
-    let outer = ArrayRequest::new(DType::F64, [100, 5, 2]).chunk_axis(0).total_runs(100);
-    let middle = ArrayRequest::new(DType::U8, [10, 100, 10]).chunk_axis(1).total_runs(100);
-    let inner = ArrayRequest::new(DType::U64, [20, 100]).chunk_axis(1).total_runs(100);
+    let outer = ArrayRequest::new(DType::F64, [100, 5, 2])
+        .chunk_axis(0)
+        .total_runs(100);
+    let middle = ArrayRequest::new(DType::U8, [10, 100, 10])
+        .chunk_axis(1)
+        .total_runs(100);
+    let inner = ArrayRequest::new(DType::U64, [20, 100])
+        .chunk_axis(1)
+        .total_runs(100);
     let fixed = ArrayRequest::new(DType::U8, [1000]).unchunkable();
     let length_one = ArrayRequest::new(DType::I32, [4, 1]).chunk_axis(1);
     mgr.queue_request(
         &i,
-        [("outer", outer), ("middle", middle), ("inner", inner), ("fixed", fixed), ("one", length_one)],
+        [
+            ("outer", outer),
+            ("middle", middle),
+            ("inner", inner),
+            ("fixed", fixed),
+            ("one", length_one),
+        ],
     )
     .unwrap();
     let r = mgr.allocate_queue_for(&i).unwrap();
@@ -107,7 +128,9 @@ fn chunked_shapes_replace_only_the_chunk_axis() {
 fn total_runs_is_the_largest_among_requests_and_must_match_chunk_axes() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let i = mgr.register(queuing()).unwrap();
-    let a = ArrayRequest::new(DType::F32, [2, 50]).chunk_axis(1).total_runs(50);
+    let a = ArrayRequest::new(DType::F32, [2, 50])
+        .chunk_axis(1)
+        .total_runs(50);
     let b = ArrayRequest::new(DType::F32, [2, 40]).chunk_axis(1);
     mgr.queue_request(&i, [("a", a.clone()), ("b", b)]).unwrap();
     let err = mgr.allocate_queue(&i).unwrap_err();
@@ -115,7 +138,10 @@ fn total_runs_is_the_largest_among_requests_and_must_match_chunk_axes() {
         matches!(err, MemError::RunCountMismatch { ref label, axis: 1, axis_length: 40, total_runs: 50 } if label == "b"),
         "{err}"
     );
-    assert!(mgr.has_queued(&i), "a failed allocation leaves the queue as it was");
+    assert!(
+        mgr.has_queued(&i),
+        "a failed allocation leaves the queue as it was"
+    );
 
     let b = ArrayRequest::new(DType::F32, [2, 50]).chunk_axis(1);
     mgr.queue_request(&i, [("a", a), ("b", b)]).unwrap();
@@ -130,13 +156,18 @@ fn pinned_requests_count_toward_the_budget() {
     let i = mgr.register(queuing()).unwrap();
     let device = runs_request(8, 100);
     let pinned = runs_request(8, 100).memory(MemoryKind::Pinned);
-    mgr.queue_request(&i, [("device", device), ("pinned", pinned)]).unwrap();
+    mgr.queue_request(&i, [("device", device), ("pinned", pinned)])
+        .unwrap();
     let mut r = mgr.allocate_queue_for(&i).unwrap();
     // max_chunk = 100 * 980 / 1600 = 61 -> 2 chunks of 50
     assert_eq!((r.chunks, r.chunk_length), (2, 50));
     let pinned = r.take_pinned::<f64>("pinned").unwrap();
     assert_eq!(pinned.shape(), [1, 50]);
-    assert_eq!(sim.free_bytes(), 1000 - 400, "pinned memory does not use device memory");
+    assert_eq!(
+        sim.free_bytes(),
+        1000 - 400,
+        "pinned memory does not use device memory"
+    );
 }
 
 #[test]
@@ -144,16 +175,29 @@ fn participants_are_the_triggers_group_and_other_groups_stay_queued() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let (ia, ib, ic) = (Inbox::default(), Inbox::default(), Inbox::default());
     let a = mgr
-        .register(queuing().stream_group("solvers").on_allocation_ready(ia.hook()))
+        .register(
+            queuing()
+                .stream_group("solvers")
+                .on_allocation_ready(ia.hook()),
+        )
         .unwrap();
     let b = mgr
-        .register(queuing().stream_group("solvers").on_allocation_ready(ib.hook()))
+        .register(
+            queuing()
+                .stream_group("solvers")
+                .on_allocation_ready(ib.hook()),
+        )
         .unwrap();
     let c = mgr
-        .register(queuing().stream_group("other").on_allocation_ready(ic.hook()))
+        .register(
+            queuing()
+                .stream_group("other")
+                .on_allocation_ready(ic.hook()),
+        )
         .unwrap();
     mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
-    mgr.queue_request(&b, [("y", runs_request(16, 10))]).unwrap();
+    mgr.queue_request(&b, [("y", runs_request(16, 10))])
+        .unwrap();
     mgr.queue_request(&c, [("z", runs_request(8, 10))]).unwrap();
     mgr.allocate_queue(&a).unwrap();
     let (ra, rb) = (ia.take(), ib.take());
@@ -182,11 +226,19 @@ fn the_group_shares_one_plan_and_notaries_get_it_empty() {
     // alloc 49000, max_chunk = 10 * 49000 / 100000 = 4 -> 3 chunks of 4.
     let (mgr, _) = manager(1 << 30, 50_000);
     let (ia, ib, ic) = (Inbox::default(), Inbox::default(), Inbox::default());
-    let a = mgr.register(queuing().stream_group("g").on_allocation_ready(ia.hook())).unwrap();
-    let b = mgr.register(queuing().stream_group("g").on_allocation_ready(ib.hook())).unwrap();
-    let _notary = mgr.register(queuing().stream_group("g").on_allocation_ready(ic.hook())).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8000, 10))]).unwrap();
-    mgr.queue_request(&b, [("y", runs_request(2000, 10))]).unwrap();
+    let a = mgr
+        .register(queuing().stream_group("g").on_allocation_ready(ia.hook()))
+        .unwrap();
+    let b = mgr
+        .register(queuing().stream_group("g").on_allocation_ready(ib.hook()))
+        .unwrap();
+    let _notary = mgr
+        .register(queuing().stream_group("g").on_allocation_ready(ic.hook()))
+        .unwrap();
+    mgr.queue_request(&a, [("x", runs_request(8000, 10))])
+        .unwrap();
+    mgr.queue_request(&b, [("y", runs_request(2000, 10))])
+        .unwrap();
     mgr.allocate_queue(&b).unwrap();
     let (ra, rb, rc) = (ia.take(), ib.take(), ic.take());
     for r in [&ra[0], &rb[0], &rc[0]] {
@@ -204,20 +256,23 @@ fn a_notary_holding_arrays_keeps_its_partition() {
     let (mgr, sim) = manager(1 << 30, 50_000);
     let holder = mgr.register(queuing().stream_group("g")).unwrap();
     let other = mgr.register(queuing().stream_group("g")).unwrap();
-    mgr.queue_request(&holder, [("x", runs_request(8000, 10))]).unwrap();
+    mgr.queue_request(&holder, [("x", runs_request(8000, 10))])
+        .unwrap();
     let r = mgr.allocate_queue_for(&holder).unwrap();
     assert_eq!((r.chunk_length, r.chunks), (5, 2));
     assert_eq!(sim.free_bytes(), 10_000);
 
     // A small batch of the same 10 runs would fit whole, but the holder's
     // partition still covers it, so it is reused.
-    mgr.queue_request(&other, [("y", runs_request(8, 10))]).unwrap();
+    mgr.queue_request(&other, [("y", runs_request(8, 10))])
+        .unwrap();
     let r = mgr.allocate_queue_for(&other).unwrap();
     assert_eq!((r.chunk_length, r.chunks), (5, 2));
     assert_eq!(r.chunked_shapes["y"], [1, 5]);
 
     // A batch of 7 runs is not covered by (5, 2): ceil(7 / 2) = 4.
-    mgr.queue_request(&other, [("y", runs_request(8, 7))]).unwrap();
+    mgr.queue_request(&other, [("y", runs_request(8, 7))])
+        .unwrap();
     let r = mgr.allocate_queue_for(&other).unwrap();
     assert_eq!((r.chunk_length, r.chunks), (7, 1));
 }
@@ -235,23 +290,44 @@ fn memory_the_participants_hold_counts_as_free_and_is_replaced() {
     let mut second = mgr.allocate_queue_for(&a).unwrap();
     assert_eq!(second.chunks, 1);
     let new = second.take::<f64>("x").unwrap();
-    assert_eq!(old.release_reason(), Some(ReleaseReason::Replaced));
-    assert!(new.is_valid());
+    old.copy_from_host(&[5.0; 75]).unwrap();
+    assert!(
+        old.is_valid(),
+        "the same type and shape keeps the array and its handles"
+    );
+    assert_eq!(new.to_vec().unwrap(), vec![5.0; 75]);
     assert_eq!(sim.free_bytes(), 400);
-    assert_eq!(sim.live_allocations(), 1, "the buffer was reused, not reallocated");
+    assert_eq!(
+        sim.live_allocations(),
+        1,
+        "the buffer was kept, not reallocated"
+    );
     assert_eq!(mgr.allocated_bytes(&a), 600);
+
+    // Another shape in the same buffer is a new array: old handles report it.
+    mgr.queue_request(&a, [("x", runs_request(8, 70))]).unwrap();
+    let third = mgr.allocate_queue_for(&a).unwrap();
+    assert_eq!(third.chunked_shapes["x"], [1, 70]);
+    assert_eq!(old.release_reason(), Some(ReleaseReason::Replaced));
+    assert_eq!(sim.live_allocations(), 1);
 }
 
 #[test]
 fn a_smaller_replacement_reuses_and_a_larger_one_reallocates() {
     let (mgr, sim) = manager(1 << 30, 10_000);
     let a = mgr.register(queuing()).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 100))]).unwrap();
+    mgr.queue_request(&a, [("x", runs_request(8, 100))])
+        .unwrap();
     mgr.allocate_queue(&a).unwrap();
     mgr.queue_request(&a, [("x", runs_request(8, 50))]).unwrap();
     mgr.allocate_queue(&a).unwrap();
-    assert_eq!(sim.free_bytes(), 10_000 - 800, "the 800-byte buffer is reused for 400 bytes");
-    mgr.queue_request(&a, [("x", runs_request(8, 200))]).unwrap();
+    assert_eq!(
+        sim.free_bytes(),
+        10_000 - 800,
+        "the 800-byte buffer is reused for 400 bytes"
+    );
+    mgr.queue_request(&a, [("x", runs_request(8, 200))])
+        .unwrap();
     mgr.allocate_queue(&a).unwrap();
     assert_eq!(sim.free_bytes(), 10_000 - 1600);
     assert_eq!(sim.live_allocations(), 1);
@@ -266,7 +342,10 @@ fn the_granule_is_withheld_and_below_it_nothing_is_allocated() {
     let err = mgr.allocate_queue(&a).unwrap_err();
     assert!(matches!(err, MemError::BelowGranule { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("10485760 B") && text.contains("33554432 B"), "{text}");
+    assert!(
+        text.contains("10485760 B") && text.contains("33554432 B"),
+        "{text}"
+    );
 
     let sim = SimBackend::new(1 << 30).with_free(100 << 20);
     let mgr = MemoryManager::with_config(
@@ -278,7 +357,8 @@ fn the_granule_is_withheld_and_below_it_nothing_is_allocated() {
     );
     let a = mgr.register(queuing()).unwrap();
     // 60 MiB of 100 MiB free: the 50 MiB granule leaves 50 MiB, so two chunks.
-    mgr.queue_request(&a, [("x", runs_request(6 << 20, 10))]).unwrap();
+    mgr.queue_request(&a, [("x", runs_request(6 << 20, 10))])
+        .unwrap();
     let r = mgr.allocate_queue_for(&a).unwrap();
     assert_eq!(r.plan.allocatable, 50 << 20);
     assert_eq!((r.chunks, r.chunk_length), (2, 5));
@@ -288,17 +368,23 @@ fn the_granule_is_withheld_and_below_it_nothing_is_allocated() {
 fn planner_errors_reach_the_caller_with_figures() {
     let (mgr, _) = manager(1 << 30, 1000);
     let a = mgr.register(queuing()).unwrap();
-    mgr.queue_request(&a, [("x", ArrayRequest::of::<u8>([2000]).unchunkable())]).unwrap();
+    mgr.queue_request(&a, [("x", ArrayRequest::of::<u8>([2000]).unchunkable())])
+        .unwrap();
     let err = mgr.allocate_queue(&a).unwrap_err();
     assert!(matches!(err, MemError::AllUnchunkable { .. }), "{err}");
-    assert!(err.to_string().contains("2000 B") && err.to_string().contains("980 B"), "{err}");
+    assert!(
+        err.to_string().contains("2000 B") && err.to_string().contains("980 B"),
+        "{err}"
+    );
 
     let fixed = ArrayRequest::of::<u8>([990]).unchunkable();
-    mgr.queue_request(&a, [("fixed", fixed), ("x", runs_request(8, 10))]).unwrap();
+    mgr.queue_request(&a, [("fixed", fixed), ("x", runs_request(8, 10))])
+        .unwrap();
     let err = mgr.allocate_queue(&a).unwrap_err();
     assert!(matches!(err, MemError::UnchunkableTooLarge { .. }), "{err}");
 
-    mgr.queue_request(&a, [("x", runs_request(2000, 10))]).unwrap();
+    mgr.queue_request(&a, [("x", runs_request(2000, 10))])
+        .unwrap();
     let err = mgr.allocate_queue(&a).unwrap_err();
     assert!(matches!(err, MemError::SingleRunTooLarge { .. }), "{err}");
     assert!(err.to_string().contains("2000 B"), "{err}");
@@ -309,7 +395,8 @@ fn planner_errors_reach_the_caller_with_figures() {
 fn a_request_over_twenty_times_free_memory_warns() {
     let (mgr, _) = manager(1 << 30, 1000);
     let a = mgr.register(queuing()).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 3000))]).unwrap();
+    mgr.queue_request(&a, [("x", runs_request(8, 3000))])
+        .unwrap();
     let (result, logs) = capture_logs(|| mgr.allocate_queue_for(&a));
     let r = result.unwrap();
     assert!(r.chunks > 20);
@@ -324,7 +411,8 @@ fn active_mode_limits_a_group_to_its_caps() {
     mgr.set_limit_mode(LimitMode::Active);
     let a = mgr.register(queuing().proportion(0.1)).unwrap();
     assert_eq!(mgr.available_memory(&a).unwrap(), 1_000_000);
-    mgr.queue_request(&a, [("x", runs_request(2000, 1000))]).unwrap();
+    mgr.queue_request(&a, [("x", runs_request(2000, 1000))])
+        .unwrap();
     let r = mgr.allocate_queue_for(&a).unwrap();
     assert_eq!((r.chunks, r.chunk_length), (3, 334));
     assert_eq!(mgr.available_memory(&a).unwrap(), 1_000_000 - 668_000);
@@ -339,7 +427,8 @@ fn active_mode_warns_past_95_percent_of_caps() {
     mgr.set_limit_mode(LimitMode::Active);
     let a = mgr.register(queuing().proportion(0.1)).unwrap();
     // 960 runs of 1000 bytes = 960000 < alloc 980000: one chunk, 96% of the cap.
-    mgr.queue_request(&a, [("x", runs_request(1000, 960))]).unwrap();
+    mgr.queue_request(&a, [("x", runs_request(1000, 960))])
+        .unwrap();
     let (result, logs) = capture_logs(|| mgr.allocate_queue(&a));
     result.unwrap();
     assert!(logs.contains("over 95% of its caps"), "{logs}");
@@ -349,15 +438,20 @@ fn active_mode_warns_past_95_percent_of_caps() {
 fn responses_check_labels_and_types() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing()).unwrap();
-    let pinned = ArrayRequest::of::<i32>([10]).memory(MemoryKind::Pinned).unchunkable();
-    mgr.queue_request(&a, [("state", runs_request(8, 10)), ("status", pinned)]).unwrap();
+    let pinned = ArrayRequest::of::<i32>([10])
+        .memory(MemoryKind::Pinned)
+        .unchunkable();
+    mgr.queue_request(&a, [("state", runs_request(8, 10)), ("status", pinned)])
+        .unwrap();
     let mut r = mgr.allocate_queue_for(&a).unwrap();
     let err = r.take::<f32>("state").unwrap_err();
     assert!(err.to_string().contains("DeviceArray<f64>"), "{err}");
     let err = r.take::<i32>("status").unwrap_err();
     assert!(err.to_string().contains("PinnedArray<i32>"), "{err}");
     let err = r.take::<f64>("nope").unwrap_err();
-    assert!(matches!(err, MemError::UnknownLabel { .. }) && err.to_string().contains("state, status"));
+    assert!(
+        matches!(err, MemError::UnknownLabel { .. }) && err.to_string().contains("state, status")
+    );
     r.take::<f64>("state").unwrap();
     r.take_pinned::<i32>("status").unwrap();
     assert!(r.is_empty());

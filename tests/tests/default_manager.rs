@@ -17,7 +17,10 @@ fn environment_sizes_the_simulated_device() {
     assert_eq!(info.total, 512 << 20);
     assert_eq!(info.free, 256 << 20);
     assert_eq!(mgr.backend().name(), "simulated");
-    assert!(std::ptr::eq(mgr, default_memmgr().unwrap()), "one manager per process");
+    assert!(
+        std::ptr::eq(mgr, default_memmgr().unwrap()),
+        "one manager per process"
+    );
 
     unsafe {
         std::env::remove_var(SIM_TOTAL_ENV);
@@ -25,5 +28,8 @@ fn environment_sizes_the_simulated_device() {
     }
     let defaults = sim_backend_from_env().unwrap();
     assert_eq!(defaults.free_bytes(), 1 << 30);
-    assert_eq!(cubie_mem::Backend::mem_info(&defaults).unwrap().total, 8 << 30);
+    assert_eq!(
+        cubie_mem::Backend::mem_info(&defaults).unwrap().total,
+        8 << 30
+    );
 }

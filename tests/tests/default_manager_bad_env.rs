@@ -11,8 +11,14 @@ fn a_malformed_size_is_reported_at_first_use() {
     unsafe { std::env::set_var(SIM_TOTAL_ENV, "eight gigs") };
     for _ in 0..2 {
         let err = default_memmgr().unwrap_err();
-        assert!(matches!(err, MemError::Config { ref name, .. } if name == SIM_TOTAL_ENV), "{err}");
+        assert!(
+            matches!(err, MemError::Config { ref name, .. } if name == SIM_TOTAL_ENV),
+            "{err}"
+        );
         let text = err.to_string();
-        assert!(text.contains("eight gigs") && text.contains("512MiB"), "{text}");
+        assert!(
+            text.contains("eight gigs") && text.contains("512MiB"),
+            "{text}"
+        );
     }
 }

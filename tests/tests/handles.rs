@@ -11,7 +11,8 @@ fn device_arrays_round_trip_every_element_type() {
     fn round_trip<T: cubie_mem::Element + From<u8>>() {
         let (mgr, _) = manager(1 << 30, 1 << 20);
         let a = mgr.register(queuing()).unwrap();
-        mgr.queue_request(&a, [("x", ArrayRequest::of::<T>([3, 4]).chunk_axis(None))]).unwrap();
+        mgr.queue_request(&a, [("x", ArrayRequest::of::<T>([3, 4]).chunk_axis(None))])
+            .unwrap();
         let x = mgr.allocate_queue_for(&a).unwrap().take::<T>("x").unwrap();
         let data: Vec<T> = (0..12u8).map(T::from).collect();
         x.copy_from_host(&data).unwrap();
@@ -19,9 +20,13 @@ fn device_arrays_round_trip_every_element_type() {
         let mut part = vec![T::from(0); 5];
         x.copy_to_host_at(4, &mut part).unwrap();
         assert_eq!(part, data[4..9]);
-        x.copy_from_host_at(10, &[T::from(99), T::from(98)]).unwrap();
+        x.copy_from_host_at(10, &[T::from(99), T::from(98)])
+            .unwrap();
         assert_eq!(x.to_vec().unwrap()[10..], [T::from(99), T::from(98)]);
-        assert!(matches!(x.copy_from_host_at(11, &[T::from(1); 2]), Err(MemError::OutOfBounds { .. })));
+        assert!(matches!(
+            x.copy_from_host_at(11, &[T::from(1); 2]),
+            Err(MemError::OutOfBounds { .. })
+        ));
     }
     round_trip::<f32>();
     round_trip::<f64>();
@@ -37,9 +42,23 @@ fn copies_check_lengths() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing()).unwrap();
     mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
-    let x = mgr.allocate_queue_for(&a).unwrap().take::<f64>("x").unwrap();
+    let x = mgr
+        .allocate_queue_for(&a)
+        .unwrap()
+        .take::<f64>("x")
+        .unwrap();
     let err = x.copy_from_host(&[0.0; 9]).unwrap_err();
-    assert!(matches!(err, MemError::LengthMismatch { expected: 10, found: 9, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            MemError::LengthMismatch {
+                expected: 10,
+                found: 9,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(x.copy_to_host(&mut [0.0; 11]).is_err());
 }
 
@@ -47,11 +66,24 @@ fn copies_check_lengths() {
 fn pinned_arrays_are_host_readable() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing()).unwrap();
-    let req = ArrayRequest::of::<i32>([8]).memory(MemoryKind::Pinned).chunk_axis(0).total_runs(8);
+    let req = ArrayRequest::of::<i32>([8])
+        .memory(MemoryKind::Pinned)
+        .chunk_axis(0)
+        .total_runs(8);
     mgr.queue_request(&a, [("status", req)]).unwrap();
-    let status = mgr.allocate_queue_for(&a).unwrap().take_pinned::<i32>("status").unwrap();
-    assert!(status.read().unwrap().iter().all(|&v| v == 0), "pinned memory starts zeroed");
-    status.write().unwrap().copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    let status = mgr
+        .allocate_queue_for(&a)
+        .unwrap()
+        .take_pinned::<i32>("status")
+        .unwrap();
+    assert!(
+        status.read().unwrap().iter().all(|&v| v == 0),
+        "pinned memory starts zeroed"
+    );
+    status
+        .write()
+        .unwrap()
+        .copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
     assert_eq!(&*status.read().unwrap(), &[1, 2, 3, 4, 5, 6, 7, 8]);
     assert_eq!(status.to_vec().unwrap()[7], 8);
 }
@@ -60,7 +92,8 @@ fn pinned_arrays_are_host_readable() {
 fn free_releases_one_label() {
     let (mgr, sim) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing()).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 10)), ("y", runs_request(8, 10))]).unwrap();
+    mgr.queue_request(&a, [("x", runs_request(8, 10)), ("y", runs_request(8, 10))])
+        .unwrap();
     let mut r = mgr.allocate_queue_for(&a).unwrap();
     let (x, y) = (r.take::<f64>("x").unwrap(), r.take::<f64>("y").unwrap());
     assert!(mgr.free(&a, "x").unwrap());
@@ -76,8 +109,12 @@ fn free_releases_one_label() {
 fn free_all_and_invalidate_all() {
     let (mgr, sim) = manager(1 << 30, 1 << 20);
     let hooks = Counter::default();
-    let a = mgr.register(Registration::new().on_invalidate(hooks.hook())).unwrap();
-    let b = mgr.register(Registration::new().on_invalidate(hooks.hook())).unwrap();
+    let a = mgr
+        .register(Registration::new().on_invalidate(hooks.hook()))
+        .unwrap();
+    let b = mgr
+        .register(Registration::new().on_invalidate(hooks.hook()))
+        .unwrap();
     for i in [&a, &b] {
         mgr.queue_request(i, [("x", runs_request(8, 10))]).unwrap();
         mgr.allocate_queue(i).unwrap();
@@ -95,10 +132,16 @@ fn free_all_and_invalidate_all() {
 #[test]
 fn dropping_an_instance_releases_everything_it_had() {
     let (mgr, sim) = manager(1 << 30, 1 << 20);
-    let a = mgr.register(queuing().proportion(0.5).stream_group("g")).unwrap();
+    let a = mgr
+        .register(queuing().proportion(0.5).stream_group("g"))
+        .unwrap();
     let _b = mgr.register(queuing().stream_group("g")).unwrap();
     mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
-    let x = mgr.allocate_queue_for(&a).unwrap().take::<f64>("x").unwrap();
+    let x = mgr
+        .allocate_queue_for(&a)
+        .unwrap()
+        .take::<f64>("x")
+        .unwrap();
     mgr.queue_request(&a, [("y", runs_request(8, 10))]).unwrap();
     drop(a);
     assert_eq!(x.release_reason(), Some(ReleaseReason::Deregistered));
@@ -113,7 +156,11 @@ fn handles_outlive_their_manager_safely() {
     let (mgr, sim) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing()).unwrap();
     mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
-    let x = mgr.allocate_queue_for(&a).unwrap().take::<f64>("x").unwrap();
+    let x = mgr
+        .allocate_queue_for(&a)
+        .unwrap()
+        .take::<f64>("x")
+        .unwrap();
     drop(a);
     drop(mgr);
     assert!(!x.is_valid());
@@ -126,10 +173,15 @@ fn handles_outlive_their_manager_safely() {
 fn statistics_track_current_peak_and_events() {
     let (mgr, _) = manager(1 << 30, 10_000);
     let a = mgr.register(queuing().stream_group("g")).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 100)), ("y", runs_request(8, 100))]).unwrap();
+    mgr.queue_request(
+        &a,
+        [("x", runs_request(8, 100)), ("y", runs_request(8, 100))],
+    )
+    .unwrap();
     mgr.allocate_queue(&a).unwrap();
     mgr.free(&a, "y").unwrap();
-    mgr.queue_request(&a, [("z", runs_request(800, 100))]).unwrap(); // chunked
+    mgr.queue_request(&a, [("z", runs_request(800, 100))])
+        .unwrap(); // chunked
     mgr.allocate_queue(&a).unwrap();
     let stats = mgr.stats();
     let inst = &stats.instances[0];
@@ -142,5 +194,8 @@ fn statistics_track_current_peak_and_events() {
     assert_eq!(stats.total.current_bytes, 800 + 8000);
     assert_eq!(stats.total.peak_bytes, 800 + 8000);
     let table = stats.report().to_string();
-    assert!(table.contains("group g") && table.contains("total"), "{table}");
+    assert!(
+        table.contains("group g") && table.contains("total"),
+        "{table}"
+    );
 }

@@ -28,12 +28,18 @@ fn auto_members_split_what_the_manual_pool_leaves() {
     assert_eq!(mgr.cap(&manual), (0.3 * GIB as f64).floor() as u64);
     assert!((mgr.proportion(&a) - 0.35).abs() < 1e-12);
     assert_eq!(mgr.proportion(&a), mgr.proportion(&b));
-    assert_eq!(mgr.cap(&a), (mgr.proportion(&a) * GIB as f64).floor() as u64);
+    assert_eq!(
+        mgr.cap(&a),
+        (mgr.proportion(&a) * GIB as f64).floor() as u64
+    );
     assert!((mgr.manual_pool_proportion() - 0.3).abs() < 1e-12);
     assert!((mgr.auto_pool_proportion() - 0.7).abs() < 1e-12);
 
     drop(b);
-    assert!((mgr.proportion(&a) - 0.7).abs() < 1e-12, "the auto pool rebalances on drop");
+    assert!(
+        (mgr.proportion(&a) - 0.7).abs() < 1e-12,
+        "the auto pool rebalances on drop"
+    );
     drop(manual);
     assert_eq!(mgr.proportion(&a), 1.0);
 }
@@ -50,7 +56,10 @@ fn proportions_outside_unit_interval_are_rejected_and_register_nothing() {
     let (mgr, _) = manager(GIB, GIB);
     for p in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
         let err = mgr.register(Registration::new().proportion(p)).unwrap_err();
-        assert!(matches!(err, MemError::InvalidProportion { .. }), "{p}: {err}");
+        assert!(
+            matches!(err, MemError::InvalidProportion { .. }),
+            "{p}: {err}"
+        );
     }
     assert_eq!(mgr.instance_count(), 0);
     assert_eq!(mgr.manual_pool_proportion(), 0.0);
@@ -60,7 +69,9 @@ fn proportions_outside_unit_interval_are_rejected_and_register_nothing() {
 fn the_manual_pool_cannot_exceed_one() {
     let (mgr, _) = manager(GIB, GIB);
     let _a = mgr.register(Registration::new().proportion(0.6)).unwrap();
-    let err = mgr.register(Registration::new().proportion(0.5)).unwrap_err();
+    let err = mgr
+        .register(Registration::new().proportion(0.5))
+        .unwrap_err();
     assert!(matches!(err, MemError::ManualPoolOverflow { .. }));
     assert!(err.to_string().contains("0.6000"), "{err}");
     assert_eq!(mgr.instance_count(), 1);
@@ -70,11 +81,23 @@ fn the_manual_pool_cannot_exceed_one() {
 fn starving_a_non_empty_auto_pool_is_an_error() {
     let (mgr, _) = manager(GIB, GIB);
     let _auto = mgr.register(Registration::new()).unwrap();
-    let err = mgr.register(Registration::new().proportion(0.97)).unwrap_err();
-    assert!(matches!(err, MemError::AutoPoolStarved { auto_members: 1, .. }), "{err}");
+    let err = mgr
+        .register(Registration::new().proportion(0.97))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            MemError::AutoPoolStarved {
+                auto_members: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert_eq!(mgr.instance_count(), 1);
     // Exactly 1 - MIN_AUTOPOOL_SIZE is still allowed.
-    mgr.register(Registration::new().proportion(1.0 - MIN_AUTOPOOL_SIZE)).unwrap();
+    mgr.register(Registration::new().proportion(1.0 - MIN_AUTOPOOL_SIZE))
+        .unwrap();
 }
 
 #[test]
@@ -82,7 +105,10 @@ fn an_empty_auto_pool_below_minimum_is_only_a_warning() {
     let (mgr, _) = manager(GIB, GIB);
     let (result, logs) = capture_logs(|| mgr.register(Registration::new().proportion(0.97)));
     result.unwrap();
-    assert!(logs.contains("WARN") && logs.contains("minimum auto pool"), "{logs}");
+    assert!(
+        logs.contains("WARN") && logs.contains("minimum auto pool"),
+        "{logs}"
+    );
 }
 
 #[test]

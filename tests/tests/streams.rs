@@ -27,9 +27,15 @@ fn grouping() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let d1 = mgr.register(Registration::new()).unwrap();
     let _d2 = mgr.register(Registration::new()).unwrap();
-    let alone = mgr.register(Registration::new().stream_group("solo")).unwrap();
-    let g1 = mgr.register(Registration::new().stream_group("pair")).unwrap();
-    let g2 = mgr.register(Registration::new().stream_group("pair")).unwrap();
+    let alone = mgr
+        .register(Registration::new().stream_group("solo"))
+        .unwrap();
+    let g1 = mgr
+        .register(Registration::new().stream_group("pair"))
+        .unwrap();
+    let g2 = mgr
+        .register(Registration::new().stream_group("pair"))
+        .unwrap();
     assert_eq!(mgr.stream_group(&d1), DEFAULT_STREAM_GROUP);
     assert!(!mgr.is_grouped(&d1), "default is never grouped");
     assert!(!mgr.is_grouped(&alone), "a group of one is not grouped");
@@ -49,7 +55,10 @@ fn change_stream_group_moves_the_instance_and_its_queue() {
     assert_eq!(mgr.stream(&a).unwrap(), mgr.stream(&b).unwrap());
     let r = mgr.allocate_queue_for(&b).unwrap();
     assert_eq!(r.chunks, 1);
-    assert!(!mgr.has_queued(&a), "a's requests moved with it and were served with b's group");
+    assert!(
+        !mgr.has_queued(&a),
+        "a's requests moved with it and were served with b's group"
+    );
 }
 
 #[test]
@@ -57,7 +66,11 @@ fn arrays_follow_their_instance_to_a_new_group_and_new_streams() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing().stream_group("g")).unwrap();
     mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
-    let x = mgr.allocate_queue_for(&a).unwrap().take::<f64>("x").unwrap();
+    let x = mgr
+        .allocate_queue_for(&a)
+        .unwrap()
+        .take::<f64>("x")
+        .unwrap();
     let before = mgr.stream(&a).unwrap();
     mgr.reinit_streams().unwrap();
     let after = mgr.stream(&a).unwrap();
@@ -91,7 +104,11 @@ fn copies_inside_a_guard_use_the_bound_stream() {
     let a = mgr.register(queuing().stream_group("a")).unwrap();
     let b = mgr.register(Registration::new().stream_group("b")).unwrap();
     mgr.queue_request(&a, [("x", runs_request(8, 4))]).unwrap();
-    let x = mgr.allocate_queue_for(&a).unwrap().take::<f64>("x").unwrap();
+    let x = mgr
+        .allocate_queue_for(&a)
+        .unwrap()
+        .take::<f64>("x")
+        .unwrap();
     let guard = mgr.bind_stream(&b).unwrap();
     x.copy_from_host(&[2.0; 4]).unwrap();
     mgr.reinit_streams().unwrap(); // b's bound stream is destroyed

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{Inner, State};
-use crate::array::{AnyArray, ReleaseReason, Slot};
+use crate::array::{ReleaseReason, Slot};
 use crate::backend::StreamHandle;
 use crate::config::LimitMode;
 use crate::plan::{BatchSizes, Budget, ChunkPlan, OVERSIZE_WARNING_FACTOR, plan_chunks};
@@ -78,7 +78,9 @@ struct Made {
     instance: u64,
     label: String,
     slot: Arc<Slot>,
-    shape: Vec<usize>,
+    /// An existing array of the same label, type and shape, kept as it is
+    /// (its handles stay valid).
+    kept: bool,
 }
 
 impl Inner {
@@ -169,7 +171,7 @@ impl Inner {
             granule: self.config.allocation_granule_bytes,
         };
         let mut plan = plan_chunks(&sizes, &budget)?;
-        plan = self.reuse_partition(s, group, members, taken, plan);
+        plan = self.reuse_partition(s, members, taken, plan);
 
         let stream = s.groups.stream(group, &*self.backend)?;
         let made = self.allocate_all(s, group, taken, &plan, stream, free)?;
@@ -177,14 +179,10 @@ impl Inner {
         // Commit.
         let mut responses: Vec<(u64, ArrayResponse, Option<ReadyHook>)> = Vec::new();
         for &(id, _) in taken {
-            s.partitions
-                .insert((group.to_owned(), id), (plan.chunk_length, plan.chunks));
+            s.partitions.insert(id, (plan.chunk_length, plan.chunks));
             if plan.is_chunked() {
                 s.total_usage.chunked_requests += 1;
-                s.group_usage
-                    .entry(group.to_owned())
-                    .or_default()
-                    .chunked_requests += 1;
+                s.update_group_usage(group, |u| u.chunked_requests += 1);
                 if let Some(i) = s.instances.get_mut(&id) {
                     i.usage.chunked_requests += 1;
                 }
@@ -196,18 +194,19 @@ impl Inner {
             instance,
             label,
             slot,
-            shape,
+            kept,
         } in made
         {
+            let response = responses.iter_mut().find(|(i, _, _)| *i == instance);
+            if kept {
+                if let Some((_, response, _)) = response {
+                    response.insert(label, slot);
+                }
+                continue;
+            }
             s.count_allocation(instance, group, slot.bytes());
-            if let Some((_, response, _)) = responses.iter_mut().find(|(i, _, _)| *i == instance) {
-                response.insert(
-                    label.clone(),
-                    AnyArray {
-                        slot: Arc::clone(&slot),
-                        shape,
-                    },
-                );
+            if let Some((_, response, _)) = response {
+                response.insert(label.clone(), Arc::clone(&slot));
             }
             if let Some(i) = s.instances.get_mut(&instance) {
                 i.allocations.insert(label, slot);
@@ -233,7 +232,6 @@ impl Inner {
     fn reuse_partition(
         &self,
         s: &State,
-        group: &str,
         members: &[u64],
         taken: &[(u64, RequestSet)],
         plan: ChunkPlan,
@@ -247,7 +245,7 @@ impl Inner {
             if !(notary && holds) {
                 continue;
             }
-            if let Some(&(length, chunks)) = s.partitions.get(&(group.to_owned(), member)) {
+            if let Some(&(length, chunks)) = s.partitions.get(&member) {
                 if let Some(reused) = plan.with_partition(length, chunks) {
                     return reused;
                 }
@@ -272,14 +270,39 @@ impl Inner {
         for (id, set) in taken {
             for (label, request) in set.iter() {
                 let bytes = plan.chunked_bytes(request);
+                let same = s
+                    .instances
+                    .get(id)
+                    .and_then(|i| i.allocations.get(label))
+                    .filter(|old| {
+                        old.kind() == request.memory_kind()
+                            && old.dtype() == request.dtype()
+                            && request
+                                .chunked_dims(plan.chunk_length)
+                                .eq(old.shape().iter().copied())
+                            && old.is_live()
+                    });
+                if let Some(old) = same {
+                    made.push(Made {
+                        instance: *id,
+                        label: label.to_owned(),
+                        slot: Arc::clone(old),
+                        kept: true,
+                    });
+                    continue;
+                }
                 let shape = plan.chunked_shape(request);
-                let previous = s
+                let (key, previous) = match s
                     .instances
                     .get_mut(id)
-                    .and_then(|i| i.allocations.remove(label));
+                    .and_then(|i| i.allocations.remove_entry(label))
+                {
+                    Some((key, old)) => (key, Some(old)),
+                    None => (label.to_owned(), None),
+                };
                 let reused = previous.as_ref().and_then(|old| {
                     (old.kind() == request.memory_kind() && old.bytes() >= bytes)
-                        .then(|| old.reuse(label, request.dtype()))
+                        .then(|| old.reuse(request.dtype(), shape.clone()))
                         .flatten()
                 });
                 if let Some(old) = previous {
@@ -298,18 +321,19 @@ impl Inner {
                         request.dtype(),
                         request.memory_kind(),
                         bytes,
+                        shape,
                         stream,
                     ),
                 };
                 match slot {
                     Ok(slot) => made.push(Made {
                         instance: *id,
-                        label: label.to_owned(),
+                        label: key,
                         slot,
-                        shape,
+                        kept: false,
                     }),
                     Err(error) => {
-                        for m in &made {
+                        for m in made.iter().filter(|m| !m.kept) {
                             if let Err(e) = m.slot.release(ReleaseReason::Freed) {
                                 tracing::warn!(label = %m.label, error = %e, "rollback free failed");
                             }

@@ -8,7 +8,9 @@
 
 mod allocate;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
+
+use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::array::{ReleaseReason, Slot};
@@ -80,12 +82,13 @@ pub(crate) struct State {
     pub(crate) limit_mode: LimitMode,
     pub(crate) shares: Shares,
     pub(crate) groups: StreamGroups,
-    pub(crate) instances: HashMap<u64, InstanceState>,
-    pub(crate) owners: HashMap<u64, OwnerState>,
+    pub(crate) instances: FxHashMap<u64, InstanceState>,
+    pub(crate) owners: FxHashMap<u64, OwnerState>,
     /// Queued request sets per group, in the order they were queued.
-    pub(crate) queue: HashMap<String, Vec<(u64, RequestSet)>>,
-    /// Remembered partitions `(chunk_length, chunks)` per (group, instance).
-    pub(crate) partitions: HashMap<(String, u64), (usize, usize)>,
+    pub(crate) queue: FxHashMap<String, Vec<(u64, RequestSet)>>,
+    /// Remembered partitions `(chunk_length, chunks)` per instance, for the
+    /// group it is in (forgotten when it changes group).
+    pub(crate) partitions: FxHashMap<u64, (usize, usize)>,
     pub(crate) clock: u64,
     pub(crate) next_id: u64,
     pub(crate) total_usage: UsageStats,
@@ -112,15 +115,25 @@ impl State {
         self.next_id
     }
 
+    /// Updates the counters of `group` (created on first use, without
+    /// allocating a key on the hot path).
+    pub(crate) fn update_group_usage(&mut self, group: &str, update: impl FnOnce(&mut UsageStats)) {
+        match self.group_usage.get_mut(group) {
+            Some(usage) => update(usage),
+            None => {
+                let mut usage = UsageStats::default();
+                update(&mut usage);
+                self.group_usage.insert(group.to_owned(), usage);
+            }
+        }
+    }
+
     /// Records a release of `bytes` for `instance` in every scope.
     pub(crate) fn count_free(&mut self, instance: u64, group: &str, bytes: u64, evicted: bool) {
         if let Some(i) = self.instances.get_mut(&instance) {
             i.usage.freed(bytes, evicted);
         }
-        self.group_usage
-            .entry(group.to_owned())
-            .or_default()
-            .freed(bytes, evicted);
+        self.update_group_usage(group, |u| u.freed(bytes, evicted));
         self.total_usage.freed(bytes, evicted);
     }
 
@@ -129,10 +142,7 @@ impl State {
         if let Some(i) = self.instances.get_mut(&instance) {
             i.usage.allocated(bytes);
         }
-        self.group_usage
-            .entry(group.to_owned())
-            .or_default()
-            .allocated(bytes);
+        self.update_group_usage(group, |u| u.allocated(bytes));
         self.total_usage.allocated(bytes);
     }
 
@@ -222,7 +232,7 @@ impl Inner {
             if let Some(q) = s.queue.get_mut(&group) {
                 q.retain(|(i, _)| *i != id);
             }
-            s.partitions.remove(&(group, id));
+            s.partitions.remove(&id);
         }
         s.groups.remove(id);
         if let Some(owner) = s.owners.get_mut(&instance.owner) {
@@ -394,10 +404,10 @@ impl MemoryManager {
                     limit_mode: config.limit_mode,
                     shares: Shares::default(),
                     groups: StreamGroups::default(),
-                    instances: HashMap::new(),
-                    owners: HashMap::new(),
-                    queue: HashMap::new(),
-                    partitions: HashMap::new(),
+                    instances: FxHashMap::default(),
+                    owners: FxHashMap::default(),
+                    queue: FxHashMap::default(),
+                    partitions: FxHashMap::default(),
                     clock: 0,
                     next_id: 0,
                     total_usage: UsageStats::default(),
@@ -644,7 +654,7 @@ impl MemoryManager {
         if let Some(entry) = moved {
             s.queue.entry(group.to_owned()).or_default().push(entry);
         }
-        s.partitions.remove(&(old.clone(), id));
+        s.partitions.remove(&id);
         let (bytes, count) = {
             let state = s.instance(id)?;
             if let Some(stream) = stream {
@@ -655,14 +665,8 @@ impl MemoryManager {
             }
             (state.usage.current_bytes, state.usage.current_count)
         };
-        s.group_usage
-            .entry(old)
-            .or_default()
-            .transfer_current(bytes, count);
-        s.group_usage
-            .entry(group.to_owned())
-            .or_default()
-            .receive_current(bytes, count);
+        s.update_group_usage(&old, |u| u.transfer_current(bytes, count));
+        s.update_group_usage(group, |u| u.receive_current(bytes, count));
         Ok(())
     }
 

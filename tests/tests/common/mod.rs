@@ -5,7 +5,9 @@ use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cubie_mem::{ArrayRequest, ArrayResponse, DType, ManagerConfig, MemoryManager, Registration, SimBackend};
+use cubie_mem::{
+    ArrayRequest, ArrayResponse, DType, ManagerConfig, MemoryManager, Registration, SimBackend,
+};
 
 /// A manager on a simulated device with `free` bytes free out of `total`,
 /// and no allocation granule (so byte figures are easy to reason about).
