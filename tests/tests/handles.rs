@@ -199,3 +199,45 @@ fn statistics_track_current_peak_and_events() {
         "{table}"
     );
 }
+
+#[test]
+fn spill_settings_resolve_instance_then_owner_then_manager() {
+    use cubie_mem::{ManagerConfig, MemoryManager, SimBackend};
+    let mgr = MemoryManager::with_config(
+        SimBackend::new(1 << 30),
+        ManagerConfig {
+            host_spill_threshold: Some(300),
+            spill_directory: Some("/manager".into()),
+            ..Default::default()
+        },
+    );
+    let owner = mgr.new_owner_with_spill(Some(200), None);
+    let plain = mgr.register(Registration::new()).unwrap();
+    let owned = mgr.register(Registration::new().owner(&owner)).unwrap();
+    let own = mgr
+        .register(
+            Registration::new()
+                .owner(&owner)
+                .host_spill_threshold(100)
+                .spill_directory("/own"),
+        )
+        .unwrap();
+    let parent = mgr
+        .register(Registration::new().host_spill_threshold(50))
+        .unwrap();
+    let child = mgr.register(Registration::new().owner(&parent)).unwrap();
+    assert_eq!(
+        mgr.spill_settings(&plain),
+        (Some(300), Some("/manager".into()))
+    );
+    assert_eq!(
+        mgr.spill_settings(&owned),
+        (Some(200), Some("/manager".into()))
+    );
+    assert_eq!(mgr.spill_settings(&own), (Some(100), Some("/own".into())));
+    assert_eq!(
+        mgr.spill_settings(&child).0,
+        Some(50),
+        "inherited from the owning instance"
+    );
+}
