@@ -19,21 +19,51 @@ fn hold(
     r.take::<f64>("held").unwrap()
 }
 
-#[test]
-fn an_idle_owner_is_evicted_to_fit_a_batch_whole() {
+/// 1000 bytes free; `idle` holds 600 of them and `requester` may queue.
+struct Scene {
+    mgr: cubie_mem::MemoryManager,
+    sim: cubie_mem::SimBackend,
+    evicted: Counter,
+    idle: cubie_mem::Instance,
+    requester: cubie_mem::Instance,
+    held: cubie_mem::DeviceArray<f64>,
+}
+
+fn scene() -> Scene {
     let (mgr, sim) = manager(1 << 30, 1000);
     let evicted = Counter::default();
-    let a = mgr
+    let idle = mgr
         .register(Registration::new().on_invalidate(evicted.hook()))
         .unwrap();
-    let b = mgr.register(queuing()).unwrap();
-    let held = hold(&mgr, &a, 75); // 600 of 1000
-    mgr.queue_request(&b, [("x", runs_request(8, 75))]).unwrap();
-    let r = mgr.allocate_queue_for(&b).unwrap();
-    assert_eq!(r.chunks, 1, "after eviction the batch fits whole");
-    assert_eq!(evicted.get(), 1);
-    assert_eq!(held.release_reason(), Some(ReleaseReason::Evicted));
-    let err = held.to_vec().unwrap_err();
+    let requester = mgr.register(queuing()).unwrap();
+    let held = hold(&mgr, &idle, 75);
+    Scene {
+        mgr,
+        sim,
+        evicted,
+        idle,
+        requester,
+        held,
+    }
+}
+
+impl Scene {
+    /// The requester asks for 600 bytes; returns the number of chunks.
+    fn request_600(&self) -> usize {
+        self.mgr
+            .queue_request(&self.requester, [("x", runs_request(8, 75))])
+            .unwrap();
+        self.mgr.allocate_queue_for(&self.requester).unwrap().chunks
+    }
+}
+
+#[test]
+fn an_idle_owner_is_evicted_to_fit_a_batch_whole() {
+    let sc = scene();
+    assert_eq!(sc.request_600(), 1, "after eviction the batch fits whole");
+    assert_eq!(sc.evicted.get(), 1);
+    assert_eq!(sc.held.release_reason(), Some(ReleaseReason::Evicted));
+    let err = sc.held.to_vec().unwrap_err();
     assert!(
         matches!(
             err,
@@ -44,67 +74,51 @@ fn an_idle_owner_is_evicted_to_fit_a_batch_whole() {
         ),
         "{err}"
     );
-    assert_eq!(mgr.allocated_bytes(&a), 0);
-    assert_eq!(sim.free_bytes(), 400);
-    assert_eq!(mgr.stats().total.evictions, 1);
+    assert_eq!(sc.mgr.allocated_bytes(&sc.idle), 0);
+    assert_eq!(sc.sim.free_bytes(), 400);
+    assert_eq!(sc.mgr.stats().total.evictions, 1);
 }
 
 #[test]
 fn busy_owners_are_never_evicted() {
-    let (mgr, _) = manager(1 << 30, 1000);
-    let evicted = Counter::default();
-    let a = mgr
-        .register(Registration::new().on_invalidate(evicted.hook()))
+    let sc = scene();
+    let work = sc.mgr.begin_work(&sc.idle).unwrap();
+    sc.mgr
+        .queue_request(&sc.requester, [("x", runs_request(8, 75))])
         .unwrap();
-    let b = mgr.register(queuing()).unwrap();
-    let held = hold(&mgr, &a, 75);
-    let work = mgr.begin_work(&a).unwrap();
-    mgr.queue_request(&b, [("x", runs_request(8, 75))]).unwrap();
-    let r = mgr.allocate_queue_for(&b).unwrap();
+    let r = sc.mgr.allocate_queue_for(&sc.requester).unwrap();
     // Only 400 free: alloc 392, max_chunk = 75 * 392 / 600 = 49 -> 2 chunks of 38.
     assert_eq!((r.chunks, r.chunk_length), (2, 38));
-    assert_eq!(evicted.get(), 0);
-    assert!(held.is_valid());
+    assert_eq!(sc.evicted.get(), 0);
+    assert!(sc.held.is_valid());
     work.finish().unwrap();
 }
 
 #[test]
 fn an_owner_is_idle_only_once_its_completion_events_fire() {
-    let (mgr, sim) = manager(1 << 30, 1000);
-    let evicted = Counter::default();
-    let a = mgr
-        .register(Registration::new().on_invalidate(evicted.hook()))
-        .unwrap();
-    let b = mgr.register(queuing()).unwrap();
-    let held = hold(&mgr, &a, 75);
-    sim.hold_completions(true);
-    mgr.begin_work(&a).unwrap().finish().unwrap();
-    mgr.queue_request(&b, [("x", runs_request(8, 75))]).unwrap();
+    let sc = scene();
+    sc.sim.hold_completions(true);
+    sc.mgr.begin_work(&sc.idle).unwrap().finish().unwrap();
     assert_eq!(
-        mgr.allocate_queue_for(&b).unwrap().chunks,
+        sc.request_600(),
         2,
-        "the GPU is still busy with a's work"
+        "the GPU is still busy with the idle owner's work"
     );
-    assert!(held.is_valid());
+    assert!(sc.held.is_valid());
 
-    sim.hold_completions(false);
-    mgr.queue_request(&b, [("x", runs_request(8, 75))]).unwrap();
-    assert_eq!(mgr.allocate_queue_for(&b).unwrap().chunks, 1);
-    assert_eq!(evicted.get(), 1);
+    sc.sim.hold_completions(false);
+    assert_eq!(sc.request_600(), 1);
+    assert_eq!(sc.evicted.get(), 1);
 }
 
 #[test]
 fn dropping_work_records_completion_too() {
-    let (mgr, _) = manager(1 << 30, 1000);
-    let a = mgr.register(queuing()).unwrap();
-    let b = mgr.register(queuing()).unwrap();
-    let held = hold(&mgr, &a, 75);
+    let sc = scene();
     {
-        let _work = mgr.begin_work(&a).unwrap();
+        let _work = sc.mgr.begin_work(&sc.idle).unwrap();
     }
-    mgr.queue_request(&b, [("x", runs_request(8, 75))]).unwrap();
-    assert_eq!(mgr.allocate_queue_for(&b).unwrap().chunks, 1);
-    assert!(!held.is_valid());
+    assert_eq!(sc.request_600(), 1);
+    assert!(!sc.held.is_valid());
 }
 
 #[test]

@@ -241,3 +241,15 @@ fn spill_settings_resolve_instance_then_owner_then_manager() {
         "inherited from the owning instance"
     );
 }
+
+#[test]
+fn the_public_types_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<cubie_mem::MemoryManager>();
+    send_sync::<cubie_mem::Instance>();
+    send_sync::<cubie_mem::Owner>();
+    send_sync::<cubie_mem::DeviceArray<f64>>();
+    send_sync::<cubie_mem::PinnedArray<i32>>();
+    send_sync::<cubie_mem::ArrayResponse>();
+    send_sync::<cubie_mem::Work>();
+}
