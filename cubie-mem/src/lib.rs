@@ -54,8 +54,8 @@ pub use default::{
 pub use dtype::{DType, Element, Precision};
 pub use error::{Bytes, MemError};
 pub use host::{
-    AnyHostArray, Chunk, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType, STAGING_BYTES_PER_TRANSFER,
-    StagingBuffer, StagingPool, SystemMemory,
+    AnyHostArray, Chunk, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType,
+    STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,
 };
 pub use manager::{MemoryManager, Work};
 pub use plan::ChunkPlan;

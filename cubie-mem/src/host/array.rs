@@ -45,7 +45,10 @@ impl Storage {
 }
 
 /// Element count and byte size of `shape`, or an error when they overflow.
-pub(crate) fn shape_size(shape: &[usize], element_bytes: usize) -> Result<(usize, usize), MemError> {
+pub(crate) fn shape_size(
+    shape: &[usize],
+    element_bytes: usize,
+) -> Result<(usize, usize), MemError> {
     let too_large = || MemError::HostArraySize {
         shape: shape.to_vec(),
         element_bytes,

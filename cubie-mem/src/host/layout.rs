@@ -120,7 +120,10 @@ impl ChunkLayout {
     pub fn contiguous_range(&self, runs: &Range<usize>) -> Option<Range<usize>> {
         if self.outer <= 1 {
             Some(runs.start * self.inner..runs.end * self.inner)
-        } else if runs.start == 0 && runs.end == self.axis_length && self.chunk_length == self.axis_length {
+        } else if runs.start == 0
+            && runs.end == self.axis_length
+            && self.chunk_length == self.axis_length
+        {
             Some(0..self.elements)
         } else {
             None
@@ -253,7 +256,12 @@ mod tests {
     use super::*;
 
     /// Element-by-element reference of the device image of a chunk.
-    fn reference(shape: &[usize], axis: usize, chunk_length: usize, runs: Range<usize>) -> Vec<Option<usize>> {
+    fn reference(
+        shape: &[usize],
+        axis: usize,
+        chunk_length: usize,
+        runs: Range<usize>,
+    ) -> Vec<Option<usize>> {
         let outer: usize = shape[..axis].iter().product();
         let inner: usize = shape[axis + 1..].iter().product();
         let mut out = vec![None; outer * chunk_length * inner];
@@ -284,7 +292,9 @@ mod tests {
                     let extent = layout.chunk_extent(runs.len());
                     for w in (0..extent).step_by(window) {
                         let end = (w + window).min(extent);
-                        layout.gather(&host, runs.clone(), w, &mut device[w..end]).unwrap();
+                        layout
+                            .gather(&host, runs.clone(), w, &mut device[w..end])
+                            .unwrap();
                     }
                     for (got, want) in device.iter().zip(&expected) {
                         if let Some(want) = want {

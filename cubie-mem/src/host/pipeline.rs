@@ -80,7 +80,10 @@ struct Prepared<'p, T: Element> {
 
 trait Bind<'p> {
     fn label(&self) -> &str;
-    fn prepare(self: Box<Self>, streamer: &ChunkStreamer<'_>) -> Result<Box<dyn Move + 'p>, MemError>;
+    fn prepare(
+        self: Box<Self>,
+        streamer: &ChunkStreamer<'_>,
+    ) -> Result<Box<dyn Move + 'p>, MemError>;
 }
 
 trait Move {
@@ -94,7 +97,10 @@ impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
         self.device.label()
     }
 
-    fn prepare(self: Box<Self>, streamer: &ChunkStreamer<'_>) -> Result<Box<dyn Move + 'p>, MemError> {
+    fn prepare(
+        self: Box<Self>,
+        streamer: &ChunkStreamer<'_>,
+    ) -> Result<Box<dyn Move + 'p>, MemError> {
         let layout = streamer.layout(self.host.get().shape(), self.device, self.axis)?;
         let stager = || streamer.stager(&layout, self.device.label());
         let input = (self.direction != Direction::Out).then(stager);
@@ -125,25 +131,39 @@ impl<T: Element> Move for Prepared<'_, T> {
             return Ok(());
         };
         let prestaged = self.staged.take() == Some(chunk.index);
-        upload(self.host.get(), self.device, &self.layout, &chunk.runs, input, prestaged)
+        upload(
+            self.host.get(),
+            self.device,
+            &self.layout,
+            &chunk.runs,
+            input,
+            prestaged,
+        )
     }
 
     fn download(&mut self, chunk: &Chunk) -> Result<(), MemError> {
-        let (HostRef::Exclusive(host), Some(output)) = (&mut self.host, self.output.as_mut()) else {
+        let (HostRef::Exclusive(host), Some(output)) = (&mut self.host, self.output.as_mut())
+        else {
             return Ok(());
         };
         let input = &mut self.input;
         let staged = &mut self.staged;
-        download_through(self.device, host, &self.layout, &chunk.runs, move || match input {
-            None => output.buffer(),
-            Some(input) => match output.try_buffer()? {
-                Some(buffer) => Ok(buffer),
-                None => {
-                    *staged = None;
-                    input.buffer()
-                }
+        download_through(
+            self.device,
+            host,
+            &self.layout,
+            &chunk.runs,
+            move || match input {
+                None => output.buffer(),
+                Some(input) => match output.try_buffer()? {
+                    Some(buffer) => Ok(buffer),
+                    None => {
+                        *staged = None;
+                        input.buffer()
+                    }
+                },
             },
-        })
+        )
     }
 }
 
@@ -173,7 +193,12 @@ impl<'p> ChunkPipeline<'p> {
 
     /// Copies each chunk of `host` (the whole batch, chunked along `axis`)
     /// into `device` before the chunk computes.
-    pub fn input<T: Element>(self, host: &'p HostArray<T>, device: &'p DeviceArray<T>, axis: usize) -> Self {
+    pub fn input<T: Element>(
+        self,
+        host: &'p HostArray<T>,
+        device: &'p DeviceArray<T>,
+        axis: usize,
+    ) -> Self {
         self.bind(HostRef::Shared(host), device, axis, Direction::In)
     }
 
@@ -200,7 +225,10 @@ impl<'p> ChunkPipeline<'p> {
     /// Runs every chunk through `compute` (see the type's docs for the
     /// order). Every binding is checked before anything is copied; the first
     /// error stops the run and is returned.
-    pub fn run<E: From<MemError>>(self, mut compute: impl FnMut(&Chunk) -> Result<(), E>) -> Result<(), E> {
+    pub fn run<E: From<MemError>>(
+        self,
+        mut compute: impl FnMut(&Chunk) -> Result<(), E>,
+    ) -> Result<(), E> {
         let ChunkPipeline { streamer, bindings } = self;
         let mut labels = HashSet::new();
         for binding in &bindings {

@@ -202,7 +202,9 @@ impl StagingPool {
             }
             // Idle buffers of other keys hold RAM nobody uses: free them first.
             let before = state.idle.len();
-            state.idle.retain(|k, blocks| k == &key && !blocks.is_empty());
+            state
+                .idle
+                .retain(|k, blocks| k == &key && !blocks.is_empty());
             if state.idle.len() < before {
                 continue;
             }

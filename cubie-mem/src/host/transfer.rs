@@ -57,7 +57,9 @@ impl Iterator for Chunks {
         }
         let index = self.next;
         self.next += 1;
-        self.plan.chunk_runs(index).map(|runs| Chunk { index, runs })
+        self.plan
+            .chunk_runs(index)
+            .map(|runs| Chunk { index, runs })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -72,9 +74,10 @@ impl DoubleEndedIterator for Chunks {
             return None;
         }
         self.end -= 1;
-        self.plan
-            .chunk_runs(self.end)
-            .map(|runs| Chunk { index: self.end, runs })
+        self.plan.chunk_runs(self.end).map(|runs| Chunk {
+            index: self.end,
+            runs,
+        })
     }
 }
 
@@ -131,7 +134,11 @@ pub struct ChunkStreamer<'a> {
 impl MemoryManager {
     /// A streamer for `instance`'s arrays under `plan`, with a new staging
     /// pool (give it a shared one with [`ChunkStreamer::with_pool`]).
-    pub fn chunk_streamer<'a>(&'a self, instance: &'a Instance, plan: &ChunkPlan) -> ChunkStreamer<'a> {
+    pub fn chunk_streamer<'a>(
+        &'a self,
+        instance: &'a Instance,
+        plan: &ChunkPlan,
+    ) -> ChunkStreamer<'a> {
         ChunkStreamer {
             manager: self,
             instance,
@@ -306,7 +313,11 @@ impl<T: Element> Stager<T> {
 }
 
 /// The host range a pinned host array's chunk can be copied from directly.
-fn direct_range<T: Element>(host: &HostArray<T>, layout: &ChunkLayout, runs: &Range<usize>) -> Option<Range<usize>> {
+fn direct_range<T: Element>(
+    host: &HostArray<T>,
+    layout: &ChunkLayout,
+    runs: &Range<usize>,
+) -> Option<Range<usize>> {
     match host.kind() {
         HostMemoryType::Pinned => layout.contiguous_range(runs),
         HostMemoryType::Pageable | HostMemoryType::Spilled => None,
