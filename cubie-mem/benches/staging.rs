@@ -18,8 +18,8 @@ fn staging(c: &mut Criterion) {
     let elements: usize = SHAPE.iter().product();
     let host: Vec<f64> = (0..elements).map(|i| i as f64).collect();
     let mut host_out = vec![0.0f64; elements];
-    for axis in 0..3 {
-        let chunk_length = SHAPE[axis] / 4;
+    for (axis, length) in SHAPE.into_iter().enumerate() {
+        let chunk_length = length / 4;
         let layout = ChunkLayout::new(&SHAPE, axis, chunk_length).unwrap();
         let runs = chunk_length..2 * chunk_length;
         let chunk_elements = layout.chunk_elements();

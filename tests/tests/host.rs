@@ -21,7 +21,8 @@ fn manager() -> MemoryManager {
 }
 
 fn solver(mgr: &MemoryManager) -> Instance {
-    mgr.register(Registration::new().on_invalidate(|| {})).unwrap()
+    mgr.register(Registration::new().on_invalidate(|| {}))
+        .unwrap()
 }
 
 /// A plan of `total` runs in chunks of `chunk_length`.
@@ -131,7 +132,9 @@ fn round_trip<T: Element>(
         .chunk_streamer(&solver, &plan)
         .with_staging_bytes(staging_bytes);
     for chunk in streamer.chunks() {
-        streamer.copy_in(&host_in, &device, axis, chunk.index).unwrap();
+        streamer
+            .copy_in(&host_in, &device, axis, chunk.index)
+            .unwrap();
         assert_device_holds_chunk(&device, &data, shape, axis, chunk_length, chunk.runs);
         streamer
             .copy_out(&device, &mut host_out, axis, chunk.index)
@@ -145,8 +148,7 @@ fn round_trip<T: Element>(
 fn round_trips_for<T: Element>() {
     // 7, 5 and 6 runs in chunks of 3, 2 and 4: every last chunk is shorter.
     let shape = [7, 5, 6];
-    let chunk_lengths = [3, 2, 4];
-    for axis in 0..3 {
+    for (axis, chunk_length) in [3, 2, 4].into_iter().enumerate() {
         let mut results = Vec::new();
         for kind in [
             HostMemoryType::Pageable,
@@ -155,13 +157,7 @@ fn round_trips_for<T: Element>() {
         ] {
             // Whole chunks per staging buffer, and windows of 13 elements.
             for staging in [usize::MAX, 13 * size_of::<T>()] {
-                results.push(round_trip::<T>(
-                    &shape,
-                    axis,
-                    chunk_lengths[axis],
-                    kind,
-                    staging,
-                ));
+                results.push(round_trip::<T>(&shape, axis, chunk_length, kind, staging));
             }
         }
         assert!(results.windows(2).all(|w| bytes(&w[0]) == bytes(&w[1])));
@@ -329,9 +325,16 @@ fn pipeline_holds_the_owner_busy_so_it_is_not_evicted_mid_batch() {
     let host = mgr
         .create_host_array::<u8>([600], HostMemoryType::Pageable, None, &streaming)
         .unwrap();
-    mgr.queue_request(&streaming, [("in", ArrayRequest::of::<u8>([300]).unchunkable())])
+    mgr.queue_request(
+        &streaming,
+        [("in", ArrayRequest::of::<u8>([300]).unchunkable())],
+    )
+    .unwrap();
+    let device = mgr
+        .allocate_queue_for(&streaming)
+        .unwrap()
+        .take::<u8>("in")
         .unwrap();
-    let device = mgr.allocate_queue_for(&streaming).unwrap().take::<u8>("in").unwrap();
     // 800 bytes for the other instance only fit by evicting the streaming one.
     let other_request = || [("big", ArrayRequest::of::<u8>([800]).unchunkable())];
     let plan = plan(600, 300);
@@ -349,7 +352,10 @@ fn pipeline_holds_the_owner_busy_so_it_is_not_evicted_mid_batch() {
     assert!(device.is_valid());
     mgr.queue_request(&other, other_request()).unwrap();
     mgr.allocate_queue(&other).unwrap();
-    assert!(!device.is_valid(), "once the run ended the owner is idle and evictable");
+    assert!(
+        !device.is_valid(),
+        "once the run ended the owner is idle and evictable"
+    );
 }
 
 #[test]
@@ -360,7 +366,7 @@ fn chunk_iterator_gives_run_ranges() {
     assert_eq!(chunks[2].index, 2);
     assert_eq!(chunks[2].runs, 8..10);
     assert_eq!(chunks[2].len(), 2);
-    assert_eq!(p.iter_chunks().rev().next().unwrap().index, 2);
+    assert_eq!(p.iter_chunks().next_back().unwrap().index, 2);
     assert_eq!(p.iter_chunks().len(), 3);
     assert!(matches!(
         p.chunk(3),
@@ -434,15 +440,18 @@ fn choose_follows_the_rule_and_resolution_order() {
     assert_eq!(mgr.choose_host_memory_type(5001, &plain, true), Spilled);
     assert_eq!(mgr.choose_host_memory_type(2001, &own, true), Spilled);
     assert_eq!(mgr.choose_host_memory_type(3001, &inherits, false), Spilled);
-    assert_eq!(mgr.choose_host_memory_type(3001, &overrides, false), Pageable);
+    assert_eq!(
+        mgr.choose_host_memory_type(3001, &overrides, false),
+        Pageable
+    );
 }
 
 #[test]
 fn default_threshold_is_four_fifths_of_ram() {
     let mgr = manager();
     let solver = solver(&mgr);
-    let expected = cubie_mem::SystemMemory::read()
-        .map_or(u64::MAX, |ram| ram.default_spill_threshold());
+    let expected =
+        cubie_mem::SystemMemory::read().map_or(u64::MAX, |ram| ram.default_spill_threshold());
     assert_eq!(mgr.host_spill_threshold(&solver), expected);
 }
 
@@ -501,7 +510,10 @@ fn wrong_shapes_and_indices_are_clear_errors() {
             if found == &[2, 9] && expected == &[2, 10]
     ));
     let message = error.to_string();
-    assert!(message.contains("'state'") && message.contains("10 runs"), "{message}");
+    assert!(
+        message.contains("'state'") && message.contains("10 runs"),
+        "{message}"
+    );
 
     let error = streamer.copy_in(&host, &wrong_device, 1, 0).unwrap_err();
     assert!(matches!(
@@ -578,7 +590,12 @@ fn element_type_and_length_mismatches_are_errors() {
     assert_eq!(back.kind(), HostMemoryType::Spilled);
 
     let error = mgr
-        .create_host_array([2, 3], HostMemoryType::Pageable, Some(&[1.0f32; 5]), &solver)
+        .create_host_array(
+            [2, 3],
+            HostMemoryType::Pageable,
+            Some(&[1.0f32; 5]),
+            &solver,
+        )
         .unwrap_err();
     assert!(matches!(
         error,

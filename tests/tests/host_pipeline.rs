@@ -96,7 +96,11 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
         },
     );
     let solver = mgr
-        .register(Registration::new().stream_group("solvers").on_invalidate(|| {}))
+        .register(
+            Registration::new()
+                .stream_group("solvers")
+                .on_invalidate(|| {}),
+        )
         .unwrap();
     mgr.queue_request(
         &solver,

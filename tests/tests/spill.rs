@@ -23,7 +23,9 @@ fn manager_spilling_to(directory: &std::path::Path) -> (MemoryManager, Instance)
             ..Default::default()
         },
     );
-    let solver = mgr.register(Registration::new().on_invalidate(|| {})).unwrap();
+    let solver = mgr
+        .register(Registration::new().on_invalidate(|| {}))
+        .unwrap();
     (mgr, solver)
 }
 
@@ -126,7 +128,10 @@ fn missing_spill_directory_is_an_error_naming_it() {
         .unwrap_err();
     assert!(matches!(error, MemError::Io { .. }));
     let message = error.to_string();
-    assert!(message.contains("not-there") && message.contains("spill_directory"), "{message}");
+    assert!(
+        message.contains("not-there") && message.contains("spill_directory"),
+        "{message}"
+    );
     // Pageable and pinned arrays do not need the directory.
     mgr.create_host_array::<u8>([8], HostMemoryType::Pageable, None, &solver)
         .unwrap();
@@ -157,7 +162,10 @@ fn spill_directory_resolves_instance_owner_manager_then_temp() {
 
     let defaults = MemoryManager::new(SimBackend::new(1 << 30));
     let solver = defaults.register(Registration::new()).unwrap();
-    assert_eq!(defaults.spill_directory(&solver).unwrap(), std::env::temp_dir());
+    assert_eq!(
+        defaults.spill_directory(&solver).unwrap(),
+        std::env::temp_dir()
+    );
 }
 
 #[test]

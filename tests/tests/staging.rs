@@ -109,7 +109,9 @@ fn release_wakes_a_blocked_acquire_on_another_thread() {
     // The waiter cannot get a buffer while this one is held.
     assert!(receiver.recv_timeout(Duration::from_millis(100)).is_err());
     drop(held);
-    let got = receiver.recv_timeout(PATIENCE).expect("the release woke the waiter");
+    let got = receiver
+        .recv_timeout(PATIENCE)
+        .expect("the release woke the waiter");
     assert_eq!(got, Some(address), "the released buffer was handed over");
     waiter.join().unwrap();
     assert_eq!(pool.pinned_allocations(), 1);
@@ -137,7 +139,9 @@ fn many_threads_share_one_buffer_when_ram_is_tight() {
         })
         .collect();
     for _ in 0..8 {
-        receiver.recv_timeout(PATIENCE).expect("every worker finished");
+        receiver
+            .recv_timeout(PATIENCE)
+            .expect("every worker finished");
     }
     for worker in workers {
         worker.join().unwrap();
@@ -173,7 +177,11 @@ fn clear_frees_idle_buffers_only() {
     pool.clear();
     assert_eq!(pool.idle_buffers(), 0);
     drop(held);
-    assert_eq!(pool.idle_buffers(), 1, "a buffer in flight returns after clear");
+    assert_eq!(
+        pool.idle_buffers(),
+        1,
+        "a buffer in flight returns after clear"
+    );
     drop(pool.acquire::<f32>("b", &[8]).unwrap());
     assert_eq!(pool.pinned_allocations(), 4, "b was allocated again");
 }
@@ -183,7 +191,11 @@ fn allocation_failure_is_returned_and_leaves_the_label_free() {
     let sim = SimBackend::new(1 << 30);
     let pool = StagingPool::with_memory_probe(Arc::new(sim.clone()), || None);
     sim.set_fail_allocations_after(Some(0));
-    assert!(pool.acquire::<f32>("state", &[8]).unwrap_err().is_out_of_memory());
+    assert!(
+        pool.acquire::<f32>("state", &[8])
+            .unwrap_err()
+            .is_out_of_memory()
+    );
     assert_eq!(pool.in_flight("state"), 0);
     sim.set_fail_allocations_after(None);
     assert!(pool.try_acquire::<f32>("state", &[8]).unwrap().is_some());
