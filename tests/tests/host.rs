@@ -359,6 +359,16 @@ fn pipeline_holds_the_owner_busy_so_it_is_not_evicted_mid_batch() {
 }
 
 #[test]
+fn host_types_can_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<HostArray<f64>>();
+    send_sync::<cubie_mem::AnyHostArray>();
+    send_sync::<cubie_mem::StagingPool>();
+    send_sync::<cubie_mem::StagingBuffer<u8>>();
+    send_sync::<cubie_mem::ChunkStreamer<'static>>();
+}
+
+#[test]
 fn chunk_iterator_gives_run_ranges() {
     let p = plan(10, 4);
     let chunks: Vec<_> = p.iter_chunks().collect();

@@ -128,6 +128,10 @@ impl StagingPool {
 
     /// A buffer of `shape` for `label`, waiting as long as it takes for one
     /// to be released when the pool may not grow.
+    ///
+    /// A thread that already holds a buffer of `label` and asks for another
+    /// may wait until RAM frees up; use [`try_acquire`](Self::try_acquire)
+    /// there.
     pub fn acquire<T: Element>(
         &self,
         label: &str,
