@@ -322,6 +322,103 @@ pub enum MemError {
         /// The system's message.
         message: String,
     },
+
+    /// A chunk index past the plan's last chunk.
+    #[error(
+        "chunk {chunk} is out of range: the plan has {chunks} chunk(s), indices 0..{chunks}; \
+         iterate over ChunkPlan::iter_chunks() for the valid chunks"
+    )]
+    ChunkOutOfRange {
+        /// The chunk index given.
+        chunk: usize,
+        /// The plan's number of chunks.
+        chunks: usize,
+    },
+
+    /// A chunk axis outside an array's rank.
+    #[error(
+        "chunk axis {axis} is out of range for an array of shape {shape:?}; give an axis below its rank {}",
+        shape.len()
+    )]
+    InvalidChunkAxis {
+        /// The axis given.
+        axis: usize,
+        /// The array's shape.
+        shape: Vec<usize>,
+    },
+
+    /// A host or device array whose shape does not fit the chunk plan.
+    #[error(
+        "'{label}': the {side} array has shape {found:?}, but chunk axis {axis} of this plan needs {expected:?}; \
+         host arrays hold the whole batch ({total_runs} runs on the chunk axis) and device arrays one chunk \
+         ({chunk_length} runs, the plan's chunked shape)"
+    )]
+    ChunkShapeMismatch {
+        /// The device array's label.
+        label: String,
+        /// Which array is wrong: `"host"` or `"device"`.
+        side: &'static str,
+        /// The shape found.
+        found: Vec<usize>,
+        /// The shape the plan needs.
+        expected: Vec<usize>,
+        /// The chunk axis.
+        axis: usize,
+        /// The plan's run count.
+        total_runs: usize,
+        /// The plan's chunk length.
+        chunk_length: usize,
+    },
+
+    /// A run range that does not fit a chunk layout.
+    #[error(
+        "runs {start}..{end} do not fit a chunk: the chunk axis has {axis_length} runs and a chunk holds \
+         {chunk_length}; take run ranges from ChunkPlan::iter_chunks()"
+    )]
+    InvalidChunkRuns {
+        /// First run.
+        start: usize,
+        /// One past the last run.
+        end: usize,
+        /// Length of the chunk axis of the whole batch.
+        axis_length: usize,
+        /// Runs one chunk holds.
+        chunk_length: usize,
+    },
+
+    /// A staging window outside the chunk it stages.
+    #[error(
+        "staging window of {len} elements at element {start} reaches past the chunk's {chunk_elements} elements; \
+         keep windows inside ChunkLayout::chunk_elements()"
+    )]
+    StagingWindow {
+        /// First element of the window.
+        start: usize,
+        /// Elements in the window.
+        len: usize,
+        /// Elements of one chunk.
+        chunk_elements: usize,
+    },
+
+    /// A host array or staging buffer whose size overflows the address space.
+    #[error(
+        "an array of shape {shape:?} with {element_bytes}-byte elements does not fit the address space; shrink the shape"
+    )]
+    HostArraySize {
+        /// The shape asked for.
+        shape: Vec<usize>,
+        /// Bytes per element.
+        element_bytes: usize,
+    },
+
+    /// The same device array bound twice in one chunk pipeline.
+    #[error(
+        "'{label}' is bound twice in one chunk pipeline; bind it once, with inout(..) when it is copied both ways"
+    )]
+    DuplicateBinding {
+        /// The device array's label.
+        label: String,
+    },
 }
 
 impl MemError {

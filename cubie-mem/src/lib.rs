@@ -34,6 +34,7 @@ mod config;
 mod default;
 mod dtype;
 mod error;
+pub mod host;
 mod manager;
 pub mod plan;
 mod pools;
@@ -52,6 +53,10 @@ pub use default::{
 };
 pub use dtype::{DType, Element, Precision};
 pub use error::{Bytes, MemError};
+pub use host::{
+    AnyHostArray, Chunk, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType,
+    STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,
+};
 pub use manager::{MemoryManager, Work};
 pub use plan::ChunkPlan;
 pub use pools::MIN_AUTOPOOL_SIZE;

@@ -33,3 +33,7 @@ pub struct StreamGroupsDoctests;
 #[doc = include_str!("../../docs/current-stream.md")]
 #[cfg(doctest)]
 pub struct CurrentStreamDoctests;
+
+#[doc = include_str!("../../docs/host-memory.md")]
+#[cfg(doctest)]
+pub struct HostMemoryDoctests;

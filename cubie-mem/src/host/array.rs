@@ -1,0 +1,334 @@
+//! Host arrays: a batch's inputs and results in host memory, pinned,
+//! pageable, or spilled to a file.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::Path;
+
+use super::HostMemoryType;
+use super::spill::SpillFile;
+use crate::backend::PinnedBlock;
+use crate::backend::sim::HostBlock;
+use crate::{DType, Element, Instance, MemError, MemoryManager};
+
+/// The memory behind a host array, as 64-byte aligned bytes.
+enum Storage {
+    Pinned(Box<dyn PinnedBlock>),
+    Pageable(HostBlock),
+    Spilled(SpillFile),
+}
+
+impl Storage {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Storage::Pinned(block) => block.bytes(),
+            Storage::Pageable(block) => block.bytes(),
+            Storage::Spilled(file) => file.bytes(),
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Storage::Pinned(block) => block.bytes_mut(),
+            Storage::Pageable(block) => block.bytes_mut(),
+            Storage::Spilled(file) => file.bytes_mut(),
+        }
+    }
+
+    fn kind(&self) -> HostMemoryType {
+        match self {
+            Storage::Pinned(_) => HostMemoryType::Pinned,
+            Storage::Pageable(_) => HostMemoryType::Pageable,
+            Storage::Spilled(_) => HostMemoryType::Spilled,
+        }
+    }
+}
+
+/// Element count and byte size of `shape`, or an error when they overflow.
+pub(crate) fn shape_size(
+    shape: &[usize],
+    element_bytes: usize,
+) -> Result<(usize, usize), MemError> {
+    let too_large = || MemError::HostArraySize {
+        shape: shape.to_vec(),
+        element_bytes,
+    };
+    let elements = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(too_large)?;
+    let bytes = elements.checked_mul(element_bytes).ok_or_else(too_large)?;
+    isize::try_from(bytes).map_err(|_| too_large())?;
+    Ok((elements, bytes))
+}
+
+/// A typed array in host memory, in row-major order, holding a whole batch.
+///
+/// Made by [`MemoryManager::create_host_array`] (or
+/// [`new_host_array`](MemoryManager::new_host_array), which picks the kind).
+/// A spilled array's file is removed when the array drops.
+pub struct HostArray<T: Element> {
+    storage: Storage,
+    shape: Vec<usize>,
+    len: usize,
+    _element: PhantomData<T>,
+}
+
+impl<T: Element> HostArray<T> {
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of the elements.
+    pub fn nbytes(&self) -> u64 {
+        (self.len * size_of::<T>()) as u64
+    }
+
+    /// The kind of memory the array lives in.
+    pub fn kind(&self) -> HostMemoryType {
+        self.storage.kind()
+    }
+
+    /// The spill file's path, for a spilled array.
+    pub fn spill_path(&self) -> Option<&Path> {
+        match &self.storage {
+            Storage::Spilled(file) => Some(file.path()),
+            _ => None,
+        }
+    }
+
+    /// The elements.
+    pub fn as_slice(&self) -> &[T] {
+        let bytes = self.len * size_of::<T>();
+        self.storage
+            .bytes()
+            .get(..bytes)
+            .and_then(|b| bytemuck::try_cast_slice(b).ok())
+            .unwrap_or(&[])
+    }
+
+    /// The elements, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        let bytes = self.len * size_of::<T>();
+        self.storage
+            .bytes_mut()
+            .get_mut(..bytes)
+            .and_then(|b| bytemuck::try_cast_slice_mut(b).ok())
+            .unwrap_or(&mut [])
+    }
+
+    /// The elements as a vector.
+    pub fn to_vec(&self) -> Vec<T> {
+        self.as_slice().to_vec()
+    }
+
+    /// Frees the array now; for a spilled array, removes its file and
+    /// returns the error if that fails (dropping only logs it).
+    pub fn close(self) -> Result<(), MemError> {
+        let mut array = self;
+        match &mut array.storage {
+            Storage::Spilled(file) => file.remove(),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<T: Element> AsRef<[T]> for HostArray<T> {
+    fn as_ref(&self) -> &[T] {
+        self.as_slice()
+    }
+}
+
+impl<T: Element> AsMut<[T]> for HostArray<T> {
+    fn as_mut(&mut self) -> &mut [T] {
+        self.as_mut_slice()
+    }
+}
+
+impl<T: Element> fmt::Debug for HostArray<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostArray")
+            .field("dtype", &T::DTYPE)
+            .field("shape", &self.shape)
+            .field("kind", &self.kind())
+            .field("spill_path", &self.spill_path())
+            .finish()
+    }
+}
+
+/// A host array whose element type is known at run time only (for example
+/// one made for each [`ArrayRequest`](crate::ArrayRequest) of a set).
+/// [`into_typed`](Self::into_typed) gives it its type.
+pub struct AnyHostArray {
+    storage: Storage,
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+impl AnyHostArray {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The kind of memory the array lives in.
+    pub fn kind(&self) -> HostMemoryType {
+        self.storage.kind()
+    }
+
+    /// Bytes of the elements.
+    pub fn nbytes(&self) -> u64 {
+        (self.shape.iter().product::<usize>() * self.dtype.size_bytes()) as u64
+    }
+
+    /// The typed array; an error when `T` is not its element type.
+    pub fn into_typed<T: Element>(self) -> Result<HostArray<T>, MemError> {
+        if T::DTYPE != self.dtype {
+            return Err(MemError::DTypeMismatch {
+                expected: T::DTYPE,
+                found: self.dtype,
+            });
+        }
+        let len = self.shape.iter().product();
+        Ok(HostArray {
+            storage: self.storage,
+            shape: self.shape,
+            len,
+            _element: PhantomData,
+        })
+    }
+}
+
+impl<T: Element> From<HostArray<T>> for AnyHostArray {
+    fn from(array: HostArray<T>) -> Self {
+        AnyHostArray {
+            storage: array.storage,
+            shape: array.shape,
+            dtype: T::DTYPE,
+        }
+    }
+}
+
+impl fmt::Debug for AnyHostArray {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnyHostArray")
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("kind", &self.kind())
+            .finish()
+    }
+}
+
+impl MemoryManager {
+    /// A host array of `shape` in `kind` memory for `instance`, holding a
+    /// copy of `like` (which must have exactly as many elements) or zeros.
+    ///
+    /// Pinned memory comes from the backend; spill files go to the
+    /// instance's [`spill_directory`](Self::spill_directory).
+    ///
+    /// ```
+    /// use cubie_mem::{HostMemoryType, MemoryManager, Registration, SimBackend};
+    ///
+    /// let mgr = MemoryManager::new(SimBackend::new(1 << 30));
+    /// let solver = mgr.register(Registration::new()).unwrap();
+    /// let data: Vec<f32> = (0..24).map(|i| i as f32).collect();
+    /// let host = mgr.create_host_array([2, 3, 4], HostMemoryType::Pageable, Some(&data), &solver).unwrap();
+    /// assert_eq!(host.as_slice(), &data[..]);
+    /// let zeros = mgr.create_host_array::<f64>([5], HostMemoryType::Pinned, None, &solver).unwrap();
+    /// assert_eq!(zeros.as_slice(), [0.0; 5]);
+    /// ```
+    pub fn create_host_array<T: Element>(
+        &self,
+        shape: impl Into<Vec<usize>>,
+        kind: HostMemoryType,
+        like: Option<&[T]>,
+        instance: &Instance,
+    ) -> Result<HostArray<T>, MemError> {
+        let shape = shape.into();
+        let (len, _) = shape_size(&shape, size_of::<T>())?;
+        if let Some(like) = like {
+            if like.len() != len {
+                return Err(MemError::LengthMismatch {
+                    label: "like".into(),
+                    expected: len,
+                    found: like.len(),
+                });
+            }
+        }
+        let storage = self.host_storage(&shape, T::DTYPE, kind, instance)?;
+        let mut array = HostArray {
+            storage,
+            shape,
+            len,
+            _element: PhantomData,
+        };
+        if let Some(like) = like {
+            array.as_mut_slice().copy_from_slice(like);
+        }
+        Ok(array)
+    }
+
+    /// A host array whose kind [`choose_host_memory_type`](Self::choose_host_memory_type)
+    /// picks (pinned allowed), holding a copy of `like` or zeros.
+    pub fn new_host_array<T: Element>(
+        &self,
+        shape: impl Into<Vec<usize>>,
+        like: Option<&[T]>,
+        instance: &Instance,
+    ) -> Result<HostArray<T>, MemError> {
+        let shape = shape.into();
+        let (_, bytes) = shape_size(&shape, size_of::<T>())?;
+        let kind = self.choose_host_memory_type(bytes as u64, instance, true);
+        self.create_host_array(shape, kind, like, instance)
+    }
+
+    /// A zero-filled host array of an element type known at run time.
+    pub fn create_host_array_dyn(
+        &self,
+        dtype: DType,
+        shape: impl Into<Vec<usize>>,
+        kind: HostMemoryType,
+        instance: &Instance,
+    ) -> Result<AnyHostArray, MemError> {
+        let shape = shape.into();
+        let storage = self.host_storage(&shape, dtype, kind, instance)?;
+        Ok(AnyHostArray {
+            storage,
+            shape,
+            dtype,
+        })
+    }
+
+    fn host_storage(
+        &self,
+        shape: &[usize],
+        dtype: DType,
+        kind: HostMemoryType,
+        instance: &Instance,
+    ) -> Result<Storage, MemError> {
+        let (_, bytes) = shape_size(shape, dtype.size_bytes())?;
+        Ok(match kind {
+            HostMemoryType::Pinned => Storage::Pinned(self.backend().alloc_pinned(bytes as u64)?),
+            HostMemoryType::Pageable => Storage::Pageable(HostBlock::zeroed(bytes)),
+            HostMemoryType::Spilled => {
+                Storage::Spilled(SpillFile::create(&self.spill_directory(instance)?, bytes)?)
+            }
+        })
+    }
+}

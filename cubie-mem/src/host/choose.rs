@@ -1,0 +1,97 @@
+//! Which kind of host memory an array gets, and where spill files go.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use super::SystemMemory;
+use crate::{Instance, MemError, MemoryManager};
+
+/// The kinds of host memory a [`HostArray`](super::HostArray) lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostMemoryType {
+    /// Page-locked memory from the backend: the device copies it directly.
+    Pinned,
+    /// Ordinary memory; it moves through pinned staging buffers.
+    Pageable,
+    /// A memory-mapped temporary file, for arrays larger than RAM should
+    /// hold; it moves through pinned staging buffers.
+    Spilled,
+}
+
+impl fmt::Display for HostMemoryType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HostMemoryType::Pinned => "pinned",
+            HostMemoryType::Pageable => "pageable",
+            HostMemoryType::Spilled => "spilled",
+        })
+    }
+}
+
+impl MemoryManager {
+    /// The size above which host arrays of `instance` spill to a file.
+    ///
+    /// Resolves the instance's setting, its owner's, the manager's, then 80%
+    /// of total RAM. Where RAM cannot be measured and nothing is set, arrays
+    /// never spill (`u64::MAX`).
+    pub fn host_spill_threshold(&self, instance: &Instance) -> u64 {
+        let (threshold, _) = self.spill_settings(instance);
+        threshold
+            .or_else(|| SystemMemory::read().map(|ram| ram.default_spill_threshold()))
+            .unwrap_or(u64::MAX)
+    }
+
+    /// The directory spill files of `instance` go to.
+    ///
+    /// Resolves the instance's setting, its owner's, the manager's, then the
+    /// system temporary directory. The directory must exist: a missing one is
+    /// an error (it is not created, so that a typo cannot scatter files).
+    pub fn spill_directory(&self, instance: &Instance) -> Result<PathBuf, MemError> {
+        let (_, directory) = self.spill_settings(instance);
+        let directory = directory.unwrap_or_else(std::env::temp_dir);
+        if directory.is_dir() {
+            Ok(directory)
+        } else {
+            Err(MemError::Io {
+                operation: "using spill directory",
+                path: directory.display().to_string(),
+                message: "it does not exist or is not a directory; create it, or set another with \
+                          Registration::spill_directory or ManagerConfig::spill_directory"
+                    .into(),
+            })
+        }
+    }
+
+    /// The kind of host memory for an array of `nbytes` owned by `instance`:
+    /// spilled above the spill threshold
+    /// ([`host_spill_threshold`](Self::host_spill_threshold)); else pinned
+    /// when `allow_pinned` and `nbytes <= pinned_max_bytes`; else pageable.
+    ///
+    /// ```
+    /// use cubie_mem::{HostMemoryType, ManagerConfig, MemoryManager, Registration, SimBackend};
+    ///
+    /// let mgr = MemoryManager::with_config(
+    ///     SimBackend::new(1 << 30),
+    ///     ManagerConfig { pinned_max_bytes: 1 << 20, ..Default::default() },
+    /// );
+    /// let solver = mgr.register(Registration::new().host_spill_threshold(1 << 30)).unwrap();
+    /// assert_eq!(mgr.choose_host_memory_type(1 << 20, &solver, true), HostMemoryType::Pinned);
+    /// assert_eq!(mgr.choose_host_memory_type(1 << 20, &solver, false), HostMemoryType::Pageable);
+    /// assert_eq!(mgr.choose_host_memory_type(2 << 20, &solver, true), HostMemoryType::Pageable);
+    /// assert_eq!(mgr.choose_host_memory_type(2 << 30, &solver, true), HostMemoryType::Spilled);
+    /// ```
+    pub fn choose_host_memory_type(
+        &self,
+        nbytes: u64,
+        instance: &Instance,
+        allow_pinned: bool,
+    ) -> HostMemoryType {
+        if nbytes > self.host_spill_threshold(instance) {
+            HostMemoryType::Spilled
+        } else if allow_pinned && nbytes <= self.config().pinned_max_bytes {
+            HostMemoryType::Pinned
+        } else {
+            HostMemoryType::Pageable
+        }
+    }
+}

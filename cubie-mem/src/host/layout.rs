@@ -1,0 +1,345 @@
+//! Where a chunk's runs sit in the host array of the whole batch and in the
+//! device array of one chunk, and the gather and scatter between them.
+//!
+//! Both arrays are row-major with the same shape except on the chunk axis:
+//! the host array has the batch's runs there, the device array the plan's
+//! chunk length. With `outer` the product of the dimensions before the axis
+//! and `inner` the product of those after it, each outer index holds one
+//! contiguous block of `runs * inner` elements on both sides, so a chunk moves
+//! as `outer` block copies whatever position the axis has.
+//!
+//! A chunk with fewer runs than the chunk length (the last one) fills the
+//! leading runs of the device array's chunk axis; the trailing runs are
+//! unused and hold unspecified values.
+
+use std::ops::Range;
+
+use crate::MemError;
+
+/// The geometry of one chunked array: full shape, chunk axis, chunk length.
+///
+/// ```
+/// use cubie_mem::host::ChunkLayout;
+///
+/// // 2 x 5 x 3, chunked along the middle axis in chunks of 2 runs.
+/// let layout = ChunkLayout::new(&[2, 5, 3], 1, 2).unwrap();
+/// assert_eq!(layout.chunk_shape(), [2, 2, 3]);
+/// let host: Vec<u32> = (0..30).collect();
+/// let mut chunk = vec![0; layout.chunk_elements()];
+/// layout.gather(&host, 2..4, 0, &mut chunk).unwrap();
+/// assert_eq!(chunk, [6, 7, 8, 9, 10, 11, 21, 22, 23, 24, 25, 26]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkLayout {
+    shape: Vec<usize>,
+    axis: usize,
+    outer: usize,
+    axis_length: usize,
+    chunk_length: usize,
+    inner: usize,
+    elements: usize,
+    chunk_elements: usize,
+}
+
+impl ChunkLayout {
+    /// The layout of an array of full `shape` chunked along `axis` in chunks
+    /// of `chunk_length` runs.
+    pub fn new(shape: &[usize], axis: usize, chunk_length: usize) -> Result<Self, MemError> {
+        let too_large = || MemError::HostArraySize {
+            shape: shape.to_vec(),
+            element_bytes: 1,
+        };
+        let (before, rest) = (shape.get(..axis), shape.get(axis..));
+        let (Some(before), Some([axis_length, after @ ..])) = (before, rest) else {
+            return Err(MemError::InvalidChunkAxis {
+                axis,
+                shape: shape.to_vec(),
+            });
+        };
+        let product = |dims: &[usize]| dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let axis_length = *axis_length;
+        let outer = product(before).ok_or_else(too_large)?;
+        let inner = product(after).ok_or_else(too_large)?;
+        let elements = product(&[outer, axis_length, inner]).ok_or_else(too_large)?;
+        let chunk_elements = product(&[outer, chunk_length, inner]).ok_or_else(too_large)?;
+        Ok(ChunkLayout {
+            shape: shape.to_vec(),
+            axis,
+            outer,
+            axis_length,
+            chunk_length,
+            inner,
+            elements,
+            chunk_elements,
+        })
+    }
+
+    /// The full shape (the host array's).
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The chunk axis.
+    pub fn axis(&self) -> usize {
+        self.axis
+    }
+
+    /// The shape of one chunk (the device array's): the full shape with the
+    /// chunk axis set to the chunk length.
+    pub fn chunk_shape(&self) -> Vec<usize> {
+        let mut shape = self.shape.clone();
+        if let Some(d) = shape.get_mut(self.axis) {
+            *d = self.chunk_length;
+        }
+        shape
+    }
+
+    /// Elements of the full array.
+    pub fn elements(&self) -> usize {
+        self.elements
+    }
+
+    /// Elements of one chunk.
+    pub fn chunk_elements(&self) -> usize {
+        self.chunk_elements
+    }
+
+    /// The device elements a chunk of `runs` runs spans: from the first
+    /// element to the end of its last block. The unused runs after the last
+    /// block are not part of it.
+    pub fn chunk_extent(&self, runs: usize) -> usize {
+        if runs == 0 || self.outer == 0 || self.inner == 0 {
+            return 0;
+        }
+        (self.outer - 1) * self.chunk_length * self.inner + runs.min(self.chunk_length) * self.inner
+    }
+
+    /// The host range holding the chunk `runs` as one block laid out as on
+    /// the device, when there is one: every dimension before the axis is 1,
+    /// or the chunk is the whole array.
+    pub fn contiguous_range(&self, runs: &Range<usize>) -> Option<Range<usize>> {
+        if self.outer <= 1 {
+            Some(runs.start * self.inner..runs.end * self.inner)
+        } else if runs.start == 0
+            && runs.end == self.axis_length
+            && self.chunk_length == self.axis_length
+        {
+            Some(0..self.elements)
+        } else {
+            None
+        }
+    }
+
+    /// Copies the runs `runs` of `host` (the whole array) into `staging`,
+    /// which stands for the device elements `window_start..window_start +
+    /// staging.len()` of one chunk. Elements of unused runs are left as they
+    /// were.
+    pub fn gather<T: Copy>(
+        &self,
+        host: &[T],
+        runs: std::ops::Range<usize>,
+        window_start: usize,
+        staging: &mut [T],
+    ) -> Result<(), MemError> {
+        let window_len = staging.len();
+        self.check(host.len(), &runs, window_start, window_len)?;
+        self.for_each_block(&runs, window_start, window_len, |staged, hosted| {
+            match (staging.get_mut(staged), host.get(hosted)) {
+                (Some(dst), Some(src)) => {
+                    dst.copy_from_slice(src);
+                    Ok(())
+                }
+                _ => Err(self.window_error(window_start, window_len)),
+            }
+        })
+    }
+
+    /// The inverse of [`gather`](Self::gather): copies the valid runs of the
+    /// device window held in `staging` into their places in `host`.
+    pub fn scatter<T: Copy>(
+        &self,
+        staging: &[T],
+        window_start: usize,
+        runs: std::ops::Range<usize>,
+        host: &mut [T],
+    ) -> Result<(), MemError> {
+        let window_len = staging.len();
+        self.check(host.len(), &runs, window_start, window_len)?;
+        self.for_each_block(&runs, window_start, window_len, |staged, hosted| {
+            match (host.get_mut(hosted), staging.get(staged)) {
+                (Some(dst), Some(src)) => {
+                    dst.copy_from_slice(src);
+                    Ok(())
+                }
+                _ => Err(self.window_error(window_start, window_len)),
+            }
+        })
+    }
+
+    fn window_error(&self, start: usize, len: usize) -> MemError {
+        MemError::StagingWindow {
+            start,
+            len,
+            chunk_elements: self.chunk_elements,
+        }
+    }
+
+    fn check(
+        &self,
+        host_len: usize,
+        runs: &Range<usize>,
+        window_start: usize,
+        window_len: usize,
+    ) -> Result<(), MemError> {
+        if host_len != self.elements {
+            return Err(MemError::LengthMismatch {
+                label: "host".into(),
+                expected: self.elements,
+                found: host_len,
+            });
+        }
+        if runs.start > runs.end || runs.end > self.axis_length || runs.len() > self.chunk_length {
+            return Err(MemError::InvalidChunkRuns {
+                start: runs.start,
+                end: runs.end,
+                axis_length: self.axis_length,
+                chunk_length: self.chunk_length,
+            });
+        }
+        match window_start.checked_add(window_len) {
+            Some(end) if end <= self.chunk_elements => Ok(()),
+            _ => Err(self.window_error(window_start, window_len)),
+        }
+    }
+
+    /// Calls `copy(staging_range, host_range)` for each contiguous block of
+    /// the chunk `runs` inside the device window `[window_start, +window_len)`.
+    fn for_each_block(
+        &self,
+        runs: &Range<usize>,
+        window_start: usize,
+        window_len: usize,
+        mut copy: impl FnMut(Range<usize>, Range<usize>) -> Result<(), MemError>,
+    ) -> Result<(), MemError> {
+        let row = self.chunk_length * self.inner;
+        let block = runs.len() * self.inner;
+        if row == 0 || block == 0 {
+            return Ok(());
+        }
+        let window_end = window_start + window_len;
+        let host_row = self.axis_length * self.inner;
+        let first_host = runs.start * self.inner;
+        let mut outer = window_start / row;
+        while outer < self.outer {
+            let device_start = outer * row;
+            if device_start >= window_end {
+                break;
+            }
+            let start = device_start.max(window_start);
+            let end = (device_start + block).min(window_end);
+            if start < end {
+                let host_start = outer * host_row + first_host + (start - device_start);
+                copy(
+                    start - window_start..end - window_start,
+                    host_start..host_start + (end - start),
+                )?;
+            }
+            outer += 1;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Element-by-element reference of the device image of a chunk.
+    fn reference(
+        shape: &[usize],
+        axis: usize,
+        chunk_length: usize,
+        runs: Range<usize>,
+    ) -> Vec<Option<usize>> {
+        let outer: usize = shape[..axis].iter().product();
+        let inner: usize = shape[axis + 1..].iter().product();
+        let mut out = vec![None; outer * chunk_length * inner];
+        for o in 0..outer {
+            for r in 0..runs.len() {
+                for i in 0..inner {
+                    let host = (o * shape[axis] + runs.start + r) * inner + i;
+                    out[(o * chunk_length + r) * inner + i] = Some(host);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn gather_matches_reference_for_every_axis_and_window() {
+        let shape = [3, 7, 4];
+        for axis in 0..3 {
+            let total = shape[axis];
+            let chunk_length = 3;
+            let layout = ChunkLayout::new(&shape, axis, chunk_length).unwrap();
+            let host: Vec<usize> = (0..layout.elements()).collect();
+            for start in (0..total).step_by(chunk_length) {
+                let runs = start..(start + chunk_length).min(total);
+                let expected = reference(&shape, axis, chunk_length, runs.clone());
+                for window in [1, 5, layout.chunk_elements()] {
+                    let mut device = vec![usize::MAX; layout.chunk_elements()];
+                    let extent = layout.chunk_extent(runs.len());
+                    for w in (0..extent).step_by(window) {
+                        let end = (w + window).min(extent);
+                        layout
+                            .gather(&host, runs.clone(), w, &mut device[w..end])
+                            .unwrap();
+                    }
+                    for (got, want) in device.iter().zip(&expected) {
+                        if let Some(want) = want {
+                            assert_eq!(got, want, "axis {axis} runs {runs:?} window {window}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        assert!(matches!(
+            ChunkLayout::new(&[2, 3], 2, 1),
+            Err(MemError::InvalidChunkAxis { axis: 2, .. })
+        ));
+        let layout = ChunkLayout::new(&[2, 3], 1, 2).unwrap();
+        let host = [0u8; 6];
+        let mut staging = [0u8; 4];
+        assert!(matches!(
+            layout.gather(&host, 1..4, 0, &mut staging),
+            Err(MemError::InvalidChunkRuns { .. })
+        ));
+        assert!(matches!(
+            layout.gather(&host, 0..3, 0, &mut staging),
+            Err(MemError::InvalidChunkRuns { .. })
+        ));
+        assert!(matches!(
+            layout.gather(&host, 0..2, 1, &mut staging),
+            Err(MemError::StagingWindow { .. })
+        ));
+        assert!(matches!(
+            layout.gather(&host[..5], 0..2, 0, &mut staging),
+            Err(MemError::LengthMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn contiguous_cases() {
+        let layout = ChunkLayout::new(&[1, 10, 2], 1, 4).unwrap();
+        assert_eq!(layout.contiguous_range(&(4..8)), Some(8..16));
+        let layout = ChunkLayout::new(&[2, 10], 1, 4).unwrap();
+        assert_eq!(layout.contiguous_range(&(4..8)), None);
+        let whole = ChunkLayout::new(&[2, 10], 1, 10).unwrap();
+        assert_eq!(whole.contiguous_range(&(0..10)), Some(0..20));
+    }
+}

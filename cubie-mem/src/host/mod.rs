@@ -1,0 +1,33 @@
+//! Host memory and chunked streaming: the path a batch larger than the
+//! device takes.
+//!
+//! - [`HostArray`]: a batch's inputs or results in host memory, pinned,
+//!   pageable, or spilled to a memory-mapped temporary file
+//!   ([`MemoryManager::create_host_array`](crate::MemoryManager::create_host_array),
+//!   [`choose_host_memory_type`](crate::MemoryManager::choose_host_memory_type)).
+//! - [`StagingPool`]: pinned buffers that pageable and spilled arrays pass
+//!   through, reused by (label, shape, element type) and bounded by RAM.
+//! - [`ChunkStreamer`]: copies one chunk of a host array to a device array
+//!   of one chunk, and results back, along any chunk axis; its
+//!   [`ChunkPipeline`] runs the whole batch with the next chunk staged while
+//!   the current one computes.
+//!
+//! The user guide page `docs/host-memory.md` walks through a whole batch.
+
+mod array;
+mod choose;
+mod layout;
+mod pipeline;
+mod ram;
+mod spill;
+mod staging;
+mod transfer;
+
+pub use array::{AnyHostArray, HostArray};
+pub use choose::HostMemoryType;
+pub use layout::ChunkLayout;
+pub use pipeline::ChunkPipeline;
+pub use ram::{DEFAULT_SPILL_PERCENT, STAGING_RAM_FLOOR_PERCENT, SystemMemory};
+pub use spill::SPILL_FILE_PREFIX;
+pub use staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingKey, StagingPool};
+pub use transfer::{Chunk, ChunkStreamer, Chunks};

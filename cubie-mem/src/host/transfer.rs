@@ -1,0 +1,438 @@
+//! Chunked transfers: moving one chunk of a host array of the whole batch to
+//! a device array of one chunk, and results back.
+//!
+//! A transfer gathers the chunk's runs into a pinned staging buffer and
+//! copies it to the device contiguously, on the instance's stream (and the
+//! reverse for results). Staging buffers hold at most
+//! [`STAGING_BYTES_PER_TRANSFER`] bytes; a larger chunk moves in several
+//! rounds. A pinned host array whose chunk is already one contiguous block
+//! (the chunk axis is the outermost non-trivial one, or the batch is one
+//! chunk) is copied directly.
+
+use std::ops::Range;
+
+use super::layout::ChunkLayout;
+use super::pipeline::ChunkPipeline;
+use super::staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
+use super::{HostArray, HostMemoryType};
+use crate::streams::CurrentStream;
+use crate::{ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
+
+/// One chunk of a plan: its index and the runs it covers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Chunk {
+    /// The chunk's index, from 0.
+    pub index: usize,
+    /// The runs of the batch it covers; the last chunk may have fewer than
+    /// the chunk length.
+    pub runs: Range<usize>,
+}
+
+impl Chunk {
+    /// Number of runs in the chunk.
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Whether the chunk has no runs.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+}
+
+/// The chunks of a plan, in order (from [`ChunkPlan::iter_chunks`]).
+#[derive(Clone, Debug)]
+pub struct Chunks {
+    plan: ChunkPlan,
+    next: usize,
+    end: usize,
+}
+
+impl Iterator for Chunks {
+    type Item = Chunk;
+
+    fn next(&mut self) -> Option<Chunk> {
+        if self.next >= self.end {
+            return None;
+        }
+        let index = self.next;
+        self.next += 1;
+        self.plan
+            .chunk_runs(index)
+            .map(|runs| Chunk { index, runs })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.end.saturating_sub(self.next);
+        (left, Some(left))
+    }
+}
+
+impl DoubleEndedIterator for Chunks {
+    fn next_back(&mut self) -> Option<Chunk> {
+        if self.next >= self.end {
+            return None;
+        }
+        self.end -= 1;
+        self.plan.chunk_runs(self.end).map(|runs| Chunk {
+            index: self.end,
+            runs,
+        })
+    }
+}
+
+impl ExactSizeIterator for Chunks {}
+
+impl ChunkPlan {
+    /// The plan's chunks with their run ranges.
+    ///
+    /// ```
+    /// use cubie_mem::ChunkPlan;
+    ///
+    /// let plan = ChunkPlan { total_runs: 10, chunks: 3, chunk_length: 4, ..Default::default() };
+    /// let runs: Vec<_> = plan.iter_chunks().map(|c| c.runs).collect();
+    /// assert_eq!(runs, [0..4, 4..8, 8..10]);
+    /// ```
+    pub fn iter_chunks(&self) -> Chunks {
+        Chunks {
+            plan: *self,
+            next: 0,
+            end: self.chunks,
+        }
+    }
+
+    /// Chunk `index`, or an error past the last chunk.
+    pub fn chunk(&self, index: usize) -> Result<Chunk, MemError> {
+        self.chunk_runs(index)
+            .map(|runs| Chunk { index, runs })
+            .ok_or(MemError::ChunkOutOfRange {
+                chunk: index,
+                chunks: self.chunks,
+            })
+    }
+}
+
+/// Moves chunks of host arrays to and from device arrays of one chunk, for
+/// one instance and one chunk plan. Made by [`MemoryManager::chunk_streamer`].
+///
+/// Host arrays hold the whole batch; device arrays have the plan's chunked
+/// shape (the chunk axis set to the chunk length). The chunk axis may be any
+/// axis. A short last chunk fills the leading runs of the device array's
+/// chunk axis; the runs after it are unused.
+///
+/// [`copy_in`](Self::copy_in) and [`copy_out`](Self::copy_out) move one
+/// chunk; [`pipeline`](Self::pipeline) runs the whole batch with the next
+/// chunk's input staged while the current one computes.
+pub struct ChunkStreamer<'a> {
+    pub(super) manager: &'a MemoryManager,
+    pub(super) instance: &'a Instance,
+    plan: ChunkPlan,
+    pool: StagingPool,
+    staging_bytes: usize,
+}
+
+impl MemoryManager {
+    /// A streamer for `instance`'s arrays under `plan`, with a new staging
+    /// pool (give it a shared one with [`ChunkStreamer::with_pool`]).
+    pub fn chunk_streamer<'a>(
+        &'a self,
+        instance: &'a Instance,
+        plan: &ChunkPlan,
+    ) -> ChunkStreamer<'a> {
+        ChunkStreamer {
+            manager: self,
+            instance,
+            plan: *plan,
+            pool: self.new_staging_pool(),
+            staging_bytes: STAGING_BYTES_PER_TRANSFER,
+        }
+    }
+}
+
+impl<'a> ChunkStreamer<'a> {
+    /// Uses `pool` for staging buffers, so that they are reused across streamers.
+    pub fn with_pool(mut self, pool: StagingPool) -> Self {
+        self.pool = pool;
+        self
+    }
+
+    /// Bounds each staging buffer to `bytes` (default
+    /// [`STAGING_BYTES_PER_TRANSFER`]; at least one element is staged).
+    pub fn with_staging_bytes(mut self, bytes: usize) -> Self {
+        self.staging_bytes = bytes;
+        self
+    }
+
+    /// The chunk plan.
+    pub fn plan(&self) -> &ChunkPlan {
+        &self.plan
+    }
+
+    /// The staging pool.
+    pub fn pool(&self) -> &StagingPool {
+        &self.pool
+    }
+
+    /// The plan's chunks.
+    pub fn chunks(&self) -> Chunks {
+        self.plan.iter_chunks()
+    }
+
+    /// Copies chunk `chunk` of `host` (the whole batch, chunked along `axis`)
+    /// into `device` (one chunk), on the instance's stream.
+    pub fn copy_in<T: Element>(
+        &self,
+        host: &HostArray<T>,
+        device: &DeviceArray<T>,
+        axis: usize,
+        chunk: usize,
+    ) -> Result<(), MemError> {
+        let chunk = self.plan.chunk(chunk)?;
+        let layout = self.layout(host.shape(), device, axis)?;
+        let _stream = self.bind_stream()?;
+        let mut staging = self.stager(&layout, device.label());
+        upload(host, device, &layout, &chunk.runs, &mut staging, false)
+    }
+
+    /// Copies `device` (one chunk) into chunk `chunk` of `host` (the whole
+    /// batch, chunked along `axis`), on the instance's stream. Only the
+    /// chunk's runs are written.
+    pub fn copy_out<T: Element>(
+        &self,
+        device: &DeviceArray<T>,
+        host: &mut HostArray<T>,
+        axis: usize,
+        chunk: usize,
+    ) -> Result<(), MemError> {
+        let chunk = self.plan.chunk(chunk)?;
+        let layout = self.layout(host.shape(), device, axis)?;
+        let _stream = self.bind_stream()?;
+        let mut staging = self.stager(&layout, device.label());
+        download(device, host, &layout, &chunk.runs, &mut staging)
+    }
+
+    /// A pipeline over every chunk of the plan; bind arrays to it, then
+    /// [`run`](ChunkPipeline::run) it.
+    pub fn pipeline(&self) -> ChunkPipeline<'_> {
+        ChunkPipeline::new(self)
+    }
+
+    pub(super) fn bind_stream(&self) -> Result<CurrentStream, MemError> {
+        self.manager.bind_stream(self.instance)
+    }
+
+    /// Checks the shapes of a host array and a device array against the plan
+    /// and returns their layout.
+    pub(super) fn layout<T: Element>(
+        &self,
+        host_shape: &[usize],
+        device: &DeviceArray<T>,
+        axis: usize,
+    ) -> Result<ChunkLayout, MemError> {
+        let mismatch = |side, found: &[usize], expected: Vec<usize>| MemError::ChunkShapeMismatch {
+            label: device.label().to_owned(),
+            side,
+            found: found.to_vec(),
+            expected,
+            axis,
+            total_runs: self.plan.total_runs,
+            chunk_length: self.plan.chunk_length,
+        };
+        let mut expected_host = host_shape.to_vec();
+        match expected_host.get_mut(axis) {
+            Some(d) => *d = self.plan.total_runs,
+            None => {
+                return Err(MemError::InvalidChunkAxis {
+                    axis,
+                    shape: host_shape.to_vec(),
+                });
+            }
+        }
+        if expected_host != host_shape {
+            return Err(mismatch("host", host_shape, expected_host));
+        }
+        let layout = ChunkLayout::new(host_shape, axis, self.plan.chunk_length)?;
+        let expected_device = layout.chunk_shape();
+        if device.shape() != expected_device {
+            return Err(mismatch("device", device.shape(), expected_device));
+        }
+        Ok(layout)
+    }
+
+    /// A lazily acquired staging buffer for `label` under `layout`.
+    pub(super) fn stager<T: Element>(&self, layout: &ChunkLayout, label: &str) -> Stager<T> {
+        let element = size_of::<T>();
+        let shape = if layout.chunk_elements().saturating_mul(element) <= self.staging_bytes {
+            layout.chunk_shape()
+        } else {
+            vec![(self.staging_bytes / element).max(1)]
+        };
+        Stager {
+            pool: self.pool.clone(),
+            label: label.to_owned(),
+            shape,
+            buffer: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ChunkStreamer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkStreamer")
+            .field("instance", &self.instance.id())
+            .field("plan", &self.plan)
+            .field("staging_bytes", &self.staging_bytes)
+            .finish()
+    }
+}
+
+/// A staging buffer acquired from the pool on first use and kept after.
+pub(super) struct Stager<T: Element> {
+    pool: StagingPool,
+    label: String,
+    shape: Vec<usize>,
+    buffer: Option<StagingBuffer<T>>,
+}
+
+impl<T: Element> Stager<T> {
+    /// The buffer, waiting for one if need be.
+    pub(super) fn buffer(&mut self) -> Result<&mut [T], MemError> {
+        if self.buffer.is_none() {
+            self.buffer = Some(self.pool.acquire(&self.label, &self.shape)?);
+        }
+        Ok(self.buffer.as_deref_mut().unwrap_or(&mut []))
+    }
+
+    /// The buffer, or `None` when getting one would wait.
+    pub(super) fn try_buffer(&mut self) -> Result<Option<&mut [T]>, MemError> {
+        if self.buffer.is_none() {
+            self.buffer = self.pool.try_acquire(&self.label, &self.shape)?;
+        }
+        Ok(self.buffer.as_deref_mut())
+    }
+}
+
+/// The host range a pinned host array's chunk can be copied from directly.
+fn direct_range<T: Element>(
+    host: &HostArray<T>,
+    layout: &ChunkLayout,
+    runs: &Range<usize>,
+) -> Option<Range<usize>> {
+    match host.kind() {
+        HostMemoryType::Pinned => layout.contiguous_range(runs),
+        HostMemoryType::Pageable | HostMemoryType::Spilled => None,
+    }
+}
+
+fn host_range_error(range: &Range<usize>, len: usize) -> MemError {
+    MemError::LengthMismatch {
+        label: "host".into(),
+        expected: range.end,
+        found: len,
+    }
+}
+
+/// Gathers the first staging window of chunk `runs` into `buffer`; returns
+/// whether it staged anything (a direct or empty chunk needs no staging).
+pub(super) fn stage_first_window<T: Element>(
+    host: &HostArray<T>,
+    layout: &ChunkLayout,
+    runs: &Range<usize>,
+    staging: &mut Stager<T>,
+) -> Result<bool, MemError> {
+    let extent = layout.chunk_extent(runs.len());
+    if extent == 0 || direct_range(host, layout, runs).is_some() {
+        return Ok(false);
+    }
+    let buffer = staging.buffer()?;
+    let len = buffer.len().min(extent);
+    let window = buffer
+        .get_mut(..len)
+        .ok_or_else(|| host_range_error(&(0..len), len))?;
+    layout.gather(host.as_slice(), runs.clone(), 0, window)?;
+    Ok(true)
+}
+
+/// Copies chunk `runs` of `host` into `device`; `prestaged` says the staging
+/// buffer's first window already holds it.
+pub(super) fn upload<T: Element>(
+    host: &HostArray<T>,
+    device: &DeviceArray<T>,
+    layout: &ChunkLayout,
+    runs: &Range<usize>,
+    staging: &mut Stager<T>,
+    prestaged: bool,
+) -> Result<(), MemError> {
+    let extent = layout.chunk_extent(runs.len());
+    if extent == 0 {
+        return Ok(());
+    }
+    if let Some(range) = direct_range(host, layout, runs) {
+        let source = host
+            .as_slice()
+            .get(range.clone())
+            .ok_or_else(|| host_range_error(&range, host.len()))?;
+        return device.copy_from_host_at(0, source);
+    }
+    let buffer = staging.buffer()?;
+    let window = buffer.len().max(1);
+    let mut start = 0;
+    while start < extent {
+        let end = (start + window).min(extent);
+        let part = buffer
+            .get_mut(..end - start)
+            .ok_or_else(|| host_range_error(&(start..end), window))?;
+        if !(prestaged && start == 0) {
+            layout.gather(host.as_slice(), runs.clone(), start, part)?;
+        }
+        device.copy_from_host_at(start, part)?;
+        start = end;
+    }
+    Ok(())
+}
+
+/// Copies `device` into chunk `runs` of `host` through `buffer` (or directly).
+pub(super) fn download<T: Element>(
+    device: &DeviceArray<T>,
+    host: &mut HostArray<T>,
+    layout: &ChunkLayout,
+    runs: &Range<usize>,
+    staging: &mut Stager<T>,
+) -> Result<(), MemError> {
+    download_through(device, host, layout, runs, move || staging.buffer())
+}
+
+/// [`download`] with the staging buffer supplied by `buffer` when needed.
+pub(super) fn download_through<'b, T: Element>(
+    device: &DeviceArray<T>,
+    host: &mut HostArray<T>,
+    layout: &ChunkLayout,
+    runs: &Range<usize>,
+    buffer: impl FnOnce() -> Result<&'b mut [T], MemError>,
+) -> Result<(), MemError> {
+    let extent = layout.chunk_extent(runs.len());
+    if extent == 0 {
+        return Ok(());
+    }
+    if let Some(range) = direct_range(host, layout, runs) {
+        let len = host.len();
+        let target = host
+            .as_mut_slice()
+            .get_mut(range.clone())
+            .ok_or_else(|| host_range_error(&range, len))?;
+        return device.copy_to_host_at(0, target);
+    }
+    let buffer = buffer()?;
+    let window = buffer.len().max(1);
+    let mut start = 0;
+    while start < extent {
+        let end = (start + window).min(extent);
+        let part = buffer
+            .get_mut(..end - start)
+            .ok_or_else(|| host_range_error(&(start..end), window))?;
+        device.copy_to_host_at(start, part)?;
+        layout.scatter(part, start, runs.clone(), host.as_mut_slice())?;
+        start = end;
+    }
+    Ok(())
+}

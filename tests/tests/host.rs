@@ -1,0 +1,658 @@
+//! Host arrays and chunked transfers: round trips through the simulated
+//! device along every chunk axis, for every element type and memory kind.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::ops::Range;
+
+use cubie_mem::{
+    ArrayRequest, ChunkPlan, DType, DeviceArray, Element, HostArray, HostMemoryType, Instance,
+    ManagerConfig, MemError, MemoryManager, Registration, SimBackend,
+};
+use proptest::prelude::*;
+
+fn manager() -> MemoryManager {
+    MemoryManager::with_config(
+        SimBackend::new(1 << 30),
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
+    )
+}
+
+fn solver(mgr: &MemoryManager) -> Instance {
+    mgr.register(Registration::new().on_invalidate(|| {}))
+        .unwrap()
+}
+
+/// A plan of `total` runs in chunks of `chunk_length`.
+fn plan(total: usize, chunk_length: usize) -> ChunkPlan {
+    ChunkPlan {
+        total_runs: total,
+        chunks: total.div_ceil(chunk_length),
+        chunk_length,
+        ..Default::default()
+    }
+}
+
+fn chunk_shape(shape: &[usize], axis: usize, chunk_length: usize) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    s[axis] = chunk_length;
+    s
+}
+
+/// Device arrays "in" and "out" of one chunk's shape.
+fn device_pair<T: Element>(
+    mgr: &MemoryManager,
+    solver: &Instance,
+    shape: &[usize],
+) -> (DeviceArray<T>, DeviceArray<T>) {
+    mgr.queue_request(
+        solver,
+        [
+            ("in", ArrayRequest::of::<T>(shape.to_vec()).unchunkable()),
+            ("out", ArrayRequest::of::<T>(shape.to_vec()).unchunkable()),
+        ],
+    )
+    .unwrap();
+    let mut response = mgr.allocate_queue_for(solver).unwrap();
+    (
+        response.take::<T>("in").unwrap(),
+        response.take::<T>("out").unwrap(),
+    )
+}
+
+/// Distinct-looking data of any element type, compared by bytes (floats may
+/// hold NaN patterns).
+fn pattern<T: Element>(len: usize, seed: u8) -> Vec<T> {
+    let mut data = vec![T::zeroed(); len];
+    for (i, b) in bytemuck::cast_slice_mut::<T, u8>(&mut data)
+        .iter_mut()
+        .enumerate()
+    {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8;
+    }
+    data
+}
+
+fn bytes<T: Element>(data: &[T]) -> &[u8] {
+    bytemuck::cast_slice(data)
+}
+
+/// Checks the device chunk against index arithmetic done here, element by element.
+fn assert_device_holds_chunk<T: Element>(
+    device: &DeviceArray<T>,
+    host: &[T],
+    shape: &[usize],
+    axis: usize,
+    chunk_length: usize,
+    runs: Range<usize>,
+) {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let on_device = device.to_vec().unwrap();
+    for o in 0..outer {
+        for r in 0..runs.len() {
+            for i in 0..inner {
+                let d = (o * chunk_length + r) * inner + i;
+                let h = (o * shape[axis] + runs.start + r) * inner + i;
+                assert_eq!(
+                    bytes(&on_device[d..d + 1]),
+                    bytes(&host[h..h + 1]),
+                    "device element {d} should be host element {h} (axis {axis}, runs {runs:?})"
+                );
+            }
+        }
+    }
+}
+
+/// Sends a batch of `shape` through the device chunk by chunk along `axis`
+/// and back; returns what came back.
+fn round_trip<T: Element>(
+    shape: &[usize],
+    axis: usize,
+    chunk_length: usize,
+    kind: HostMemoryType,
+    staging_bytes: usize,
+) -> Vec<T> {
+    let mgr = manager();
+    let solver = solver(&mgr);
+    let len: usize = shape.iter().product();
+    let data = pattern::<T>(len, axis as u8 + 1);
+    let host_in = mgr
+        .create_host_array(shape.to_vec(), kind, Some(&data), &solver)
+        .unwrap();
+    let mut host_out = mgr
+        .create_host_array::<T>(shape.to_vec(), kind, None, &solver)
+        .unwrap();
+    assert_eq!(host_in.kind(), kind);
+    let plan = plan(shape[axis], chunk_length);
+    let (device, _) = device_pair::<T>(&mgr, &solver, &chunk_shape(shape, axis, chunk_length));
+    let streamer = mgr
+        .chunk_streamer(&solver, &plan)
+        .with_staging_bytes(staging_bytes);
+    for chunk in streamer.chunks() {
+        streamer
+            .copy_in(&host_in, &device, axis, chunk.index)
+            .unwrap();
+        assert_device_holds_chunk(&device, &data, shape, axis, chunk_length, chunk.runs);
+        streamer
+            .copy_out(&device, &mut host_out, axis, chunk.index)
+            .unwrap();
+    }
+    let out = host_out.to_vec();
+    assert_eq!(bytes(&out), bytes(&data), "axis {axis} {kind}");
+    out
+}
+
+fn round_trips_for<T: Element>() {
+    // 7, 5 and 6 runs in chunks of 3, 2 and 4: every last chunk is shorter.
+    let shape = [7, 5, 6];
+    for (axis, chunk_length) in [3, 2, 4].into_iter().enumerate() {
+        let mut results = Vec::new();
+        for kind in [
+            HostMemoryType::Pageable,
+            HostMemoryType::Spilled,
+            HostMemoryType::Pinned,
+        ] {
+            // Whole chunks per staging buffer, and windows of 13 elements.
+            for staging in [usize::MAX, 13 * size_of::<T>()] {
+                results.push(round_trip::<T>(&shape, axis, chunk_length, kind, staging));
+            }
+        }
+        assert!(results.windows(2).all(|w| bytes(&w[0]) == bytes(&w[1])));
+    }
+}
+
+macro_rules! round_trip_tests {
+    ($($name:ident: $t:ty),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            round_trips_for::<$t>();
+        }
+    )*};
+}
+
+round_trip_tests!(
+    round_trip_f32: f32,
+    round_trip_f64: f64,
+    round_trip_i32: i32,
+    round_trip_u8: u8,
+    round_trip_u32: u32,
+    round_trip_i64: i64,
+    round_trip_u64: u64,
+);
+
+/// Runs a batch through a pipeline whose computation maps `in` to `out`
+/// with `f` on the device; returns the host results.
+fn pipeline_batch(
+    kind: HostMemoryType,
+    axis: usize,
+    staging_bytes: usize,
+    f: impl Fn(f64) -> f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let mgr = manager();
+    let solver = solver(&mgr);
+    let shape = [6, 9, 5];
+    let chunk_length = 4;
+    let data: Vec<f64> = (0..shape.iter().product::<usize>())
+        .map(|i| i as f64)
+        .collect();
+    let host_in = mgr
+        .create_host_array(shape, kind, Some(&data), &solver)
+        .unwrap();
+    let mut host_out = mgr
+        .create_host_array::<f64>(shape, kind, None, &solver)
+        .unwrap();
+    let plan = plan(shape[axis], chunk_length);
+    let (device_in, device_out) =
+        device_pair::<f64>(&mgr, &solver, &chunk_shape(&shape, axis, chunk_length));
+    let streamer = mgr
+        .chunk_streamer(&solver, &plan)
+        .with_staging_bytes(staging_bytes);
+    let mut seen = Vec::new();
+    streamer
+        .pipeline()
+        .input(&host_in, &device_in, axis)
+        .output(&mut host_out, &device_out, axis)
+        .run(|chunk| {
+            seen.push(chunk.runs.clone());
+            let values: Vec<f64> = device_in.to_vec()?.into_iter().map(&f).collect();
+            device_out.copy_from_host(&values)
+        })
+        .unwrap();
+    assert_eq!(seen, plan.chunk_ranges().collect::<Vec<_>>());
+    (data, host_out.to_vec())
+}
+
+#[test]
+fn pipeline_computes_every_chunk_for_every_axis_and_kind() {
+    for axis in 0..3 {
+        for kind in [
+            HostMemoryType::Pageable,
+            HostMemoryType::Spilled,
+            HostMemoryType::Pinned,
+        ] {
+            for staging in [usize::MAX, 7 * 8] {
+                let (data, out) = pipeline_batch(kind, axis, staging, |x| 2.0 * x + 1.0);
+                let expected: Vec<f64> = data.iter().map(|x| 2.0 * x + 1.0).collect();
+                assert_eq!(out, expected, "axis {axis} {kind} staging {staging}");
+            }
+        }
+    }
+}
+
+#[test]
+fn inout_pipeline_updates_the_host_array_in_place() {
+    let mgr = manager();
+    let solver = solver(&mgr);
+    let shape = [3, 10];
+    let data: Vec<i64> = (0..30).collect();
+    let mut state = mgr
+        .create_host_array(shape, HostMemoryType::Pageable, Some(&data), &solver)
+        .unwrap();
+    let plan = plan(10, 3);
+    let (device, _) = device_pair::<i64>(&mgr, &solver, &[3, 3]);
+    let streamer = mgr.chunk_streamer(&solver, &plan);
+    streamer
+        .pipeline()
+        .inout(&mut state, &device, 1)
+        .run(|chunk| {
+            let mut values = device.to_vec()?;
+            // Only the chunk's leading runs on the axis are valid.
+            for row in values.chunks_mut(3) {
+                for v in &mut row[..chunk.len()] {
+                    *v *= 10;
+                }
+            }
+            device.copy_from_host(&values)
+        })
+        .unwrap();
+    let expected: Vec<i64> = data.iter().map(|v| v * 10).collect();
+    assert_eq!(state.as_slice(), expected);
+}
+
+#[test]
+fn a_plan_from_the_manager_streams_a_batch_larger_than_the_device() {
+    // 4 x 3 x 1000 f64 = 96000 bytes of input and as much output, on a
+    // device with 64 KiB free: the planner splits the runs.
+    let mgr = MemoryManager::with_config(
+        SimBackend::new(1 << 30).with_free(64 << 10),
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
+    );
+    let solver = solver(&mgr);
+    let runs = 1000;
+    let shape = [4, 3, runs];
+    mgr.queue_request(
+        &solver,
+        [
+            ("in", ArrayRequest::new(DType::F64, shape).total_runs(runs)),
+            ("out", ArrayRequest::new(DType::F64, shape).total_runs(runs)),
+        ],
+    )
+    .unwrap();
+    let mut response = mgr.allocate_queue_for(&solver).unwrap();
+    assert!(response.chunks > 1);
+    assert_ne!(runs % response.chunk_length, 0, "the last chunk is short");
+    let device_in = response.take::<f64>("in").unwrap();
+    let device_out = response.take::<f64>("out").unwrap();
+    let data: Vec<f64> = (0..12 * runs).map(|i| i as f64).collect();
+    let host_in = mgr.new_host_array(shape, Some(&data), &solver).unwrap();
+    let mut host_out = mgr.new_host_array::<f64>(shape, None, &solver).unwrap();
+    mgr.chunk_streamer(&solver, &response.plan)
+        .pipeline()
+        .input(&host_in, &device_in, 2)
+        .output(&mut host_out, &device_out, 2)
+        .run(|_| device_out.copy_from_host(&device_in.to_vec()?))
+        .unwrap();
+    assert_eq!(host_out.as_slice(), data);
+}
+
+#[test]
+fn pipeline_holds_the_owner_busy_so_it_is_not_evicted_mid_batch() {
+    let mgr = MemoryManager::with_config(
+        SimBackend::new(1 << 30).with_free(1000),
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
+    );
+    let streaming = solver(&mgr);
+    let other = solver(&mgr);
+    let host = mgr
+        .create_host_array::<u8>([600], HostMemoryType::Pageable, None, &streaming)
+        .unwrap();
+    mgr.queue_request(
+        &streaming,
+        [("in", ArrayRequest::of::<u8>([300]).unchunkable())],
+    )
+    .unwrap();
+    let device = mgr
+        .allocate_queue_for(&streaming)
+        .unwrap()
+        .take::<u8>("in")
+        .unwrap();
+    // 800 bytes for the other instance only fit by evicting the streaming one.
+    let other_request = || [("big", ArrayRequest::of::<u8>([800]).unchunkable())];
+    let plan = plan(600, 300);
+    let mut refused = Vec::new();
+    mgr.chunk_streamer(&streaming, &plan)
+        .pipeline()
+        .input(&host, &device, 0)
+        .run(|_| {
+            mgr.queue_request(&other, other_request())?;
+            refused.push(mgr.allocate_queue(&other).is_err());
+            Ok::<_, MemError>(())
+        })
+        .unwrap();
+    assert_eq!(refused, [true, true], "a busy owner is not evicted");
+    assert!(device.is_valid());
+    mgr.queue_request(&other, other_request()).unwrap();
+    mgr.allocate_queue(&other).unwrap();
+    assert!(
+        !device.is_valid(),
+        "once the run ended the owner is idle and evictable"
+    );
+}
+
+#[test]
+fn host_types_can_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<HostArray<f64>>();
+    send_sync::<cubie_mem::AnyHostArray>();
+    send_sync::<cubie_mem::StagingPool>();
+    send_sync::<cubie_mem::StagingBuffer<u8>>();
+    send_sync::<cubie_mem::ChunkStreamer<'static>>();
+}
+
+#[test]
+fn chunk_iterator_gives_run_ranges() {
+    let p = plan(10, 4);
+    let chunks: Vec<_> = p.iter_chunks().collect();
+    assert_eq!(chunks.len(), 3);
+    assert_eq!(chunks[2].index, 2);
+    assert_eq!(chunks[2].runs, 8..10);
+    assert_eq!(chunks[2].len(), 2);
+    assert_eq!(p.iter_chunks().next_back().unwrap().index, 2);
+    assert_eq!(p.iter_chunks().len(), 3);
+    assert!(matches!(
+        p.chunk(3),
+        Err(MemError::ChunkOutOfRange {
+            chunk: 3,
+            chunks: 3
+        })
+    ));
+}
+
+#[test]
+fn create_host_array_copies_like_or_zero_fills() {
+    let mgr = manager();
+    let solver = solver(&mgr);
+    for kind in [
+        HostMemoryType::Pinned,
+        HostMemoryType::Pageable,
+        HostMemoryType::Spilled,
+    ] {
+        let zeros = mgr
+            .create_host_array::<u32>([3, 4], kind, None, &solver)
+            .unwrap();
+        assert_eq!(zeros.as_slice(), [0; 12]);
+        assert_eq!(zeros.shape(), [3, 4]);
+        assert_eq!(zeros.nbytes(), 48);
+        assert_eq!(zeros.kind(), kind);
+        let like: Vec<u32> = (0..12).collect();
+        let mut copy = mgr
+            .create_host_array([3, 4], kind, Some(&like), &solver)
+            .unwrap();
+        assert_eq!(copy.as_slice(), like);
+        copy.as_mut_slice()[5] = 99;
+        assert_eq!(copy.to_vec()[5], 99);
+        let empty = mgr
+            .create_host_array::<f64>([0, 4], kind, None, &solver)
+            .unwrap();
+        assert!(empty.is_empty());
+    }
+}
+
+#[test]
+fn choose_follows_the_rule_and_resolution_order() {
+    let mgr = MemoryManager::with_config(
+        SimBackend::new(1 << 30),
+        ManagerConfig {
+            pinned_max_bytes: 1000,
+            host_spill_threshold: Some(5000),
+            ..Default::default()
+        },
+    );
+    let plain = mgr.register(Registration::new()).unwrap();
+    let own = mgr
+        .register(Registration::new().host_spill_threshold(2000))
+        .unwrap();
+    let owner = mgr.new_owner_with_spill(Some(3000), None);
+    let inherits = mgr.register(Registration::new().owner(&owner)).unwrap();
+    let overrides = mgr
+        .register(Registration::new().owner(&owner).host_spill_threshold(4000))
+        .unwrap();
+
+    assert_eq!(mgr.host_spill_threshold(&plain), 5000);
+    assert_eq!(mgr.host_spill_threshold(&own), 2000);
+    assert_eq!(mgr.host_spill_threshold(&inherits), 3000);
+    assert_eq!(mgr.host_spill_threshold(&overrides), 4000);
+
+    use HostMemoryType::*;
+    assert_eq!(mgr.choose_host_memory_type(1000, &plain, true), Pinned);
+    assert_eq!(mgr.choose_host_memory_type(1000, &plain, false), Pageable);
+    assert_eq!(mgr.choose_host_memory_type(1001, &plain, true), Pageable);
+    assert_eq!(mgr.choose_host_memory_type(5000, &plain, true), Pageable);
+    assert_eq!(mgr.choose_host_memory_type(5001, &plain, true), Spilled);
+    assert_eq!(mgr.choose_host_memory_type(2001, &own, true), Spilled);
+    assert_eq!(mgr.choose_host_memory_type(3001, &inherits, false), Spilled);
+    assert_eq!(
+        mgr.choose_host_memory_type(3001, &overrides, false),
+        Pageable
+    );
+}
+
+#[test]
+fn default_threshold_is_four_fifths_of_ram() {
+    let mgr = manager();
+    let solver = solver(&mgr);
+    let expected =
+        cubie_mem::SystemMemory::read().map_or(u64::MAX, |ram| ram.default_spill_threshold());
+    assert_eq!(mgr.host_spill_threshold(&solver), expected);
+}
+
+#[test]
+fn new_host_array_picks_the_kind() {
+    let mgr = MemoryManager::with_config(
+        SimBackend::new(1 << 30),
+        ManagerConfig {
+            pinned_max_bytes: 64,
+            ..Default::default()
+        },
+    );
+    let solver = mgr
+        .register(Registration::new().host_spill_threshold(256))
+        .unwrap();
+    let small = mgr.new_host_array::<f64>([8], None, &solver).unwrap();
+    let medium = mgr.new_host_array::<f64>([32], None, &solver).unwrap();
+    let large = mgr.new_host_array::<f64>([33], None, &solver).unwrap();
+    assert_eq!(small.kind(), HostMemoryType::Pinned);
+    assert_eq!(medium.kind(), HostMemoryType::Pageable);
+    assert_eq!(large.kind(), HostMemoryType::Spilled);
+}
+
+#[test]
+fn wrong_shapes_and_indices_are_clear_errors() {
+    let mgr = manager();
+    let solver = solver(&mgr);
+    let plan = plan(10, 4);
+    let host = mgr
+        .create_host_array::<f32>([2, 10], HostMemoryType::Pageable, None, &solver)
+        .unwrap();
+    let wrong_runs = mgr
+        .create_host_array::<f32>([2, 9], HostMemoryType::Pageable, None, &solver)
+        .unwrap();
+    let (device, wrong_device) = {
+        mgr.queue_request(
+            &solver,
+            [
+                ("state", ArrayRequest::of::<f32>([2, 4]).unchunkable()),
+                ("other", ArrayRequest::of::<f32>([3, 4]).unchunkable()),
+            ],
+        )
+        .unwrap();
+        let mut r = mgr.allocate_queue_for(&solver).unwrap();
+        (
+            r.take::<f32>("state").unwrap(),
+            r.take::<f32>("other").unwrap(),
+        )
+    };
+    let streamer = mgr.chunk_streamer(&solver, &plan);
+
+    let error = streamer.copy_in(&wrong_runs, &device, 1, 0).unwrap_err();
+    assert!(matches!(
+        &error,
+        MemError::ChunkShapeMismatch { side: "host", found, expected, .. }
+            if found == &[2, 9] && expected == &[2, 10]
+    ));
+    let message = error.to_string();
+    assert!(
+        message.contains("'state'") && message.contains("10 runs"),
+        "{message}"
+    );
+
+    let error = streamer.copy_in(&host, &wrong_device, 1, 0).unwrap_err();
+    assert!(matches!(
+        &error,
+        MemError::ChunkShapeMismatch { side: "device", found, expected, .. }
+            if found == &[3, 4] && expected == &[2, 4]
+    ));
+
+    let error = streamer.copy_in(&host, &device, 1, 3).unwrap_err();
+    assert_eq!(
+        error,
+        MemError::ChunkOutOfRange {
+            chunk: 3,
+            chunks: 3
+        }
+    );
+    assert!(error.to_string().contains("0..3"));
+
+    let error = streamer.copy_in(&host, &device, 2, 0).unwrap_err();
+    assert!(matches!(error, MemError::InvalidChunkAxis { axis: 2, .. }));
+
+    // Nothing was copied by the failed calls, and a good call still works.
+    streamer.copy_in(&host, &device, 1, 2).unwrap();
+
+    let mut out = mgr
+        .create_host_array::<f32>([2, 10], HostMemoryType::Pageable, None, &solver)
+        .unwrap();
+    let error = streamer
+        .pipeline()
+        .input(&host, &device, 1)
+        .output(&mut out, &device, 1)
+        .run(|_| Ok::<_, MemError>(()))
+        .unwrap_err();
+    assert_eq!(
+        error,
+        MemError::DuplicateBinding {
+            label: "state".into()
+        }
+    );
+
+    let error = streamer
+        .pipeline()
+        .input(&wrong_runs, &device, 1)
+        .run(|_| -> Result<(), MemError> { panic!("must not run with a bad binding") })
+        .unwrap_err();
+    assert!(matches!(error, MemError::ChunkShapeMismatch { .. }));
+}
+
+#[test]
+fn element_type_and_length_mismatches_are_errors() {
+    let mgr = manager();
+    let solver = solver(&mgr);
+    let any = mgr
+        .create_host_array_dyn(DType::F64, [2, 3], HostMemoryType::Pageable, &solver)
+        .unwrap();
+    assert_eq!(any.dtype(), DType::F64);
+    assert_eq!(any.nbytes(), 48);
+    let error = any.into_typed::<f32>().unwrap_err();
+    assert_eq!(
+        error,
+        MemError::DTypeMismatch {
+            expected: DType::F32,
+            found: DType::F64
+        }
+    );
+    assert!(error.to_string().contains("f32") && error.to_string().contains("f64"));
+
+    let any = mgr
+        .create_host_array_dyn(DType::I32, [4], HostMemoryType::Spilled, &solver)
+        .unwrap();
+    let typed: HostArray<i32> = any.into_typed().unwrap();
+    assert_eq!(typed.as_slice(), [0; 4]);
+    let back = cubie_mem::AnyHostArray::from(typed);
+    assert_eq!(back.kind(), HostMemoryType::Spilled);
+
+    let error = mgr
+        .create_host_array(
+            [2, 3],
+            HostMemoryType::Pageable,
+            Some(&[1.0f32; 5]),
+            &solver,
+        )
+        .unwrap_err();
+    assert!(matches!(
+        error,
+        MemError::LengthMismatch {
+            expected: 6,
+            found: 5,
+            ..
+        }
+    ));
+
+    let error = mgr
+        .create_host_array::<u64>([usize::MAX, 2], HostMemoryType::Pageable, None, &solver)
+        .unwrap_err();
+    assert!(matches!(error, MemError::HostArraySize { .. }));
+}
+
+#[test]
+fn pinned_allocation_failure_is_reported() {
+    let mgr = MemoryManager::new(SimBackend::new(1 << 30).fail_allocations_after(0));
+    let solver = solver(&mgr);
+    let error = mgr
+        .create_host_array::<f32>([4], HostMemoryType::Pinned, None, &solver)
+        .unwrap_err();
+    assert!(error.is_out_of_memory());
+}
+
+fn kind_strategy() -> impl Strategy<Value = HostMemoryType> {
+    prop_oneof![
+        Just(HostMemoryType::Pageable),
+        Just(HostMemoryType::Pinned),
+        Just(HostMemoryType::Spilled),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn random_shapes_round_trip(
+        shape in prop::collection::vec(1usize..6, 1..5),
+        axis_seed in 0usize..8,
+        chunk_seed in 0usize..8,
+        staging_elements in 1usize..64,
+        kind in kind_strategy(),
+    ) {
+        let axis = axis_seed % shape.len();
+        let chunk_length = 1 + chunk_seed % shape[axis];
+        round_trip::<u32>(&shape, axis, chunk_length, kind, staging_elements * 4);
+    }
+}

@@ -1,0 +1,97 @@
+//! Host arrays and chunked streaming on the CUDA backend: the round trips of
+//! `host.rs` on a real device. Without a usable device the test checks that
+//! the backend says so (and fails when `CUBIE_REQUIRE_GPU=1`).
+#![cfg(feature = "cuda")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use cubie_mem::backend::cuda::CudaBackend;
+use cubie_mem::{
+    ArrayRequest, ChunkPlan, Element, HostMemoryType, ManagerConfig, MemError, MemoryManager,
+    Registration,
+};
+
+fn round_trip<T: Element>(mgr: &MemoryManager, kind: HostMemoryType) -> Result<(), MemError> {
+    let solver = mgr.register(Registration::new().on_invalidate(|| {}))?;
+    // 7, 5 and 6 runs in chunks of 3, 2 and 4: every last chunk is shorter.
+    let shape = [7, 5, 6];
+    for (axis, chunk_length) in [3, 2, 4].into_iter().enumerate() {
+        let mut chunk_shape = shape.to_vec();
+        chunk_shape[axis] = chunk_length;
+        mgr.queue_request(
+            &solver,
+            [
+                (
+                    "in",
+                    ArrayRequest::of::<T>(chunk_shape.clone()).unchunkable(),
+                ),
+                ("out", ArrayRequest::of::<T>(chunk_shape).unchunkable()),
+            ],
+        )?;
+        let mut response = mgr.allocate_queue_for(&solver)?;
+        let device_in = response.take::<T>("in")?;
+        let device_out = response.take::<T>("out")?;
+        let mut data = vec![T::zeroed(); shape.iter().product()];
+        for (i, b) in bytemuck::cast_slice_mut::<T, u8>(&mut data)
+            .iter_mut()
+            .enumerate()
+        {
+            *b = (i as u8).wrapping_mul(29).wrapping_add(axis as u8);
+        }
+        let host_in = mgr.create_host_array(shape, kind, Some(&data), &solver)?;
+        let mut host_out = mgr.create_host_array::<T>(shape, kind, None, &solver)?;
+        let plan = ChunkPlan {
+            total_runs: shape[axis],
+            chunks: shape[axis].div_ceil(chunk_length),
+            chunk_length,
+            ..Default::default()
+        };
+        mgr.chunk_streamer(&solver, &plan)
+            .with_staging_bytes(13 * size_of::<T>())
+            .pipeline()
+            .input(&host_in, &device_in, axis)
+            .output(&mut host_out, &device_out, axis)
+            .run(|_| device_out.copy_from_host(&device_in.to_vec()?))?;
+        assert_eq!(
+            bytemuck::cast_slice::<T, u8>(host_out.as_slice()),
+            bytemuck::cast_slice::<T, u8>(&data),
+            "{} axis {axis} {kind}",
+            T::DTYPE
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn chunked_round_trips_on_the_cuda_device() {
+    match CudaBackend::new(0) {
+        Ok(cuda) => {
+            let mgr = MemoryManager::with_config(
+                cuda,
+                ManagerConfig {
+                    allocation_granule_bytes: 0,
+                    ..Default::default()
+                },
+            );
+            for kind in [
+                HostMemoryType::Pinned,
+                HostMemoryType::Pageable,
+                HostMemoryType::Spilled,
+            ] {
+                round_trip::<f32>(&mgr, kind).unwrap();
+                round_trip::<f64>(&mgr, kind).unwrap();
+                round_trip::<i32>(&mgr, kind).unwrap();
+                round_trip::<u8>(&mgr, kind).unwrap();
+                round_trip::<u32>(&mgr, kind).unwrap();
+                round_trip::<i64>(&mgr, kind).unwrap();
+                round_trip::<u64>(&mgr, kind).unwrap();
+            }
+        }
+        Err(error) => {
+            assert!(
+                std::env::var_os("CUBIE_REQUIRE_GPU").is_none_or(|v| v != "1"),
+                "CUBIE_REQUIRE_GPU=1 but the CUDA device cannot be used: {error}"
+            );
+            assert!(matches!(error, MemError::NoDevice { .. }), "{error}");
+        }
+    }
+}

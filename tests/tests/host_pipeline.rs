@@ -1,0 +1,175 @@
+//! The order in which a chunk pipeline talks to the device: every upload of
+//! chunk k before its computation, every download after it, and nothing of
+//! chunk k + 1 reaching the device before chunk k's results are back.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::{Arc, Mutex};
+
+use cubie_mem::backend::{DevicePtr, EventHandle, PinnedBlock, StreamHandle};
+use cubie_mem::{
+    ArrayRequest, Backend, ChunkPlan, HostMemoryType, ManagerConfig, MemError, MemInfo,
+    MemoryManager, Registration, SimBackend,
+};
+
+/// The simulated device, logging copies and the stream they were ordered on.
+#[derive(Clone)]
+struct Logged {
+    sim: SimBackend,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Logged {
+    fn note(&self, entry: String) {
+        self.log.lock().unwrap().push(entry);
+    }
+}
+
+impl Backend for Logged {
+    fn name(&self) -> &'static str {
+        "logged"
+    }
+    fn mem_info(&self) -> Result<MemInfo, MemError> {
+        self.sim.mem_info()
+    }
+    fn create_stream(&self) -> Result<StreamHandle, MemError> {
+        self.sim.create_stream()
+    }
+    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), MemError> {
+        self.sim.destroy_stream(stream)
+    }
+    fn synchronize(&self, stream: StreamHandle) -> Result<(), MemError> {
+        self.sim.synchronize(stream)
+    }
+    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, MemError> {
+        self.sim.record_event(stream)
+    }
+    fn event_complete(&self, event: EventHandle) -> Result<bool, MemError> {
+        self.sim.event_complete(event)
+    }
+    fn destroy_event(&self, event: EventHandle) -> Result<(), MemError> {
+        self.sim.destroy_event(event)
+    }
+    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, MemError> {
+        self.sim.alloc_device(bytes, stream)
+    }
+    fn free_device(&self, ptr: DevicePtr, stream: StreamHandle) -> Result<(), MemError> {
+        self.sim.free_device(ptr, stream)
+    }
+    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, MemError> {
+        self.note(format!("pin {bytes}"));
+        self.sim.alloc_pinned(bytes)
+    }
+    fn copy_to_device(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: &[u8],
+        stream: StreamHandle,
+    ) -> Result<(), MemError> {
+        self.note(format!("up {} on {}", src.len(), stream.0));
+        self.sim.copy_to_device(dst, offset, src, stream)
+    }
+    fn copy_from_device(
+        &self,
+        dst: &mut [u8],
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), MemError> {
+        self.note(format!("down {} on {}", dst.len(), stream.0));
+        self.sim.copy_from_device(dst, src, offset, stream)
+    }
+}
+
+#[test]
+fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
+    let backend = Logged {
+        sim: SimBackend::new(1 << 30),
+        log: Arc::default(),
+    };
+    let log = Arc::clone(&backend.log);
+    let mgr = MemoryManager::with_config(
+        backend,
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
+    );
+    let solver = mgr
+        .register(
+            Registration::new()
+                .stream_group("solvers")
+                .on_invalidate(|| {}),
+        )
+        .unwrap();
+    mgr.queue_request(
+        &solver,
+        [
+            ("in", ArrayRequest::of::<u32>([2, 4]).unchunkable()),
+            ("out", ArrayRequest::of::<u32>([2, 4]).unchunkable()),
+        ],
+    )
+    .unwrap();
+    let mut response = mgr.allocate_queue_for(&solver).unwrap();
+    let device_in = response.take::<u32>("in").unwrap();
+    let device_out = response.take::<u32>("out").unwrap();
+    let data: Vec<u32> = (0..20).collect();
+    let host_in = mgr
+        .create_host_array([2, 10], HostMemoryType::Pageable, Some(&data), &solver)
+        .unwrap();
+    let mut host_out = mgr
+        .create_host_array::<u32>([2, 10], HostMemoryType::Pageable, None, &solver)
+        .unwrap();
+    let plan = ChunkPlan {
+        total_runs: 10,
+        chunks: 3,
+        chunk_length: 4,
+        ..Default::default()
+    };
+    let stream = mgr.stream(&solver).unwrap().0;
+    log.lock().unwrap().clear();
+
+    mgr.chunk_streamer(&solver, &plan)
+        .pipeline()
+        .input(&host_in, &device_in, 1)
+        .output(&mut host_out, &device_out, 1)
+        .run(|chunk| {
+            log.lock().unwrap().push(format!("compute {}", chunk.index));
+            // The instance's stream is current here too: this copy is ordered on it.
+            device_out.copy_from_host(&[chunk.index as u32; 8])
+        })
+        .unwrap();
+
+    let up = |bytes: usize| format!("up {bytes} on {stream}");
+    let down = |bytes: usize| format!("down {bytes} on {stream}");
+    // Chunks of 4, 4 and 2 runs; the device arrays hold 2 x 4 elements, so a
+    // full chunk spans 32 bytes and the short one 4 + 2 elements (24 bytes).
+    let expected = vec![
+        // Staging buffers are pinned on first use: the input's before chunk
+        // 0 is staged, the output's before chunk 0 comes back.
+        "pin 32".to_owned(),
+        up(32),
+        "compute 0".to_owned(),
+        up(32),
+        "pin 32".to_owned(),
+        down(32),
+        up(32),
+        "compute 1".to_owned(),
+        up(32),
+        down(32),
+        up(24),
+        "compute 2".to_owned(),
+        up(32),
+        down(24),
+    ];
+    assert_eq!(*log.lock().unwrap(), expected);
+    let mut expected_out = vec![0u32; 20];
+    for (run, chunk) in [(0..4, 0), (4..8, 1), (8..10, 2)] {
+        for row in 0..2 {
+            for r in run.clone() {
+                expected_out[row * 10 + r] = chunk;
+            }
+        }
+    }
+    assert_eq!(host_out.as_slice(), expected_out);
+}
