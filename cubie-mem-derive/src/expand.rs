@@ -1,0 +1,314 @@
+//! Code generation: the `GpuBuffers` impl of a checked struct, or, when the
+//! input has mistakes, the errors with a fallback impl that keeps rustc from
+//! reporting secondary errors at every use of the struct.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{DeriveInput, Ident, Path, Type};
+
+use crate::ast::{Container, source_text};
+use crate::attr::{Dim, Placement};
+use crate::check::{self, Layout};
+use crate::ctxt::Ctxt;
+
+/// Expands `#[derive(GpuBuffers)]` on `input`.
+pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
+    let cx = Ctxt::new();
+    let container = Container::from_ast(&cx, input);
+    let layouts = check::check(&cx, &container);
+    match cx.finish() {
+        Ok(()) => implementation(&container, &layouts),
+        Err(errors) => {
+            let mut tokens = errors.to_compile_error();
+            tokens.extend(fallback(&container));
+            tokens
+        }
+    }
+}
+
+/// The path cubie-mem is reached at: `crate = ..`, else `::cubie_mem`.
+fn krate(container: &Container) -> Path {
+    container
+        .attrs
+        .krate
+        .clone()
+        .unwrap_or_else(|| syn::parse_quote!(::cubie_mem))
+}
+
+/// The impl of a struct that passed every check.
+fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
+    let krate = krate(container);
+    let ident = container.ident;
+    let (impl_generics, type_generics, where_clause) = container.generics.split_for_impl();
+    let Some(dims) = &container.attrs.dims else {
+        return fallback(container);
+    };
+    let group = check::stream_group(container.attrs.stream_group.as_ref());
+    let labels: Vec<&str> = layouts.iter().map(|layout| layout.label.as_str()).collect();
+
+    let dim_bindings = dim_bindings(layouts);
+    let element_assertions = layouts.iter().map(|layout| {
+        let element = layout.element;
+        quote_spanned! {element.span()=> assert_element::<#element>();}
+    });
+    let precision_assertions: Vec<TokenStream> = layouts
+        .iter()
+        .filter_map(|layout| {
+            let precision = layout.precision_assertion?;
+            let element = layout.element;
+            Some(quote_spanned! {precision.span()=> assert_precision::<#element, #precision>();})
+        })
+        .collect();
+    let precision_helpers = (!precision_assertions.is_empty()).then(|| precision_helpers(&krate));
+    let requests = layouts.iter().map(|layout| request(&krate, layout));
+    let takes = layouts.iter().map(|layout| {
+        let field = layout.field;
+        let element = layout.element;
+        let label = &layout.label;
+        let take = match layout.placement {
+            Placement::Device => quote!(take),
+            Placement::Pinned => quote!(take_pinned),
+        };
+        quote! {#field: response.#take::<#element>(#label)?}
+    });
+
+    let docs = Docs::new(container, dims, &group, layouts);
+    let (impl_doc, dims_doc, group_doc, labels_doc, requests_doc, from_response_doc) = (
+        docs.implementation,
+        docs.dims,
+        docs.group,
+        docs.labels,
+        docs.requests,
+        docs.from_response,
+    );
+    quote! {
+        #[doc = #impl_doc]
+        #[automatically_derived]
+        impl #impl_generics #krate::GpuBuffers for #ident #type_generics #where_clause {
+            #[doc = #dims_doc]
+            type Dims = #dims;
+            #[doc = #group_doc]
+            const STREAM_GROUP: &'static str = #group;
+            #[doc = #labels_doc]
+            const LABELS: &'static [&'static str] = &[#(#labels),*];
+
+            #[doc = #requests_doc]
+            fn requests(dims: &Self::Dims) -> #krate::RequestSet {
+                fn assert_element<T: #krate::Element>() {}
+                #(#element_assertions)*
+                #precision_helpers
+                #(#precision_assertions)*
+                #dim_bindings
+                #krate::RequestSet::new()
+                    #(#requests)*
+            }
+
+            #[doc = #from_response_doc]
+            fn from_response(
+                mut response: #krate::ArrayResponse,
+            ) -> ::core::result::Result<Self, #krate::MemError> {
+                ::core::result::Result::Ok(Self { #(#takes,)* })
+            }
+        }
+    }
+}
+
+/// The local variable holding a dims field's value.
+fn dim_variable(field: &Ident) -> Ident {
+    format_ident!("dim_{}", field, span = Span::call_site())
+}
+
+/// Reads each dims field the shapes use into a `usize` local, once, with the
+/// read spanned on the field's first mention: a missing field or one of
+/// another type is reported there.
+fn dim_bindings(layouts: &[Layout]) -> TokenStream {
+    let mut seen: Vec<&Ident> = Vec::new();
+    for layout in layouts {
+        for dim in layout.shape {
+            if let Dim::Field(field) = dim {
+                if !seen.contains(&field) {
+                    seen.push(field);
+                }
+            }
+        }
+    }
+    if seen.is_empty() {
+        return TokenStream::new();
+    }
+    let bindings = seen.iter().map(|field| {
+        let variable = dim_variable(field);
+        quote_spanned! {field.span()=> let #variable = DimLength::length((*dims).#field);}
+    });
+    quote! {
+        #[diagnostic::on_unimplemented(
+            message = "a shape dimension must be a `usize` field of the dims type, but this one is `{Self}`",
+            label = "not a `usize`",
+            note = "declare the field as `usize` in the dims type, or write the length as an integer literal"
+        )]
+        trait DimLength {
+            fn length(self) -> usize;
+        }
+        impl DimLength for usize {
+            fn length(self) -> usize {
+                self
+            }
+        }
+        #(#bindings)*
+    }
+}
+
+/// The helpers behind `precision = ..` assertions: the precision must be a
+/// `Precision` type, and the same type as the field's element.
+fn precision_helpers(krate: &Path) -> TokenStream {
+    quote! {
+        #[diagnostic::on_unimplemented(
+            message = "`precision = {Precision}` contradicts the field's element type `{Self}`",
+            label = "not the field's element type",
+            note = "write `precision = {Self}`, or change the field's element type to `{Precision}`"
+        )]
+        trait SameAs<Precision: ?Sized> {}
+        impl<T: ?Sized> SameAs<T> for T {}
+        fn assert_precision<E: ?Sized + SameAs<P>, P: #krate::Precision>() {}
+    }
+}
+
+/// `.with(label, ArrayRequest::of::<T>(shape).memory(..)...)` for one buffer.
+fn request(krate: &Path, layout: &Layout) -> TokenStream {
+    let label = &layout.label;
+    let element = layout.element;
+    let shape = layout.shape.iter().map(dim_value);
+    let memory = match layout.placement {
+        Placement::Device => quote!(#krate::MemoryKind::Device),
+        Placement::Pinned => quote!(#krate::MemoryKind::Pinned),
+    };
+    let chunking = match layout
+        .chunk_axis
+        .and_then(|axis| Some((axis, layout.shape.get(axis)?)))
+    {
+        Some((axis, dim)) => {
+            let runs = dim_value(dim);
+            quote!(.chunk_axis(#axis).total_runs(#runs))
+        }
+        None => quote!(.unchunkable()),
+    };
+    quote! {
+        .with(
+            #label,
+            #krate::ArrayRequest::of::<#element>([#(#shape),*])
+                .memory(#memory)
+                #chunking,
+        )
+    }
+}
+
+/// A shape entry as a `usize` expression.
+fn dim_value(dim: &Dim) -> TokenStream {
+    match dim {
+        Dim::Field(field) => {
+            let variable = dim_variable(field);
+            quote!(#variable)
+        }
+        Dim::Literal(lit, value) => quote_spanned!(lit.span()=> #value),
+        Dim::Invalid(span) => quote_spanned!(*span=> 0usize),
+    }
+}
+
+/// The impl emitted beside the errors of a struct with mistakes: it states
+/// what could be parsed and generates nothing that could fail to compile on
+/// its own, so that only the real mistakes are reported.
+fn fallback(container: &Container) -> TokenStream {
+    let krate = krate(container);
+    let ident = container.ident;
+    let (impl_generics, type_generics, where_clause) = container.generics.split_for_impl();
+    let dims = match &container.attrs.dims {
+        Some(dims) => quote!(#dims),
+        None => quote!(()),
+    };
+    let group = check::stream_group(container.attrs.stream_group.as_ref());
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics #krate::GpuBuffers for #ident #type_generics #where_clause {
+            type Dims = #dims;
+            const STREAM_GROUP: &'static str = #group;
+            const LABELS: &'static [&'static str] = &[];
+
+            fn requests(_: &Self::Dims) -> #krate::RequestSet {
+                #krate::RequestSet::new()
+            }
+
+            fn from_response(
+                _: #krate::ArrayResponse,
+            ) -> ::core::result::Result<Self, #krate::MemError> {
+                ::core::result::Result::Err(#krate::MemError::InvalidRequest {
+                    label: ::std::string::String::new(),
+                    reason: ::std::string::String::from("the GpuBuffers declaration has compile errors"),
+                })
+            }
+        }
+    }
+}
+
+/// The rustdoc of the generated items.
+struct Docs {
+    implementation: String,
+    dims: String,
+    group: String,
+    labels: String,
+    requests: String,
+    from_response: String,
+}
+
+impl Docs {
+    fn new(container: &Container, dims: &Type, group: &str, layouts: &[Layout]) -> Self {
+        let dims = source_text(dims);
+        let buffers: Vec<String> = layouts.iter().map(describe).collect();
+        Docs {
+            implementation: format!(
+                "Derived from `#[derive(GpuBuffers)]`: {} buffer(s) in stream group \"{group}\", shaped by `{dims}`.\n\n\
+                 Register holders with `GpuBuffers::registration()` and allocate with `MemoryManager::allocate_buffers`.\n\n{}",
+                layouts.len(),
+                buffers.join("\n")
+            ),
+            dims: format!("The shapes of `{}` refer to the fields of `{dims}`.", container.ident),
+            group: format!(
+                "`\"{group}\"`: instances holding these buffers belong to this stream group."
+            ),
+            labels: format!(
+                "The arrays' labels in the manager: {}.",
+                layouts
+                    .iter()
+                    .map(|layout| format!("`\"{}\"`", layout.label))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            requests: format!(
+                "One request per buffer, with the lengths read from `dims`; chunked buffers carry the \
+                 length of their chunk axis as the batch's run count.\n\n{}",
+                buffers.join("\n")
+            ),
+            from_response: "Takes every buffer out of an allocation response by its label; a missing label or an \
+                            array of another type or memory kind is an error."
+                .to_owned(),
+        }
+    }
+}
+
+/// One line of documentation for a buffer: `- `state`: device f64 [n, 3], split along axis 1 (`n`)`.
+fn describe(layout: &Layout) -> String {
+    let shape: Vec<String> = layout.shape.iter().map(Dim::describe).collect();
+    let chunking = match layout
+        .chunk_axis
+        .and_then(|axis| Some((axis, layout.shape.get(axis)?)))
+    {
+        Some((axis, dim)) => format!("split along axis {axis} (`{}`)", dim.describe()),
+        None => "unchunkable".to_owned(),
+    };
+    format!(
+        "- `{}`: {} `{}`, shape `[{}]`, {chunking}",
+        layout.label,
+        layout.placement.keyword(),
+        source_text(layout.element),
+        shape.join(", ")
+    )
+}
