@@ -41,6 +41,9 @@ pub(crate) struct ContainerAttrs {
     pub(crate) krate: Option<Path>,
     /// `#[stream_group("name")]`.
     pub(crate) stream_group: Option<LitStr>,
+    /// Whether some key could not be read (an unknown key, a malformed value,
+    /// an attribute that is not a list): a missing `dims` is then not reported.
+    pub(crate) incomplete: bool,
 }
 
 /// One entry of a shape.
@@ -130,7 +133,7 @@ impl Placement {
 #[derive(Default)]
 pub(crate) struct BufferAttrs {
     /// The first `#[buffer(..)]` attribute, when there is one.
-    pub(crate) attr: Option<Span>,
+    pub(crate) attr: Option<Attribute>,
     /// `shape = [..]`.
     pub(crate) shape: Option<Shape>,
     /// `chunk_axis = ..`.
@@ -143,15 +146,19 @@ pub(crate) struct BufferAttrs {
     pub(crate) memory: Option<(Placement, Ident)>,
     /// `label = ".."`.
     pub(crate) label: Option<LitStr>,
-    /// Keys whose value was malformed (already reported): later checks treat
-    /// them as given, so that no "missing key" error follows.
+    /// Keys whose value was malformed (already reported).
     pub(crate) malformed: Vec<&'static str>,
+    /// Whether some key could not be read at all (an unknown key, perhaps a
+    /// misspelt one, or an attribute that is not a list).
+    pub(crate) incomplete: bool,
 }
 
 impl BufferAttrs {
-    /// Whether `key` was given with a malformed value.
-    pub(crate) fn is_malformed(&self, key: &str) -> bool {
-        self.malformed.contains(&key)
+    /// Whether `key` may have been meant although it is absent (a malformed
+    /// value or an unreadable key was reported): checks for a missing key
+    /// then stay silent rather than report a consequence of that mistake.
+    pub(crate) fn may_have(&self, key: &str) -> bool {
+        self.incomplete || self.malformed.contains(&key)
     }
 }
 
@@ -160,9 +167,10 @@ pub(crate) fn container(cx: &Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
     let mut parsed = ContainerAttrs::default();
     for attr in attrs {
         if attr.path().is_ident(BUFFERS) {
-            parse_list(cx, attr, "#[buffers(dims = RunDims)]", |meta| {
+            let complete = parse_list(cx, attr, "#[buffers(dims = RunDims)]", |meta| {
                 container_key(cx, &mut parsed, meta)
             });
+            parsed.incomplete |= !complete;
         } else if attr.path().is_ident(STREAM_GROUP) {
             stream_group(cx, &mut parsed, attr);
         } else if attr.path().is_ident(BUFFER) {
@@ -182,13 +190,16 @@ pub(crate) fn buffer(cx: &Ctxt, attrs: &[Attribute]) -> BufferAttrs {
     let mut parsed = BufferAttrs::default();
     for attr in attrs {
         if attr.path().is_ident(BUFFER) {
-            parsed.attr.get_or_insert(attr.span());
-            parse_list(
+            if parsed.attr.is_none() {
+                parsed.attr = Some(attr.clone());
+            }
+            let complete = parse_list(
                 cx,
                 attr,
                 "#[buffer(shape = [..], chunk_axis = ..)]",
                 |meta| buffer_key(cx, &mut parsed, meta),
             );
+            parsed.incomplete |= !complete;
         } else if attr.path().is_ident(BUFFERS) {
             cx.error_spanned_by(
                 attr.path(),
@@ -205,22 +216,27 @@ pub(crate) fn buffer(cx: &Ctxt, attrs: &[Attribute]) -> BufferAttrs {
 }
 
 /// Runs `each` on every `key = value` of a list attribute; a syntax error
-/// stops that attribute only.
+/// stops that attribute only. Returns whether the attribute was read to its
+/// end.
 fn parse_list(
     cx: &Ctxt,
     attr: &Attribute,
     example: &str,
     each: impl FnMut(ParseNestedMeta) -> syn::Result<()>,
-) {
+) -> bool {
     if !matches!(attr.meta, Meta::List(_)) {
         cx.error_spanned_by(
             attr,
             format!("write the keys in parentheses, e.g. `{example}`"),
         );
-        return;
+        return false;
     }
-    if let Err(error) = attr.parse_nested_meta(each) {
-        cx.syn_error(error);
+    match attr.parse_nested_meta(each) {
+        Ok(()) => true,
+        Err(error) => {
+            cx.syn_error(error);
+            false
+        }
     }
 }
 
@@ -229,14 +245,17 @@ fn container_key(cx: &Ctxt, parsed: &mut ContainerAttrs, meta: ParseNestedMeta) 
         let value = meta.value()?;
         match value.parse::<Type>() {
             Ok(ty) => set_once(cx, &meta, "dims", &mut parsed.dims, ty),
-            Err(error) => report_and_skip(
-                cx,
-                value,
-                syn::Error::new(
-                    error.span(),
-                    "expected the dims type after `dims =`, e.g. `dims = RunDims`",
-                ),
-            )?,
+            Err(error) => {
+                parsed.incomplete = true;
+                report_and_skip(
+                    cx,
+                    value,
+                    syn::Error::new(
+                        error.span(),
+                        "expected the dims type after `dims =`, e.g. `dims = RunDims`",
+                    ),
+                )?;
+            }
         }
     } else if meta.path.is_ident("crate") {
         let value = meta.value()?;
@@ -245,6 +264,7 @@ fn container_key(cx: &Ctxt, parsed: &mut ContainerAttrs, meta: ParseNestedMeta) 
             Err(error) => report_and_skip(cx, value, error)?,
         }
     } else {
+        parsed.incomplete = true;
         unknown_key(cx, &meta, "#[buffers(..)]", CONTAINER_KEYS)?;
     }
     Ok(())
@@ -264,7 +284,7 @@ fn crate_path(input: ParseStream) -> syn::Result<Path> {
 }
 
 fn stream_group(cx: &Ctxt, parsed: &mut ContainerAttrs, attr: &Attribute) {
-    let example = "name the group in a string: `#[stream_group(\"integrators\")]`";
+    let example = "`#[stream_group(\"integrators\")]`";
     let lit = match &attr.meta {
         Meta::List(list) => match syn::parse2::<LitStr>(list.tokens.clone()) {
             Ok(lit) => lit,
@@ -273,12 +293,18 @@ fn stream_group(cx: &Ctxt, parsed: &mut ContainerAttrs, attr: &Attribute) {
                 return;
             }
             Err(_) => {
-                cx.error_spanned_by(&list.tokens, format!("expected a string: {example}"));
+                cx.error_spanned_by(
+                    &list.tokens,
+                    format!("expected the group's name as a string: {example}"),
+                );
                 return;
             }
         },
         Meta::Path(_) | Meta::NameValue(_) => {
-            cx.error_spanned_by(attr, example);
+            cx.error_spanned_by(
+                attr,
+                format!("write the group's name in parentheses: {example}"),
+            );
             return;
         }
     };
@@ -304,6 +330,7 @@ fn stream_group(cx: &Ctxt, parsed: &mut ContainerAttrs, attr: &Attribute) {
 
 fn buffer_key(cx: &Ctxt, parsed: &mut BufferAttrs, meta: ParseNestedMeta) -> syn::Result<()> {
     let Some(key) = BUFFER_KEYS.iter().find(|key| meta.path.is_ident(key)) else {
+        parsed.incomplete = true;
         return unknown_key(cx, &meta, "#[buffer(..)]", BUFFER_KEYS);
     };
     if *key == "unchunkable" {
@@ -370,10 +397,7 @@ fn key_example(key: &str) -> &'static str {
 /// Stores `value` unless the key was given before, which is an error.
 fn set_once<T>(cx: &Ctxt, meta: &ParseNestedMeta, key: &str, slot: &mut Option<T>, value: T) {
     if slot.is_some() {
-        cx.error_spanned_by(
-            &meta.path,
-            format!("`{key}` is given twice for this field; keep one"),
-        );
+        cx.error_spanned_by(&meta.path, format!("`{key}` is given twice; keep one"));
     } else {
         *slot = Some(value);
     }
@@ -394,11 +418,11 @@ fn unknown_key(cx: &Ctxt, meta: &ParseNestedMeta, attr: &str, known: &[&str]) ->
         .collect::<Vec<_>>()
         .join(", ");
     let hint = match did_you_mean(&name, known) {
-        Some(close) => format!("did you mean `{close}`? "),
-        None => String::new(),
+        Some(close) => format!("did you mean `{close}`? The"),
+        None => "the".to_owned(),
     };
     let error = meta.error(format!(
-        "unknown key `{name}` in `{attr}`; {hint}the keys are {keys}"
+        "unknown key `{name}` in `{attr}`; {hint} keys are {keys}"
     ));
     report_and_skip(cx, meta.input, error)
 }

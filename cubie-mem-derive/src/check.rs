@@ -66,7 +66,8 @@ struct RunAxis<'a> {
 /// Checks every field and cross-field rule, recording mistakes in `cx`; the
 /// layouts of the fields that passed come back in declaration order.
 pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Vec<Layout<'a>> {
-    if container.attrs.dims.is_none() && !container.fields.is_empty() {
+    if container.attrs.dims.is_none() && !container.attrs.incomplete && !container.fields.is_empty()
+    {
         cx.error_spanned_by(
             container.ident,
             "missing the dims type: add `#[buffers(dims = RunDims)]` to the struct, naming the struct \
@@ -85,6 +86,11 @@ pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Vec<Layout<'
         }
     }
 
+    let parameters: Vec<String> = container
+        .generics
+        .type_params()
+        .map(|parameter| parameter.ident.to_string())
+        .collect();
     let mut labels: BTreeMap<String, &Ident> = BTreeMap::new();
     let mut layouts = Vec::new();
     for (field, chunking) in container.fields.iter().zip(declared) {
@@ -101,11 +107,9 @@ pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Vec<Layout<'
         if let Some((placement, ident)) = &field.attrs.memory {
             check_memory(cx, field, array.placement, *placement, ident);
         }
-        let precision_assertion = field
-            .attrs
-            .precision
-            .as_ref()
-            .and_then(|precision| check_precision(cx, precision, array.element, field.ty));
+        let precision_assertion = field.attrs.precision.as_ref().and_then(|precision| {
+            check_precision(cx, precision, array.element, field.ty, &parameters)
+        });
         let (Some(chunk_axis), Some(label), Some(shape)) = (chunk_axis, label, &field.attrs.shape)
         else {
             continue;
@@ -127,7 +131,7 @@ pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Vec<Layout<'
 /// out of place.
 fn chunking(cx: &Ctxt, field: &Field) -> Chunking {
     let attrs = &field.attrs;
-    let Some(attr) = attrs.attr else {
+    let Some(attr) = &attrs.attr else {
         if field.array.is_some() {
             cx.error_spanned_by(
                 field.ident,
@@ -151,8 +155,8 @@ fn chunking(cx: &Ctxt, field: &Field) -> Chunking {
         }
         Some(shape) => Some(shape),
         None => {
-            if !attrs.is_malformed("shape") {
-                cx.error(
+            if !attrs.may_have("shape") {
+                cx.error_spanned_by(
                     attr,
                     format!(
                         "buffer `{}` has no `shape`: add `shape = [..]` listing its dimensions \
@@ -184,7 +188,11 @@ fn chunking(cx: &Ctxt, field: &Field) -> Chunking {
             None => Chunking::Invalid,
         },
         (None, Some(_)) => Chunking::Unchunkable,
-        (None, None) if attrs.is_malformed("chunk_axis") || shape.is_none() => Chunking::Invalid,
+        (None, None)
+            if attrs.may_have("chunk_axis") || attrs.may_have("unchunkable") || shape.is_none() =>
+        {
+            Chunking::Invalid
+        }
         (None, None) => Chunking::Unspecified,
     }
 }
@@ -331,15 +339,25 @@ fn infer_axis(cx: &Ctxt, field: &Field, run_axis: Option<&RunAxis>) -> Option<us
             return Some(index);
         }
     }
-    let span = field.attrs.attr.unwrap_or_else(|| field.ident.span());
     let reason = match run_dim {
-        Some(name) => format!(
-            "it is not split along the struct's run axis `{name}` by default, because `{name}` is not once in its shape"
-        ),
+        Some(name) => {
+            let count = dims
+                .iter()
+                .filter(|dim| matches!(dim, Dim::Field(field) if field == name))
+                .count();
+            if count == 0 {
+                format!("the struct's run axis `{name}` is not in its shape")
+            } else {
+                format!("the struct's run axis `{name}` appears {count} times in its shape")
+            }
+        }
         None => "no other buffer names a run axis to split it along".to_owned(),
     };
-    cx.error(
-        span,
+    let Some(attr) = &field.attrs.attr else {
+        return None;
+    };
+    cx.error_spanned_by(
+        attr,
         format!(
             "buffer `{}` has neither `chunk_axis` nor `unchunkable` ({reason}): add `chunk_axis = <dimension>` \
              to split it across chunks, or `unchunkable` to allocate it whole in every chunk",
@@ -413,51 +431,89 @@ fn check_memory(cx: &Ctxt, field: &Field, actual: Placement, declared: Placement
     );
 }
 
-/// Compares `precision = ..` with the element type when both are primitive
-/// names; otherwise returns the precision for a generated assertion.
+/// How the macro sees a type written in `precision = ..` or as an element.
+#[derive(PartialEq, Eq)]
+enum TypeName {
+    /// A primitive scalar (`f32`, `i32`, `bool`, ...).
+    Primitive(String),
+    /// One of the struct's type parameters.
+    Parameter(String),
+    /// Anything else (an alias, a path, an associated type): only rustc can
+    /// tell what it is.
+    Unknown,
+}
+
+impl TypeName {
+    fn of(ty: &Type, parameters: &[String]) -> Self {
+        let Type::Path(path) = ty else {
+            return TypeName::Unknown;
+        };
+        let Some(ident) = path.path.get_ident().filter(|_| path.qself.is_none()) else {
+            return TypeName::Unknown;
+        };
+        let name = ident.to_string();
+        if parameters.contains(&name) {
+            TypeName::Parameter(name)
+        } else if PRIMITIVES.contains(&name.as_str()) {
+            TypeName::Primitive(name)
+        } else {
+            TypeName::Unknown
+        }
+    }
+}
+
+/// Compares `precision = ..` with the element type where the macro can tell
+/// them apart (primitives and the struct's type parameters); returns the
+/// precision when the generated code must assert it instead (a type
+/// parameter must still be bounded by `Precision`; an alias or path must be a
+/// precision and the element type).
 fn check_precision<'a>(
     cx: &Ctxt,
     precision: &'a Type,
     element: &Type,
     field_type: &Type,
+    parameters: &[String],
 ) -> Option<&'a Type> {
-    let Some(precision_name) = primitive(precision) else {
+    let precision_name = TypeName::of(precision, parameters);
+    if let TypeName::Primitive(name) = &precision_name {
+        if !PRECISIONS.contains(&name.as_str()) {
+            cx.error_spanned_by(
+                precision,
+                format!(
+                    "`precision = {name}`: a precision is a floating-point type, `f32` or `f64`; \
+                     leave `precision` out for a buffer of integers"
+                ),
+            );
+            return None;
+        }
+    }
+    let element_name = TypeName::of(element, parameters);
+    if precision_name == TypeName::Unknown || element_name == TypeName::Unknown {
         return Some(precision);
-    };
-    if !PRECISIONS.contains(&precision_name.as_str()) {
+    }
+    if precision_name != element_name {
+        let written = source_text(precision);
+        let field = source_text(field_type);
+        let element = source_text(element);
+        let why = match (&precision_name, &element_name) {
+            (_, TypeName::Parameter(parameter)) => format!(
+                " (its element type `{parameter}` is a type parameter, chosen where the struct is used)"
+            ),
+            (TypeName::Parameter(parameter), _) => format!(
+                " (`{parameter}` is a type parameter, chosen where the struct is used, and may differ from `{element}`)"
+            ),
+            _ => String::new(),
+        };
         cx.error_spanned_by(
             precision,
             format!(
-                "`precision = {precision_name}`: a precision is a floating-point type, `f32` or `f64`; \
-                 leave `precision` out for a buffer of integers"
+                "`precision = {written}` contradicts the field type `{field}`{why}: write `precision = {element}`, \
+                 or change the element type to `{written}`"
             ),
         );
         return None;
     }
-    let Some(element_name) = primitive(element) else {
-        return Some(precision);
-    };
-    if element_name != precision_name {
-        cx.error_spanned_by(
-            precision,
-            format!(
-                "`precision = {precision_name}` contradicts the field type `{}`: write `precision = {element_name}`, \
-                 or change the element type to `{precision_name}`",
-                source_text(field_type)
-            ),
-        );
-    }
-    None
-}
-
-/// The name of a primitive scalar type written as a bare identifier.
-fn primitive(ty: &Type) -> Option<String> {
-    let Type::Path(path) = ty else {
-        return None;
-    };
-    let ident = path.path.get_ident().filter(|_| path.qself.is_none())?;
-    let name = ident.to_string();
-    PRIMITIVES.contains(&name.as_str()).then_some(name)
+    matches!(precision_name, TypeName::Parameter(_)).then_some(precision)
 }
 
 /// The stream group's name, "default" when the attribute is absent.

@@ -2,10 +2,10 @@
 //! input has mistakes, the errors with a fallback impl that keeps rustc from
 //! reporting secondary errors at every use of the struct.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{DeriveInput, Ident, Path, Type};
+use syn::{DeriveInput, Generics, Ident, Path, Type, parse_quote_spanned};
 
 use crate::ast::{Container, source_text};
 use crate::attr::{Dim, Placement};
@@ -40,7 +40,8 @@ fn krate(container: &Container) -> Path {
 fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
     let krate = krate(container);
     let ident = container.ident;
-    let (impl_generics, type_generics, where_clause) = container.generics.split_for_impl();
+    let generics = with_element_bounds(container, &krate, layouts);
+    let (impl_generics, type_generics, where_clause) = generics.split_for_impl();
     let Some(dims) = &container.attrs.dims else {
         return fallback(container);
     };
@@ -48,16 +49,12 @@ fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
     let labels: Vec<&str> = layouts.iter().map(|layout| layout.label.as_str()).collect();
 
     let dim_bindings = dim_bindings(layouts);
-    let element_assertions = layouts.iter().map(|layout| {
-        let element = layout.element;
-        quote_spanned! {element.span()=> assert_element::<#element>();}
-    });
     let precision_assertions: Vec<TokenStream> = layouts
         .iter()
         .filter_map(|layout| {
             let precision = layout.precision_assertion?;
             let element = layout.element;
-            Some(quote_spanned! {precision.span()=> assert_precision::<#element, #precision>();})
+            Some(quote_spanned! {precision.span()=> assert_precision::<#precision, #element>();})
         })
         .collect();
     let precision_helpers = (!precision_assertions.is_empty()).then(|| precision_helpers(&krate));
@@ -70,7 +67,7 @@ fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
             Placement::Device => quote!(take),
             Placement::Pinned => quote!(take_pinned),
         };
-        quote! {#field: response.#take::<#element>(#label)?}
+        quote_spanned! {element.span()=> #field: response.#take::<#element>(#label)?}
     });
 
     let docs = Docs::new(container, dims, &group, layouts);
@@ -95,8 +92,6 @@ fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
 
             #[doc = #requests_doc]
             fn requests(dims: &Self::Dims) -> #krate::RequestSet {
-                fn assert_element<T: #krate::Element>() {}
-                #(#element_assertions)*
                 #precision_helpers
                 #(#precision_assertions)*
                 #dim_bindings
@@ -112,6 +107,51 @@ fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
             }
         }
     }
+}
+
+/// The struct's generics with `T: Element` added to the where clause for
+/// each distinct element type, spanned on its first mention.
+///
+/// This is the element check: for a concrete type the bound is checked where
+/// the impl is declared, so an unsupported type is reported on the user's
+/// token with `Element`'s list of supported types; for a type parameter the
+/// bound is assumed, leaving the one error of the field's own type (whose
+/// `DeviceArray<T: Element>` bound rustc checks) instead of one per use.
+fn with_element_bounds(container: &Container, krate: &Path, layouts: &[Layout]) -> Generics {
+    let mut generics = container.generics.clone();
+    let mut bounded: Vec<String> = Vec::new();
+    for layout in layouts {
+        let element = layout.element;
+        let text = source_text(element);
+        if bounded.contains(&text) {
+            continue;
+        }
+        bounded.push(text);
+        let span = element.span();
+        let krate = respan(quote!(#krate), span);
+        generics
+            .make_where_clause()
+            .predicates
+            .push(parse_quote_spanned! {span=> #element: #krate::Element});
+    }
+    generics
+}
+
+/// `tokens` with every token, nested ones included, at `span`: a bound built
+/// from them is reported at `span` as a whole.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let TokenTree::Group(group) = &token {
+                let mut respanned = Group::new(group.delimiter(), respan(group.stream(), span));
+                respanned.set_span(span);
+                token = TokenTree::Group(respanned);
+            }
+            token.set_span(span);
+            token
+        })
+        .collect()
 }
 
 /// The local variable holding a dims field's value.
@@ -163,13 +203,13 @@ fn dim_bindings(layouts: &[Layout]) -> TokenStream {
 fn precision_helpers(krate: &Path) -> TokenStream {
     quote! {
         #[diagnostic::on_unimplemented(
-            message = "`precision = {Precision}` contradicts the field's element type `{Self}`",
+            message = "`precision = {Self}` contradicts the field's element type `{Element}`",
             label = "not the field's element type",
-            note = "write `precision = {Self}`, or change the field's element type to `{Precision}`"
+            note = "write `precision = {Element}`, or change the field's element type to `{Self}`"
         )]
-        trait SameAs<Precision: ?Sized> {}
-        impl<T: ?Sized> SameAs<T> for T {}
-        fn assert_precision<E: ?Sized + SameAs<P>, P: #krate::Precision>() {}
+        trait ElementIs<Element: ?Sized> {}
+        impl<T: ?Sized> ElementIs<T> for T {}
+        fn assert_precision<P: #krate::Precision + ElementIs<E>, E: ?Sized>() {}
     }
 }
 
@@ -178,6 +218,7 @@ fn request(krate: &Path, layout: &Layout) -> TokenStream {
     let label = &layout.label;
     let element = layout.element;
     let shape = layout.shape.iter().map(dim_value);
+    let of = quote_spanned! {element.span()=> #krate::ArrayRequest::of::<#element>};
     let memory = match layout.placement {
         Placement::Device => quote!(#krate::MemoryKind::Device),
         Placement::Pinned => quote!(#krate::MemoryKind::Pinned),
@@ -195,7 +236,7 @@ fn request(krate: &Path, layout: &Layout) -> TokenStream {
     quote! {
         .with(
             #label,
-            #krate::ArrayRequest::of::<#element>([#(#shape),*])
+            #of([#(#shape),*])
                 .memory(#memory)
                 #chunking,
         )
