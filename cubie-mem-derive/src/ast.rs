@@ -1,6 +1,7 @@
 //! The derive input as a model: the struct, its attributes, and each field
 //! with its buffer type and `#[buffer(..)]` attributes.
 
+use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::{Data, DeriveInput, Fields, GenericArgument, Generics, Ident, PathArguments, Type};
 
@@ -149,25 +150,57 @@ fn array_type(ty: &Type) -> Option<ArrayType<'_>> {
     }
 }
 
-/// Tokens as a person writes them: `DeviceArray<f64>`, `crate::RunDims`.
+/// Tokens as a person writes them: `DeviceArray<f64>`, `crate::RunDims`,
+/// `P: Precision`.
 pub(crate) fn source_text(tokens: &impl ToTokens) -> String {
-    let spaced = tokens.to_token_stream().to_string();
-    let mut text = String::with_capacity(spaced.len());
-    let mut previous = None;
-    let mut chars = spaced.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == ' ' {
-            let next = chars.peek().copied();
-            let glued = matches!(previous, Some('<' | ':' | '&' | '(' | '['))
-                || matches!(next, Some('<' | '>' | ':' | ',' | ';' | ')' | ']'));
-            if glued {
-                continue;
+    let mut text = String::new();
+    write_tokens(tokens.to_token_stream(), &mut text);
+    text.trim_end().to_owned()
+}
+
+fn write_tokens(stream: TokenStream, text: &mut String) {
+    // Whether the last token was a word, which a following word is spaced from.
+    let mut after_word = false;
+    let mut after_joint_colon = false;
+    for token in stream {
+        let joint_colon = matches!(&token, TokenTree::Punct(p) if p.as_char() == ':' && p.spacing() == Spacing::Joint);
+        match &token {
+            TokenTree::Ident(_) | TokenTree::Literal(_) => {
+                if after_word {
+                    text.push(' ');
+                }
+                text.push_str(&token.to_string());
+                after_word = true;
+            }
+            TokenTree::Punct(punct) => {
+                match punct.as_char() {
+                    ',' | ';' => {
+                        text.push(punct.as_char());
+                        text.push(' ');
+                    }
+                    ':' if punct.spacing() == Spacing::Alone && !after_joint_colon => text.push_str(": "),
+                    '+' | '=' => text.push_str(&format!(" {} ", punct.as_char())),
+                    c => text.push(c),
+                }
+                after_word = false;
+            }
+            TokenTree::Group(group) => {
+                let (open, close) = match group.delimiter() {
+                    Delimiter::Parenthesis => ("(", ")"),
+                    Delimiter::Bracket => ("[", "]"),
+                    Delimiter::Brace => ("{ ", " }"),
+                    Delimiter::None => ("", ""),
+                };
+                text.push_str(open);
+                write_tokens(group.stream(), text);
+                let trimmed = text.trim_end().len();
+                text.truncate(trimmed);
+                text.push_str(close);
+                after_word = true;
             }
         }
-        text.push(c);
-        previous = Some(c);
+        after_joint_colon = joint_colon;
     }
-    text
 }
 
 #[cfg(test)]
@@ -180,6 +213,8 @@ mod tests {
         assert_eq!(source_text(&ty), "cubie_mem::DeviceArray<Vec<f64>>");
         let ty: Type = syn::parse_quote!(Pair<&'static str, [u8; 4]>);
         assert_eq!(source_text(&ty), "Pair<&'static str, [u8; 4]>");
+        let clause: syn::WhereClause = syn::parse_quote!(where P: ::cubie_mem::Element, T: A + B);
+        assert_eq!(source_text(&clause), "where P: ::cubie_mem::Element, T: A + B");
     }
 
     #[test]

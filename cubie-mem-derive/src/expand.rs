@@ -353,3 +353,108 @@ fn describe(layout: &Layout) -> String {
         shape.join(", ")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use quote::ToTokens;
+
+    use super::*;
+
+    fn expand(input: TokenStream) -> syn::File {
+        let input: DeriveInput = syn::parse2(input).unwrap_or_else(|e| panic!("input: {e}"));
+        syn::parse2(derive(&input)).unwrap_or_else(|e| panic!("expansion: {e}"))
+    }
+
+    fn design_example() -> TokenStream {
+        quote! {
+            #[stream_group("integrators")]
+            #[buffers(dims = RunDims)]
+            pub struct Outputs<P: Precision> {
+                #[buffer(shape = [n_saves, n_states, n_runs], chunk_axis = n_runs)]
+                state: DeviceArray<P>,
+                #[buffer(shape = [n_runs], memory = pinned)]
+                status: PinnedArray<i32>,
+                #[buffer(shape = [n_states], unchunkable)]
+                initial: DeviceArray<P>,
+            }
+        }
+    }
+
+    #[test]
+    fn expands_to_the_trait_impl_alone() {
+        let file = expand(design_example());
+        let [syn::Item::Impl(implementation)] = file.items.as_slice() else {
+            panic!("expected one impl, got {}", file.items.len());
+        };
+        let trait_path = implementation.trait_.as_ref().map(|(_, path, _)| source_text(path));
+        assert_eq!(trait_path.as_deref(), Some("::cubie_mem::GpuBuffers"));
+        let where_clause = implementation.generics.where_clause.as_ref().map(source_text);
+        assert_eq!(
+            where_clause.as_deref(),
+            Some("where P: ::cubie_mem::Element, i32: ::cubie_mem::Element")
+        );
+        let documented = implementation
+            .items
+            .iter()
+            .filter(|item| {
+                let attrs = match item {
+                    syn::ImplItem::Const(item) => &item.attrs,
+                    syn::ImplItem::Fn(item) => &item.attrs,
+                    syn::ImplItem::Type(item) => &item.attrs,
+                    _ => return false,
+                };
+                attrs.iter().any(|attr| attr.path().is_ident("doc"))
+            })
+            .count();
+        assert_eq!(documented, implementation.items.len());
+        assert!(implementation.attrs.iter().any(|attr| attr.path().is_ident("doc")));
+    }
+
+    #[test]
+    fn requests_read_each_dimension_once() {
+        let text = expand(design_example()).items[0].to_token_stream().to_string();
+        assert_eq!(text.matches(". n_runs").count(), 1, "{text}");
+        assert!(text.contains("chunk_axis (2usize) . total_runs (dim_n_runs)"), "{text}");
+        assert!(text.contains("chunk_axis (0usize) . total_runs (dim_n_runs)"), "{text}");
+        assert!(text.contains("unchunkable ()"), "{text}");
+        assert!(text.contains("take_pinned :: < i32 > (\"status\")"), "{text}");
+    }
+
+    #[test]
+    fn crate_option_replaces_the_path() {
+        let file = expand(quote! {
+            #[buffers(dims = D, crate = my_kit::cubie_mem)]
+            struct B {
+                #[buffer(shape = [n], chunk_axis = 0)]
+                a: DeviceArray<f32>,
+            }
+        });
+        let text = file.to_token_stream().to_string();
+        assert!(text.contains("impl my_kit :: cubie_mem :: GpuBuffers for B"), "{text}");
+        assert!(!text.replace("my_kit :: cubie_mem", "").contains("cubie_mem"), "{text}");
+    }
+
+    #[test]
+    fn errors_come_with_a_fallback_impl() {
+        let file = expand(quote! {
+            #[buffers(dims = D)]
+            struct B {
+                #[buffer(shpe = [n], chunk_axis = 0)]
+                a: DeviceArray<f32>,
+                #[buffer(shape = [0], unchunkable)]
+                b: Vec<f32>,
+            }
+        });
+        let errors = file
+            .items
+            .iter()
+            .filter(|item| {
+                matches!(item, syn::Item::Macro(m)
+                    if m.mac.path.segments.last().is_some_and(|s| s.ident == "compile_error"))
+            })
+            .count();
+        let impls = file.items.iter().filter(|item| matches!(item, syn::Item::Impl(_))).count();
+        // The unknown key, the zero dimension, the non-buffer field.
+        assert_eq!((errors, impls), (3, 1));
+    }
+}
