@@ -178,7 +178,9 @@ fn write_tokens(stream: TokenStream, text: &mut String) {
                         text.push(punct.as_char());
                         text.push(' ');
                     }
-                    ':' if punct.spacing() == Spacing::Alone && !after_joint_colon => text.push_str(": "),
+                    ':' if punct.spacing() == Spacing::Alone && !after_joint_colon => {
+                        text.push_str(": ")
+                    }
                     '+' | '=' => text.push_str(&format!(" {} ", punct.as_char())),
                     c => text.push(c),
                 }
@@ -214,7 +216,10 @@ mod tests {
         let ty: Type = syn::parse_quote!(Pair<&'static str, [u8; 4]>);
         assert_eq!(source_text(&ty), "Pair<&'static str, [u8; 4]>");
         let clause: syn::WhereClause = syn::parse_quote!(where P: ::cubie_mem::Element, T: A + B);
-        assert_eq!(source_text(&clause), "where P: ::cubie_mem::Element, T: A + B");
+        assert_eq!(
+            source_text(&clause),
+            "where P: ::cubie_mem::Element, T: A + B"
+        );
     }
 
     #[test]

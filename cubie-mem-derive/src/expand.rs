@@ -70,18 +70,18 @@ fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
         quote_spanned! {element.span()=> #field: response.#take::<#element>(#label)?}
     });
 
-    let docs = Docs::new(container, dims, &group, layouts);
-    let (impl_doc, dims_doc, group_doc, labels_doc, requests_doc, from_response_doc) = (
-        docs.implementation,
-        docs.dims,
-        docs.group,
-        docs.labels,
-        docs.requests,
-        docs.from_response,
-    );
+    let Docs {
+        implementation: impl_doc,
+        dims: dims_doc,
+        group: group_doc,
+        labels: labels_doc,
+        requests: requests_doc,
+        from_response: from_response_doc,
+    } = Docs::new(container, dims, &group, layouts);
     quote! {
         #[doc = #impl_doc]
         #[automatically_derived]
+        #[allow(unused_qualifications)]
         impl #impl_generics #krate::GpuBuffers for #ident #type_generics #where_clause {
             #[doc = #dims_doc]
             type Dims = #dims;
@@ -269,6 +269,7 @@ fn fallback(container: &Container) -> TokenStream {
     let group = check::stream_group(container.attrs.stream_group.as_ref());
     quote! {
         #[automatically_derived]
+        #[allow(unused_qualifications)]
         impl #impl_generics #krate::GpuBuffers for #ident #type_generics #where_clause {
             type Dims = #dims;
             const STREAM_GROUP: &'static str = #group;
@@ -355,6 +356,7 @@ fn describe(layout: &Layout) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::panic)]
 mod tests {
     use quote::ToTokens;
 
@@ -386,9 +388,16 @@ mod tests {
         let [syn::Item::Impl(implementation)] = file.items.as_slice() else {
             panic!("expected one impl, got {}", file.items.len());
         };
-        let trait_path = implementation.trait_.as_ref().map(|(_, path, _)| source_text(path));
+        let trait_path = implementation
+            .trait_
+            .as_ref()
+            .map(|(_, path, _)| source_text(path));
         assert_eq!(trait_path.as_deref(), Some("::cubie_mem::GpuBuffers"));
-        let where_clause = implementation.generics.where_clause.as_ref().map(source_text);
+        let where_clause = implementation
+            .generics
+            .where_clause
+            .as_ref()
+            .map(source_text);
         assert_eq!(
             where_clause.as_deref(),
             Some("where P: ::cubie_mem::Element, i32: ::cubie_mem::Element")
@@ -407,17 +416,33 @@ mod tests {
             })
             .count();
         assert_eq!(documented, implementation.items.len());
-        assert!(implementation.attrs.iter().any(|attr| attr.path().is_ident("doc")));
+        assert!(
+            implementation
+                .attrs
+                .iter()
+                .any(|attr| attr.path().is_ident("doc"))
+        );
     }
 
     #[test]
     fn requests_read_each_dimension_once() {
-        let text = expand(design_example()).items[0].to_token_stream().to_string();
+        let text = expand(design_example()).items[0]
+            .to_token_stream()
+            .to_string();
         assert_eq!(text.matches(". n_runs").count(), 1, "{text}");
-        assert!(text.contains("chunk_axis (2usize) . total_runs (dim_n_runs)"), "{text}");
-        assert!(text.contains("chunk_axis (0usize) . total_runs (dim_n_runs)"), "{text}");
+        assert!(
+            text.contains("chunk_axis (2usize) . total_runs (dim_n_runs)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("chunk_axis (0usize) . total_runs (dim_n_runs)"),
+            "{text}"
+        );
         assert!(text.contains("unchunkable ()"), "{text}");
-        assert!(text.contains("take_pinned :: < i32 > (\"status\")"), "{text}");
+        assert!(
+            text.contains("take_pinned :: < i32 > (\"status\")"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -430,8 +455,16 @@ mod tests {
             }
         });
         let text = file.to_token_stream().to_string();
-        assert!(text.contains("impl my_kit :: cubie_mem :: GpuBuffers for B"), "{text}");
-        assert!(!text.replace("my_kit :: cubie_mem", "").contains("cubie_mem"), "{text}");
+        assert!(
+            text.contains("impl my_kit :: cubie_mem :: GpuBuffers for B"),
+            "{text}"
+        );
+        assert!(
+            !text
+                .replace("my_kit :: cubie_mem", "")
+                .contains("cubie_mem"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -453,7 +486,11 @@ mod tests {
                     if m.mac.path.segments.last().is_some_and(|s| s.ident == "compile_error"))
             })
             .count();
-        let impls = file.items.iter().filter(|item| matches!(item, syn::Item::Impl(_))).count();
+        let impls = file
+            .items
+            .iter()
+            .filter(|item| matches!(item, syn::Item::Impl(_)))
+            .count();
         // The unknown key, the zero dimension, the non-buffer field.
         assert_eq!((errors, impls), (3, 1));
     }

@@ -24,16 +24,29 @@ use syn::{DeriveInput, parse_macro_input};
 /// Derives `cubie_mem::GpuBuffers` for a struct of `DeviceArray<T>` and
 /// `PinnedArray<T>` fields.
 ///
-/// ```ignore
+/// ```
+/// use cubie_mem::{DeviceArray, GpuBuffers, MemoryManager, PinnedArray, Precision, SimBackend};
+///
+/// pub struct RunDims { pub n_states: usize, pub n_saves: usize, pub n_runs: usize }
+///
 /// #[derive(GpuBuffers)]
 /// #[stream_group("integrators")]
 /// #[buffers(dims = RunDims)]
 /// pub struct Outputs<P: Precision> {
 ///     #[buffer(shape = [n_saves, n_states, n_runs], chunk_axis = n_runs)]
 ///     state: DeviceArray<P>,
+///     #[buffer(shape = [n_runs], memory = pinned)]
+///     status: PinnedArray<i32>,
 ///     #[buffer(shape = [n_states], unchunkable)]
 ///     initial: DeviceArray<P>,
 /// }
+///
+/// let mgr = MemoryManager::new(SimBackend::new(1 << 30));
+/// let solver = mgr.register(Outputs::<f32>::registration().on_invalidate(|| {}))?;
+/// let dims = RunDims { n_states: 3, n_saves: 10, n_runs: 100 };
+/// let outputs = mgr.allocate_buffers::<Outputs<f32>>(&solver, &dims)?;
+/// assert_eq!(outputs.state.shape(), [10, 3, 100]);
+/// # Ok::<(), cubie_mem::MemError>(())
 /// ```
 ///
 /// Container attributes: `#[stream_group("name")]` (default `"default"`),

@@ -64,17 +64,25 @@ fn allocates_whole_batch_when_it_fits() {
     let solver = mgr
         .register(Outputs::<f64>::registration().on_invalidate(|| {}))
         .unwrap();
-    let outputs = mgr.allocate_buffers::<Outputs<f64>>(&solver, &DIMS).unwrap();
+    let outputs = mgr
+        .allocate_buffers::<Outputs<f64>>(&solver, &DIMS)
+        .unwrap();
 
     assert_eq!(outputs.state.shape(), [10, 4, 1000]);
     assert_eq!(outputs.status.shape(), [1000]);
     assert_eq!(outputs.initial.shape(), [4]);
     let plan = outputs.plan();
     assert!(!plan.is_chunked());
-    assert_eq!((plan.chunks, plan.chunk_length, plan.total_runs), (1, 1000, 1000));
+    assert_eq!(
+        (plan.chunks, plan.chunk_length, plan.total_runs),
+        (1, 1000, 1000)
+    );
     assert_eq!(mgr.stream_group(&solver), "integrators");
 
-    outputs.initial.copy_from_host(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+    outputs
+        .initial
+        .copy_from_host(&[1.0, 2.0, 3.0, 4.0])
+        .unwrap();
     assert_eq!(outputs.initial.to_vec().unwrap(), [1.0, 2.0, 3.0, 4.0]);
     outputs.status.write().unwrap().fill(7);
     assert!(outputs.status.read().unwrap().iter().all(|&s| s == 7));
@@ -90,11 +98,19 @@ fn splits_the_run_axis_when_the_batch_does_not_fit() {
     let solver = mgr
         .register(Outputs::<f64>::registration().on_invalidate(|| {}))
         .unwrap();
-    let outputs = mgr.allocate_buffers::<Outputs<f64>>(&solver, &DIMS).unwrap();
+    let outputs = mgr
+        .allocate_buffers::<Outputs<f64>>(&solver, &DIMS)
+        .unwrap();
 
     let plan = *outputs.plan();
-    assert_eq!((plan.chunks, plan.chunk_length, plan.total_runs), (4, 250, 1000));
-    assert_eq!((plan.chunkable_bytes, plan.unchunkable_bytes), (324_000, 32));
+    assert_eq!(
+        (plan.chunks, plan.chunk_length, plan.total_runs),
+        (4, 250, 1000)
+    );
+    assert_eq!(
+        (plan.chunkable_bytes, plan.unchunkable_bytes),
+        (324_000, 32)
+    );
     assert_eq!(
         plan.chunk_ranges().collect::<Vec<_>>(),
         [0..250, 250..500, 500..750, 750..1000]
@@ -160,7 +176,9 @@ fn generic_precision_follows_the_caller() {
         .unwrap();
     let outputs_f32: cubie_mem::Allocated<Outputs<f32>> =
         mgr.allocate_buffers(&single, &DIMS).unwrap();
-    let outputs_f64 = mgr.allocate_buffers::<Outputs<f64>>(&double, &DIMS).unwrap();
+    let outputs_f64 = mgr
+        .allocate_buffers::<Outputs<f64>>(&double, &DIMS)
+        .unwrap();
 
     assert_eq!(outputs_f32.state.nbytes(), 10 * 4 * 1000 * 4);
     assert_eq!(outputs_f64.state.nbytes(), 10 * 4 * 1000 * 8);
@@ -216,7 +234,10 @@ fn buffers_refuse_an_instance_of_another_stream_group() {
         "{error}"
     );
     let error = mgr.queue_buffers::<Inputs>(&stray, &DIMS).unwrap_err();
-    assert!(matches!(error, MemError::StreamGroupMismatch { .. }), "{error}");
+    assert!(
+        matches!(error, MemError::StreamGroupMismatch { .. }),
+        "{error}"
+    );
 }
 
 #[test]

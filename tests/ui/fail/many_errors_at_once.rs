@@ -25,10 +25,18 @@ pub struct Outputs {
 fn main() {
     let mgr = MemoryManager::with_config(
         SimBackend::new(1 << 30),
-        ManagerConfig { allocation_granule_bytes: 0, ..Default::default() },
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
     );
-    let solver = mgr.register(Outputs::registration().on_invalidate(|| {})).unwrap();
-    let dims = RunDims { n_states: 3, n_runs: 100 };
+    let solver = mgr
+        .register(Outputs::registration().on_invalidate(|| {}))
+        .unwrap();
+    let dims = RunDims {
+        n_states: 3,
+        n_runs: 100,
+    };
     let outputs = mgr.allocate_buffers::<Outputs>(&solver, &dims).unwrap();
     let _ = outputs.state.shape();
 }

@@ -1,4 +1,4 @@
-use cubie_mem::{GpuBuffers};
+use cubie_mem::GpuBuffers;
 
 pub struct RunDims {
     pub n_states: usize,

@@ -17,9 +17,18 @@ pub struct Buffers {
 }
 
 fn main() {
-    let requests = Buffers::requests(&Dims { n_states: 3, n_runs: 50 });
+    let requests = Buffers::requests(&Dims {
+        n_states: 3,
+        n_runs: 50,
+    });
     let state = requests.get("state").unwrap();
-    assert_eq!((state.shape(), state.axis(), state.runs()), (&[3, 50][..], Some(1), 50));
+    assert_eq!(
+        (state.shape(), state.axis(), state.runs()),
+        (&[3, 50][..], Some(1), 50)
+    );
     let transposed = requests.get("transposed").unwrap();
-    assert_eq!((transposed.shape(), transposed.axis(), transposed.runs()), (&[50, 3][..], Some(0), 50));
+    assert_eq!(
+        (transposed.shape(), transposed.axis(), transposed.runs()),
+        (&[50, 3][..], Some(0), 50)
+    );
 }

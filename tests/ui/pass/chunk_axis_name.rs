@@ -18,7 +18,11 @@ pub struct Buffers {
 }
 
 fn main() {
-    let requests = Buffers::requests(&Dims { n_saves: 5, n_states: 3, n_runs: 20 });
+    let requests = Buffers::requests(&Dims {
+        n_saves: 5,
+        n_states: 3,
+        n_runs: 20,
+    });
     let state = requests.get("state").unwrap();
     assert_eq!((state.axis(), state.runs()), (Some(2), 20));
     let times = requests.get("times").unwrap();

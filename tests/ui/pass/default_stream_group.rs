@@ -17,10 +17,17 @@ fn main() {
     assert_eq!(Times::STREAM_GROUP, "default");
     let mgr = MemoryManager::with_config(
         SimBackend::new(1 << 30),
-        ManagerConfig { allocation_granule_bytes: 0, ..Default::default() },
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
     );
     // A plain registration is in "default" too, so it may hold these buffers.
-    let holder = mgr.register(Registration::new().on_invalidate(|| {})).unwrap();
-    let times = mgr.allocate_buffers::<Times>(&holder, &Dims { n_runs: 64 }).unwrap();
+    let holder = mgr
+        .register(Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    let times = mgr
+        .allocate_buffers::<Times>(&holder, &Dims { n_runs: 64 })
+        .unwrap();
     assert_eq!(times.times.shape(), [64]);
 }

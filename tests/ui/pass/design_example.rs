@@ -1,6 +1,8 @@
 //! The struct of the design's opening example, allocated on the simulated device.
 
-use cubie_mem::{DeviceArray, GpuBuffers, ManagerConfig, MemoryManager, PinnedArray, Precision, SimBackend};
+use cubie_mem::{
+    DeviceArray, GpuBuffers, ManagerConfig, MemoryManager, PinnedArray, Precision, SimBackend,
+};
 
 pub struct RunDims {
     pub n_states: usize,
@@ -23,11 +25,22 @@ pub struct Outputs<P: Precision> {
 fn main() {
     let mgr = MemoryManager::with_config(
         SimBackend::new(1 << 30),
-        ManagerConfig { allocation_granule_bytes: 0, ..Default::default() },
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
     );
-    let solver = mgr.register(Outputs::<f64>::registration().on_invalidate(|| {})).unwrap();
-    let dims = RunDims { n_states: 3, n_saves: 10, n_runs: 100 };
-    let outputs = mgr.allocate_buffers::<Outputs<f64>>(&solver, &dims).unwrap();
+    let solver = mgr
+        .register(Outputs::<f64>::registration().on_invalidate(|| {}))
+        .unwrap();
+    let dims = RunDims {
+        n_states: 3,
+        n_saves: 10,
+        n_runs: 100,
+    };
+    let outputs = mgr
+        .allocate_buffers::<Outputs<f64>>(&solver, &dims)
+        .unwrap();
     assert_eq!(outputs.state.shape(), [10, 3, 100]);
     assert_eq!(outputs.status.shape(), [100]);
     assert_eq!(outputs.initial.shape(), [3]);

@@ -21,10 +21,13 @@ where
 }
 
 fn dtypes<B: GpuBuffers<Dims = Dims>>() -> Vec<DType> {
-    B::requests(&Dims { n_states: 2, n_runs: 8 })
-        .iter()
-        .map(|(_, request)| request.dtype())
-        .collect()
+    B::requests(&Dims {
+        n_states: 2,
+        n_runs: 8,
+    })
+    .iter()
+    .map(|(_, request)| request.dtype())
+    .collect()
 }
 
 fn main() {

@@ -20,7 +20,10 @@ pub struct Buffers {
 }
 
 fn main() {
-    let requests = Buffers::requests(&Dims { n_states: 3, n_runs: 40 });
+    let requests = Buffers::requests(&Dims {
+        n_states: 3,
+        n_runs: 40,
+    });
     let status = requests.get("status").unwrap();
     assert_eq!((status.axis(), status.runs()), (Some(0), 40));
     let transposed = requests.get("transposed").unwrap();

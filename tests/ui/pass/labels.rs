@@ -25,9 +25,14 @@ fn main() {
 
     let mgr = MemoryManager::with_config(
         SimBackend::new(1 << 30),
-        ManagerConfig { allocation_granule_bytes: 0, ..Default::default() },
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
     );
-    let holder = mgr.register(Buffers::registration().on_invalidate(|| {})).unwrap();
+    let holder = mgr
+        .register(Buffers::registration().on_invalidate(|| {}))
+        .unwrap();
     let buffers = mgr.allocate_buffers::<Buffers>(&holder, &dims).unwrap();
     assert_eq!(buffers.state.label(), "solver.state");
     assert_eq!(buffers.r#type.label(), "type");

@@ -19,7 +19,16 @@ pub struct Buffers {
 
 fn main() {
     let requests = Buffers::requests(&Dims { n_runs: 8 });
-    assert_eq!(requests.get("state").unwrap().memory_kind(), MemoryKind::Device);
-    assert_eq!(requests.get("status").unwrap().memory_kind(), MemoryKind::Pinned);
-    assert_eq!(requests.get("staged").unwrap().memory_kind(), MemoryKind::Pinned);
+    assert_eq!(
+        requests.get("state").unwrap().memory_kind(),
+        MemoryKind::Device
+    );
+    assert_eq!(
+        requests.get("status").unwrap().memory_kind(),
+        MemoryKind::Pinned
+    );
+    assert_eq!(
+        requests.get("staged").unwrap().memory_kind(),
+        MemoryKind::Pinned
+    );
 }

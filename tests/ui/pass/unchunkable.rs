@@ -17,7 +17,10 @@ pub struct Buffers {
 }
 
 fn main() {
-    let requests = Buffers::requests(&Dims { n_states: 3, n_runs: 40 });
+    let requests = Buffers::requests(&Dims {
+        n_states: 3,
+        n_runs: 40,
+    });
     for (_, request) in requests.iter() {
         assert!(request.is_flagged_unchunkable());
         assert!(!request.is_chunkable());
