@@ -68,6 +68,28 @@ impl MemoryManager {
         instance: &Instance,
         dims: &B::Dims,
     ) -> Result<Allocated<B>, MemError> {
+        self.queue_buffers::<B>(instance, dims)?;
+        let response = self.allocate_queue_for(instance)?;
+        let plan = response.plan;
+        Ok(Allocated {
+            buffers: B::from_response(response)?,
+            plan,
+        })
+    }
+
+    /// Queues `B`'s requests for `dims` on `instance` without allocating, so
+    /// that several buffer structs of one stream group are planned together:
+    /// the next `allocate_buffers` (or `allocate_queue`) in the group serves
+    /// them all with one chunk plan, and this instance receives its response
+    /// through its `on_allocation_ready` hook (build `B` from it with
+    /// [`GpuBuffers::from_response`]).
+    ///
+    /// The instance must be in `B::STREAM_GROUP`.
+    pub fn queue_buffers<B: GpuBuffers>(
+        &self,
+        instance: &Instance,
+        dims: &B::Dims,
+    ) -> Result<(), MemError> {
         let group = self.stream_group(instance);
         if group != B::STREAM_GROUP {
             return Err(MemError::StreamGroupMismatch {
@@ -76,12 +98,6 @@ impl MemoryManager {
                 declared: B::STREAM_GROUP,
             });
         }
-        self.queue_request(instance, B::requests(dims))?;
-        let response = self.allocate_queue_for(instance)?;
-        let plan = response.plan;
-        Ok(Allocated {
-            buffers: B::from_response(response)?,
-            plan,
-        })
+        self.queue_request(instance, B::requests(dims))
     }
 }

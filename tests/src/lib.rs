@@ -37,3 +37,7 @@ pub struct CurrentStreamDoctests;
 #[doc = include_str!("../../docs/host-memory.md")]
 #[cfg(doctest)]
 pub struct HostMemoryDoctests;
+
+#[doc = include_str!("../../docs/derive.md")]
+#[cfg(doctest)]
+pub struct DeriveDoctests;

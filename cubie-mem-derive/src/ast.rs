@@ -1,0 +1,236 @@
+//! The derive input as a model: the struct, its attributes, and each field
+//! with its buffer type and `#[buffer(..)]` attributes.
+
+use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::{Data, DeriveInput, Fields, GenericArgument, Generics, Ident, PathArguments, Type};
+
+use crate::attr::{self, BufferAttrs, ContainerAttrs, Placement};
+use crate::ctxt::Ctxt;
+
+/// The struct being derived.
+pub(crate) struct Container<'a> {
+    /// The struct's name.
+    pub(crate) ident: &'a Ident,
+    /// Its generics, passed through to the impl.
+    pub(crate) generics: &'a Generics,
+    /// The struct-level attributes.
+    pub(crate) attrs: ContainerAttrs,
+    /// The fields, empty when the input is not a struct with named fields.
+    pub(crate) fields: Vec<Field<'a>>,
+}
+
+/// One field of the struct.
+pub(crate) struct Field<'a> {
+    /// The field's name.
+    pub(crate) ident: &'a Ident,
+    /// The field's type as written.
+    pub(crate) ty: &'a Type,
+    /// The buffer the type declares, or `None` when it is not a buffer type
+    /// (already reported).
+    pub(crate) array: Option<ArrayType<'a>>,
+    /// The field's `#[buffer(..)]` attributes.
+    pub(crate) attrs: BufferAttrs,
+}
+
+/// A `DeviceArray<T>` or `PinnedArray<T>` field type.
+pub(crate) struct ArrayType<'a> {
+    /// Device or pinned, from the type's name.
+    pub(crate) placement: Placement,
+    /// The element type `T`.
+    pub(crate) element: &'a Type,
+}
+
+impl<'a> Container<'a> {
+    /// Builds the model, recording in `cx` what is not a struct with named
+    /// buffer fields.
+    pub(crate) fn from_ast(cx: &Ctxt, input: &'a DeriveInput) -> Self {
+        let attrs = attr::container(cx, &input.attrs);
+        let fields = match &input.data {
+            Data::Struct(data) => match &data.fields {
+                Fields::Named(named) => named
+                    .named
+                    .iter()
+                    .filter_map(|field| {
+                        let ident = field.ident.as_ref()?;
+                        let array = array_type(&field.ty);
+                        if array.is_none() {
+                            cx.error_spanned_by(
+                                &field.ty,
+                                format!(
+                                    "field `{ident}` is not a buffer: declare it as `DeviceArray<T>` (device memory) \
+                                     or `PinnedArray<T>` (pinned host memory)"
+                                ),
+                            );
+                        }
+                        Some(Field {
+                            ident,
+                            ty: &field.ty,
+                            array,
+                            attrs: attr::buffer(cx, &field.attrs),
+                        })
+                    })
+                    .collect(),
+                Fields::Unnamed(unnamed) => {
+                    cx.error_spanned_by(
+                        unnamed,
+                        "GpuBuffers needs named fields: name each buffer field (its name is the buffer's default label), \
+                         e.g. `struct Outputs { state: DeviceArray<f64> }`",
+                    );
+                    Vec::new()
+                }
+                Fields::Unit => Vec::new(),
+            },
+            Data::Enum(data) => {
+                cx.error_spanned_by(
+                    data.enum_token,
+                    "GpuBuffers derives on a struct with named fields: an enum holds one variant at a time, \
+                     but a buffer struct holds all its buffers; write a struct",
+                );
+                Vec::new()
+            }
+            Data::Union(data) => {
+                cx.error_spanned_by(
+                    data.union_token,
+                    "GpuBuffers derives on a struct with named fields, not on a union; write a struct",
+                );
+                Vec::new()
+            }
+        };
+        let no_fields = matches!(
+            &input.data,
+            Data::Struct(data) if data.fields.is_empty() && !matches!(data.fields, Fields::Unnamed(_))
+        );
+        if no_fields {
+            cx.error_spanned_by(
+                &input.ident,
+                format!(
+                    "`{}` declares no buffers: add fields of type `DeviceArray<T>` or `PinnedArray<T>`, \
+                     each with `#[buffer(shape = [..], ..)]`",
+                    input.ident
+                ),
+            );
+        }
+        Container {
+            ident: &input.ident,
+            generics: &input.generics,
+            attrs,
+            fields,
+        }
+    }
+}
+
+/// The buffer a field type declares: `DeviceArray<T>` or `PinnedArray<T>`
+/// under any path, with exactly one type argument.
+fn array_type(ty: &Type) -> Option<ArrayType<'_>> {
+    match ty {
+        Type::Group(group) => array_type(&group.elem),
+        Type::Paren(paren) => array_type(&paren.elem),
+        Type::Path(path) if path.qself.is_none() => {
+            let last = path.path.segments.last()?;
+            let placement = if last.ident == "DeviceArray" {
+                Placement::Device
+            } else if last.ident == "PinnedArray" {
+                Placement::Pinned
+            } else {
+                return None;
+            };
+            let PathArguments::AngleBracketed(arguments) = &last.arguments else {
+                return None;
+            };
+            let mut types = arguments.args.iter();
+            match (types.next(), types.next()) {
+                (Some(GenericArgument::Type(element)), None) => {
+                    Some(ArrayType { placement, element })
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Tokens as a person writes them: `DeviceArray<f64>`, `crate::RunDims`,
+/// `P: Precision`.
+pub(crate) fn source_text(tokens: &impl ToTokens) -> String {
+    let mut text = String::new();
+    write_tokens(tokens.to_token_stream(), &mut text);
+    text.trim_end().to_owned()
+}
+
+fn write_tokens(stream: TokenStream, text: &mut String) {
+    // Whether the last token was a word, which a following word is spaced from.
+    let mut after_word = false;
+    let mut after_joint_colon = false;
+    for token in stream {
+        let joint_colon = matches!(&token, TokenTree::Punct(p) if p.as_char() == ':' && p.spacing() == Spacing::Joint);
+        match &token {
+            TokenTree::Ident(_) | TokenTree::Literal(_) => {
+                if after_word {
+                    text.push(' ');
+                }
+                text.push_str(&token.to_string());
+                after_word = true;
+            }
+            TokenTree::Punct(punct) => {
+                match punct.as_char() {
+                    ',' | ';' => {
+                        text.push(punct.as_char());
+                        text.push(' ');
+                    }
+                    ':' if punct.spacing() == Spacing::Alone && !after_joint_colon => {
+                        text.push_str(": ")
+                    }
+                    '+' | '=' => text.push_str(&format!(" {} ", punct.as_char())),
+                    c => text.push(c),
+                }
+                after_word = false;
+            }
+            TokenTree::Group(group) => {
+                let (open, close) = match group.delimiter() {
+                    Delimiter::Parenthesis => ("(", ")"),
+                    Delimiter::Bracket => ("[", "]"),
+                    Delimiter::Brace => ("{ ", " }"),
+                    Delimiter::None => ("", ""),
+                };
+                text.push_str(open);
+                write_tokens(group.stream(), text);
+                let trimmed = text.trim_end().len();
+                text.truncate(trimmed);
+                text.push_str(close);
+                after_word = true;
+            }
+        }
+        after_joint_colon = joint_colon;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_text_reads_like_source() {
+        let ty: Type = syn::parse_quote!(cubie_mem::DeviceArray<Vec<f64>>);
+        assert_eq!(source_text(&ty), "cubie_mem::DeviceArray<Vec<f64>>");
+        let ty: Type = syn::parse_quote!(Pair<&'static str, [u8; 4]>);
+        assert_eq!(source_text(&ty), "Pair<&'static str, [u8; 4]>");
+        let clause: syn::WhereClause = syn::parse_quote!(where P: ::cubie_mem::Element, T: A + B);
+        assert_eq!(
+            source_text(&clause),
+            "where P: ::cubie_mem::Element, T: A + B"
+        );
+    }
+
+    #[test]
+    fn recognises_buffer_types() {
+        let device: Type = syn::parse_quote!(DeviceArray<P>);
+        let pinned: Type = syn::parse_quote!(::cubie_mem::PinnedArray<i32>);
+        let other: Type = syn::parse_quote!(Vec<f32>);
+        let bare: Type = syn::parse_quote!(DeviceArray);
+        assert!(array_type(&device).is_some_and(|a| a.placement == Placement::Device));
+        assert!(array_type(&pinned).is_some_and(|a| a.placement == Placement::Pinned));
+        assert!(array_type(&other).is_none());
+        assert!(array_type(&bare).is_none());
+    }
+}

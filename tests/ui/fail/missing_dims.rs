@@ -1,0 +1,16 @@
+use cubie_mem::{DeviceArray, GpuBuffers};
+
+pub struct RunDims {
+    pub n_states: usize,
+    pub n_saves: usize,
+    pub n_runs: usize,
+}
+
+#[derive(GpuBuffers)]
+#[stream_group("integrators")]
+pub struct Outputs {
+    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs)]
+    state: DeviceArray<f64>,
+}
+
+fn main() {}

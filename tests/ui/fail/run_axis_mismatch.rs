@@ -1,0 +1,18 @@
+use cubie_mem::{DeviceArray, GpuBuffers};
+
+pub struct RunDims {
+    pub n_states: usize,
+    pub n_saves: usize,
+    pub n_runs: usize,
+}
+
+#[derive(GpuBuffers)]
+#[buffers(dims = RunDims)]
+pub struct Outputs {
+    #[buffer(shape = [n_saves, n_states, n_runs], chunk_axis = n_runs)]
+    state: DeviceArray<f64>,
+    #[buffer(shape = [n_saves, n_states], chunk_axis = n_saves)]
+    times: DeviceArray<f64>,
+}
+
+fn main() {}

@@ -1,0 +1,13 @@
+use cubie_mem::{DeviceArray, GpuBuffers};
+
+pub struct RunDims {
+    pub n_states: usize,
+    pub n_saves: usize,
+    pub n_runs: usize,
+}
+
+#[derive(GpuBuffers)]
+#[buffers(dims = RunDims)]
+pub struct Outputs(#[buffer(shape = [n_runs], chunk_axis = 0)] DeviceArray<f64>);
+
+fn main() {}

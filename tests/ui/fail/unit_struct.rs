@@ -1,0 +1,13 @@
+use cubie_mem::GpuBuffers;
+
+pub struct RunDims {
+    pub n_states: usize,
+    pub n_saves: usize,
+    pub n_runs: usize,
+}
+
+#[derive(GpuBuffers)]
+#[buffers(dims = RunDims)]
+pub struct Outputs;
+
+fn main() {}
