@@ -350,7 +350,7 @@ fn a_buffer_struct_too_large_for_its_share_is_allocated_in_chunks() {
             n_runs: 1 << 20,
         };
         let buffers = mgr.allocate_buffers::<SolverBuffers>(&solver, &dims)?;
-        let plan = buffers.plan().clone();
+        let plan = *buffers.plan();
         assert!(plan.chunks >= 4, "{plan:?}");
         assert_eq!(plan.chunks, dims.n_runs.div_ceil(plan.chunk_length));
         assert_eq!(
