@@ -49,7 +49,7 @@ for example in gpu_kernel gpu_bench; do
         exit 1
     fi
     case $output in
-        *"no CUDA device available: "*) echo "$example: $output" ;;
+        *"no CUDA device available: "*) echo "$output" ;;
         *) echo "$example failed without naming the missing device: $output" >&2; exit 1 ;;
     esac
 done

@@ -192,6 +192,17 @@ impl DeviceContext {
                 ),
             });
         }
+        let mut previous: cu::CUcontext = ptr::null_mut();
+        // SAFETY: the out-pointer is a live context handle slot.
+        let result = unsafe { cu::cuCtxGetCurrent(&mut previous) };
+        if result != cu::CUresult::CUDA_SUCCESS {
+            return Err(unusable("querying the current context", result));
+        }
+        // Retaining makes the primary context current on this thread; the
+        // guard gives a different context that was current back afterwards.
+        let _restore = ContextGuard {
+            restore: (!previous.is_null()).then_some(previous),
+        };
         let context = Context::new(device).map_err(|e| {
             unusable(
                 format_args!("retaining the primary context of device {ordinal} ({name})"),

@@ -106,13 +106,15 @@ impl PinnedPool {
             )
         })?;
         let cached = self.cache().take(len);
-        let mut buffer = match cached {
-            Some((_, buffer)) => buffer,
+        let buffer = match cached {
+            Some((_, mut buffer)) => {
+                if let Some(used) = buffer.get_mut(..len) {
+                    used.fill(0);
+                }
+                buffer
+            }
             None => self.allocate_new(len)?,
         };
-        if let Some(bytes) = buffer.get_mut(..len) {
-            bytes.fill(0);
-        }
         Ok(Box::new(CudaPinnedBlock {
             buffer: Some(buffer),
             len,
@@ -120,6 +122,7 @@ impl PinnedPool {
         }))
     }
 
+    /// A new zero-filled block of at least `len` bytes, in whole pages.
     fn allocate_new(&self, len: usize) -> Result<LockedBuffer<u8>, MemError> {
         let capacity = len.max(1).checked_next_multiple_of(PAGE).ok_or_else(|| {
             MemError::backend(
