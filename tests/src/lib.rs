@@ -41,3 +41,7 @@ pub struct HostMemoryDoctests;
 #[doc = include_str!("../../docs/derive.md")]
 #[cfg(doctest)]
 pub struct DeriveDoctests;
+
+#[doc = include_str!("../../docs/cuda.md")]
+#[cfg(all(doctest, feature = "cuda"))]
+pub struct CudaDoctests;

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Checks the `cuda` feature on a machine without CUDA (CI, contributors):
+#  1. type-check: clippy (all targets, warnings denied) and rustdoc with
+#     DOCS_RS=1, which makes cust's build helper skip its CUDA search;
+#  2. link and run: the stub driver of ci/cuda-stub stands in for libcuda,
+#     every call answering "no device", and the cuda tests check the
+#     no-device path (the clear error, the simulated fallback); the GPU
+#     examples are built and must fail with that error.
+# The two phases use separate target directories: cust_raw's build script
+# output (whether it links libcuda) is cached per target directory and does
+# not notice DOCS_RS changing.
+#
+# Usage: ci/cuda-check.sh     (CUBIE_CUDA_TARGET_DIR overrides the target base)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+base=${CUBIE_CUDA_TARGET_DIR:-$root/target/cuda-check}
+packages=(-p cubie-mem -p cubie-mem-tests -p cubie-mem-examples)
+
+echo "== cuda feature: clippy without a CUDA toolkit (DOCS_RS=1)"
+DOCS_RS=1 CARGO_TARGET_DIR="$base/docsrs" \
+    cargo clippy "${packages[@]}" --features cuda --all-targets -- -D warnings
+
+echo "== cuda feature: rustdoc without a CUDA toolkit (DOCS_RS=1)"
+DOCS_RS=1 RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR="$base/docsrs" \
+    cargo doc -p cubie-mem --features cuda --no-deps
+
+echo "== cuda feature: stub driver"
+ci/cuda-stub/build.sh "$base/stub-driver"
+export CUDA_LIBRARY_PATH="$base/stub-driver"
+export LD_LIBRARY_PATH="$base/stub-driver/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export CARGO_TARGET_DIR="$base/stub"
+export CUBIE_CUDA_STUB=1
+unset CUBIE_REQUIRE_GPU DOCS_RS
+
+echo "== cuda feature: cubie-mem tests against the stub driver"
+cargo test -p cubie-mem --features cuda
+
+echo "== cuda feature: integration tests and docs/cuda.md against the stub driver"
+cargo test -p cubie-mem-tests --features cuda --test cuda
+cargo test -p cubie-mem-tests --features cuda --doc
+
+echo "== cuda feature: GPU examples report the missing device"
+cargo build -p cubie-mem-examples --features cuda --bin gpu_kernel --bin gpu_bench
+for example in gpu_kernel gpu_bench; do
+    if output=$("$CARGO_TARGET_DIR/debug/$example" 2>&1); then
+        echo "$example succeeded against the stub driver: $output" >&2
+        exit 1
+    fi
+    case $output in
+        *"no CUDA device available: "*) echo "$output" ;;
+        *) echo "$example failed without naming the missing device: $output" >&2; exit 1 ;;
+    esac
+done
+echo "== cuda feature: all checks passed"

@@ -1,0 +1,264 @@
+//! Page-locked host memory with reuse: released blocks go back to a cache
+//! and serve later requests of a similar size, so that repeated batches do
+//! not page-lock and unlock host memory each time (both are slow system
+//! calls).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cust::memory::LockedBuffer;
+
+use super::driver::{DeviceContext, NAME, describe};
+use crate::MemError;
+use crate::backend::PinnedBlock;
+
+/// Pinned blocks are allocated in whole pages, so that similar sizes share
+/// blocks.
+const PAGE: usize = 4096;
+
+/// Idle blocks by capacity, up to a limit of cached bytes.
+///
+/// A request of `len` bytes takes the smallest cached block of at least `len`
+/// bytes that is not more than twice as large (a page at least), so that a
+/// small request never pins a large block.
+pub(super) struct BlockCache<B> {
+    blocks: BTreeMap<usize, Vec<B>>,
+    cached_bytes: u64,
+    limit: u64,
+}
+
+impl<B> BlockCache<B> {
+    /// An empty cache holding at most `limit` bytes.
+    pub(super) fn new(limit: u64) -> Self {
+        BlockCache {
+            blocks: BTreeMap::new(),
+            cached_bytes: 0,
+            limit,
+        }
+    }
+
+    /// Takes a cached block for `len` bytes, with its capacity.
+    pub(super) fn take(&mut self, len: usize) -> Option<(usize, B)> {
+        let largest = len.saturating_mul(2).max(PAGE);
+        let (&capacity, list) = self.blocks.range_mut(len..=largest).next()?;
+        let block = list.pop()?;
+        if list.is_empty() {
+            self.blocks.remove(&capacity);
+        }
+        self.cached_bytes -= capacity as u64;
+        Some((capacity, block))
+    }
+
+    /// Keeps `block` of `capacity` bytes for reuse; hands it back when that
+    /// would exceed the limit, for the caller to free.
+    pub(super) fn put(&mut self, capacity: usize, block: B) -> Option<B> {
+        let cached = self.cached_bytes.saturating_add(capacity as u64);
+        if cached > self.limit {
+            return Some(block);
+        }
+        self.cached_bytes = cached;
+        self.blocks.entry(capacity).or_default().push(block);
+        None
+    }
+
+    /// Removes every cached block.
+    pub(super) fn drain(&mut self) -> Vec<B> {
+        self.cached_bytes = 0;
+        std::mem::take(&mut self.blocks)
+            .into_values()
+            .flatten()
+            .collect()
+    }
+
+    /// Bytes held idle.
+    pub(super) fn cached_bytes(&self) -> u64 {
+        self.cached_bytes
+    }
+}
+
+/// The page-locked blocks of one device context, in use and cached.
+pub(super) struct PinnedPool {
+    context: Arc<DeviceContext>,
+    cache: Mutex<BlockCache<LockedBuffer<u8>>>,
+}
+
+impl PinnedPool {
+    /// A pool caching at most `limit` idle bytes.
+    pub(super) fn new(context: Arc<DeviceContext>, limit: u64) -> Arc<Self> {
+        Arc::new(PinnedPool {
+            context,
+            cache: Mutex::new(BlockCache::new(limit)),
+        })
+    }
+
+    fn cache(&self) -> MutexGuard<'_, BlockCache<LockedBuffer<u8>>> {
+        // The cache is consistent after every statement.
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A zero-filled block of `bytes`, reused from the cache when one fits.
+    pub(super) fn allocate(self: &Arc<Self>, bytes: u64) -> Result<Box<dyn PinnedBlock>, MemError> {
+        let len = usize::try_from(bytes).map_err(|_| {
+            MemError::backend(
+                NAME,
+                "allocate pinned memory",
+                "size exceeds the address space",
+            )
+        })?;
+        let cached = self.cache().take(len);
+        let buffer = match cached {
+            Some((_, mut buffer)) => {
+                if let Some(used) = buffer.get_mut(..len) {
+                    used.fill(0);
+                }
+                buffer
+            }
+            None => self.allocate_new(len)?,
+        };
+        Ok(Box::new(CudaPinnedBlock {
+            buffer: Some(buffer),
+            len,
+            pool: Arc::clone(self),
+        }))
+    }
+
+    /// A new zero-filled block of at least `len` bytes, in whole pages.
+    fn allocate_new(&self, len: usize) -> Result<LockedBuffer<u8>, MemError> {
+        let capacity = len.max(1).checked_next_multiple_of(PAGE).ok_or_else(|| {
+            MemError::backend(
+                NAME,
+                "allocate pinned memory",
+                "size exceeds the address space",
+            )
+        })?;
+        let _guard = self.context.enter()?;
+        match LockedBuffer::new(&0u8, capacity) {
+            Ok(buffer) => Ok(buffer),
+            Err(first) => {
+                // Idle cached blocks may be what stands in the way.
+                let released = self.cache().drain();
+                if released.is_empty() {
+                    return Err(pinned_failure(len, &first));
+                }
+                drop(released);
+                LockedBuffer::new(&0u8, capacity).map_err(|e| pinned_failure(len, &e))
+            }
+        }
+    }
+
+    /// Takes a block back into the cache, or frees it when the cache is full.
+    fn release(&self, buffer: LockedBuffer<u8>) {
+        let refused = self.cache().put(buffer.len(), buffer);
+        if let Some(buffer) = refused {
+            let _guard = self.context.enter();
+            drop(buffer);
+        }
+    }
+
+    /// Frees every cached block.
+    pub(super) fn clear(&self) {
+        let blocks = self.cache().drain();
+        let _guard = self.context.enter();
+        drop(blocks);
+    }
+
+    /// Bytes of released blocks kept for reuse.
+    pub(super) fn cached_bytes(&self) -> u64 {
+        self.cache().cached_bytes()
+    }
+}
+
+impl Drop for PinnedPool {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+fn pinned_failure(len: usize, error: &cust::error::CudaError) -> MemError {
+    MemError::Backend {
+        backend: NAME,
+        operation: "allocate pinned memory",
+        message: format!(
+            "page-locking {len} bytes of host memory failed: {}; lower ManagerConfig::pinned_max_bytes \
+             so that large host arrays use pageable memory",
+            describe(error)
+        ),
+    }
+}
+
+/// A page-locked block handed to the manager; returns to the cache on drop.
+struct CudaPinnedBlock {
+    buffer: Option<LockedBuffer<u8>>,
+    len: usize,
+    pool: Arc<PinnedPool>,
+}
+
+impl PinnedBlock for CudaPinnedBlock {
+    fn bytes(&self) -> &[u8] {
+        self.buffer
+            .as_deref()
+            .and_then(|b| b.get(..self.len))
+            .unwrap_or(&[])
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.len;
+        self.buffer
+            .as_deref_mut()
+            .and_then(|b| b.get_mut(..len))
+            .unwrap_or(&mut [])
+    }
+}
+
+impl Drop for CudaPinnedBlock {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            self.pool.release(buffer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_released_block_serves_the_next_request_of_similar_size() {
+        let mut cache = BlockCache::new(1 << 20);
+        assert!(cache.put(8192, "a").is_none());
+        assert_eq!(cache.cached_bytes(), 8192);
+        assert_eq!(cache.take(5000), Some((8192, "a")));
+        assert_eq!(cache.cached_bytes(), 0);
+        assert_eq!(cache.take(5000), None);
+    }
+
+    #[test]
+    fn the_smallest_fitting_block_is_taken() {
+        let mut cache = BlockCache::new(1 << 30);
+        cache.put(1 << 20, "large");
+        cache.put(12288, "medium");
+        cache.put(4096, "small");
+        assert_eq!(cache.take(7000), Some((12288, "medium")));
+        assert_eq!(cache.take(100), Some((4096, "small")));
+    }
+
+    #[test]
+    fn a_block_more_than_twice_too_large_is_left_for_larger_requests() {
+        let mut cache = BlockCache::new(1 << 30);
+        cache.put(1 << 20, "large");
+        assert_eq!(cache.take(4096), None);
+        assert_eq!(cache.take((1 << 19) + 1), Some((1 << 20, "large")));
+    }
+
+    #[test]
+    fn blocks_past_the_limit_are_handed_back_and_drain_empties() {
+        let mut cache = BlockCache::new(10_000);
+        assert!(cache.put(8192, 1).is_none());
+        assert_eq!(cache.put(4096, 2), Some(2));
+        assert!(cache.put(1000, 3).is_none());
+        let mut drained = cache.drain();
+        drained.sort_unstable();
+        assert_eq!(drained, [1, 3]);
+        assert_eq!(cache.cached_bytes(), 0);
+    }
+}
