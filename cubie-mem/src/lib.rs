@@ -49,7 +49,8 @@ pub use backend::{Backend, MemInfo};
 pub use buffers::{Allocated, GpuBuffers};
 pub use config::{DEFAULT_PINNED_MAX_BYTES, LimitMode, ManagerConfig, parse_size};
 pub use default::{
-    SIM_DEFAULT_FREE, SIM_DEFAULT_TOTAL, SIM_FREE_ENV, SIM_TOTAL_ENV, default_memmgr, sim_backend_from_env,
+    SIM_DEFAULT_FREE, SIM_DEFAULT_TOTAL, SIM_FREE_ENV, SIM_TOTAL_ENV, default_memmgr,
+    sim_backend_from_env,
 };
 pub use dtype::{DType, Element, Precision};
 pub use error::{Bytes, MemError};
