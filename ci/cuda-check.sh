@@ -38,7 +38,7 @@ echo "== cuda feature: cubie-mem tests against the stub driver"
 cargo test -p cubie-mem --features cuda
 
 echo "== cuda feature: integration tests and docs/cuda.md against the stub driver"
-cargo test -p cubie-mem-tests --features cuda --test cuda
+cargo test -p cubie-mem-tests --features cuda --test cuda --test host_cuda
 cargo test -p cubie-mem-tests --features cuda --doc
 
 echo "== cuda feature: GPU examples report the missing device"

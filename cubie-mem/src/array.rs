@@ -61,7 +61,8 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// Allocates `bytes` of `kind` memory for `label` on `stream`.
+    /// Allocates `bytes` of `kind` memory for `label`, ordered on the
+    /// thread's current stream when one is bound, else on `stream`.
     pub(crate) fn allocate(
         backend: &Arc<dyn Backend>,
         label: &str,
@@ -72,7 +73,12 @@ impl Slot {
         stream: StreamHandle,
     ) -> Result<Arc<Slot>, MemError> {
         let memory = match kind {
-            MemoryKind::Device => Memory::Device(backend.alloc_device(bytes, stream)?),
+            // Inside a current-stream guard the allocation is ordered on the
+            // bound stream; later copies and the free default to `stream`.
+            MemoryKind::Device => {
+                let order = current_stream_for(backend).unwrap_or(stream);
+                Memory::Device(backend.alloc_device(bytes, order)?)
+            }
             MemoryKind::Pinned => Memory::Pinned(backend.alloc_pinned(bytes)?),
         };
         Ok(Arc::new(Slot {

@@ -118,3 +118,25 @@ fn copies_inside_a_guard_use_the_bound_stream() {
     x.copy_from_host(&[3.0; 4]).unwrap();
     assert_eq!(x.to_vec().unwrap(), vec![3.0; 4]);
 }
+
+#[test]
+fn allocations_inside_a_guard_use_the_bound_stream() {
+    // As above: a retired bound stream makes the allocation fail, which
+    // proves the allocation was ordered on it.
+    let (mgr, _) = manager(1 << 30, 1 << 20);
+    let a = mgr.register(queuing().stream_group("a")).unwrap();
+    let b = mgr.register(Registration::new().stream_group("b")).unwrap();
+    mgr.stream(&a).unwrap();
+    let guard = mgr.bind_stream(&b).unwrap();
+    mgr.reinit_streams().unwrap();
+    mgr.queue_request(&a, [("x", runs_request(8, 4))]).unwrap();
+    let err = mgr.allocate_queue(&a).unwrap_err();
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    drop(guard);
+    let x = mgr
+        .allocate_queue_for(&a)
+        .unwrap()
+        .take::<f64>("x")
+        .unwrap();
+    x.copy_from_host(&[1.0; 4]).unwrap();
+}
