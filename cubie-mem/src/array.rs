@@ -95,13 +95,13 @@ impl Slot {
 
     /// A new slot taking over this slot's memory (reuse of a buffer at least
     /// as large); this slot's handles then report `Replaced`.
-    pub(crate) fn reuse(&self, dtype: DType, shape: Vec<usize>) -> Option<Arc<Slot>> {
+    pub(crate) fn reuse(&self, dtype: DType, shape: Vec<usize>) -> Result<Arc<Slot>, MemError> {
         let mut memory = self.write();
-        if matches!(*memory, Memory::Released(_)) {
-            return None;
+        if let Memory::Released(reason) = *memory {
+            return Err(self.released(reason));
         }
         let taken = std::mem::replace(&mut *memory, Memory::Released(ReleaseReason::Replaced));
-        Some(Arc::new(Slot {
+        Ok(Arc::new(Slot {
             label: Arc::clone(&self.label),
             dtype,
             kind: self.kind,

@@ -300,22 +300,8 @@ impl Inner {
                     Some((key, old)) => (key, Some(old)),
                     None => (label.to_owned(), None),
                 };
-                let reused = previous.as_ref().and_then(|old| {
-                    (old.kind() == request.memory_kind() && old.bytes() >= bytes)
-                        .then(|| old.reuse(request.dtype(), shape.clone()))
-                        .flatten()
-                });
-                if let Some(old) = previous {
-                    if reused.is_none() {
-                        if let Err(error) = old.release(ReleaseReason::Replaced) {
-                            tracing::warn!(%label, %error, "freeing a replaced array failed");
-                        }
-                    }
-                    s.count_free(*id, group, old.bytes(), false);
-                }
-                let slot = match reused {
-                    Some(slot) => Ok(slot),
-                    None => Slot::allocate(
+                let allocate = |shape| {
+                    Slot::allocate(
                         &self.backend,
                         label,
                         request.dtype(),
@@ -323,7 +309,21 @@ impl Inner {
                         bytes,
                         shape,
                         stream,
-                    ),
+                    )
+                };
+                let slot = match previous {
+                    Some(old) => {
+                        s.count_free(*id, group, old.bytes(), false);
+                        if old.kind() == request.memory_kind() && old.bytes() >= bytes {
+                            old.reuse(request.dtype(), shape)
+                        } else {
+                            if let Err(error) = old.release(ReleaseReason::Replaced) {
+                                tracing::warn!(%label, %error, "freeing a replaced array failed");
+                            }
+                            allocate(shape)
+                        }
+                    }
+                    None => allocate(shape),
                 };
                 match slot {
                     Ok(slot) => made.push(Made {
