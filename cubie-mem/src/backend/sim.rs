@@ -329,10 +329,10 @@ pub(crate) struct HostBlock {
 }
 
 impl HostBlock {
-    /// `len` zero bytes.
+    /// `len` zero bytes, from zeroed pages (not written until used).
     pub(crate) fn zeroed(len: usize) -> Self {
         HostBlock {
-            lines: vec![Line([0; 64]); len.div_ceil(64)],
+            lines: bytemuck::zeroed_vec(len.div_ceil(64)),
             len,
         }
     }
