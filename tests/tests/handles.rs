@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Counter, manager, queuing, runs_request};
+use common::{Counter, allocate_f64, manager, queuing, runs_request};
 use cubie_mem::{ArrayRequest, MemError, MemoryKind, Registration, ReleaseReason};
 
 #[test]
@@ -41,12 +41,7 @@ fn device_arrays_round_trip_every_element_type() {
 fn copies_check_lengths() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing()).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
-    let x = mgr
-        .allocate_queue_for(&a)
-        .unwrap()
-        .take::<f64>("x")
-        .unwrap();
+    let x = allocate_f64(&mgr, &a, "x", runs_request(8, 10));
     let err = x.copy_from_host(&[0.0; 9]).unwrap_err();
     assert!(
         matches!(
@@ -136,12 +131,7 @@ fn dropping_an_instance_releases_everything_it_had() {
         .register(queuing().proportion(0.5).stream_group("g"))
         .unwrap();
     let _b = mgr.register(queuing().stream_group("g")).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
-    let x = mgr
-        .allocate_queue_for(&a)
-        .unwrap()
-        .take::<f64>("x")
-        .unwrap();
+    let x = allocate_f64(&mgr, &a, "x", runs_request(8, 10));
     mgr.queue_request(&a, [("y", runs_request(8, 10))]).unwrap();
     drop(a);
     assert_eq!(x.release_reason(), Some(ReleaseReason::Deregistered));
@@ -155,12 +145,7 @@ fn dropping_an_instance_releases_everything_it_had() {
 fn handles_outlive_their_manager_safely() {
     let (mgr, sim) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing()).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
-    let x = mgr
-        .allocate_queue_for(&a)
-        .unwrap()
-        .take::<f64>("x")
-        .unwrap();
+    let x = allocate_f64(&mgr, &a, "x", runs_request(8, 10));
     drop(a);
     drop(mgr);
     assert!(!x.is_valid());

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{manager, queuing, runs_request};
+use common::{allocate_f64, manager, queuing, runs_request};
 use cubie_mem::Registration;
 use cubie_mem::streams::DEFAULT_STREAM_GROUP;
 
@@ -65,12 +65,7 @@ fn change_stream_group_moves_the_instance_and_its_queue() {
 fn arrays_follow_their_instance_to_a_new_group_and_new_streams() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing().stream_group("g")).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
-    let x = mgr
-        .allocate_queue_for(&a)
-        .unwrap()
-        .take::<f64>("x")
-        .unwrap();
+    let x = allocate_f64(&mgr, &a, "x", runs_request(8, 10));
     let before = mgr.stream(&a).unwrap();
     mgr.reinit_streams().unwrap();
     let after = mgr.stream(&a).unwrap();
@@ -103,12 +98,7 @@ fn copies_inside_a_guard_use_the_bound_stream() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing().stream_group("a")).unwrap();
     let b = mgr.register(Registration::new().stream_group("b")).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 4))]).unwrap();
-    let x = mgr
-        .allocate_queue_for(&a)
-        .unwrap()
-        .take::<f64>("x")
-        .unwrap();
+    let x = allocate_f64(&mgr, &a, "x", runs_request(8, 4));
     let guard = mgr.bind_stream(&b).unwrap();
     x.copy_from_host(&[2.0; 4]).unwrap();
     mgr.reinit_streams().unwrap(); // b's bound stream is destroyed

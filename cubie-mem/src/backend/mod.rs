@@ -41,6 +41,23 @@ impl fmt::Display for DevicePtr {
     }
 }
 
+/// The byte range `offset..offset + len` of an allocation of `size` bytes,
+/// or [`MemError::OutOfBounds`] when it does not lie inside it.
+pub(crate) fn byte_range(
+    offset: u64,
+    len: usize,
+    size: u64,
+) -> Result<std::ops::Range<u64>, MemError> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= size => Ok(offset..end),
+        _ => Err(MemError::OutOfBounds {
+            offset,
+            end: offset.saturating_add(len as u64),
+            size,
+        }),
+    }
+}
+
 /// A block of page-locked host memory; freed when dropped.
 ///
 /// The bytes are at least 64-byte aligned, so they can be viewed as any

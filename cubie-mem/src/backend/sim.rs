@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{Backend, DevicePtr, EventHandle, MemInfo, PinnedBlock, StreamHandle};
+use super::{Backend, DevicePtr, EventHandle, MemInfo, PinnedBlock, StreamHandle, byte_range};
 use crate::{Bytes, MemError};
 
 const NAME: &str = "simulated";
@@ -175,16 +175,10 @@ impl SimState {
     }
 }
 
+/// [`byte_range`] as indices into a host-held block.
 fn range(offset: u64, len: usize, size: usize) -> Result<std::ops::Range<usize>, MemError> {
-    let end = offset.checked_add(len as u64);
-    match end {
-        Some(end) if end <= size as u64 => Ok(offset as usize..end as usize),
-        _ => Err(MemError::OutOfBounds {
-            offset,
-            end: offset.saturating_add(len as u64),
-            size: size as u64,
-        }),
-    }
+    let r = byte_range(offset, len, size as u64)?;
+    Ok(r.start as usize..r.end as usize)
 }
 
 impl Backend for SimBackend {

@@ -91,3 +91,18 @@ pub fn capture_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
     let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
     (result, text)
 }
+
+/// Queues one f64 `request` under `label` for `instance`, allocates, and
+/// returns the array.
+pub fn allocate_f64(
+    mgr: &MemoryManager,
+    instance: &cubie_mem::Instance,
+    label: &str,
+    request: ArrayRequest,
+) -> cubie_mem::DeviceArray<f64> {
+    mgr.queue_request(instance, [(label, request)]).unwrap();
+    mgr.allocate_queue_for(instance)
+        .unwrap()
+        .take::<f64>(label)
+        .unwrap()
+}

@@ -243,15 +243,8 @@ impl CudaBackend {
             .ok_or_else(|| {
                 MemError::backend(NAME, operation, format!("{ptr} is not a live allocation"))
             })?;
-        let end = offset.checked_add(len as u64);
-        match end {
-            Some(end) if end <= allocation.bytes => Ok((ptr.0 + offset, allocation)),
-            _ => Err(MemError::OutOfBounds {
-                offset,
-                end: offset.saturating_add(len as u64),
-                size: allocation.bytes,
-            }),
-        }
+        super::byte_range(offset, len, allocation.bytes)?;
+        Ok((ptr.0 + offset, allocation))
     }
 
     /// Makes work queued next on `stream` wait for the work queued so far on
