@@ -90,13 +90,16 @@ impl MemoryManager {
         instance: &Instance,
         dims: &B::Dims,
     ) -> Result<(), MemError> {
-        let group = self.stream_group(instance);
-        if group != B::STREAM_GROUP {
-            return Err(MemError::StreamGroupMismatch {
-                instance: instance.id(),
-                group,
-                declared: B::STREAM_GROUP,
-            });
+        {
+            let s = self.inner.lock();
+            let group = s.group_of(instance.id)?;
+            if &*group != B::STREAM_GROUP {
+                return Err(MemError::StreamGroupMismatch {
+                    instance: s.named(instance.id).to_string(),
+                    group: group.to_string(),
+                    declared: B::STREAM_GROUP,
+                });
+            }
         }
         self.queue_request(instance, B::requests(dims))
     }

@@ -84,30 +84,31 @@ pub enum MemError {
         minimum: f64,
     },
 
-    /// The instance handle does not belong to this manager or was deregistered.
-    #[error("instance {instance} is not registered with this manager")]
+    /// The instance handle belongs to another manager or was deregistered.
+    #[error("{instance} is not registered with this manager; use the manager that registered it")]
     UnknownInstance {
-        /// The instance's id.
-        instance: u64,
+        /// The instance, with its name when known.
+        instance: String,
     },
 
-    /// The owner handle does not belong to this manager.
+    /// The owner handle belongs to another manager, or is gone.
     #[error(
-        "owner {owner} is not known to this manager; create owners with this manager's new_owner()"
+        "{owner} is not known to this manager; create owners with this manager's new_owner(), \
+         or name an instance registered with it"
     )]
     UnknownOwner {
-        /// The owner's id.
-        owner: u64,
+        /// The owner.
+        owner: String,
     },
 
     /// An instance without an invalidate hook tried to queue requests.
     #[error(
-        "instance {instance} has no invalidate hook, so its buffers could be evicted without notice; \
+        "{instance} has no invalidate hook, so its buffers could be evicted without notice; \
          register it with Registration::on_invalidate(..) before queueing requests"
     )]
     NoInvalidateHook {
-        /// The instance's id.
-        instance: u64,
+        /// The instance, with its name when set.
+        instance: String,
     },
 
     /// A request that cannot be served as written.
@@ -218,6 +219,39 @@ pub enum MemError {
         reason: crate::array::ReleaseReason,
     },
 
+    /// Active-mode caps, not the device, keep the batch from fitting.
+    #[error(
+        "stream group '{group}' is held to its caps in active limit mode: its members' proportion {proportion:.4} \
+         gives caps of {caps}, {held} of which are in use, so {allowed} can be allocated, but the batch needs \
+         at least {needed} (its unchunkable arrays and one run); the device has {free} free: give the instances \
+         a larger proportion (set_manual_proportion) or use LimitMode::Passive"
+    )]
+    CapLimited {
+        /// The stream group.
+        group: String,
+        /// Sum of the group members' proportions.
+        proportion: f64,
+        /// Sum of the group members' caps.
+        caps: Bytes,
+        /// Device bytes the members hold (less what the batch replaces).
+        held: Bytes,
+        /// What the plan may allocate under the caps.
+        allowed: Bytes,
+        /// The least the batch needs: unchunkable bytes and one run.
+        needed: Bytes,
+        /// Free device memory, with what the requesters hold.
+        free: Bytes,
+    },
+
+    /// `take` of a label that was already taken from this response.
+    #[error(
+        "array '{label}' was already taken from this response; keep the handle from the first take (clone it to share)"
+    )]
+    AlreadyTaken {
+        /// The label asked for.
+        label: String,
+    },
+
     /// `take` with a label the response does not hold.
     #[error("no array '{label}' in this response; it holds: {available}")]
     UnknownLabel {
@@ -289,12 +323,12 @@ pub enum MemError {
 
     /// Buffers declared for one stream group allocated on an instance of another.
     #[error(
-        "instance {instance} is in stream group '{group}' but the buffers are declared for '{declared}'; \
+        "{instance} is in stream group '{group}' but the buffers are declared for '{declared}'; \
          register it with the buffers' registration() preset or change its stream group"
     )]
     StreamGroupMismatch {
-        /// The instance's id.
-        instance: u64,
+        /// The instance, with its name when set.
+        instance: String,
         /// The instance's group.
         group: String,
         /// The group the buffers declare.
@@ -419,6 +453,18 @@ pub enum MemError {
         /// The device array's label.
         label: String,
     },
+
+    /// The host could not provide memory for an array or a copy.
+    #[error(
+        "cannot allocate {requested} of host memory for {what}; use a smaller batch, or lower the \
+         spill threshold so that large host arrays spill to a file"
+    )]
+    HostOutOfMemory {
+        /// Bytes asked for.
+        requested: Bytes,
+        /// What the memory was for.
+        what: &'static str,
+    },
 }
 
 impl MemError {
@@ -441,9 +487,12 @@ impl MemError {
         }
     }
 
-    /// True for errors that mean the device ran out of memory.
+    /// True for errors that mean the device or the host ran out of memory.
     pub fn is_out_of_memory(&self) -> bool {
-        matches!(self, MemError::OutOfMemory { .. })
+        matches!(
+            self,
+            MemError::OutOfMemory { .. } | MemError::HostOutOfMemory { .. }
+        )
     }
 }
 

@@ -35,6 +35,7 @@ mod default;
 mod dtype;
 mod error;
 pub mod host;
+mod ids;
 mod manager;
 pub mod plan;
 mod pools;
@@ -58,10 +59,11 @@ pub use host::{
     AnyHostArray, Chunk, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType,
     STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,
 };
-pub use manager::{MemoryManager, Work};
+pub use ids::{InstanceId, OwnerId};
+pub use manager::{Instance, MemoryManager, Owner, Work};
 pub use plan::ChunkPlan;
 pub use pools::MIN_AUTOPOOL_SIZE;
-pub use registration::{AsOwner, Instance, Owner, OwnerKey, Registration};
+pub use registration::{AsOwner, Registration};
 pub use request::{ArrayRequest, DEFAULT_CHUNK_AXIS, MemoryKind, RequestSet};
 pub use stats::{MemoryReport, MemoryStats, UsageStats};
 pub use streams::{CurrentStream, DEFAULT_STREAM_GROUP};

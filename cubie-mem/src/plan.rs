@@ -137,6 +137,15 @@ impl Budget {
         }
     }
 
+    /// The eviction trigger: on a physical shortage (`R >= Fe`) that the
+    /// caps allow (passive, or `R < H`), the bytes idle owners must release,
+    /// `R - Fe + 1`; `None` otherwise, and for an empty batch.
+    pub fn shortfall(&self, requested: u64) -> Option<u64> {
+        let caps_allow = self.cap_headroom.is_none_or(|h| requested < h);
+        (requested > 0 && requested >= self.effective_free && caps_allow)
+            .then(|| (requested - self.effective_free).saturating_add(1))
+    }
+
     /// `(allocatable, withheld)`: `alloc = min(A - floor(0.02 A), Fe - granule)`.
     pub fn allocatable(&self) -> Result<(u64, u64), MemError> {
         if self.effective_free < self.granule {

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::MemError;
+use crate::ids::InstanceId;
 
 /// The auto pool never shrinks below this fraction of device memory while it
 /// has members.
@@ -23,8 +24,8 @@ pub(crate) enum ShareWarning {
 /// Which pool an instance is in, and each one's proportion.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Shares {
-    manual: BTreeMap<u64, f64>,
-    auto: BTreeSet<u64>,
+    manual: BTreeMap<InstanceId, f64>,
+    auto: BTreeSet<InstanceId>,
 }
 
 fn check_proportion(proportion: f64) -> Result<(), MemError> {
@@ -49,7 +50,7 @@ impl Shares {
     /// Registers `id` with `proportion` (`None` or 0: the auto pool).
     pub(crate) fn add(
         &mut self,
-        id: u64,
+        id: InstanceId,
         proportion: Option<f64>,
     ) -> Result<Option<ShareWarning>, MemError> {
         match proportion {
@@ -65,7 +66,7 @@ impl Shares {
         }
     }
 
-    fn add_manual(&mut self, id: u64, p: f64) -> Result<Option<ShareWarning>, MemError> {
+    fn add_manual(&mut self, id: InstanceId, p: f64) -> Result<Option<ShareWarning>, MemError> {
         let manual_sum = self.manual_sum();
         let after = manual_sum + p;
         if after > 1.0 + EPSILON {
@@ -92,7 +93,7 @@ impl Shares {
         Ok(warning)
     }
 
-    fn add_auto(&mut self, id: u64) -> Result<(), MemError> {
+    fn add_auto(&mut self, id: InstanceId) -> Result<(), MemError> {
         let manual_sum = self.manual_sum();
         let remaining = 1.0 - manual_sum;
         if remaining <= MIN_AUTOPOOL_SIZE + EPSILON {
@@ -107,18 +108,18 @@ impl Shares {
     }
 
     /// Removes `id` from whichever pool holds it.
-    pub(crate) fn remove(&mut self, id: u64) {
+    pub(crate) fn remove(&mut self, id: InstanceId) {
         self.manual.remove(&id);
         self.auto.remove(&id);
     }
 
     /// Whether `id` is in the manual pool.
-    pub(crate) fn is_manual(&self, id: u64) -> bool {
+    pub(crate) fn is_manual(&self, id: InstanceId) -> bool {
         self.manual.contains_key(&id)
     }
 
     /// The proportion of `id`: its manual share, or an even split of the auto pool.
-    pub(crate) fn proportion(&self, id: u64) -> Option<f64> {
+    pub(crate) fn proportion(&self, id: InstanceId) -> Option<f64> {
         if let Some(&p) = self.manual.get(&id) {
             return Some(p);
         }
@@ -131,7 +132,7 @@ impl Shares {
     /// error nothing changes.
     pub(crate) fn set_manual(
         &mut self,
-        id: u64,
+        id: InstanceId,
         proportion: f64,
     ) -> Result<Option<ShareWarning>, MemError> {
         check_proportion(proportion)?;
@@ -143,7 +144,7 @@ impl Shares {
     }
 
     /// Moves `id` from the manual pool to the auto pool; on error nothing changes.
-    pub(crate) fn set_auto(&mut self, id: u64) -> Result<(), MemError> {
+    pub(crate) fn set_auto(&mut self, id: InstanceId) -> Result<(), MemError> {
         let mut trial = self.clone();
         trial.remove(id);
         trial.add_auto(id)?;
@@ -156,76 +157,88 @@ impl Shares {
 mod tests {
     use super::*;
 
+    fn ids<const N: usize>() -> [InstanceId; N] {
+        std::array::from_fn(|_| InstanceId::fresh())
+    }
+
     #[test]
     fn auto_members_split_the_rest_evenly() {
+        let [i1, i2, i3] = ids::<3>();
         let mut s = Shares::default();
-        s.add(1, Some(0.5)).unwrap();
-        s.add(2, None).unwrap();
-        s.add(3, Some(0.0)).unwrap();
-        assert_eq!(s.proportion(1), Some(0.5));
-        assert_eq!(s.proportion(2), Some(0.25));
-        assert_eq!(s.proportion(3), Some(0.25));
-        s.remove(3);
-        assert_eq!(s.proportion(2), Some(0.5));
+        s.add(i1, Some(0.5)).unwrap();
+        s.add(i2, None).unwrap();
+        s.add(i3, Some(0.0)).unwrap();
+        assert_eq!(s.proportion(i1), Some(0.5));
+        assert_eq!(s.proportion(i2), Some(0.25));
+        assert_eq!(s.proportion(i3), Some(0.25));
+        s.remove(i3);
+        assert_eq!(s.proportion(i2), Some(0.5));
     }
 
     #[test]
     fn manual_pool_limits() {
+        let [i1, i2, i3] = ids::<3>();
         let mut s = Shares::default();
         assert!(matches!(
-            s.add(1, Some(1.5)),
+            s.add(i1, Some(1.5)),
             Err(MemError::InvalidProportion { .. })
         ));
         assert!(matches!(
-            s.add(1, Some(-0.1)),
+            s.add(i1, Some(-0.1)),
             Err(MemError::InvalidProportion { .. })
         ));
         assert!(matches!(
-            s.add(1, Some(f64::NAN)),
+            s.add(i1, Some(f64::NAN)),
             Err(MemError::InvalidProportion { .. })
         ));
-        s.add(1, Some(0.6)).unwrap();
+        s.add(i1, Some(0.6)).unwrap();
         assert!(matches!(
-            s.add(2, Some(0.5)),
+            s.add(i2, Some(0.5)),
             Err(MemError::ManualPoolOverflow { .. })
         ));
         // 0.6 + 0.37 = 0.97 > 0.95 with an empty auto pool: a warning
         assert!(matches!(
-            s.add(2, Some(0.37)),
+            s.add(i2, Some(0.37)),
             Ok(Some(ShareWarning::AutoPoolBelowMinimum { .. }))
         ));
-        assert!(matches!(s.add(3, None), Err(MemError::AutoPoolFull { .. })));
+        assert!(matches!(
+            s.add(i3, None),
+            Err(MemError::AutoPoolFull { .. })
+        ));
     }
 
     #[test]
     fn starving_a_non_empty_auto_pool_is_an_error() {
+        let [i1, i2] = ids::<2>();
         let mut s = Shares::default();
-        s.add(1, None).unwrap();
+        s.add(i1, None).unwrap();
         assert!(matches!(
-            s.add(2, Some(0.96)),
+            s.add(i2, Some(0.96)),
             Err(MemError::AutoPoolStarved { .. })
         ));
-        assert!(s.add(2, Some(0.95)).is_ok());
+        assert!(s.add(i2, Some(0.95)).is_ok());
     }
 
     #[test]
     fn exact_sums_are_not_overflows() {
+        let [i1, i2, i3] = ids::<3>();
         let mut s = Shares::default();
-        s.add(1, Some(0.1)).unwrap();
-        s.add(2, Some(0.2)).unwrap();
-        assert!(s.add(3, Some(0.7)).is_ok());
+        s.add(i1, Some(0.1)).unwrap();
+        s.add(i2, Some(0.2)).unwrap();
+        assert!(s.add(i3, Some(0.7)).is_ok());
     }
 
     #[test]
     fn moves_between_pools_are_all_or_nothing() {
+        let [i1, i2] = ids::<2>();
         let mut s = Shares::default();
-        s.add(1, None).unwrap();
-        s.add(2, Some(0.5)).unwrap();
-        s.set_manual(1, 0.3).unwrap();
-        assert!(s.is_manual(1));
-        assert!(s.set_manual(1, 0.6).is_err());
-        assert_eq!(s.proportion(1), Some(0.3));
-        s.set_auto(1).unwrap();
-        assert_eq!(s.proportion(1), Some(0.5));
+        s.add(i1, None).unwrap();
+        s.add(i2, Some(0.5)).unwrap();
+        s.set_manual(i1, 0.3).unwrap();
+        assert!(s.is_manual(i1));
+        assert!(s.set_manual(i1, 0.6).is_err());
+        assert_eq!(s.proportion(i1), Some(0.3));
+        s.set_auto(i1).unwrap();
+        assert_eq!(s.proportion(i1), Some(0.5));
     }
 }

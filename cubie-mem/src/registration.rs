@@ -1,12 +1,17 @@
-//! Registration: how an instance joins a manager, and the RAII handles that
-//! keep it there.
+//! Registration: how an instance asks to join a manager.
+//!
+//! The handles a registration returns ([`Instance`](crate::Instance),
+//! [`Owner`](crate::Owner)) live with the manager; this module holds only the
+//! builder and the hook types, so it depends on no manager internals.
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::ArrayResponse;
-use crate::manager::Inner;
+use crate::ids::OwnerId;
 
 /// A hook called when an instance's buffers are evicted or invalidated.
 pub(crate) type InvalidateHook = Arc<Mutex<Box<dyn FnMut() + Send>>>;
@@ -20,24 +25,16 @@ pub(crate) struct SpillSettings {
     pub(crate) directory: Option<PathBuf>,
 }
 
-/// Identifies an eviction unit within one manager.
-#[derive(Clone, Debug)]
-pub struct OwnerKey {
-    pub(crate) manager: Weak<Inner>,
-    pub(crate) owner: u64,
-}
-
-mod sealed {
+pub(crate) mod sealed {
+    /// Keeps [`AsOwner`](super::AsOwner) to the crate's handles.
     pub trait Sealed {}
-    impl Sealed for super::Instance {}
-    impl Sealed for super::Owner {}
 }
 
-/// Something that names an eviction unit: an [`Instance`] (its owner) or an
-/// [`Owner`].
+/// Something that names an eviction unit: an [`Instance`](crate::Instance)
+/// (its owner) or an [`Owner`](crate::Owner).
 pub trait AsOwner: sealed::Sealed {
     /// The owner this stands for.
-    fn owner_key(&self) -> OwnerKey;
+    fn owner_id(&self) -> OwnerId;
 }
 
 /// How to register an instance; pass to [`MemoryManager::register`](crate::MemoryManager::register).
@@ -47,15 +44,23 @@ pub trait AsOwner: sealed::Sealed {
 ///
 /// let mgr = MemoryManager::new(SimBackend::new(1 << 30));
 /// let solver = mgr
-///     .register(Registration::new().proportion(0.25).stream_group("integrators").on_invalidate(|| {}))
+///     .register(
+///         Registration::new()
+///             .name("rk45-outputs")
+///             .proportion(0.25)
+///             .stream_group("integrators")
+///             .on_invalidate(|| {}),
+///     )
 ///     .unwrap();
 /// assert_eq!(mgr.cap(&solver), 1 << 28);
+/// assert_eq!(solver.name(), Some("rk45-outputs"));
 /// ```
 #[derive(Default)]
 pub struct Registration {
+    pub(crate) name: Option<String>,
     pub(crate) proportion: Option<f64>,
     pub(crate) stream_group: Option<String>,
-    pub(crate) owner: Option<OwnerKey>,
+    pub(crate) owner: Option<OwnerId>,
     pub(crate) on_invalidate: Option<InvalidateHook>,
     pub(crate) on_allocation_ready: Option<ReadyHook>,
     pub(crate) spill: SpillSettings,
@@ -65,6 +70,13 @@ impl Registration {
     /// A registration in the auto pool, the "default" stream group, owning itself.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A name shown in statistics, reports, errors and tracing instead of
+    /// "instance 3".
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
     }
 
     /// A fixed share of device memory (manual pool); 0 means the auto pool.
@@ -80,10 +92,10 @@ impl Registration {
     }
 
     /// Makes `owner` the eviction unit of this registration: it is evicted
-    /// together with the owner's other registrations and inherits its spill
-    /// settings.
+    /// together with the owner's other registrations, is served with them by
+    /// `allocate_queue`, and inherits the owner's spill settings.
     pub fn owner(mut self, owner: &impl AsOwner) -> Self {
-        self.owner = Some(owner.owner_key());
+        self.owner = Some(owner.owner_id());
         self
     }
 
@@ -95,7 +107,7 @@ impl Registration {
     }
 
     /// Called (with no manager lock held) with this instance's response each
-    /// time a batch is allocated for its stream group.
+    /// time a batch is allocated for its owner in its stream group.
     pub fn on_allocation_ready(mut self, hook: impl FnMut(ArrayResponse) + Send + 'static) -> Self {
         self.on_allocation_ready = Some(Arc::new(Mutex::new(Box::new(hook))));
         self
@@ -117,90 +129,13 @@ impl Registration {
 impl fmt::Debug for Registration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registration")
+            .field("name", &self.name)
             .field("proportion", &self.proportion)
             .field("stream_group", &self.stream_group)
-            .field("owner", &self.owner.as_ref().map(|o| o.owner))
+            .field("owner", &self.owner)
             .field("on_invalidate", &self.on_invalidate.is_some())
             .field("on_allocation_ready", &self.on_allocation_ready.is_some())
             .field("spill", &self.spill)
             .finish()
-    }
-}
-
-/// A registered instance. Dropping it deregisters it: its share, group
-/// membership, queued requests and allocations go.
-pub struct Instance {
-    pub(crate) id: u64,
-    pub(crate) owner: u64,
-    pub(crate) manager: Weak<Inner>,
-}
-
-impl Instance {
-    /// The instance's id (unique within its manager).
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-}
-
-impl AsOwner for Instance {
-    fn owner_key(&self) -> OwnerKey {
-        OwnerKey {
-            manager: self.manager.clone(),
-            owner: self.owner,
-        }
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        if let Some(inner) = self.manager.upgrade() {
-            inner.deregister(self.id);
-        }
-    }
-}
-
-impl fmt::Debug for Instance {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Instance")
-            .field("id", &self.id)
-            .field("owner", &self.owner)
-            .finish()
-    }
-}
-
-/// An eviction unit that need not register itself (from
-/// [`MemoryManager::new_owner`](crate::MemoryManager::new_owner)).
-pub struct Owner {
-    pub(crate) id: u64,
-    pub(crate) manager: Weak<Inner>,
-}
-
-impl Owner {
-    /// The owner's id.
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-}
-
-impl AsOwner for Owner {
-    fn owner_key(&self) -> OwnerKey {
-        OwnerKey {
-            manager: self.manager.clone(),
-            owner: self.id,
-        }
-    }
-}
-
-impl Drop for Owner {
-    fn drop(&mut self) {
-        if let Some(inner) = self.manager.upgrade() {
-            inner.release_owner_handle(self.id);
-        }
-    }
-}
-
-impl fmt::Debug for Owner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Owner").field("id", &self.id).finish()
     }
 }

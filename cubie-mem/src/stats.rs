@@ -6,15 +6,23 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::backend::MemInfo;
-use crate::{Bytes, LimitMode};
+use crate::ids::InstanceId;
+use crate::{Bytes, LimitMode, MemoryKind};
 
 /// Counters for one scope (an instance, a group, or the whole manager).
+/// Every counter saturates instead of overflowing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UsageStats {
-    /// Bytes allocated now (device and pinned).
+    /// Bytes allocated now, device and pinned.
     pub current_bytes: u64,
-    /// The most bytes allocated at once.
+    /// Device bytes allocated now.
+    pub device_bytes: u64,
+    /// Pinned host bytes allocated now.
+    pub pinned_bytes: u64,
+    /// The most bytes (device and pinned) allocated at once.
     pub peak_bytes: u64,
+    /// The most device bytes allocated at once.
+    pub peak_device_bytes: u64,
     /// Arrays allocated now.
     pub current_count: u64,
     /// The most arrays allocated at once.
@@ -30,35 +38,58 @@ pub struct UsageStats {
 }
 
 impl UsageStats {
-    pub(crate) fn allocated(&mut self, bytes: u64) {
-        self.current_bytes += bytes;
-        self.current_count += 1;
-        self.allocations += 1;
-        self.peak_bytes = self.peak_bytes.max(self.current_bytes);
-        self.peak_count = self.peak_count.max(self.current_count);
-    }
-
-    pub(crate) fn freed(&mut self, bytes: u64, evicted: bool) {
-        self.current_bytes = self.current_bytes.saturating_sub(bytes);
-        self.current_count = self.current_count.saturating_sub(1);
-        self.frees += 1;
-        if evicted {
-            self.evictions += 1;
+    fn kind_bytes(&mut self, kind: MemoryKind) -> &mut u64 {
+        match kind {
+            MemoryKind::Device => &mut self.device_bytes,
+            MemoryKind::Pinned => &mut self.pinned_bytes,
         }
     }
 
-    /// Moves the current figures out (for an instance changing group).
-    pub(crate) fn transfer_current(&mut self, bytes: u64, count: u64) {
-        self.current_bytes = self.current_bytes.saturating_sub(bytes);
-        self.current_count = self.current_count.saturating_sub(count);
+    fn update_peaks(&mut self) {
+        self.peak_bytes = self.peak_bytes.max(self.current_bytes);
+        self.peak_device_bytes = self.peak_device_bytes.max(self.device_bytes);
+        self.peak_count = self.peak_count.max(self.current_count);
     }
 
-    /// Moves the current figures in.
-    pub(crate) fn receive_current(&mut self, bytes: u64, count: u64) {
-        self.current_bytes += bytes;
-        self.current_count += count;
-        self.peak_bytes = self.peak_bytes.max(self.current_bytes);
-        self.peak_count = self.peak_count.max(self.current_count);
+    pub(crate) fn allocated(&mut self, bytes: u64, kind: MemoryKind) {
+        self.current_bytes = self.current_bytes.saturating_add(bytes);
+        let of_kind = self.kind_bytes(kind);
+        *of_kind = of_kind.saturating_add(bytes);
+        self.current_count = self.current_count.saturating_add(1);
+        self.allocations = self.allocations.saturating_add(1);
+        self.update_peaks();
+    }
+
+    pub(crate) fn freed(&mut self, bytes: u64, kind: MemoryKind, evicted: bool) {
+        self.current_bytes = self.current_bytes.saturating_sub(bytes);
+        let of_kind = self.kind_bytes(kind);
+        *of_kind = of_kind.saturating_sub(bytes);
+        self.current_count = self.current_count.saturating_sub(1);
+        self.frees = self.frees.saturating_add(1);
+        if evicted {
+            self.evictions = self.evictions.saturating_add(1);
+        }
+    }
+
+    pub(crate) fn chunked(&mut self) {
+        self.chunked_requests = self.chunked_requests.saturating_add(1);
+    }
+
+    /// Moves the current figures of `moved` out (an instance leaving a group).
+    pub(crate) fn transfer_current(&mut self, moved: &UsageStats) {
+        self.current_bytes = self.current_bytes.saturating_sub(moved.current_bytes);
+        self.device_bytes = self.device_bytes.saturating_sub(moved.device_bytes);
+        self.pinned_bytes = self.pinned_bytes.saturating_sub(moved.pinned_bytes);
+        self.current_count = self.current_count.saturating_sub(moved.current_count);
+    }
+
+    /// Moves the current figures of `moved` in (an instance joining a group).
+    pub(crate) fn receive_current(&mut self, moved: &UsageStats) {
+        self.current_bytes = self.current_bytes.saturating_add(moved.current_bytes);
+        self.device_bytes = self.device_bytes.saturating_add(moved.device_bytes);
+        self.pinned_bytes = self.pinned_bytes.saturating_add(moved.pinned_bytes);
+        self.current_count = self.current_count.saturating_add(moved.current_count);
+        self.update_peaks();
     }
 }
 
@@ -66,15 +97,27 @@ impl UsageStats {
 #[derive(Clone, Debug, PartialEq)]
 pub struct InstanceStats {
     /// The instance's id.
-    pub instance: u64,
+    pub instance: InstanceId,
+    /// The name it registered with, if any.
+    pub name: Option<String>,
     /// Its stream group.
     pub group: String,
     /// Its VRAM proportion.
     pub proportion: f64,
-    /// Its cap in bytes.
+    /// Its cap in bytes (a limit only in active mode).
     pub cap: u64,
     /// Its counters.
     pub usage: UsageStats,
+}
+
+impl InstanceStats {
+    /// The name, or "instance N" when unnamed.
+    pub fn display_name(&self) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None => self.instance.to_string(),
+        }
+    }
 }
 
 /// A snapshot of the manager's statistics.
@@ -101,13 +144,43 @@ impl MemoryStats {
     }
 }
 
-/// A [`MemoryStats`] snapshot printed as a table.
+/// A [`MemoryStats`] snapshot printed as a table: current device and pinned
+/// MiB, peaks, array counts and event counters per instance, group and in
+/// total. Caps appear only in active limit mode, where they are limits.
 pub struct MemoryReport<'a> {
     stats: &'a MemoryStats,
 }
 
 fn mib(bytes: u64) -> String {
     format!("{:.2}", bytes as f64 / (1u64 << 20) as f64)
+}
+
+const HEADER: [&str; 10] = [
+    "scope",
+    "device MiB",
+    "pinned MiB",
+    "peak MiB",
+    "arrays",
+    "peak arrays",
+    "allocs",
+    "frees",
+    "evicted",
+    "chunked",
+];
+
+fn row(scope: String, u: &UsageStats) -> [String; 10] {
+    [
+        scope,
+        mib(u.device_bytes),
+        mib(u.pinned_bytes),
+        mib(u.peak_bytes),
+        u.current_count.to_string(),
+        u.peak_count.to_string(),
+        u.allocations.to_string(),
+        u.frees.to_string(),
+        u.evictions.to_string(),
+        u.chunked_requests.to_string(),
+    ]
 }
 
 impl fmt::Display for MemoryReport<'_> {
@@ -121,41 +194,22 @@ impl fmt::Display for MemoryReport<'_> {
             Bytes(s.device.free),
             s.limit_mode
         )?;
-        let header = [
-            "scope", "cur MiB", "peak MiB", "arrays", "peak", "allocs", "frees", "evicted",
-            "chunked",
-        ];
-        let mut rows: Vec<[String; 9]> = Vec::new();
-        let mut row = |scope: String, u: &UsageStats| {
-            rows.push([
-                scope,
-                mib(u.current_bytes),
-                mib(u.peak_bytes),
-                u.current_count.to_string(),
-                u.peak_count.to_string(),
-                u.allocations.to_string(),
-                u.frees.to_string(),
-                u.evictions.to_string(),
-                u.chunked_requests.to_string(),
-            ]);
-        };
+        let mut rows: Vec<[String; 10]> = Vec::new();
         for i in &s.instances {
-            row(
-                format!(
-                    "instance {} ({}, cap {} MiB)",
-                    i.instance,
-                    i.group,
-                    mib(i.cap)
-                ),
-                &i.usage,
-            );
+            let scope = match s.limit_mode {
+                LimitMode::Active => {
+                    format!("{} ({}, cap {} MiB)", i.display_name(), i.group, mib(i.cap))
+                }
+                LimitMode::Passive => format!("{} ({})", i.display_name(), i.group),
+            };
+            rows.push(row(scope, &i.usage));
         }
         for (name, usage) in &s.groups {
-            row(format!("group {name}"), usage);
+            rows.push(row(format!("group {name}"), usage));
         }
-        row("total".to_owned(), &s.total);
+        rows.push(row("total".to_owned(), &s.total));
 
-        let mut widths = header.map(str::len);
+        let mut widths = HEADER.map(str::len);
         for r in &rows {
             for (w, cell) in widths.iter_mut().zip(r) {
                 *w = (*w).max(cell.len());
@@ -171,7 +225,7 @@ impl fmt::Display for MemoryReport<'_> {
             }
             writeln!(f)
         };
-        line(f, &header)?;
+        line(f, &HEADER)?;
         let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
         line(f, &rule.iter().map(String::as_str).collect::<Vec<_>>())?;
         for r in &rows {
@@ -186,36 +240,78 @@ mod tests {
     use super::*;
 
     #[test]
-    fn peaks_follow_current() {
+    fn peaks_follow_current_and_kinds_split() {
         let mut u = UsageStats::default();
-        u.allocated(100);
-        u.allocated(50);
-        u.freed(100, true);
+        u.allocated(100, MemoryKind::Device);
+        u.allocated(50, MemoryKind::Pinned);
+        u.freed(100, MemoryKind::Device, true);
         assert_eq!((u.current_bytes, u.peak_bytes), (50, 150));
+        assert_eq!((u.device_bytes, u.pinned_bytes), (0, 50));
+        assert_eq!(u.peak_device_bytes, 100);
         assert_eq!((u.current_count, u.peak_count), (1, 2));
         assert_eq!((u.allocations, u.frees, u.evictions), (2, 1, 1));
     }
 
     #[test]
-    fn report_is_a_table() {
-        let mut total = UsageStats::default();
-        total.allocated(3 << 20);
-        let stats = MemoryStats {
+    fn counters_saturate() {
+        let mut u = UsageStats::default();
+        u.allocated(u64::MAX, MemoryKind::Device);
+        u.allocated(u64::MAX, MemoryKind::Device);
+        assert_eq!(u.current_bytes, u64::MAX);
+        u.freed(u64::MAX, MemoryKind::Device, false);
+        u.freed(u64::MAX, MemoryKind::Device, false);
+        u.freed(u64::MAX, MemoryKind::Device, false);
+        assert_eq!((u.current_bytes, u.current_count), (0, 0));
+    }
+
+    fn stats(limit_mode: LimitMode) -> MemoryStats {
+        let mut usage = UsageStats::default();
+        usage.allocated(3 << 20, MemoryKind::Device);
+        usage.allocated(1 << 20, MemoryKind::Pinned);
+        MemoryStats {
             backend: "simulated",
             device: MemInfo {
                 free: 1 << 30,
                 total: 8 << 30,
             },
-            limit_mode: LimitMode::Passive,
-            total,
-            groups: BTreeMap::from([("default".to_owned(), total)]),
-            instances: vec![],
-        };
-        let text = stats.report().to_string();
+            limit_mode,
+            total: usage,
+            groups: BTreeMap::from([("default".to_owned(), usage)]),
+            instances: vec![InstanceStats {
+                instance: InstanceId::fresh(),
+                name: Some("rk45-outputs".to_owned()),
+                group: "default".to_owned(),
+                proportion: 0.5,
+                cap: 4 << 30,
+                usage,
+            }],
+        }
+    }
+
+    #[test]
+    fn report_is_a_table_with_distinct_headers_and_names() {
+        let text = stats(LimitMode::Passive).report().to_string();
+        let header = text.lines().nth(1).unwrap();
+        let mut columns: Vec<&str> = header
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(columns.len(), HEADER.len());
+        columns.sort_unstable();
+        columns.dedup();
+        assert_eq!(columns.len(), HEADER.len(), "headers are distinct");
         assert!(text.contains("group default"));
-        assert!(
-            text.lines()
-                .any(|l| l.starts_with("total") && l.contains("3.00"))
-        );
+        assert!(text.contains("rk45-outputs (default)"));
+        assert!(!text.contains("cap"), "passive mode shows no caps");
+        let total = text.lines().find(|l| l.starts_with("total")).unwrap();
+        let cells: Vec<&str> = total.split_whitespace().collect();
+        assert_eq!(&cells[1..4], ["3.00", "1.00", "4.00"]);
+    }
+
+    #[test]
+    fn active_mode_shows_caps() {
+        let text = stats(LimitMode::Active).report().to_string();
+        assert!(text.contains("rk45-outputs (default, cap 4096.00 MiB)"));
     }
 }

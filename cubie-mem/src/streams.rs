@@ -1,104 +1,244 @@
 //! Stream groups: instances that share one CUDA stream, so that their work is
 //! ordered together; and the scoped guard that binds a stream as the current
 //! one on this thread.
+//!
+//! Streams are owned: a group holds its stream through an
+//! [`OwnedStream`], and so does every device allocation whose free is ordered
+//! on it and every [`CurrentStream`] guard binding it. The backend stream is
+//! destroyed (through [`Backend::destroy_stream`], which finishes its pending
+//! work first) when the last of them lets go: when a group empties, or after
+//! `reinit_streams` once the arrays moved to the new stream.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-
-use rustc_hash::FxHashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use crate::MemError;
 use crate::backend::{Backend, StreamHandle};
+use crate::ids::{InstanceId, OwnerId};
 
 /// The group an instance joins when none is named.
 pub const DEFAULT_STREAM_GROUP: &str = "default";
 
+/// A backend stream, destroyed when the last holder drops it.
+pub(crate) struct OwnedStream {
+    handle: StreamHandle,
+    backend: Arc<dyn Backend>,
+}
+
+impl OwnedStream {
+    /// Creates a stream on `backend`.
+    pub(crate) fn create(backend: &Arc<dyn Backend>) -> Result<Arc<Self>, MemError> {
+        Ok(Arc::new(OwnedStream {
+            handle: backend.create_stream()?,
+            backend: Arc::clone(backend),
+        }))
+    }
+
+    /// The backend's handle.
+    pub(crate) fn handle(&self) -> StreamHandle {
+        self.handle
+    }
+
+    /// The backend the stream belongs to.
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+}
+
+impl Drop for OwnedStream {
+    fn drop(&mut self) {
+        if let Err(error) = self.backend.destroy_stream(self.handle) {
+            tracing::debug!(stream = self.handle.0, %error, "destroying a stream failed");
+        }
+    }
+}
+
+/// A remembered partition `(chunk_length, chunks)`.
+pub(crate) type Partition = (usize, usize);
+
+/// One group: its members in the order they joined, with their owners.
 #[derive(Default)]
-struct Group {
-    members: Vec<u64>,
-    stream: Option<StreamHandle>,
+pub(crate) struct Group {
+    members: Vec<(InstanceId, OwnerId)>,
+    stream: Option<Arc<OwnedStream>>,
+    /// The last partition each owner was served with in this group.
+    pub(crate) partitions: FxHashMap<OwnerId, Partition>,
+    /// Whether the over-95%-of-caps warning was given (until usage drops).
+    pub(crate) cap_warned: bool,
+}
+
+impl Group {
+    /// The members, in the order they joined.
+    pub(crate) fn members(&self) -> impl Iterator<Item = InstanceId> + '_ {
+        self.members.iter().map(|&(id, _)| id)
+    }
+
+    /// The members of `owner`, in the order they joined.
+    pub(crate) fn members_of(&self, owner: OwnerId) -> impl Iterator<Item = InstanceId> + '_ {
+        self.members
+            .iter()
+            .filter(move |&&(_, o)| o == owner)
+            .map(|&(id, _)| id)
+    }
+
+    /// Number of members.
+    pub(crate) fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The stream, if one was created.
+    pub(crate) fn existing_stream(&self) -> Option<&Arc<OwnedStream>> {
+        self.stream.as_ref()
+    }
 }
 
 /// Which instance is in which group, and each group's stream.
 #[derive(Default)]
 pub(crate) struct StreamGroups {
-    groups: BTreeMap<String, Group>,
-    membership: FxHashMap<u64, String>,
+    groups: BTreeMap<Arc<str>, Group>,
+    membership: FxHashMap<InstanceId, Arc<str>>,
 }
 
 impl StreamGroups {
-    /// Puts `instance` into `group` (creating the group; its stream comes later).
-    pub(crate) fn add(&mut self, instance: u64, group: &str) {
+    /// Puts `instance` of `owner` into `group` (creating the group; its
+    /// stream comes later), taking it out of the group it was in.
+    pub(crate) fn add(&mut self, instance: InstanceId, owner: OwnerId, group: &str) {
         self.remove(instance);
+        let name: Arc<str> = match self.groups.get_key_value(group) {
+            Some((name, _)) => Arc::clone(name),
+            None => Arc::from(group),
+        };
         self.groups
-            .entry(group.to_owned())
+            .entry(Arc::clone(&name))
             .or_default()
             .members
-            .push(instance);
-        self.membership.insert(instance, group.to_owned());
+            .push((instance, owner));
+        self.membership.insert(instance, name);
     }
 
-    /// Takes `instance` out of its group.
-    pub(crate) fn remove(&mut self, instance: u64) {
-        if let Some(name) = self.membership.remove(&instance) {
-            if let Some(group) = self.groups.get_mut(&name) {
-                group.members.retain(|&m| m != instance);
-            }
+    /// Takes `instance` out of its group. A group left empty goes, with its
+    /// stream (destroyed once nothing else holds it).
+    pub(crate) fn remove(&mut self, instance: InstanceId) {
+        let Some(name) = self.membership.remove(&instance) else {
+            return;
+        };
+        let Some(group) = self.groups.get_mut(&name) else {
+            return;
+        };
+        let Some(position) = group.members.iter().position(|&(m, _)| m == instance) else {
+            return;
+        };
+        let (_, owner) = group.members.remove(position);
+        if group.members.is_empty() {
+            self.groups.remove(&name);
+        } else if !group.members.iter().any(|&(_, o)| o == owner) {
+            group.partitions.remove(&owner);
         }
     }
 
-    /// The group `instance` is in.
-    pub(crate) fn group_of(&self, instance: u64) -> Option<&str> {
-        self.membership.get(&instance).map(String::as_str)
-    }
-
-    /// The members of `group`, in the order they joined.
-    pub(crate) fn members(&self, group: &str) -> &[u64] {
-        self.groups.get(group).map_or(&[], |g| &g.members)
-    }
-
-    /// The stream of `group`, created on first use.
-    pub(crate) fn stream(
+    /// Moves `instance` of `owner` to `group`. With `needs_stream`, returns
+    /// the group's stream, created before anything moves so that a failure
+    /// changes nothing.
+    pub(crate) fn move_to(
         &mut self,
+        instance: InstanceId,
+        owner: OwnerId,
         group: &str,
-        backend: &dyn Backend,
-    ) -> Result<StreamHandle, MemError> {
-        if let Some(stream) = self.groups.get(group).and_then(|g| g.stream) {
-            return Ok(stream);
+        needs_stream: bool,
+        backend: &Arc<dyn Backend>,
+    ) -> Result<Option<Arc<OwnedStream>>, MemError> {
+        let stream = if needs_stream {
+            match self.groups.get(group).and_then(|g| g.stream.clone()) {
+                Some(stream) => Some(stream),
+                None => Some(OwnedStream::create(backend)?),
+            }
+        } else {
+            None
+        };
+        self.add(instance, owner, group);
+        if let (Some(stream), Some(g)) = (&stream, self.groups.get_mut(group)) {
+            g.stream.get_or_insert_with(|| Arc::clone(stream));
         }
-        let stream = backend.create_stream()?;
-        self.groups.entry(group.to_owned()).or_default().stream = Some(stream);
         Ok(stream)
     }
 
-    /// Gives every group that had a stream a new one; returns `(group, old, new)`.
+    /// The name of the group `instance` is in.
+    pub(crate) fn group_of(&self, instance: InstanceId) -> Option<&Arc<str>> {
+        self.membership.get(&instance)
+    }
+
+    /// The group named `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<&Group> {
+        self.groups.get(name)
+    }
+
+    /// The group named `name`, writable.
+    pub(crate) fn get_mut(&mut self, name: &str) -> Option<&mut Group> {
+        self.groups.get_mut(name)
+    }
+
+    /// The group `instance` is in.
+    pub(crate) fn group_of_instance(&self, instance: InstanceId) -> Option<&Group> {
+        self.groups.get(self.membership.get(&instance)?)
+    }
+
+    /// The stream of `instance`'s group, created on first use.
+    pub(crate) fn stream_of(
+        &mut self,
+        instance: InstanceId,
+        backend: &Arc<dyn Backend>,
+    ) -> Result<Arc<OwnedStream>, MemError> {
+        let group = self
+            .membership
+            .get(&instance)
+            .and_then(|name| self.groups.get_mut(name))
+            .ok_or_else(|| MemError::UnknownInstance {
+                instance: instance.to_string(),
+            })?;
+        if let Some(stream) = &group.stream {
+            return Ok(Arc::clone(stream));
+        }
+        let stream = OwnedStream::create(backend)?;
+        group.stream = Some(Arc::clone(&stream));
+        Ok(stream)
+    }
+
+    /// Gives every group that has a stream a new one, all or nothing;
+    /// returns the groups whose stream changed with the new streams.
     pub(crate) fn reinit(
         &mut self,
-        backend: &dyn Backend,
-    ) -> Result<Vec<(String, StreamHandle, StreamHandle)>, MemError> {
+        backend: &Arc<dyn Backend>,
+    ) -> Result<Vec<(Arc<str>, Arc<OwnedStream>)>, MemError> {
         let mut replaced = Vec::new();
-        for (name, group) in &mut self.groups {
-            if let Some(old) = group.stream {
-                let new = backend.create_stream()?;
-                group.stream = Some(new);
-                replaced.push((name.clone(), old, new));
+        for (name, group) in &self.groups {
+            if group.stream.is_some() {
+                replaced.push((Arc::clone(name), OwnedStream::create(backend)?));
+            }
+        }
+        for (name, stream) in &replaced {
+            if let Some(group) = self.groups.get_mut(name) {
+                group.stream = Some(Arc::clone(stream));
             }
         }
         Ok(replaced)
     }
-
-    /// Every stream created, for teardown.
-    pub(crate) fn streams(&self) -> impl Iterator<Item = StreamHandle> + '_ {
-        self.groups.values().filter_map(|g| g.stream)
-    }
 }
 
 thread_local! {
+    /// The streams bound on this thread, innermost last, keyed by the
+    /// address of the backend they belong to.
     static CURRENT: RefCell<Vec<(usize, StreamHandle)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The identity of a backend for current-stream bindings: the address of its
+/// shared allocation. Managers sharing one backend (`from_shared`) share
+/// bindings. A binding's guard holds its stream, and the stream holds the
+/// backend, so the address cannot be reused by another backend while any
+/// binding to it exists.
 fn backend_key(backend: &Arc<dyn Backend>) -> usize {
     Arc::as_ptr(backend) as *const () as usize
 }
@@ -116,20 +256,20 @@ pub(crate) fn current_stream_for(backend: &Arc<dyn Backend>) -> Option<StreamHan
 }
 
 /// Binds a stream as the current one on this thread until dropped: copies
-/// through array handles of the same backend made inside the scope are ordered
-/// on it. Guards nest; the innermost wins. Not `Send`: it belongs to the
-/// thread that made it.
+/// and allocations through the same backend made inside the scope are
+/// ordered on it. Guards nest; the innermost wins. Not `Send`: it belongs to
+/// the thread that made it. The guard keeps its stream alive.
 #[must_use = "the stream is current only while the guard lives"]
 pub struct CurrentStream {
     key: usize,
-    stream: StreamHandle,
+    stream: Arc<OwnedStream>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl CurrentStream {
-    pub(crate) fn bind(backend: &Arc<dyn Backend>, stream: StreamHandle) -> Self {
-        let key = backend_key(backend);
-        CURRENT.with(|c| c.borrow_mut().push((key, stream)));
+    pub(crate) fn bind(stream: Arc<OwnedStream>) -> Self {
+        let key = backend_key(stream.backend());
+        CURRENT.with(|c| c.borrow_mut().push((key, stream.handle())));
         CurrentStream {
             key,
             stream,
@@ -139,15 +279,16 @@ impl CurrentStream {
 
     /// The bound stream.
     pub fn stream(&self) -> StreamHandle {
-        self.stream
+        self.stream.handle()
     }
 }
 
 impl Drop for CurrentStream {
     fn drop(&mut self) {
+        let entry = (self.key, self.stream.handle());
         CURRENT.with(|c| {
             let mut stack = c.borrow_mut();
-            if let Some(i) = stack.iter().rposition(|e| *e == (self.key, self.stream)) {
+            if let Some(i) = stack.iter().rposition(|e| *e == entry) {
                 stack.remove(i);
             }
         });
@@ -157,7 +298,97 @@ impl Drop for CurrentStream {
 impl std::fmt::Debug for CurrentStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CurrentStream")
-            .field("stream", &self.stream)
+            .field("stream", &self.stream.handle())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SimBackend;
+
+    fn backend() -> (Arc<dyn Backend>, SimBackend) {
+        let sim = SimBackend::new(1 << 20);
+        (Arc::new(sim.clone()), sim)
+    }
+
+    #[test]
+    fn an_emptied_group_goes_with_its_stream() {
+        let (backend, sim) = backend();
+        let mut groups = StreamGroups::default();
+        let (a, b) = (InstanceId::fresh(), InstanceId::fresh());
+        groups.add(a, a.as_own_owner(), "g");
+        groups.add(b, b.as_own_owner(), "g");
+        let stream = groups.stream_of(a, &backend).unwrap();
+        assert!(Arc::ptr_eq(
+            &stream,
+            &groups.stream_of(b, &backend).unwrap()
+        ));
+        drop(stream);
+        assert_eq!(sim.live_streams(), 1);
+        groups.remove(a);
+        assert_eq!(sim.live_streams(), 1, "b still uses it");
+        groups.add(b, b.as_own_owner(), "elsewhere");
+        assert!(groups.get("g").is_none());
+        assert_eq!(
+            sim.live_streams(),
+            0,
+            "the emptied group's stream is destroyed"
+        );
+    }
+
+    #[test]
+    fn a_held_stream_outlives_its_group() {
+        let (backend, sim) = backend();
+        let mut groups = StreamGroups::default();
+        let a = InstanceId::fresh();
+        groups.add(a, a.as_own_owner(), "g");
+        let held = groups.stream_of(a, &backend).unwrap();
+        groups.remove(a);
+        assert_eq!(sim.live_streams(), 1);
+        drop(held);
+        assert_eq!(sim.live_streams(), 0);
+    }
+
+    #[test]
+    fn partitions_go_with_the_owners_last_member() {
+        let mut groups = StreamGroups::default();
+        let (a, b) = (InstanceId::fresh(), InstanceId::fresh());
+        let owner = a.as_own_owner();
+        groups.add(a, owner, "g");
+        groups.add(b, owner, "g");
+        let other = InstanceId::fresh();
+        groups.add(other, other.as_own_owner(), "g");
+        groups
+            .get_mut("g")
+            .unwrap()
+            .partitions
+            .insert(owner, (5, 2));
+        groups.remove(a);
+        assert!(groups.get("g").unwrap().partitions.contains_key(&owner));
+        groups.remove(b);
+        assert!(!groups.get("g").unwrap().partitions.contains_key(&owner));
+        let members: Vec<_> = groups.get("g").unwrap().members().collect();
+        assert_eq!(members, [other]);
+    }
+
+    #[test]
+    fn reinit_replaces_only_created_streams() {
+        let (backend, sim) = backend();
+        let mut groups = StreamGroups::default();
+        let (a, b) = (InstanceId::fresh(), InstanceId::fresh());
+        groups.add(a, a.as_own_owner(), "with");
+        groups.add(b, b.as_own_owner(), "without");
+        let old = groups.stream_of(a, &backend).unwrap();
+        let replaced = groups.reinit(&backend).unwrap();
+        assert_eq!(replaced.len(), 1);
+        assert_eq!(&*replaced[0].0, "with");
+        assert_ne!(
+            old.handle(),
+            groups.stream_of(a, &backend).unwrap().handle()
+        );
+        drop((old, replaced));
+        assert_eq!(sim.live_streams(), 1);
     }
 }

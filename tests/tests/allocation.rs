@@ -171,43 +171,69 @@ fn pinned_requests_count_toward_the_budget() {
 }
 
 #[test]
-fn participants_are_the_triggers_group_and_other_groups_stay_queued() {
+fn participants_are_the_triggers_owner_in_the_triggers_group() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
-    let (ia, ib, ic) = (Inbox::default(), Inbox::default(), Inbox::default());
+    let inboxes: [Inbox; 4] = Default::default();
     let a = mgr
         .register(
             queuing()
                 .stream_group("solvers")
-                .on_allocation_ready(ia.hook()),
+                .on_allocation_ready(inboxes[0].hook()),
         )
         .unwrap();
-    let b = mgr
+    // Same owner and group as a: served with it.
+    let partner = mgr
+        .register(
+            queuing()
+                .owner(&a)
+                .stream_group("solvers")
+                .on_allocation_ready(inboxes[1].hook()),
+        )
+        .unwrap();
+    // Same group, another owner: neither served nor notified.
+    let stranger = mgr
         .register(
             queuing()
                 .stream_group("solvers")
-                .on_allocation_ready(ib.hook()),
+                .on_allocation_ready(inboxes[2].hook()),
         )
         .unwrap();
-    let c = mgr
+    // Same owner, another group: not served either.
+    let elsewhere = mgr
         .register(
             queuing()
+                .owner(&a)
                 .stream_group("other")
-                .on_allocation_ready(ic.hook()),
+                .on_allocation_ready(inboxes[3].hook()),
         )
         .unwrap();
     mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
-    mgr.queue_request(&b, [("y", runs_request(16, 10))])
+    mgr.queue_request(&partner, [("y", runs_request(16, 10))])
         .unwrap();
-    mgr.queue_request(&c, [("z", runs_request(8, 10))]).unwrap();
+    mgr.queue_request(&stranger, [("z", runs_request(8, 20))])
+        .unwrap();
+    mgr.queue_request(&elsewhere, [("w", runs_request(8, 10))])
+        .unwrap();
     mgr.allocate_queue(&a).unwrap();
-    let (ra, rb) = (ia.take(), ib.take());
+    let [ra, rp, rs, re] = inboxes.clone().map(|i| i.take());
     assert_eq!(ra.len(), 1);
-    assert_eq!(rb.len(), 1);
+    assert_eq!(rp.len(), 1);
     assert_eq!(ra[0].chunked_shapes["x"], [1, 10]);
-    assert_eq!(rb[0].chunked_shapes["y"], [2, 10]);
-    assert!(ic.take().is_empty());
-    assert!(mgr.has_queued(&c));
-    assert!(!mgr.has_queued(&b));
+    assert_eq!(rp[0].chunked_shapes["y"], [2, 10]);
+    assert!(rs.is_empty(), "another owner's member is not notified");
+    assert!(
+        re.is_empty(),
+        "the owner's member in another group is not served"
+    );
+    assert!(!mgr.has_queued(&a) && !mgr.has_queued(&partner));
+    assert!(mgr.has_queued(&stranger) && mgr.has_queued(&elsewhere));
+    assert_eq!(mgr.allocated_bytes(&stranger), 0);
+
+    // The stranger's set waits for its own trigger, with its own run count.
+    let r = mgr.allocate_queue_for(&stranger).unwrap();
+    assert_eq!(r.chunked_shapes["z"], [1, 20]);
+    assert_eq!(inboxes[2].take().len(), 1);
+    assert!(inboxes[0].take().is_empty() && inboxes[1].take().is_empty());
 }
 
 #[test]
@@ -230,10 +256,20 @@ fn the_group_shares_one_plan_and_notaries_get_it_empty() {
         .register(queuing().stream_group("g").on_allocation_ready(ia.hook()))
         .unwrap();
     let b = mgr
-        .register(queuing().stream_group("g").on_allocation_ready(ib.hook()))
+        .register(
+            queuing()
+                .owner(&a)
+                .stream_group("g")
+                .on_allocation_ready(ib.hook()),
+        )
         .unwrap();
     let _notary = mgr
-        .register(queuing().stream_group("g").on_allocation_ready(ic.hook()))
+        .register(
+            queuing()
+                .owner(&a)
+                .stream_group("g")
+                .on_allocation_ready(ic.hook()),
+        )
         .unwrap();
     mgr.queue_request(&a, [("x", runs_request(8000, 10))])
         .unwrap();
@@ -255,7 +291,9 @@ fn a_notary_holding_arrays_keeps_its_partition() {
     // max_chunk 6 -> 2 chunks of 5. The notary keeps arrays laid out for (5, 2).
     let (mgr, sim) = manager(1 << 30, 50_000);
     let holder = mgr.register(queuing().stream_group("g")).unwrap();
-    let other = mgr.register(queuing().stream_group("g")).unwrap();
+    let other = mgr
+        .register(queuing().owner(&holder).stream_group("g"))
+        .unwrap();
     mgr.queue_request(&holder, [("x", runs_request(8000, 10))])
         .unwrap();
     let r = mgr.allocate_queue_for(&holder).unwrap();

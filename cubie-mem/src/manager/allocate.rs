@@ -1,132 +1,144 @@
-//! `allocate_queue`: gathering a stream group's queue, evicting idle owners
-//! under physical pressure, planning, allocating all-or-nothing, and
-//! delivering responses.
+//! `allocate_queue`: taking the owner's queued sets, evicting idle owners
+//! under physical pressure, planning, allocating all or nothing, and
+//! committing.
+//!
+//! The call runs in two steps under the manager's lock. [`Inner::prepare`]
+//! may fail and changes nothing but evictions (whose hooks are delivered
+//! whatever happens after): it allocates only new memory, beside the arrays
+//! the participants hold. [`Inner::commit`] cannot fail: it retires replaced
+//! arrays, hands reused buffers to their new arrays and builds the responses.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{Inner, State};
-use crate::array::{ReleaseReason, Slot};
-use crate::backend::StreamHandle;
+use super::Inner;
+use super::hooks::Hooks;
+use super::state::{Queued, State};
+use crate::array::ReleaseReason;
+use crate::array::slot::{Memory, Slot};
 use crate::config::LimitMode;
+use crate::ids::{InstanceId, OwnerId};
 use crate::plan::{BatchSizes, Budget, ChunkPlan, OVERSIZE_WARNING_FACTOR, plan_chunks};
-use crate::registration::{InvalidateHook, ReadyHook};
-use crate::{ArrayResponse, Bytes, MemError, MemoryKind, RequestSet};
+use crate::streams::OwnedStream;
+use crate::{ArrayRequest, ArrayResponse, Bytes, DType, MemError, MemoryKind};
 
 /// Fraction of a group's caps above which active mode warns.
 const CAP_WARNING_FRACTION: f64 = 0.95;
 
-/// The outcome of a successful `allocate_queue`, with the hooks still to call.
-pub(crate) struct Delivery {
-    responses: Vec<(u64, ArrayResponse, Option<ReadyHook>)>,
-    invalidated: Vec<InvalidateHook>,
+/// What a call produced: hooks to run (always), and the trigger's response.
+pub(crate) struct Outcome {
+    pub(crate) hooks: Hooks,
+    pub(crate) result: Result<ArrayResponse, MemError>,
 }
 
-impl Delivery {
-    fn empty() -> Self {
-        Delivery {
-            responses: Vec::new(),
-            invalidated: Vec::new(),
-        }
-    }
+/// The participants of one call and the sets they queued.
+struct Batch {
+    trigger: InstanceId,
+    group: Arc<str>,
+    owner: OwnerId,
+    /// The group's members of the trigger's owner, in the order they joined.
+    participants: Vec<InstanceId>,
+    /// The queued sets taken, in queue order.
+    taken: Vec<(InstanceId, Queued)>,
+}
 
-    /// The response of `instance` (a copy when its hook will also get one).
-    pub(crate) fn response_for(&mut self, instance: u64) -> ArrayResponse {
-        match self.responses.iter_mut().find(|(i, _, _)| *i == instance) {
-            Some((_, response, Some(_))) => response.clone(),
-            Some((_, response, None)) => std::mem::take(response),
-            None => ArrayResponse::default(),
-        }
-    }
-
-    /// Calls the invalidate hooks of evicted instances, then every
-    /// participant's ready hook. Runs with no manager lock held.
-    pub(crate) fn run_hooks(self) {
-        call_invalidate_hooks(&self.invalidated);
-        for (_, response, hook) in self.responses {
-            if let Some(hook) = hook {
-                let mut hook = hook.lock().unwrap_or_else(|p| p.into_inner());
-                (*hook)(response);
-            }
-        }
+impl Batch {
+    fn requests(&self) -> impl Iterator<Item = (&str, &ArrayRequest)> + Clone {
+        self.taken.iter().flat_map(|(_, q)| q.set.iter())
     }
 }
 
-/// Calls invalidate hooks, each at most once.
-pub(crate) fn call_invalidate_hooks(hooks: &[InvalidateHook]) {
-    for hook in hooks {
-        let mut hook = hook.lock().unwrap_or_else(|p| p.into_inner());
-        (*hook)();
-    }
+/// Where one requested array comes from.
+enum Placement {
+    /// The array held under the label has the same type and shape: kept,
+    /// and its handles stay valid.
+    Keep(Arc<Slot>),
+    /// The buffer held under the label is large enough: reused in place.
+    Reuse {
+        old: Arc<Slot>,
+        memory: Memory,
+        dtype: DType,
+        shape: Box<[usize]>,
+    },
+    /// New memory, replacing what the label held (if anything) on commit.
+    Fresh {
+        slot: Arc<Slot>,
+        replaces: Option<Arc<Slot>>,
+    },
 }
 
-/// `H`: what the caps of `group`'s members still allow, counting `replaced`
-/// bytes (about to be freed) as available.
-pub(crate) fn cap_headroom(s: &State, group: &str, total: u64, replaced: u64) -> u64 {
-    let members = s.groups.members(group);
-    let caps: u64 = members.iter().map(|&m| s.cap(m, total)).sum();
-    let held: u64 = members
-        .iter()
-        .filter_map(|m| s.instances.get(m))
-        .map(|i| i.device_bytes())
-        .sum();
-    caps.saturating_sub(held.saturating_sub(replaced))
-}
-
-/// A new allocation made during the call, kept until commit or rollback.
-struct Made {
-    instance: u64,
-    label: String,
-    slot: Arc<Slot>,
-    /// An existing array of the same label, type and shape, kept as it is
-    /// (its handles stay valid).
-    kept: bool,
+/// A placement for one label of one participant.
+struct Placed {
+    instance: InstanceId,
+    placement: Placement,
 }
 
 impl Inner {
-    pub(crate) fn allocate_queue(&self, trigger: u64) -> Result<Delivery, MemError> {
-        let mut s = self.lock();
-        let group = s.group_of(trigger)?;
-        let members: Vec<u64> = s.groups.members(&group).to_vec();
-        let Some(queue) = s.queue.get_mut(&group) else {
-            return Ok(Delivery::empty());
-        };
-        // Participants: the group's members (the trigger is one of them).
-        let mut taken: Vec<(u64, RequestSet)> = Vec::new();
-        let mut kept: Vec<(u64, RequestSet)> = Vec::new();
-        for entry in queue.drain(..) {
-            if members.contains(&entry.0) {
-                taken.push(entry);
-            } else {
-                kept.push(entry);
-            }
-        }
-        *queue = kept;
-        if taken.is_empty() {
-            return Ok(Delivery::empty());
-        }
-        match self.serve(&mut s, &group, &members, &taken) {
-            Ok(delivery) => Ok(delivery),
-            Err(error) => {
-                let queue = s.queue.entry(group).or_default();
-                let later = std::mem::take(queue);
-                *queue = taken;
-                queue.extend(later);
-                Err(error)
-            }
-        }
+    /// Serves `trigger`'s owner in its group. `want_response`: the caller
+    /// takes the trigger's response.
+    pub(crate) fn allocate_queue(&self, trigger: InstanceId, want_response: bool) -> Outcome {
+        let mut hooks = Hooks::default();
+        let result = self.serve(&mut self.lock(), trigger, want_response, &mut hooks);
+        Outcome { hooks, result }
     }
 
     fn serve(
         &self,
         s: &mut State,
-        group: &str,
-        members: &[u64],
-        taken: &[(u64, RequestSet)],
-    ) -> Result<Delivery, MemError> {
-        let sizes = BatchSizes::measure(taken.iter().flat_map(|(_, set)| set.iter()))?;
+        trigger: InstanceId,
+        want_response: bool,
+        hooks: &mut Hooks,
+    ) -> Result<ArrayResponse, MemError> {
+        let owner = s.instance(trigger)?.owner;
+        let group = s.group_of(trigger)?;
+        let participants: Vec<InstanceId> = s
+            .groups
+            .get(&group)
+            .map(|g| g.members_of(owner).collect())
+            .unwrap_or_default();
+        let mut taken: Vec<(InstanceId, Queued)> = participants
+            .iter()
+            .filter_map(|&id| Some((id, s.instances.get_mut(&id)?.queued.take()?)))
+            .collect();
+        if taken.is_empty() {
+            return Ok(ArrayResponse::default());
+        }
+        taken.sort_by_key(|(_, queued)| queued.order);
+        let batch = Batch {
+            trigger,
+            group,
+            owner,
+            participants,
+            taken,
+        };
+        match self.prepare(s, &batch, hooks) {
+            Ok((plan, placed)) => Ok(self.commit(s, batch, plan, placed, want_response, hooks)),
+            Err(error) => {
+                for (id, queued) in batch.taken {
+                    if let Some(instance) = s.instances.get_mut(&id) {
+                        instance.queued = Some(queued);
+                    }
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Plans the batch (evicting idle owners when it does not fit
+    /// physically) and allocates its new memory. On error, what it allocated
+    /// is freed and every array the participants hold is untouched.
+    fn prepare(
+        &self,
+        s: &mut State,
+        batch: &Batch,
+        hooks: &mut Hooks,
+    ) -> Result<(ChunkPlan, Vec<Placed>), MemError> {
+        let sizes = BatchSizes::measure(batch.requests())?;
         let requested = sizes.total_bytes();
-        let free = self.backend.mem_info()?.free;
+        let (free, replaced) = if requested == 0 {
+            (0, 0)
+        } else {
+            (self.backend.mem_info()?.free, replaced_bytes(s, batch))
+        };
         if requested > free.saturating_mul(OVERSIZE_WARNING_FACTOR) {
             tracing::warn!(
                 requested = %Bytes(requested),
@@ -134,223 +146,215 @@ impl Inner {
                 "batch is over {OVERSIZE_WARNING_FACTOR}x the free device memory; it will run in many chunks"
             );
         }
-        let replaced: u64 = taken
-            .iter()
-            .filter_map(|(id, set)| {
-                let state = s.instances.get(id)?;
-                Some(
-                    set.labels()
-                        .filter_map(|l| state.allocations.get(l))
-                        .filter(|slot| slot.kind() == MemoryKind::Device)
-                        .map(|slot| slot.bytes())
-                        .sum::<u64>(),
-                )
-            })
-            .sum();
-        let mut effective_free = free.saturating_add(replaced);
         let headroom = match s.limit_mode {
             LimitMode::Passive => None,
-            LimitMode::Active => Some(cap_headroom(s, group, self.total, replaced)),
+            LimitMode::Active => Some(s.cap_headroom(&batch.group, self.total, replaced)),
         };
-
-        let mut invalidated = Vec::new();
-        let caps_allow = headroom.is_none_or(|h| requested < h);
-        if requested >= effective_free && caps_allow {
-            let protected: HashSet<u64> = taken
-                .iter()
-                .filter_map(|(id, _)| s.instances.get(id).map(|i| i.owner))
-                .collect();
-            let (released, hooks) = self.evict(s, requested - effective_free + 1, &protected);
-            effective_free += released;
-            invalidated = hooks;
-        }
-
-        let budget = Budget {
-            effective_free,
+        let mut budget = Budget {
+            effective_free: free.saturating_add(replaced),
             cap_headroom: headroom,
             granule: self.config.allocation_granule_bytes,
         };
-        let mut plan = plan_chunks(&sizes, &budget)?;
-        plan = self.reuse_partition(s, members, taken, plan);
-
-        let stream = s.groups.stream(group, &*self.backend)?;
-        let made = self.allocate_all(s, group, taken, &plan, stream, free)?;
-
-        // Commit.
-        let mut responses: Vec<(u64, ArrayResponse, Option<ReadyHook>)> = Vec::new();
-        for &(id, _) in taken {
-            s.partitions.insert(id, (plan.chunk_length, plan.chunks));
-            if plan.is_chunked() {
-                s.total_usage.chunked_requests += 1;
-                s.update_group_usage(group, |u| u.chunked_requests += 1);
-                if let Some(i) = s.instances.get_mut(&id) {
-                    i.usage.chunked_requests += 1;
-                }
-            }
-            let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
-            responses.push((id, ArrayResponse::new(plan), hook));
+        if let Some(needed) = budget.shortfall(requested) {
+            let released = self.evict(s, needed, batch.owner, hooks);
+            budget.effective_free = budget.effective_free.saturating_add(released);
         }
-        for Made {
-            instance,
-            label,
-            slot,
-            kept,
-        } in made
-        {
-            let response = responses.iter_mut().find(|(i, _, _)| *i == instance);
-            if kept {
-                if let Some((_, response, _)) = response {
-                    response.insert(label, slot);
-                }
-                continue;
-            }
-            s.count_allocation(instance, group, slot.bytes());
-            if let Some((_, response, _)) = response {
-                response.insert(label.clone(), Arc::clone(&slot));
-            }
-            if let Some(i) = s.instances.get_mut(&instance) {
-                i.allocations.insert(label, slot);
-            }
-        }
-        for &member in members {
-            if !taken.iter().any(|(id, _)| *id == member) {
-                let hook = s.instances.get(&member).and_then(|i| i.on_ready.clone());
-                responses.push((member, ArrayResponse::new(plan), hook));
-            }
-        }
-        if let Some(h) = headroom {
-            self.warn_cap_usage(s, group, h);
-        }
-        Ok(Delivery {
-            responses,
-            invalidated,
-        })
+        let plan = plan_chunks(&sizes, &budget)
+            .map_err(|error| self.explain_caps(s, error, batch, &sizes, &budget))?;
+        let plan = reuse_partition(s, batch, plan);
+        tracing::debug!(
+            group = %batch.group,
+            owner = %s.named_owner(batch.owner),
+            requested = %Bytes(requested),
+            free = %Bytes(free),
+            replaced = %Bytes(replaced),
+            effective_free = %Bytes(budget.effective_free),
+            cap_headroom = ?headroom.map(Bytes),
+            chunks = plan.chunks,
+            chunk_length = plan.chunk_length,
+            "planned a batch"
+        );
+        let stream = s.groups.stream_of(batch.trigger, &self.backend)?;
+        let placed = self.place(s, batch, &plan, &stream, free)?;
+        Ok((plan, placed))
     }
 
-    /// Keeps a notary's remembered partition when it still covers the batch
-    /// and fits, so the notary's arrays stay valid.
-    fn reuse_partition(
-        &self,
-        s: &State,
-        members: &[u64],
-        taken: &[(u64, RequestSet)],
-        plan: ChunkPlan,
-    ) -> ChunkPlan {
-        for &member in members {
-            let notary = !taken.iter().any(|(id, _)| *id == member);
-            let holds = s
-                .instances
-                .get(&member)
-                .is_some_and(|i| !i.allocations.is_empty());
-            if !(notary && holds) {
-                continue;
-            }
-            if let Some(&(length, chunks)) = s.partitions.get(&member) {
-                if let Some(reused) = plan.with_partition(length, chunks) {
-                    return reused;
-                }
-            }
-        }
-        plan
-    }
-
-    /// Allocates every taken request at its chunked shape, reusing a buffer of
-    /// the same label and memory kind when it is large enough. All or nothing:
-    /// on failure everything made here is freed.
-    fn allocate_all(
+    /// Decides where every requested array comes from and allocates the new
+    /// ones. All or nothing: on failure the new memory is freed (dropped).
+    fn place(
         &self,
         s: &mut State,
-        group: &str,
-        taken: &[(u64, RequestSet)],
+        batch: &Batch,
         plan: &ChunkPlan,
-        stream: StreamHandle,
+        stream: &Arc<OwnedStream>,
         free_before: u64,
-    ) -> Result<Vec<Made>, MemError> {
-        let mut made: Vec<Made> = Vec::with_capacity(taken.iter().map(|(_, set)| set.len()).sum());
-        for (id, set) in taken {
-            for (label, request) in set.iter() {
+    ) -> Result<Vec<Placed>, MemError> {
+        let mut placed = Vec::with_capacity(batch.requests().count());
+        for (id, queued) in &batch.taken {
+            for (label, request) in queued.set.iter() {
                 let bytes = plan.chunked_bytes(request);
-                let same = s
+                let old = s
                     .instances
                     .get(id)
                     .and_then(|i| i.allocations.get(label))
-                    .filter(|old| {
-                        old.kind() == request.memory_kind()
+                    .cloned();
+                let same_kind = |old: &Slot| old.kind() == request.memory_kind();
+                let placement = match old {
+                    Some(old)
+                        if same_kind(&old)
                             && old.dtype() == request.dtype()
                             && request
                                 .chunked_dims(plan.chunk_length)
-                                .eq(old.shape().iter().copied())
-                            && old.is_live()
-                    });
-                if let Some(old) = same {
-                    made.push(Made {
-                        instance: *id,
-                        label: label.to_owned(),
-                        slot: Arc::clone(old),
-                        kept: true,
-                    });
-                    continue;
-                }
-                let shape = plan.chunked_shape(request);
-                let (key, previous) = match s
-                    .instances
-                    .get_mut(id)
-                    .and_then(|i| i.allocations.remove_entry(label))
-                {
-                    Some((key, old)) => (key, Some(old)),
-                    None => (label.to_owned(), None),
-                };
-                let allocate = |shape| {
-                    Slot::allocate(
-                        &self.backend,
-                        label,
-                        request.dtype(),
-                        request.memory_kind(),
-                        bytes,
-                        shape,
-                        stream,
-                    )
-                };
-                let slot = match previous {
-                    Some(old) => {
-                        s.count_free(*id, group, old.bytes(), false);
-                        if old.kind() == request.memory_kind() && old.bytes() >= bytes {
-                            old.reuse(request.dtype(), shape)
-                        } else {
-                            if let Err(error) = old.release(ReleaseReason::Replaced) {
-                                tracing::warn!(%label, %error, "freeing a replaced array failed");
-                            }
-                            allocate(shape)
-                        }
+                                .eq(old.shape().iter().copied()) =>
+                    {
+                        Placement::Keep(old)
                     }
-                    None => allocate(shape),
-                };
-                match slot {
-                    Ok(slot) => made.push(Made {
-                        instance: *id,
-                        label: key,
-                        slot,
-                        kept: false,
-                    }),
-                    Err(error) => {
-                        for m in made.iter().filter(|m| !m.kept) {
-                            if let Err(e) = m.slot.release(ReleaseReason::Freed) {
-                                tracing::warn!(label = %m.label, error = %e, "rollback free failed");
-                            }
-                        }
-                        return Err(self.explain_failure(
+                    Some(old) if same_kind(&old) && old.bytes() >= bytes => match old.memory() {
+                        Ok(memory) => Placement::Reuse {
+                            old,
+                            memory,
+                            dtype: request.dtype(),
+                            shape: plan.chunked_shape(request).into_boxed_slice(),
+                        },
+                        Err(_) => self.fresh(
                             s,
-                            error,
                             label,
+                            request,
                             bytes,
                             plan,
+                            stream,
+                            Some(old),
                             free_before,
-                        ));
-                    }
-                }
+                        )?,
+                    },
+                    old => self.fresh(s, label, request, bytes, plan, stream, old, free_before)?,
+                };
+                placed.push(Placed {
+                    instance: *id,
+                    placement,
+                });
             }
         }
-        Ok(made)
+        Ok(placed)
+    }
+
+    /// New memory for one request.
+    #[allow(clippy::too_many_arguments)]
+    fn fresh(
+        &self,
+        s: &mut State,
+        label: &str,
+        request: &ArrayRequest,
+        bytes: u64,
+        plan: &ChunkPlan,
+        stream: &Arc<OwnedStream>,
+        replaces: Option<Arc<Slot>>,
+        free_before: u64,
+    ) -> Result<Placement, MemError> {
+        let slot = Slot::allocate(
+            &self.backend,
+            Arc::from(label),
+            request.dtype(),
+            request.memory_kind(),
+            bytes,
+            plan.chunked_shape(request).into_boxed_slice(),
+            stream,
+        )
+        .map_err(|error| self.explain_failure(s, error, label, bytes, plan, free_before))?;
+        Ok(Placement::Fresh { slot, replaces })
+    }
+
+    /// Applies the placements and builds every participant's response.
+    fn commit(
+        &self,
+        s: &mut State,
+        batch: Batch,
+        plan: ChunkPlan,
+        placed: Vec<Placed>,
+        want_response: bool,
+        hooks: &mut Hooks,
+    ) -> ArrayResponse {
+        let group = &batch.group;
+        let mut responses: Vec<(InstanceId, ArrayResponse)> = batch
+            .participants
+            .iter()
+            .map(|&id| (id, ArrayResponse::new(plan)))
+            .collect();
+        for Placed {
+            instance,
+            placement,
+        } in placed
+        {
+            let slot = match placement {
+                Placement::Keep(slot) => slot,
+                Placement::Reuse {
+                    old,
+                    memory,
+                    dtype,
+                    shape,
+                } => {
+                    let new = old.reuse(memory, dtype, shape);
+                    s.count_free(instance, group, &old, false);
+                    s.count_allocation(instance, group, &new);
+                    self.hold(s, instance, &new);
+                    new
+                }
+                Placement::Fresh { slot, replaces } => {
+                    if let Some(old) = replaces {
+                        if let Err(error) =
+                            s.release_slot(instance, group, &old, ReleaseReason::Replaced)
+                        {
+                            tracing::warn!(label = %old.label(), %error, "freeing a replaced array failed");
+                        }
+                    }
+                    s.count_allocation(instance, group, &slot);
+                    self.hold(s, instance, &slot);
+                    slot
+                }
+            };
+            if let Some((_, response)) = responses.iter_mut().find(|(id, _)| *id == instance) {
+                response.insert(slot);
+            }
+        }
+        if let Some(g) = s.groups.get_mut(group) {
+            g.partitions
+                .insert(batch.owner, (plan.chunk_length, plan.chunks));
+        }
+        if plan.is_chunked() {
+            for (id, _) in &batch.taken {
+                if let Some(i) = s.instances.get_mut(id) {
+                    i.usage.chunked();
+                }
+                s.update_group_usage(group, |u| u.chunked());
+                s.total_usage.chunked();
+            }
+        }
+        if s.limit_mode == LimitMode::Active {
+            self.warn_cap_usage(s, group);
+        }
+        let mut own = ArrayResponse::default();
+        for (id, response) in responses {
+            let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
+            match hook {
+                Some(hook) => {
+                    if want_response && id == batch.trigger {
+                        own = response.clone();
+                    }
+                    hooks.ready(s.named(id), hook, response);
+                }
+                None if id == batch.trigger => own = response,
+                None => {}
+            }
+        }
+        own
+    }
+
+    /// Records `slot` as held by `instance` under its label.
+    fn hold(&self, s: &mut State, instance: InstanceId, slot: &Arc<Slot>) {
+        if let Some(i) = s.instances.get_mut(&instance) {
+            i.allocations
+                .insert(Arc::clone(slot.label()), Arc::clone(slot));
+        }
     }
 
     /// Fills an out-of-memory error with the label, the idle bytes this
@@ -374,97 +378,106 @@ impl Inner {
                     free
                 },
                 idle_held: Bytes(self.idle_bytes(s)),
-                limit: Bytes(plan.allocatable + plan.withheld),
+                limit: Bytes(plan.allocatable.saturating_add(plan.withheld)),
             },
             other => other,
         }
     }
 
-    /// Device bytes held by idle owners.
-    fn idle_bytes(&self, s: &mut State) -> u64 {
-        let owners: Vec<u64> = s.owners.keys().copied().collect();
-        let mut idle = 0;
-        for owner in owners {
-            if s.owner_idle(owner, &*self.backend) {
-                idle += owner_device_bytes(s, owner);
-            }
-        }
-        idle
-    }
-
-    /// Evicts idle owners, least recently used first, whole owners at a time,
-    /// until `needed` device bytes are released. Returns the bytes released and
-    /// the invalidate hooks to call.
-    fn evict(
+    /// When active-mode caps, not the device, kept the batch from fitting,
+    /// says so with the caps, the proportion and the fix.
+    fn explain_caps(
         &self,
-        s: &mut State,
-        needed: u64,
-        protected: &HashSet<u64>,
-    ) -> (u64, Vec<InvalidateHook>) {
-        let mut candidates: Vec<(u64, u64)> = Vec::new();
-        let owners: Vec<u64> = s.owners.keys().copied().collect();
-        for owner in owners {
-            if protected.contains(&owner) || owner_device_bytes(s, owner) == 0 {
-                continue;
-            }
-            if s.owner_idle(owner, &*self.backend) {
-                let last_used = s.owners.get(&owner).map_or(0, |o| o.last_used);
-                candidates.push((last_used, owner));
-            }
+        s: &State,
+        error: MemError,
+        batch: &Batch,
+        sizes: &BatchSizes,
+        budget: &Budget,
+    ) -> MemError {
+        let caps_bind = budget
+            .cap_headroom
+            .is_some_and(|h| h < budget.effective_free);
+        let planner_error = matches!(
+            error,
+            MemError::AllUnchunkable { .. }
+                | MemError::UnchunkableTooLarge { .. }
+                | MemError::SingleRunTooLarge { .. }
+        );
+        if !(caps_bind && planner_error) {
+            return error;
         }
-        candidates.sort_unstable();
-        let mut released = 0;
-        let mut hooks = Vec::new();
-        for (_, owner) in candidates {
-            if released >= needed {
-                break;
-            }
-            let instances = s
-                .owners
-                .get(&owner)
-                .map(|o| o.instances.clone())
-                .unwrap_or_default();
-            for id in instances {
-                released += s.release_all(id, ReleaseReason::Evicted);
-                if let Some(hook) = s.instances.get(&id).and_then(|i| i.on_invalidate.clone()) {
-                    hooks.push(hook);
-                }
-            }
-            tracing::info!(owner, released = %Bytes(released), "evicted an idle owner");
+        let (caps, held) = s.group_caps_and_use(&batch.group, self.total);
+        let proportion: f64 = s
+            .groups
+            .get(&batch.group)
+            .map(|g| g.members().filter_map(|m| s.shares.proportion(m)).sum())
+            .unwrap_or(0.0);
+        let per_run = sizes
+            .chunkable_bytes
+            .div_ceil(u64::try_from(sizes.total_runs).unwrap_or(u64::MAX).max(1));
+        MemError::CapLimited {
+            group: batch.group.to_string(),
+            proportion,
+            caps: Bytes(caps),
+            held: Bytes(held),
+            allowed: Bytes(budget.allocatable().map_or(0, |(alloc, _)| alloc)),
+            needed: Bytes(sizes.unchunkable_bytes.saturating_add(per_run)),
+            free: Bytes(budget.effective_free),
         }
-        (released, hooks)
     }
 
-    fn warn_cap_usage(&self, s: &mut State, group: &str, headroom_before: u64) {
-        let members = s.groups.members(group);
-        let caps: u64 = members.iter().map(|&m| s.cap(m, self.total)).sum();
-        let used: u64 = members
-            .iter()
-            .filter_map(|m| s.instances.get(m))
-            .map(|i| i.device_bytes())
-            .sum();
-        if caps > 0 && used as f64 > CAP_WARNING_FRACTION * caps as f64 {
-            if s.cap_warned.insert(group.to_owned()) {
-                tracing::warn!(
-                    %group,
-                    used = %Bytes(used),
-                    caps = %Bytes(caps),
-                    headroom_before = %Bytes(headroom_before),
-                    "stream group has used over 95% of its caps"
-                );
-            }
-        } else {
-            s.cap_warned.remove(group);
+    fn warn_cap_usage(&self, s: &mut State, group: &Arc<str>) {
+        let (caps, used) = s.group_caps_and_use(group, self.total);
+        let over = caps > 0 && used as f64 > CAP_WARNING_FRACTION * caps as f64;
+        let Some(g) = s.groups.get_mut(group) else {
+            return;
+        };
+        if over && !g.cap_warned {
+            tracing::warn!(
+                %group,
+                used = %Bytes(used),
+                caps = %Bytes(caps),
+                "stream group has used over 95% of its caps"
+            );
         }
+        g.cap_warned = over;
     }
 }
 
-fn owner_device_bytes(s: &State, owner: u64) -> u64 {
-    s.owners.get(&owner).map_or(0, |o| {
-        o.instances
-            .iter()
-            .filter_map(|i| s.instances.get(i))
-            .map(|i| i.device_bytes())
-            .sum()
+/// Device bytes the participants hold under the labels they request: the
+/// arrays about to be replaced.
+fn replaced_bytes(s: &State, batch: &Batch) -> u64 {
+    batch.taken.iter().fold(0u64, |sum, (id, queued)| {
+        let Some(state) = s.instances.get(id) else {
+            return sum;
+        };
+        queued
+            .set
+            .labels()
+            .filter_map(|label| state.allocations.get(label))
+            .filter(|slot| slot.kind() == MemoryKind::Device)
+            .fold(sum, |sum, slot| sum.saturating_add(slot.bytes()))
     })
+}
+
+/// Keeps the remembered partition of the owner in this group when one of
+/// its notaries holds arrays and the partition still covers the batch and
+/// fits, so the notary's arrays stay valid.
+fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan) -> ChunkPlan {
+    let notary_holds = batch.participants.iter().any(|id| {
+        !batch.taken.iter().any(|(t, _)| t == id)
+            && s.instances
+                .get(id)
+                .is_some_and(|i| !i.allocations.is_empty())
+    });
+    let remembered = s
+        .groups
+        .get(&batch.group)
+        .and_then(|g| g.partitions.get(&batch.owner));
+    match remembered {
+        Some(&(length, chunks)) if notary_holds => {
+            plan.with_partition(length, chunks).unwrap_or(plan)
+        }
+        _ => plan,
+    }
 }

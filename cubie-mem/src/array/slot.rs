@@ -1,0 +1,322 @@
+//! One allocation, shared by the manager and every handle to it.
+//!
+//! A slot is either live, holding its [`Memory`], or released with a
+//! [`ReleaseReason`]. The memory itself is reference-counted: an access
+//! clones it out of the slot (under the slot's short lock) and drops it when
+//! done, so the manager can release a slot at any moment without waiting:
+//! the memory is freed when the last holder lets go.
+
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::ReleaseReason;
+use crate::backend::{Backend, DevicePtr, PinnedBlock, StreamHandle};
+use crate::streams::{OwnedStream, current_stream_for};
+use crate::{DType, MemError, MemoryKind};
+
+/// Device memory, freed (ordered on its stream) when the last holder drops it.
+pub(crate) struct DeviceMemory {
+    ptr: DevicePtr,
+    /// The stream the free is ordered on: the owning group's stream.
+    stream: Mutex<Arc<OwnedStream>>,
+    /// False once freed through [`DeviceMemory::free`].
+    live: bool,
+}
+
+impl DeviceMemory {
+    /// The device address.
+    pub(crate) fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// The stream of the owning group.
+    pub(crate) fn stream(&self) -> StreamHandle {
+        self.stream.lock().handle()
+    }
+
+    /// Frees now, reporting a backend failure.
+    fn free(mut self) -> Result<(), MemError> {
+        self.live = false;
+        let stream = self.stream.get_mut();
+        stream.backend().free_device(self.ptr, stream.handle())
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        if !self.live {
+            return;
+        }
+        let stream = self.stream.get_mut();
+        if let Err(error) = stream.backend().free_device(self.ptr, stream.handle()) {
+            tracing::warn!(ptr = %self.ptr, %error, "freeing device memory failed");
+        }
+    }
+}
+
+/// Page-locked host memory; readers and writers take its lock.
+pub(crate) type PinnedMemory = RwLock<Box<dyn PinnedBlock>>;
+
+/// The memory of a live slot. Cloning it keeps the memory alive.
+#[derive(Clone)]
+pub(crate) enum Memory {
+    Device(Arc<DeviceMemory>),
+    Pinned(Arc<PinnedMemory>),
+}
+
+enum SlotState {
+    Live(Memory),
+    Released(ReleaseReason),
+}
+
+/// What releasing a slot did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// The memory was freed now.
+    Freed,
+    /// An access still holds the memory; it is freed when that access ends.
+    Deferred,
+    /// The slot had already been released.
+    AlreadyReleased,
+}
+
+/// One allocation: its description and its memory.
+pub(crate) struct Slot {
+    label: Arc<str>,
+    dtype: DType,
+    kind: MemoryKind,
+    bytes: u64,
+    shape: Box<[usize]>,
+    backend: Arc<dyn Backend>,
+    state: Mutex<SlotState>,
+}
+
+impl Slot {
+    /// Allocates `bytes` of `kind` memory for `label`. Device memory is
+    /// ordered on the thread's current stream when one is bound, else on
+    /// `stream`; its free and later copies default to `stream`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn allocate(
+        backend: &Arc<dyn Backend>,
+        label: Arc<str>,
+        dtype: DType,
+        kind: MemoryKind,
+        bytes: u64,
+        shape: Box<[usize]>,
+        stream: &Arc<OwnedStream>,
+    ) -> Result<Arc<Slot>, MemError> {
+        let memory = match kind {
+            MemoryKind::Device => {
+                let order = current_stream_for(backend).unwrap_or(stream.handle());
+                Memory::Device(Arc::new(DeviceMemory {
+                    ptr: backend.alloc_device(bytes, order)?,
+                    stream: Mutex::new(Arc::clone(stream)),
+                    live: true,
+                }))
+            }
+            MemoryKind::Pinned => {
+                Memory::Pinned(Arc::new(RwLock::new(backend.alloc_pinned(bytes)?)))
+            }
+        };
+        Ok(Arc::new(Slot {
+            label,
+            dtype,
+            kind,
+            bytes,
+            shape,
+            backend: Arc::clone(backend),
+            state: Mutex::new(SlotState::Live(memory)),
+        }))
+    }
+
+    /// A new slot holding `memory`, which this slot holds (a buffer at least
+    /// as large reused for a new type or shape; take `memory` with
+    /// [`Slot::memory`]); this slot's handles then report `Replaced`.
+    pub(crate) fn reuse(&self, memory: Memory, dtype: DType, shape: Box<[usize]>) -> Arc<Slot> {
+        *self.state.lock() = SlotState::Released(ReleaseReason::Replaced);
+        Arc::new(Slot {
+            label: Arc::clone(&self.label),
+            dtype,
+            kind: self.kind,
+            bytes: self.bytes,
+            shape,
+            backend: Arc::clone(&self.backend),
+            state: Mutex::new(SlotState::Live(memory)),
+        })
+    }
+
+    /// Marks the slot released for `reason` and frees its memory unless an
+    /// access still holds it (then the last access frees it). Never waits.
+    pub(crate) fn release(&self, reason: ReleaseReason) -> Result<Release, MemError> {
+        let previous = std::mem::replace(&mut *self.state.lock(), SlotState::Released(reason));
+        match previous {
+            SlotState::Live(Memory::Device(memory)) => match Arc::try_unwrap(memory) {
+                Ok(memory) => memory.free().map(|()| Release::Freed),
+                Err(_shared) => Ok(Release::Deferred),
+            },
+            SlotState::Live(Memory::Pinned(memory)) => match Arc::try_unwrap(memory) {
+                Ok(_freed) => Ok(Release::Freed),
+                Err(_shared) => Ok(Release::Deferred),
+            },
+            SlotState::Released(_) => Ok(Release::AlreadyReleased),
+        }
+    }
+
+    /// The memory, for an access; `Released` when it is gone.
+    pub(crate) fn memory(&self) -> Result<Memory, MemError> {
+        match &*self.state.lock() {
+            SlotState::Live(memory) => Ok(memory.clone()),
+            SlotState::Released(reason) => Err(self.released(*reason)),
+        }
+    }
+
+    /// Orders the free and later copies of device memory on `stream` (the
+    /// instance moved group, or the group got a new stream).
+    pub(crate) fn set_stream(&self, stream: &Arc<OwnedStream>) {
+        if let SlotState::Live(Memory::Device(memory)) = &*self.state.lock() {
+            *memory.stream.lock() = Arc::clone(stream);
+        }
+    }
+
+    /// The stream copies of `memory` are ordered on: the thread's current
+    /// stream when one is bound for this backend, else the group's.
+    pub(crate) fn copy_stream(&self, memory: &DeviceMemory) -> StreamHandle {
+        current_stream_for(&self.backend).unwrap_or_else(|| memory.stream())
+    }
+
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        &*self.backend
+    }
+
+    pub(crate) fn label(&self) -> &Arc<str> {
+        &self.label
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub(crate) fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Why the memory is gone, if it is.
+    pub(crate) fn release_reason(&self) -> Option<ReleaseReason> {
+        match &*self.state.lock() {
+            SlotState::Live(_) => None,
+            SlotState::Released(reason) => Some(*reason),
+        }
+    }
+
+    pub(crate) fn is_live(&self) -> bool {
+        self.release_reason().is_none()
+    }
+
+    /// The error a use of a released slot returns.
+    pub(crate) fn released(&self, reason: ReleaseReason) -> MemError {
+        MemError::Released {
+            label: self.label.to_string(),
+            reason,
+        }
+    }
+
+    /// `DeviceArray<f64>`-style description, for type errors.
+    pub(crate) fn describe(&self) -> String {
+        let kind = match self.kind {
+            MemoryKind::Device => "DeviceArray",
+            MemoryKind::Pinned => "PinnedArray",
+        };
+        format!("{kind}<{}>", self.dtype)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SimBackend;
+
+    fn setup() -> (Arc<dyn Backend>, SimBackend, Arc<OwnedStream>) {
+        let sim = SimBackend::new(1 << 20);
+        let backend: Arc<dyn Backend> = Arc::new(sim.clone());
+        let stream = OwnedStream::create(&backend).unwrap();
+        (backend, sim, stream)
+    }
+
+    fn device_slot(backend: &Arc<dyn Backend>, stream: &Arc<OwnedStream>) -> Arc<Slot> {
+        Slot::allocate(
+            backend,
+            Arc::from("x"),
+            DType::U8,
+            MemoryKind::Device,
+            100,
+            Box::new([100]),
+            stream,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn release_frees_at_once_without_accesses() {
+        let (backend, sim, stream) = setup();
+        let slot = device_slot(&backend, &stream);
+        assert_eq!(sim.live_allocations(), 1);
+        assert_eq!(slot.release(ReleaseReason::Freed).unwrap(), Release::Freed);
+        assert_eq!(sim.live_allocations(), 0);
+        assert_eq!(
+            slot.release(ReleaseReason::Freed).unwrap(),
+            Release::AlreadyReleased
+        );
+        assert!(matches!(slot.memory(), Err(MemError::Released { .. })));
+    }
+
+    #[test]
+    fn release_during_an_access_defers_the_free_to_its_end() {
+        let (backend, sim, stream) = setup();
+        let slot = device_slot(&backend, &stream);
+        let access = slot.memory().unwrap();
+        assert_eq!(
+            slot.release(ReleaseReason::Evicted).unwrap(),
+            Release::Deferred
+        );
+        assert_eq!(slot.release_reason(), Some(ReleaseReason::Evicted));
+        assert_eq!(sim.live_allocations(), 1, "still in use");
+        drop(access);
+        assert_eq!(sim.live_allocations(), 0);
+    }
+
+    #[test]
+    fn reuse_moves_the_memory_and_retires_the_old_slot() {
+        let (backend, sim, stream) = setup();
+        let slot = device_slot(&backend, &stream);
+        let memory = slot.memory().unwrap();
+        let new = slot.reuse(memory, DType::I32, Box::new([25]));
+        assert_eq!(slot.release_reason(), Some(ReleaseReason::Replaced));
+        assert_eq!(new.shape(), [25]);
+        assert_eq!(sim.live_allocations(), 1);
+        assert!(slot.memory().is_err());
+        drop(new);
+        assert_eq!(sim.live_allocations(), 0, "the last holder frees");
+    }
+
+    #[test]
+    fn a_freed_slot_keeps_its_stream_alive_until_the_memory_goes() {
+        let (backend, sim, stream) = setup();
+        let slot = device_slot(&backend, &stream);
+        let access = slot.memory().unwrap();
+        slot.release(ReleaseReason::Freed).unwrap();
+        drop(stream);
+        assert_eq!(sim.live_streams(), 1, "the pending free is ordered on it");
+        drop(access);
+        assert_eq!(sim.live_streams(), 0);
+        assert_eq!(sim.live_allocations(), 0);
+    }
+}

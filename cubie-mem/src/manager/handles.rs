@@ -1,0 +1,105 @@
+//! The RAII handles of a registration ([`Instance`]) and of an eviction unit
+//! ([`Owner`]).
+
+use std::fmt;
+use std::sync::{Arc, Weak};
+
+use super::Inner;
+use crate::ids::{InstanceId, OwnerId};
+use crate::registration::{AsOwner, sealed};
+
+/// A registered instance. Dropping it deregisters it: its share, group
+/// membership, queued requests and allocations go.
+///
+/// Its id is unique in the process, so a manager given another manager's
+/// instance answers with `MemError::UnknownInstance` (or a neutral value
+/// where the call cannot fail).
+pub struct Instance {
+    pub(crate) id: InstanceId,
+    pub(crate) owner: OwnerId,
+    pub(crate) name: Option<Arc<str>>,
+    pub(crate) manager: Weak<Inner>,
+}
+
+impl Instance {
+    /// The instance's id (unique in the process).
+    pub fn id(&self) -> InstanceId {
+        self.id
+    }
+
+    /// The owner this instance is evicted and served with.
+    pub fn owner(&self) -> OwnerId {
+        self.owner
+    }
+
+    /// The name it registered with, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+}
+
+impl sealed::Sealed for Instance {}
+
+impl AsOwner for Instance {
+    fn owner_id(&self) -> OwnerId {
+        self.owner
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Some(inner) = self.manager.upgrade() {
+            inner.lock().deregister(self.id, &*inner.backend);
+        }
+    }
+}
+
+impl fmt::Debug for Instance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Instance")
+            .field("id", &self.id)
+            .field("owner", &self.owner)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// An eviction unit that need not register itself (from
+/// [`MemoryManager::new_owner`](crate::MemoryManager::new_owner)).
+pub struct Owner {
+    pub(crate) id: OwnerId,
+    pub(crate) manager: Weak<Inner>,
+}
+
+impl Owner {
+    /// The owner's id (unique in the process).
+    pub fn id(&self) -> OwnerId {
+        self.id
+    }
+}
+
+impl sealed::Sealed for Owner {}
+
+impl AsOwner for Owner {
+    fn owner_id(&self) -> OwnerId {
+        self.id
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if let Some(inner) = self.manager.upgrade() {
+            let mut state = inner.lock();
+            if let Some(owner) = state.owners.get_mut(&self.id) {
+                owner.handles = owner.handles.saturating_sub(1);
+            }
+            state.drop_owner_if_unused(self.id, &*inner.backend);
+        }
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Owner").field("id", &self.id).finish()
+    }
+}

@@ -1,0 +1,60 @@
+//! Calling user hooks: after the manager's lock is released, each caught
+//! when it panics, so one hook cannot skip the others or unwind through the
+//! manager.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::ArrayResponse;
+use crate::ids::{InstanceId, Named};
+use crate::registration::{InvalidateHook, ReadyHook};
+
+/// Hooks collected under the lock, to call once it is released.
+#[derive(Default)]
+pub(crate) struct Hooks {
+    invalidate: Vec<(Named<InstanceId>, InvalidateHook)>,
+    ready: Vec<(Named<InstanceId>, ReadyHook, ArrayResponse)>,
+}
+
+impl Hooks {
+    /// Schedules an invalidate hook of `instance`.
+    pub(crate) fn invalidate(&mut self, instance: Named<InstanceId>, hook: InvalidateHook) {
+        self.invalidate.push((instance, hook));
+    }
+
+    /// Schedules a ready hook of `instance` with its response.
+    pub(crate) fn ready(
+        &mut self,
+        instance: Named<InstanceId>,
+        hook: ReadyHook,
+        response: ArrayResponse,
+    ) {
+        self.ready.push((instance, hook, response));
+    }
+
+    /// Calls the invalidate hooks, then the ready hooks. Must run with no
+    /// manager lock held. A panicking hook is reported and the rest still run.
+    pub(crate) fn run(self) {
+        for (instance, hook) in self.invalidate {
+            guarded("invalidate", &instance, || (*hook.lock())());
+        }
+        for (instance, hook, response) in self.ready {
+            guarded("allocation-ready", &instance, || (*hook.lock())(response));
+        }
+    }
+}
+
+fn guarded(kind: &str, instance: &Named<InstanceId>, call: impl FnOnce()) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(call)) {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic payload".to_owned());
+        tracing::error!(
+            %instance,
+            hook = kind,
+            panic = %message,
+            "a hook panicked; the manager's state is committed and the other hooks still run"
+        );
+    }
+}

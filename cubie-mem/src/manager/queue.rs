@@ -1,0 +1,62 @@
+//! Queueing request sets and serving them.
+
+use super::handles::Instance;
+use super::state::Queued;
+use crate::{ArrayRequest, ArrayResponse, MemError, MemoryManager, RequestSet};
+
+impl MemoryManager {
+    /// Queues `requests` for `instance` under its stream group, replacing what
+    /// it queued before. The instance must have an invalidate hook.
+    pub fn queue_request<L: Into<String>>(
+        &self,
+        instance: &Instance,
+        requests: impl IntoIterator<Item = (L, ArrayRequest)>,
+    ) -> Result<(), MemError> {
+        let set: RequestSet = requests.into_iter().collect();
+        set.validate()?;
+        let mut s = self.inner.lock();
+        let order = s.queue_order;
+        let state = s.instance_mut(instance.id)?;
+        if state.on_invalidate.is_none() {
+            return Err(MemError::NoInvalidateHook {
+                instance: s.named(instance.id).to_string(),
+            });
+        }
+        state.queued = Some(Queued { order, set });
+        s.queue_order = order.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Whether `instance` has requests queued (false for an instance this
+    /// manager does not know).
+    pub fn has_queued(&self, instance: &Instance) -> bool {
+        self.inner
+            .lock()
+            .instances
+            .get(&instance.id)
+            .is_some_and(|i| i.queued.is_some())
+    }
+
+    /// Serves the trigger's owner within the trigger's stream group: the
+    /// group's members of that owner take part, their queued sets are
+    /// planned together and allocated all or nothing, and each participant's
+    /// `on_allocation_ready` hook receives its response. Members of other
+    /// owners are neither served nor notified; what they queued stays
+    /// queued. With nothing queued, returns at once without calling a hook.
+    ///
+    /// The rules, with the figures they use, are in the guide page
+    /// `docs/memory-manager.md`.
+    pub fn allocate_queue(&self, trigger: &Instance) -> Result<(), MemError> {
+        let outcome = self.inner.allocate_queue(trigger.id, false);
+        outcome.hooks.run();
+        outcome.result.map(drop)
+    }
+
+    /// [`MemoryManager::allocate_queue`], also returning the trigger's own
+    /// response (empty when it queued nothing).
+    pub fn allocate_queue_for(&self, trigger: &Instance) -> Result<ArrayResponse, MemError> {
+        let outcome = self.inner.allocate_queue(trigger.id, true);
+        outcome.hooks.run();
+        outcome.result
+    }
+}

@@ -1,0 +1,86 @@
+//! Registering instances and owners, and the settings they carry.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::handles::{Instance, Owner};
+use super::shares::warn_share;
+use crate::ids::{InstanceId, OwnerId};
+use crate::registration::SpillSettings;
+use crate::{MemError, MemoryManager, Registration};
+
+impl MemoryManager {
+    /// Registers an instance. On error nothing is registered.
+    pub fn register(&self, registration: Registration) -> Result<Instance, MemError> {
+        let id = InstanceId::fresh();
+        let name = registration.name.as_deref().map(Arc::from);
+        let (owner, warning) = self.inner.lock().register(id, registration)?;
+        warn_share(warning);
+        tracing::debug!(
+            instance = %crate::ids::Named { id, name: name.clone() },
+            %owner,
+            "registered"
+        );
+        Ok(Instance {
+            id,
+            owner,
+            name,
+            manager: Arc::downgrade(&self.inner),
+        })
+    }
+
+    /// A new eviction unit, for registrations that should be evicted (and
+    /// served by `allocate_queue`) together without the owner registering
+    /// itself.
+    pub fn new_owner(&self) -> Owner {
+        self.new_owner_with_spill(None, None)
+    }
+
+    /// [`MemoryManager::new_owner`] with spill settings its registrations inherit.
+    pub fn new_owner_with_spill(
+        &self,
+        host_spill_threshold: Option<u64>,
+        spill_directory: Option<PathBuf>,
+    ) -> Owner {
+        let id = OwnerId::fresh();
+        self.inner.lock().add_owner(
+            id,
+            SpillSettings {
+                threshold: host_spill_threshold,
+                directory: spill_directory,
+            },
+        );
+        Owner {
+            id,
+            manager: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Number of registered instances.
+    pub fn instance_count(&self) -> usize {
+        self.inner.lock().instances.len()
+    }
+
+    /// The spill settings that apply to `instance`: its own, else its owner's,
+    /// else the manager's (`None` where nothing is set at any level, or for
+    /// an instance this manager does not know).
+    pub fn spill_settings(&self, instance: &Instance) -> (Option<u64>, Option<PathBuf>) {
+        let s = self.inner.lock();
+        let Some(own) = s.instances.get(&instance.id) else {
+            return (None, None);
+        };
+        let owner = s.owners.get(&own.owner).map(|o| &o.spill);
+        let config = &self.inner.config;
+        (
+            own.spill
+                .threshold
+                .or(owner.and_then(|o| o.threshold))
+                .or(config.host_spill_threshold),
+            own.spill
+                .directory
+                .clone()
+                .or_else(|| owner.and_then(|o| o.directory.clone()))
+                .or_else(|| config.spill_directory.clone()),
+        )
+    }
+}

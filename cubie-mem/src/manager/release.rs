@@ -1,0 +1,47 @@
+//! Freeing arrays on request.
+
+use super::handles::Instance;
+use super::hooks::Hooks;
+use crate::array::ReleaseReason;
+use crate::ids::InstanceId;
+use crate::{MemError, MemoryManager};
+
+impl MemoryManager {
+    /// Frees the instance's array `label`; returns whether it existed. The
+    /// memory goes at once, or when the last access in progress ends.
+    pub fn free(&self, instance: &Instance, label: &str) -> Result<bool, MemError> {
+        let mut s = self.inner.lock();
+        let group = s.group_of(instance.id)?;
+        let Some(slot) = s.instance_mut(instance.id)?.allocations.remove(label) else {
+            return Ok(false);
+        };
+        s.release_slot(instance.id, &group, &slot, ReleaseReason::Freed)?;
+        Ok(true)
+    }
+
+    /// Frees every allocation of every instance.
+    pub fn free_all(&self) {
+        let mut s = self.inner.lock();
+        let ids: Vec<InstanceId> = s.instances.keys().copied().collect();
+        for id in ids {
+            s.release_all(id, ReleaseReason::Freed);
+        }
+    }
+
+    /// Frees every allocation and calls every invalidate hook (after the
+    /// memory is released, with no lock held).
+    pub fn invalidate_all(&self) {
+        let mut hooks = Hooks::default();
+        {
+            let mut s = self.inner.lock();
+            let ids: Vec<InstanceId> = s.instances.keys().copied().collect();
+            for id in ids {
+                s.release_all(id, ReleaseReason::Freed);
+                if let Some(hook) = s.instances.get(&id).and_then(|i| i.on_invalidate.clone()) {
+                    hooks.invalidate(s.named(id), hook);
+                }
+            }
+        }
+        hooks.run();
+    }
+}

@@ -1,0 +1,541 @@
+//! The manager's state and the rules that keep it consistent: registering,
+//! deregistering, moving between groups, releasing and counting.
+//!
+//! Every method here runs under the manager's lock and never calls user code
+//! or waits on a handle; failing methods change nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::array::ReleaseReason;
+use crate::array::slot::{Release, Slot};
+use crate::backend::{Backend, EventHandle, StreamHandle};
+use crate::config::LimitMode;
+use crate::ids::{InstanceId, Named, OwnerId};
+use crate::pools::{ShareWarning, Shares};
+use crate::registration::{InvalidateHook, ReadyHook, SpillSettings};
+use crate::stats::UsageStats;
+use crate::streams::{DEFAULT_STREAM_GROUP, StreamGroups};
+use crate::{MemError, MemoryKind, Registration, RequestSet};
+
+/// A request set waiting for `allocate_queue`, stamped with its queue order.
+pub(crate) struct Queued {
+    pub(crate) order: u64,
+    pub(crate) set: RequestSet,
+}
+
+/// One registered instance.
+pub(crate) struct InstanceState {
+    pub(crate) owner: OwnerId,
+    pub(crate) name: Option<Arc<str>>,
+    pub(crate) allocations: BTreeMap<Arc<str>, Arc<Slot>>,
+    pub(crate) queued: Option<Queued>,
+    pub(crate) on_invalidate: Option<InvalidateHook>,
+    pub(crate) on_ready: Option<ReadyHook>,
+    pub(crate) spill: SpillSettings,
+    pub(crate) usage: UsageStats,
+}
+
+impl InstanceState {
+    /// Device bytes held (pinned memory does not count against VRAM).
+    pub(crate) fn device_bytes(&self) -> u64 {
+        self.allocations
+            .values()
+            .filter(|s| s.kind() == MemoryKind::Device)
+            .fold(0, |sum, s| sum.saturating_add(s.bytes()))
+    }
+}
+
+/// One eviction unit.
+pub(crate) struct OwnerState {
+    pub(crate) instances: Vec<InstanceId>,
+    /// The name of the registration that is this owner, if named.
+    pub(crate) name: Option<Arc<str>>,
+    /// Live [`Owner`](crate::Owner) handles.
+    pub(crate) handles: usize,
+    pub(crate) busy: usize,
+    pub(crate) last_used: u64,
+    /// The newest completion event per stream.
+    pub(crate) pending: Vec<(StreamHandle, EventHandle)>,
+    pub(crate) spill: SpillSettings,
+}
+
+impl OwnerState {
+    fn new(name: Option<Arc<str>>, handles: usize, spill: SpillSettings) -> Self {
+        OwnerState {
+            instances: Vec::new(),
+            name,
+            handles,
+            busy: 0,
+            last_used: 0,
+            pending: Vec::new(),
+            spill,
+        }
+    }
+}
+
+/// Everything the manager knows, behind its one mutex.
+pub(crate) struct State {
+    pub(crate) limit_mode: LimitMode,
+    pub(crate) shares: Shares,
+    pub(crate) groups: StreamGroups,
+    pub(crate) instances: FxHashMap<InstanceId, InstanceState>,
+    pub(crate) owners: FxHashMap<OwnerId, OwnerState>,
+    /// The usage clock `begin_work` stamps owners with.
+    pub(crate) clock: u64,
+    /// The order of the next queued request set.
+    pub(crate) queue_order: u64,
+    pub(crate) total_usage: UsageStats,
+    pub(crate) group_usage: BTreeMap<Arc<str>, UsageStats>,
+}
+
+impl State {
+    pub(crate) fn new(limit_mode: LimitMode) -> Self {
+        State {
+            limit_mode,
+            shares: Shares::default(),
+            groups: StreamGroups::default(),
+            instances: FxHashMap::default(),
+            owners: FxHashMap::default(),
+            clock: 0,
+            queue_order: 0,
+            total_usage: UsageStats::default(),
+            group_usage: BTreeMap::new(),
+        }
+    }
+
+    /// The instance, or `UnknownInstance` (deregistered, or another manager's).
+    pub(crate) fn instance(&self, id: InstanceId) -> Result<&InstanceState, MemError> {
+        self.instances
+            .get(&id)
+            .ok_or_else(|| MemError::UnknownInstance {
+                instance: id.to_string(),
+            })
+    }
+
+    /// The instance, writable.
+    pub(crate) fn instance_mut(&mut self, id: InstanceId) -> Result<&mut InstanceState, MemError> {
+        self.instances
+            .get_mut(&id)
+            .ok_or_else(|| MemError::UnknownInstance {
+                instance: id.to_string(),
+            })
+    }
+
+    /// The name of the group `id` is in.
+    pub(crate) fn group_of(&self, id: InstanceId) -> Result<Arc<str>, MemError> {
+        self.groups
+            .group_of(id)
+            .cloned()
+            .ok_or_else(|| MemError::UnknownInstance {
+                instance: id.to_string(),
+            })
+    }
+
+    /// `id` with its name, for messages.
+    pub(crate) fn named(&self, id: InstanceId) -> Named<InstanceId> {
+        Named {
+            id,
+            name: self.instances.get(&id).and_then(|i| i.name.clone()),
+        }
+    }
+
+    /// `owner` with its name, for messages.
+    pub(crate) fn named_owner(&self, owner: OwnerId) -> Named<OwnerId> {
+        Named {
+            id: owner,
+            name: self.owners.get(&owner).and_then(|o| o.name.clone()),
+        }
+    }
+
+    /// Registers `registration` as `id`. On error nothing changes.
+    pub(crate) fn register(
+        &mut self,
+        id: InstanceId,
+        registration: Registration,
+    ) -> Result<(OwnerId, Option<ShareWarning>), MemError> {
+        let Registration {
+            name,
+            proportion,
+            stream_group,
+            owner,
+            on_invalidate,
+            on_allocation_ready,
+            spill,
+        } = registration;
+        if let Some(owner) = owner {
+            if !self.owners.contains_key(&owner) {
+                return Err(MemError::UnknownOwner {
+                    owner: owner.to_string(),
+                });
+            }
+        }
+        let warning = self.shares.add(id, proportion)?;
+        let name: Option<Arc<str>> = name.map(Arc::from);
+        let owner = owner.unwrap_or_else(|| {
+            let own = id.as_own_owner();
+            self.owners
+                .insert(own, OwnerState::new(name.clone(), 0, spill.clone()));
+            own
+        });
+        if let Some(o) = self.owners.get_mut(&owner) {
+            o.instances.push(id);
+        }
+        let group = stream_group.as_deref().unwrap_or(DEFAULT_STREAM_GROUP);
+        self.groups.add(id, owner, group);
+        self.instances.insert(
+            id,
+            InstanceState {
+                owner,
+                name,
+                allocations: BTreeMap::new(),
+                queued: None,
+                on_invalidate,
+                on_ready: on_allocation_ready,
+                spill,
+                usage: UsageStats::default(),
+            },
+        );
+        Ok((owner, warning))
+    }
+
+    /// A new owner with `handles` live handles.
+    pub(crate) fn add_owner(&mut self, id: OwnerId, spill: SpillSettings) {
+        self.owners.insert(id, OwnerState::new(None, 1, spill));
+    }
+
+    /// Removes `id`: its allocations, share, group membership, queued set.
+    pub(crate) fn deregister(&mut self, id: InstanceId, backend: &dyn Backend) {
+        self.release_all(id, ReleaseReason::Deregistered);
+        let Some(instance) = self.instances.remove(&id) else {
+            return;
+        };
+        self.shares.remove(id);
+        self.groups.remove(id);
+        if let Some(owner) = self.owners.get_mut(&instance.owner) {
+            owner.instances.retain(|&i| i != id);
+        }
+        self.drop_owner_if_unused(instance.owner, backend);
+    }
+
+    /// Forgets `owner` once nothing refers to it: no registrations, no
+    /// handles, no work in flight.
+    pub(crate) fn drop_owner_if_unused(&mut self, owner: OwnerId, backend: &dyn Backend) {
+        let unused = self
+            .owners
+            .get(&owner)
+            .is_some_and(|o| o.instances.is_empty() && o.handles == 0 && o.busy == 0);
+        if !unused {
+            return;
+        }
+        if let Some(o) = self.owners.remove(&owner) {
+            for (_, event) in o.pending {
+                if let Err(error) = backend.destroy_event(event) {
+                    tracing::debug!(%error, "destroying an event failed");
+                }
+            }
+        }
+    }
+
+    /// Moves `id` to `group`: its queued set goes with it, and its arrays
+    /// are ordered on the new group's stream (created first, so a failure
+    /// changes nothing).
+    pub(crate) fn change_group(
+        &mut self,
+        id: InstanceId,
+        group: &str,
+        backend: &Arc<dyn Backend>,
+    ) -> Result<(), MemError> {
+        let old = self.group_of(id)?;
+        if &*old == group {
+            return Ok(());
+        }
+        let instance = self.instance(id)?;
+        let owner = instance.owner;
+        let needs_stream = !instance.allocations.is_empty();
+        let stream = self
+            .groups
+            .move_to(id, owner, group, needs_stream, backend)?;
+        let instance = self.instance(id)?;
+        if let Some(stream) = &stream {
+            instance
+                .allocations
+                .values()
+                .for_each(|slot| slot.set_stream(stream));
+        }
+        let usage = instance.usage;
+        let new = self.group_of(id)?;
+        self.update_group_usage(&old, |u| u.transfer_current(&usage));
+        self.update_group_usage(&new, |u| u.receive_current(&usage));
+        Ok(())
+    }
+
+    /// Updates the counters of `group` (created on first use).
+    pub(crate) fn update_group_usage(
+        &mut self,
+        group: &Arc<str>,
+        update: impl FnOnce(&mut UsageStats),
+    ) {
+        match self.group_usage.get_mut(group) {
+            Some(usage) => update(usage),
+            None => {
+                let mut usage = UsageStats::default();
+                update(&mut usage);
+                self.group_usage.insert(Arc::clone(group), usage);
+            }
+        }
+    }
+
+    /// Records the release of `slot` by `instance` in every scope.
+    pub(crate) fn count_free(
+        &mut self,
+        instance: InstanceId,
+        group: &Arc<str>,
+        slot: &Slot,
+        evicted: bool,
+    ) {
+        let (bytes, kind) = (slot.bytes(), slot.kind());
+        if let Some(i) = self.instances.get_mut(&instance) {
+            i.usage.freed(bytes, kind, evicted);
+        }
+        self.update_group_usage(group, |u| u.freed(bytes, kind, evicted));
+        self.total_usage.freed(bytes, kind, evicted);
+    }
+
+    /// Records an allocation of `slot` by `instance` in every scope.
+    pub(crate) fn count_allocation(&mut self, instance: InstanceId, group: &Arc<str>, slot: &Slot) {
+        let (bytes, kind) = (slot.bytes(), slot.kind());
+        if let Some(i) = self.instances.get_mut(&instance) {
+            i.usage.allocated(bytes, kind);
+        }
+        self.update_group_usage(group, |u| u.allocated(bytes, kind));
+        self.total_usage.allocated(bytes, kind);
+    }
+
+    /// Releases `slot`, held by `instance` until now, and counts it. Returns
+    /// the device bytes freed now (none when an access defers the free).
+    pub(crate) fn release_slot(
+        &mut self,
+        instance: InstanceId,
+        group: &Arc<str>,
+        slot: &Slot,
+        reason: ReleaseReason,
+    ) -> Result<u64, MemError> {
+        self.count_free(instance, group, slot, reason == ReleaseReason::Evicted);
+        let freed_now = matches!(slot.release(reason)?, Release::Freed);
+        Ok(if freed_now && slot.kind() == MemoryKind::Device {
+            slot.bytes()
+        } else {
+            0
+        })
+    }
+
+    /// Releases every allocation of `instance`; returns the device bytes
+    /// freed now. Backend failures are logged: the arrays are gone either way.
+    pub(crate) fn release_all(&mut self, instance: InstanceId, reason: ReleaseReason) -> u64 {
+        let Some(state) = self.instances.get_mut(&instance) else {
+            return 0;
+        };
+        let slots = std::mem::take(&mut state.allocations);
+        let Ok(group) = self.group_of(instance) else {
+            return 0;
+        };
+        let mut freed = 0u64;
+        for slot in slots.values() {
+            match self.release_slot(instance, &group, slot, reason) {
+                Ok(bytes) => freed = freed.saturating_add(bytes),
+                Err(error) => tracing::warn!(
+                    instance = %self.named(instance),
+                    label = %slot.label(),
+                    %error,
+                    "freeing failed"
+                ),
+            }
+        }
+        freed
+    }
+
+    /// Cap of `instance`: `floor(proportion * total)`.
+    pub(crate) fn cap(&self, instance: InstanceId, total: u64) -> u64 {
+        let proportion = self.shares.proportion(instance).unwrap_or(0.0);
+        // `as` saturates, so a rounding just above `total` stays in range.
+        (proportion * total as f64).floor() as u64
+    }
+
+    /// Sum of the caps and of the device bytes held by `group`'s members.
+    pub(crate) fn group_caps_and_use(&self, group: &str, total: u64) -> (u64, u64) {
+        let Some(group) = self.groups.get(group) else {
+            return (0, 0);
+        };
+        group.members().fold((0u64, 0u64), |(caps, held), m| {
+            let bytes = self
+                .instances
+                .get(&m)
+                .map_or(0, InstanceState::device_bytes);
+            (
+                caps.saturating_add(self.cap(m, total)),
+                held.saturating_add(bytes),
+            )
+        })
+    }
+
+    /// `H`: what the caps of `group`'s members still allow, counting
+    /// `replaced` bytes (about to be replaced) as available.
+    pub(crate) fn cap_headroom(&self, group: &str, total: u64, replaced: u64) -> u64 {
+        let (caps, held) = self.group_caps_and_use(group, total);
+        caps.saturating_sub(held.saturating_sub(replaced))
+    }
+
+    /// Whether `owner` is idle: not busy, and its last completion events
+    /// fired. Fired events are destroyed.
+    pub(crate) fn owner_idle(&mut self, owner: OwnerId, backend: &dyn Backend) -> bool {
+        let Some(o) = self.owners.get_mut(&owner) else {
+            return true;
+        };
+        if o.busy > 0 {
+            return false;
+        }
+        let mut idle = true;
+        o.pending.retain(|&(_, event)| match backend.event_complete(event) {
+            Ok(true) => {
+                if let Err(error) = backend.destroy_event(event) {
+                    tracing::debug!(%error, "destroying a completed event failed");
+                }
+                false
+            }
+            Ok(false) => {
+                idle = false;
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, "querying a completion event failed; treating it as complete");
+                false
+            }
+        });
+        idle
+    }
+
+    /// Device bytes held by `owner`'s registrations.
+    pub(crate) fn owner_device_bytes(&self, owner: OwnerId) -> u64 {
+        self.owners.get(&owner).map_or(0, |o| {
+            o.instances
+                .iter()
+                .filter_map(|i| self.instances.get(i))
+                .fold(0, |sum, i| sum.saturating_add(i.device_bytes()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SimBackend;
+
+    fn backend() -> Arc<dyn Backend> {
+        Arc::new(SimBackend::new(1 << 20))
+    }
+
+    #[test]
+    fn a_failed_registration_changes_nothing() {
+        let mut s = State::new(LimitMode::Passive);
+        let a = InstanceId::fresh();
+        s.register(a, Registration::new().proportion(0.6)).unwrap();
+        let b = InstanceId::fresh();
+        let err = s.register(b, Registration::new().proportion(0.6).stream_group("g"));
+        assert!(matches!(err, Err(MemError::ManualPoolOverflow { .. })));
+        assert_eq!(s.instances.len(), 1);
+        assert_eq!(s.owners.len(), 1);
+        assert!(s.groups.get("g").is_none());
+
+        let foreign = OwnerId::fresh();
+        let err = s.register(b, Registration::new().owner(&ForeignOwner(foreign)));
+        assert!(matches!(err, Err(MemError::UnknownOwner { .. })));
+        assert_eq!(s.instances.len(), 1);
+    }
+
+    struct ForeignOwner(OwnerId);
+    impl crate::registration::sealed::Sealed for ForeignOwner {}
+    impl crate::AsOwner for ForeignOwner {
+        fn owner_id(&self) -> OwnerId {
+            self.0
+        }
+    }
+
+    #[test]
+    fn registrations_join_their_owner_and_group() {
+        let mut s = State::new(LimitMode::Passive);
+        let a = InstanceId::fresh();
+        let (owner, _) = s.register(a, Registration::new().name("a")).unwrap();
+        assert_eq!(owner, a.as_own_owner());
+        let b = InstanceId::fresh();
+        s.register(b, Registration::new().owner(&ForeignOwner(owner)))
+            .unwrap();
+        assert_eq!(s.owners[&owner].instances, [a, b]);
+        assert_eq!(s.named_owner(owner).to_string(), format!("'a' ({owner})"));
+        let members: Vec<_> = s
+            .groups
+            .get(DEFAULT_STREAM_GROUP)
+            .unwrap()
+            .members_of(owner)
+            .collect();
+        assert_eq!(members, [a, b]);
+    }
+
+    #[test]
+    fn deregistering_the_last_registration_forgets_the_owner() {
+        let backend = backend();
+        let mut s = State::new(LimitMode::Passive);
+        let a = InstanceId::fresh();
+        let (owner, _) = s.register(a, Registration::new()).unwrap();
+        let b = InstanceId::fresh();
+        s.register(b, Registration::new().owner(&ForeignOwner(owner)))
+            .unwrap();
+        s.deregister(a, &*backend);
+        assert!(s.owners.contains_key(&owner), "b still belongs to it");
+        s.deregister(b, &*backend);
+        assert!(s.owners.is_empty());
+        assert!(s.instances.is_empty());
+        assert!(s.groups.get(DEFAULT_STREAM_GROUP).is_none());
+        assert_eq!(s.shares.manual_sum(), 0.0);
+    }
+
+    #[test]
+    fn changing_group_keeps_the_queued_set() {
+        let backend = backend();
+        let mut s = State::new(LimitMode::Passive);
+        let a = InstanceId::fresh();
+        s.register(a, Registration::new()).unwrap();
+        s.instance_mut(a).unwrap().queued = Some(Queued {
+            order: 0,
+            set: RequestSet::new(),
+        });
+        s.change_group(a, "g", &backend).unwrap();
+        assert_eq!(&*s.group_of(a).unwrap(), "g");
+        assert!(s.instance(a).unwrap().queued.is_some());
+        assert!(
+            s.groups.get(DEFAULT_STREAM_GROUP).is_none(),
+            "the emptied group went"
+        );
+    }
+
+    #[test]
+    fn caps_sum_without_overflow() {
+        let mut s = State::new(LimitMode::Active);
+        for _ in 0..3 {
+            s.register(
+                InstanceId::fresh(),
+                Registration::new().proportion(1.0 / 3.0),
+            )
+            .unwrap();
+        }
+        let (caps, held) = s.group_caps_and_use(DEFAULT_STREAM_GROUP, u64::MAX);
+        assert!(caps >= u64::MAX - (1 << 12), "{caps}: f64 rounding only");
+        assert_eq!(held, 0);
+        assert_eq!(
+            s.cap_headroom(DEFAULT_STREAM_GROUP, u64::MAX, u64::MAX),
+            caps
+        );
+    }
+}

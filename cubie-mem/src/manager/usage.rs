@@ -1,0 +1,64 @@
+//! Statistics and memory queries.
+
+use super::handles::Instance;
+use crate::backend::MemInfo;
+use crate::stats::{InstanceStats, MemoryStats};
+use crate::{MemError, MemoryManager};
+
+impl MemoryManager {
+    /// Free and total device memory.
+    pub fn get_memory_info(&self) -> Result<MemInfo, MemError> {
+        self.inner.backend.mem_info()
+    }
+
+    /// Bytes (device and pinned) the instance holds (0 for an instance this
+    /// manager does not know).
+    pub fn allocated_bytes(&self, instance: &Instance) -> u64 {
+        self.inner
+            .lock()
+            .instances
+            .get(&instance.id)
+            .map_or(0, |i| {
+                i.allocations
+                    .values()
+                    .fold(0u64, |sum, s| sum.saturating_add(s.bytes()))
+            })
+    }
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> MemoryStats {
+        let device = self.inner.backend.mem_info().unwrap_or(MemInfo {
+            free: 0,
+            total: self.inner.total,
+        });
+        let s = self.inner.lock();
+        let mut instances: Vec<InstanceStats> = s
+            .instances
+            .iter()
+            .map(|(&id, i)| InstanceStats {
+                instance: id,
+                name: i.name.as_deref().map(str::to_owned),
+                group: s
+                    .groups
+                    .group_of(id)
+                    .map_or_else(String::new, |g| g.to_string()),
+                proportion: s.shares.proportion(id).unwrap_or(0.0),
+                cap: s.cap(id, self.inner.total),
+                usage: i.usage,
+            })
+            .collect();
+        instances.sort_by_key(|i| i.instance);
+        MemoryStats {
+            backend: self.inner.backend.name(),
+            device,
+            limit_mode: s.limit_mode,
+            total: s.total_usage,
+            groups: s
+                .group_usage
+                .iter()
+                .map(|(name, usage)| (name.to_string(), *usage))
+                .collect(),
+            instances,
+        }
+    }
+}
