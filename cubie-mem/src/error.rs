@@ -419,6 +419,34 @@ pub enum MemError {
         /// The device array's label.
         label: String,
     },
+
+    /// A chunk plan whose figures are inconsistent (made by hand or altered).
+    #[error(
+        "invalid chunk plan of {chunks} chunk(s) of {chunk_length} run(s) for {total_runs} run(s): {reason}; \
+         take plans from the manager's response or plan::plan"
+    )]
+    InvalidPlan {
+        /// The plan's run count.
+        total_runs: usize,
+        /// The plan's number of chunks.
+        chunks: usize,
+        /// The plan's runs per chunk.
+        chunk_length: usize,
+        /// What is inconsistent.
+        reason: &'static str,
+    },
+
+    /// Batch sizes with no runs, given to the planner by hand.
+    #[error(
+        "the batch has 0 runs ({chunkable} chunkable, {unchunkable} unchunkable); a batch has at least one run: \
+         set BatchSizes::total_runs to 1 or more, or measure the requests with BatchSizes::measure"
+    )]
+    ZeroRuns {
+        /// Bytes of the chunkable requests.
+        chunkable: Bytes,
+        /// Bytes of the unchunkable requests.
+        unchunkable: Bytes,
+    },
 }
 
 impl MemError {
