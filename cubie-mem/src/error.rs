@@ -447,6 +447,19 @@ pub enum MemError {
         /// Bytes of the unchunkable requests.
         unchunkable: Bytes,
     },
+
+    /// The host could not provide memory for a host-side allocation.
+    #[error(
+        "the host could not provide {requested} for {what}; run a smaller batch, or lower the spill threshold \
+         (ManagerConfig::host_spill_threshold or Registration::host_spill_threshold) so that arrays this large \
+         spill to a file"
+    )]
+    HostOutOfMemory {
+        /// Bytes asked for.
+        requested: Bytes,
+        /// Which host allocation failed (e.g. "a pageable host array").
+        what: &'static str,
+    },
 }
 
 impl MemError {
@@ -469,9 +482,12 @@ impl MemError {
         }
     }
 
-    /// True for errors that mean the device ran out of memory.
+    /// True for errors that mean the device, or the host, ran out of memory.
     pub fn is_out_of_memory(&self) -> bool {
-        matches!(self, MemError::OutOfMemory { .. })
+        matches!(
+            self,
+            MemError::OutOfMemory { .. } | MemError::HostOutOfMemory { .. }
+        )
     }
 }
 
