@@ -454,15 +454,44 @@ pub enum MemError {
         label: String,
     },
 
-    /// The host could not provide memory for an array or a copy.
+    /// A chunk plan whose figures are inconsistent (made by hand or altered).
     #[error(
-        "cannot allocate {requested} of host memory for {what}; use a smaller batch, or lower the \
-         spill threshold so that large host arrays spill to a file"
+        "invalid chunk plan of {chunks} chunk(s) of {chunk_length} run(s) for {total_runs} run(s): {reason}; \
+         take plans from the manager's response or plan::plan"
+    )]
+    InvalidPlan {
+        /// The plan's run count.
+        total_runs: usize,
+        /// The plan's number of chunks.
+        chunks: usize,
+        /// The plan's runs per chunk.
+        chunk_length: usize,
+        /// What is inconsistent.
+        reason: &'static str,
+    },
+
+    /// Batch sizes with no runs, given to the planner by hand.
+    #[error(
+        "the batch has 0 runs ({chunkable} chunkable, {unchunkable} unchunkable); a batch has at least one run: \
+         set BatchSizes::total_runs to 1 or more, or measure the requests with BatchSizes::measure"
+    )]
+    ZeroRuns {
+        /// Bytes of the chunkable requests.
+        chunkable: Bytes,
+        /// Bytes of the unchunkable requests.
+        unchunkable: Bytes,
+    },
+
+    /// The host could not provide memory for a host-side allocation.
+    #[error(
+        "the host could not provide {requested} for {what}; run a smaller batch, or lower the spill threshold \
+         (ManagerConfig::host_spill_threshold or Registration::host_spill_threshold) so that arrays this large \
+         spill to a file"
     )]
     HostOutOfMemory {
         /// Bytes asked for.
         requested: Bytes,
-        /// What the memory was for.
+        /// Which host allocation failed (e.g. "a pageable host array").
         what: &'static str,
     },
 }
@@ -487,7 +516,7 @@ impl MemError {
         }
     }
 
-    /// True for errors that mean the device or the host ran out of memory.
+    /// True for errors that mean the device, or the host, ran out of memory.
     pub fn is_out_of_memory(&self) -> bool {
         matches!(
             self,

@@ -29,6 +29,7 @@
 
 pub mod array;
 pub mod backend;
+mod block;
 mod buffers;
 mod config;
 mod default;

@@ -86,9 +86,10 @@ impl BatchSizes {
         Ok(sizes)
     }
 
-    /// All bytes requested (`R = C + U`).
+    /// All bytes requested (`R = C + U`), saturating at `u64::MAX` for
+    /// hand-made sizes ([`measure`](Self::measure) rejects sums that overflow).
     pub fn total_bytes(&self) -> u64 {
-        self.chunkable_bytes + self.unchunkable_bytes
+        self.chunkable_bytes.saturating_add(self.unchunkable_bytes)
     }
 }
 
@@ -137,16 +138,10 @@ impl Budget {
         }
     }
 
-    /// The eviction trigger: on a physical shortage (`R >= Fe`) that the
-    /// caps allow (passive, or `R < H`), the bytes idle owners must release,
-    /// `R - Fe + 1`; `None` otherwise, and for an empty batch.
-    pub fn shortfall(&self, requested: u64) -> Option<u64> {
-        let caps_allow = self.cap_headroom.is_none_or(|h| requested < h);
-        (requested > 0 && requested >= self.effective_free && caps_allow)
-            .then(|| (requested - self.effective_free).saturating_add(1))
-    }
-
     /// `(allocatable, withheld)`: `alloc = min(A - floor(0.02 A), Fe - granule)`.
+    ///
+    /// A batch of `R` bytes fits in one chunk when `R < alloc`; an error when
+    /// `Fe` is below the granule (nothing can be allocated).
     pub fn allocatable(&self) -> Result<(u64, u64), MemError> {
         if self.effective_free < self.granule {
             return Err(MemError::BelowGranule {
@@ -159,10 +154,28 @@ impl Budget {
         let alloc = (limit - reserve).min(self.effective_free - self.granule);
         Ok((alloc, limit - alloc))
     }
+
+    /// The physical shortage that idle owners must release before a batch of
+    /// `requested` bytes is planned: `R - Fe + 1` bytes (saturating) when
+    /// `R >= Fe`.
+    ///
+    /// `None` when nothing is requested, when the batch is below `Fe`, or in
+    /// active mode when `R >= H`: the caps forbid the batch whatever is
+    /// released, so nothing is evicted for it. A batch with
+    /// `alloc <= R < Fe` evicts nothing and is chunked.
+    pub fn shortfall(&self, requested: u64) -> Option<u64> {
+        let caps_forbid = self.cap_headroom.is_some_and(|h| requested >= h);
+        if requested == 0 || requested < self.effective_free || caps_forbid {
+            return None;
+        }
+        Some((requested - self.effective_free).saturating_add(1))
+    }
 }
 
 /// How a batch is split along its run axis.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+///
+/// The default is the plan of an empty response: one chunk of one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkPlan {
     /// Runs in the whole batch.
     pub total_runs: usize,
@@ -180,7 +193,63 @@ pub struct ChunkPlan {
     pub withheld: u64,
 }
 
+impl Default for ChunkPlan {
+    fn default() -> Self {
+        ChunkPlan {
+            total_runs: 1,
+            chunks: 1,
+            chunk_length: 1,
+            chunkable_bytes: 0,
+            unchunkable_bytes: 0,
+            allocatable: 0,
+            withheld: 0,
+        }
+    }
+}
+
 impl ChunkPlan {
+    /// Checks that the plan's figures are consistent: at least one run, one
+    /// chunk and one run per chunk; the chunks cover every run
+    /// (`chunks * chunk_length >= total_runs`); and neither the chunk count
+    /// nor the chunk length exceeds the run count. A reused partition may end
+    /// with empty chunks (10 runs in 6 chunks of 2) and is valid.
+    ///
+    /// ```
+    /// use cubie_mem::{ChunkPlan, MemError};
+    ///
+    /// let plan = ChunkPlan { total_runs: 10, chunks: 6, chunk_length: 2, ..Default::default() };
+    /// assert!(plan.validate().is_ok());
+    /// let short = ChunkPlan { chunks: 4, ..plan };
+    /// assert!(matches!(short.validate(), Err(MemError::InvalidPlan { chunks: 4, .. })));
+    /// ```
+    pub fn validate(&self) -> Result<(), MemError> {
+        let reason = if self.total_runs == 0 {
+            "a batch has at least one run"
+        } else if self.chunks == 0 {
+            "a plan has at least one chunk"
+        } else if self.chunk_length == 0 {
+            "a chunk holds at least one run"
+        } else if self.chunks > self.total_runs {
+            "there are more chunks than runs"
+        } else if self.chunk_length > self.total_runs {
+            "a chunk is longer than the batch"
+        } else if self
+            .chunks
+            .checked_mul(self.chunk_length)
+            .is_some_and(|covered| covered < self.total_runs)
+        {
+            "the chunks do not cover every run"
+        } else {
+            return Ok(());
+        };
+        Err(MemError::InvalidPlan {
+            total_runs: self.total_runs,
+            chunks: self.chunks,
+            chunk_length: self.chunk_length,
+            reason,
+        })
+    }
+
     /// Whether the batch is split into more than one chunk.
     pub fn is_chunked(&self) -> bool {
         self.chunks > 1
@@ -208,22 +277,25 @@ impl ChunkPlan {
         request.chunked_shape(self.chunk_length)
     }
 
-    /// Bytes allocated for a request under this plan.
+    /// Bytes allocated for a request under this plan, saturating at
+    /// `u64::MAX`.
     pub fn chunked_bytes(&self, request: &ArrayRequest) -> u64 {
-        let elements: u64 = request
+        let to_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        request
             .chunked_dims(self.chunk_length)
-            .map(|d| d as u64)
-            .product();
-        elements * request.dtype().size_bytes() as u64
+            .fold(1u64, |bytes, d| bytes.saturating_mul(to_u64(d)))
+            .saturating_mul(to_u64(request.dtype().size_bytes()))
     }
 
     /// This plan with the partition `(chunk_length, chunks)` instead, when
     /// that partition covers the batch (`ceil(total_runs / chunks) == chunk_length`)
-    /// and is at least as fine as this plan's.
+    /// and is at least as fine as this plan's. The chunk count is capped at
+    /// the run count (only a partition of one-run chunks can exceed it), so
+    /// the plan stays [valid](Self::validate).
     pub fn with_partition(&self, chunk_length: usize, chunks: usize) -> Option<ChunkPlan> {
         let covers = chunks > 0 && self.total_runs.div_ceil(chunks) == chunk_length;
         (covers && chunk_length <= self.chunk_length).then_some(ChunkPlan {
-            chunks,
+            chunks: chunks.min(self.total_runs),
             chunk_length,
             ..*self
         })
@@ -232,21 +304,33 @@ impl ChunkPlan {
 
 /// Plans a batch from measured sizes and a budget.
 ///
+/// `R == 0` gives one chunk before any other check (even on a full device).
 /// `R < alloc` gives one chunk. Otherwise the run axis is split evenly so that
 /// the chunkable bytes of one chunk plus the unchunkable bytes fit in `alloc`,
-/// using exact integer arithmetic.
+/// using exact integer arithmetic. Hand-made sizes with 0 runs are an error.
 pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, MemError> {
-    let (alloc, withheld) = budget.allocatable()?;
+    if sizes.total_runs == 0 {
+        return Err(MemError::ZeroRuns {
+            chunkable: Bytes(sizes.chunkable_bytes),
+            unchunkable: Bytes(sizes.unchunkable_bytes),
+        });
+    }
     let total = sizes.total_bytes();
-    let mut plan = ChunkPlan {
+    let one_chunk = |(allocatable, withheld): (u64, u64)| ChunkPlan {
         total_runs: sizes.total_runs,
         chunks: 1,
         chunk_length: sizes.total_runs,
         chunkable_bytes: sizes.chunkable_bytes,
         unchunkable_bytes: sizes.unchunkable_bytes,
-        allocatable: alloc,
+        allocatable,
         withheld,
     };
+    if total == 0 {
+        let figures = budget.allocatable().unwrap_or((0, budget.limit()));
+        return Ok(one_chunk(figures));
+    }
+    let (alloc, withheld) = budget.allocatable()?;
+    let mut plan = one_chunk((alloc, withheld));
     if total < alloc {
         return Ok(plan);
     }
@@ -257,26 +341,30 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
             withheld: Bytes(withheld),
         });
     }
-    if alloc <= sizes.unchunkable_bytes {
+    if sizes.unchunkable_bytes > 0 && alloc <= sizes.unchunkable_bytes {
         return Err(MemError::UnchunkableTooLarge {
             unchunkable: Bytes(sizes.unchunkable_bytes),
             available: Bytes(alloc),
             withheld: Bytes(withheld),
         });
     }
-    let room = alloc - sizes.unchunkable_bytes;
+    // alloc > U here, or U == 0 (and alloc may be 0: no run fits below).
+    let room = alloc.saturating_sub(sizes.unchunkable_bytes);
+    let chunkable = u128::from(sizes.chunkable_bytes);
+    // usize is at most 64 bits, so the product is below 2^128.
     let runs = sizes.total_runs as u128;
-    let max_chunk = runs * u128::from(room) / u128::from(sizes.chunkable_bytes);
+    let max_chunk = runs * u128::from(room) / chunkable;
     if max_chunk == 0 {
+        let per_run = chunkable.div_ceil(runs);
         return Err(MemError::SingleRunTooLarge {
-            per_run: Bytes(sizes.chunkable_bytes.div_ceil(sizes.total_runs as u64)),
+            per_run: Bytes(u64::try_from(per_run).unwrap_or(u64::MAX)),
             room: Bytes(room),
             unchunkable: Bytes(sizes.unchunkable_bytes),
             withheld: Bytes(withheld),
         });
     }
-    // max_chunk < total_runs here, because C * total_runs / total_runs > room.
-    let max_chunk = max_chunk.min(runs) as usize;
+    // max_chunk <= total_runs here, because R >= alloc gives C >= room.
+    let max_chunk = usize::try_from(max_chunk.min(runs)).unwrap_or(sizes.total_runs);
     plan.chunks = sizes.total_runs.div_ceil(max_chunk);
     plan.chunk_length = sizes.total_runs.div_ceil(plan.chunks);
     Ok(plan)
@@ -291,128 +379,4 @@ pub fn plan<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{DType, MemoryKind};
-
-    fn sizes(total_runs: usize, c: u64, u: u64) -> BatchSizes {
-        BatchSizes {
-            total_runs,
-            chunkable_bytes: c,
-            unchunkable_bytes: u,
-        }
-    }
-
-    #[test]
-    fn exact_arithmetic_keeps_the_seventh_run() {
-        // alloc = 57142 - floor(0.02 * 57142) = 57142 - 1142 = 56000
-        let budget = Budget::passive(57_142).with_granule(0);
-        assert_eq!(budget.allocatable().unwrap(), (56_000, 1_142));
-        let plan = plan_chunks(&sizes(58, 464_000, 0), &budget).unwrap();
-        // 58 * 56000 / 464000 = 7 exactly; float division gives 6.999...
-        assert_eq!(plan.chunks, 9);
-        assert_eq!(plan.chunk_length, 7);
-    }
-
-    #[test]
-    fn fits_in_one_chunk_when_strictly_below_alloc() {
-        let budget = Budget::passive(1000).with_granule(0); // alloc 980
-        let p = plan_chunks(&sizes(10, 900, 79), &budget).unwrap();
-        assert_eq!((p.chunks, p.chunk_length), (1, 10));
-        // R == alloc takes the split path, which still fits all 10 runs.
-        let p = plan_chunks(&sizes(10, 900, 80), &budget).unwrap();
-        assert_eq!((p.chunks, p.chunk_length), (1, 10));
-        let p = plan_chunks(&sizes(10, 901, 80), &budget).unwrap();
-        assert_eq!((p.chunks, p.chunk_length), (2, 5));
-    }
-
-    #[test]
-    fn even_split() {
-        // alloc 980, U=0, C=10_000 over 100 runs: max_chunk = 100*980/10000 = 9
-        let p = plan_chunks(
-            &sizes(100, 10_000, 0),
-            &Budget::passive(1000).with_granule(0),
-        )
-        .unwrap();
-        assert_eq!(p.chunks, 12); // ceil(100/9)
-        assert_eq!(p.chunk_length, 9); // ceil(100/12)
-        let lens: Vec<_> = p.chunk_ranges().map(|r| r.len()).collect();
-        assert_eq!(lens.iter().sum::<usize>(), 100);
-        assert_eq!(lens.last(), Some(&1));
-    }
-
-    #[test]
-    fn granule_is_left_free() {
-        let budget = Budget::passive(1000).with_granule(100);
-        assert_eq!(budget.allocatable().unwrap(), (900, 100));
-        let budget = Budget::passive(99).with_granule(100);
-        assert!(matches!(
-            budget.allocatable(),
-            Err(MemError::BelowGranule { .. })
-        ));
-    }
-
-    #[test]
-    fn active_limit_uses_headroom() {
-        let budget = Budget::active(10_000, 1_000).with_granule(0);
-        assert_eq!(budget.allocatable().unwrap(), (980, 20));
-    }
-
-    #[test]
-    fn error_cases() {
-        let b = Budget::passive(1000).with_granule(0);
-        assert!(matches!(
-            plan_chunks(&sizes(1, 0, 5000), &b),
-            Err(MemError::AllUnchunkable { .. })
-        ));
-        assert!(matches!(
-            plan_chunks(&sizes(10, 100, 980), &b),
-            Err(MemError::UnchunkableTooLarge { .. })
-        ));
-        assert!(matches!(
-            plan_chunks(&sizes(10, 100_000, 0), &b),
-            Err(MemError::SingleRunTooLarge { .. })
-        ));
-    }
-
-    #[test]
-    fn measure_checks_run_counts_and_counts_pinned() {
-        let state = ArrayRequest::new(DType::F64, [2, 3, 50]).total_runs(50);
-        let status = ArrayRequest::of::<i32>([50])
-            .chunk_axis(0)
-            .memory(MemoryKind::Pinned);
-        let init = ArrayRequest::of::<f32>([3]).unchunkable();
-        let reqs = [("state", &state), ("status", &status), ("init", &init)];
-        let s = BatchSizes::measure(reqs.iter().copied()).unwrap();
-        assert_eq!(s.total_runs, 50);
-        assert_eq!(s.chunkable_bytes, 2 * 3 * 50 * 8 + 50 * 4);
-        assert_eq!(s.unchunkable_bytes, 12);
-
-        let short = ArrayRequest::of::<i32>([49]).chunk_axis(0);
-        let reqs = [("state", &state), ("short", &short)];
-        assert!(matches!(
-            BatchSizes::measure(reqs.iter().copied()),
-            Err(MemError::RunCountMismatch {
-                axis_length: 49,
-                total_runs: 50,
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn reused_partition_must_cover_and_fit() {
-        let p = plan_chunks(
-            &sizes(100, 10_000, 0),
-            &Budget::passive(1000).with_granule(0),
-        )
-        .unwrap();
-        assert_eq!((p.chunk_length, p.chunks), (9, 12));
-        assert!(p.with_partition(5, 20).is_some());
-        assert!(
-            p.with_partition(6, 20).is_none(),
-            "does not cover: ceil(100/20) = 5"
-        );
-        assert!(p.with_partition(10, 10).is_none(), "coarser than what fits");
-    }
-}
+mod tests;

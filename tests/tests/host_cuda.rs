@@ -46,6 +46,7 @@ fn round_trip<T: Element>(mgr: &MemoryManager, kind: HostMemoryType) -> Result<(
             ..Default::default()
         };
         mgr.chunk_streamer(&solver, &plan)
+            .unwrap()
             .with_staging_bytes(13 * size_of::<T>())
             .pipeline()
             .input(&host_in, &device_in, axis)

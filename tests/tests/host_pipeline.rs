@@ -130,6 +130,7 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
     log.lock().unwrap().clear();
 
     mgr.chunk_streamer(&solver, &plan)
+        .unwrap()
         .pipeline()
         .input(&host_in, &device_in, 1)
         .output(&mut host_out, &device_out, 1)

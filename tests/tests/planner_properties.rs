@@ -1,8 +1,8 @@
 //! Properties of the pure planner over random batches and budgets.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cubie_mem::MemError;
 use cubie_mem::plan::{BatchSizes, Budget, plan_chunks};
+use cubie_mem::{ArrayRequest, ChunkPlan, DType, MemError};
 use proptest::prelude::*;
 
 proptest! {
@@ -63,5 +63,210 @@ proptest! {
         if let (Ok(small), Ok(large)) = (small, large) {
             prop_assert!(large.chunks <= small.chunks);
         }
+    }
+}
+
+/// 0, 1, 2, the top of the range, powers of two and their neighbours, and
+/// random values.
+fn edge_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0u64),
+        Just(1),
+        Just(2),
+        Just(u64::MAX),
+        Just(u64::MAX - 1),
+        (0u32..64).prop_map(|k| 1u64 << k),
+        (1u32..64).prop_map(|k| (1u64 << k) - 1),
+        (0u32..63).prop_map(|k| (1u64 << k) + 1),
+        any::<u64>(),
+    ]
+}
+
+/// [`edge_u64`] for `usize`.
+fn edge_usize() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        Just(0usize),
+        Just(1),
+        Just(2),
+        Just(usize::MAX),
+        Just(usize::MAX - 1),
+        Just(usize::MAX / 2),
+        Just(usize::MAX / 2 + 1),
+        (0u32..usize::BITS).prop_map(|k| 1usize << k),
+        (1u32..usize::BITS).prop_map(|k| (1usize << k) - 1),
+        any::<usize>(),
+        0usize..100,
+    ]
+}
+
+fn edge_budget() -> impl Strategy<Value = Budget> {
+    (edge_u64(), prop::option::of(edge_u64()), edge_u64()).prop_map(|(free, headroom, granule)| {
+        Budget {
+            effective_free: free,
+            cap_headroom: headroom,
+            granule,
+        }
+    })
+}
+
+fn dtype() -> impl Strategy<Value = DType> {
+    prop_oneof![
+        Just(DType::U8),
+        Just(DType::I32),
+        Just(DType::F32),
+        Just(DType::F64),
+        Just(DType::U64),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    #[test]
+    fn extreme_figures_never_panic_and_plans_are_valid(
+        total_runs in edge_usize(),
+        c in edge_u64(),
+        u in edge_u64(),
+        budget in edge_budget(),
+    ) {
+        let sizes = BatchSizes { total_runs, chunkable_bytes: c, unchunkable_bytes: u };
+        let r = u128::from(c) + u128::from(u);
+        let runs = total_runs as u128;
+        match plan_chunks(&sizes, &budget) {
+            Ok(plan) => {
+                prop_assert_eq!(plan.validate(), Ok(()));
+                prop_assert_eq!(plan.total_runs, total_runs);
+                prop_assert_eq!((plan.chunkable_bytes, plan.unchunkable_bytes), (c, u));
+                prop_assert_eq!(plan.allocatable.checked_add(plan.withheld), Some(budget.limit()));
+                // Every run is covered, and a fresh plan has no empty chunk.
+                let (chunks, length) = (plan.chunks as u128, plan.chunk_length as u128);
+                prop_assert!(chunks * length >= runs);
+                prop_assert!((chunks - 1) * length < runs);
+                prop_assert_eq!(plan.chunk_runs(0).map(|r| r.start), Some(0));
+                prop_assert_eq!(plan.chunk_runs(plan.chunks - 1).map(|r| r.end), Some(total_runs));
+                let last = plan.iter_chunks().next_back().unwrap();
+                prop_assert!(!last.is_empty() && last.runs.end == total_runs);
+                // One chunk's chunkable bytes plus U fit in alloc:
+                // C * chunk_length / total_runs <= alloc - U, exactly.
+                let alloc = u128::from(plan.allocatable);
+                if r == 0 {
+                    prop_assert_eq!(plan.chunks, 1);
+                } else {
+                    prop_assert!(u128::from(u) <= alloc);
+                    prop_assert!(u128::from(c) * length <= runs * (alloc - u128::from(u)));
+                }
+            }
+            Err(MemError::ZeroRuns { .. }) => prop_assert_eq!(total_runs, 0),
+            Err(error) => {
+                prop_assert!(total_runs > 0 && r > 0, "{error}");
+                match budget.allocatable() {
+                    Err(below) => {
+                        prop_assert!(budget.effective_free < budget.granule);
+                        prop_assert_eq!(error, below);
+                    }
+                    Ok((alloc, _)) => {
+                        let alloc = u128::from(alloc);
+                        prop_assert!(r >= alloc, "{error}");
+                        match error {
+                            MemError::AllUnchunkable { .. } => prop_assert_eq!(c, 0),
+                            MemError::UnchunkableTooLarge { .. } => {
+                                prop_assert!(c > 0 && u > 0 && alloc <= u128::from(u));
+                            }
+                            MemError::SingleRunTooLarge { room, .. } => {
+                                let room = u128::from(room.0);
+                                prop_assert_eq!(room, alloc - u128::from(u).min(alloc));
+                                prop_assert!(c > 0 && runs * room < u128::from(c));
+                            }
+                            other => prop_assert!(false, "unexpected error {other}"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn budget_thresholds_hold_for_extreme_figures(
+        budget in edge_budget(),
+        requested in edge_u64(),
+    ) {
+        match budget.allocatable() {
+            Ok((alloc, withheld)) => {
+                prop_assert!(budget.granule <= budget.effective_free);
+                prop_assert_eq!(alloc.checked_add(withheld), Some(budget.limit()));
+                prop_assert!(alloc <= budget.effective_free - budget.granule);
+                prop_assert!(withheld >= budget.limit() / 50);
+            }
+            Err(MemError::BelowGranule { .. }) => {
+                prop_assert!(budget.effective_free < budget.granule);
+            }
+            Err(other) => prop_assert!(false, "unexpected error {other}"),
+        }
+        let caps_forbid = budget.cap_headroom.is_some_and(|h| requested >= h);
+        let expected = (requested > 0 && requested >= budget.effective_free && !caps_forbid).then(|| {
+            let short = u128::from(requested) - u128::from(budget.effective_free) + 1;
+            u64::try_from(short).unwrap_or(u64::MAX)
+        });
+        prop_assert_eq!(budget.shortfall(requested), expected);
+    }
+
+    #[test]
+    fn hand_made_plans_validate_and_iterate_without_panicking(
+        total_runs in edge_usize(),
+        chunks in edge_usize(),
+        chunk_length in edge_usize(),
+        index in edge_usize(),
+    ) {
+        let plan = ChunkPlan { total_runs, chunks, chunk_length, ..Default::default() };
+        let (t, n, l) = (total_runs as u128, chunks as u128, chunk_length as u128);
+        let consistent = t >= 1 && n >= 1 && l >= 1 && n <= t && l <= t && n * l >= t;
+        match plan.validate() {
+            Ok(()) => prop_assert!(consistent),
+            Err(MemError::InvalidPlan { total_runs: a, chunks: b, chunk_length: c, .. }) => {
+                prop_assert!(!consistent);
+                prop_assert_eq!((a, b, c), (total_runs, chunks, chunk_length));
+            }
+            Err(other) => prop_assert!(false, "unexpected error {other}"),
+        }
+        match plan.chunk_runs(index) {
+            Some(runs) => {
+                prop_assert!(index < chunks);
+                prop_assert!(runs.start <= runs.end && runs.end <= total_runs);
+                prop_assert!(runs.len() <= chunk_length);
+            }
+            None => prop_assert!(index >= chunks),
+        }
+        let first = plan.iter_chunks().next();
+        prop_assert_eq!(first.is_some(), chunks > 0);
+        let last = plan.iter_chunks().next_back();
+        if consistent {
+            prop_assert_eq!(first.map(|c| c.runs.start), Some(0));
+            prop_assert_eq!(last.map(|c| c.runs.end), Some(total_runs));
+            prop_assert_eq!(plan.iter_chunks().len(), chunks);
+        }
+    }
+
+    #[test]
+    fn chunked_bytes_saturate_for_extreme_shapes(
+        shape in prop::collection::vec(edge_usize(), 0..5),
+        axis in prop::option::of(0usize..6),
+        chunk_length in edge_usize(),
+        dtype in dtype(),
+    ) {
+        let request = ArrayRequest::new(dtype, shape.clone()).chunk_axis(axis);
+        let plan = ChunkPlan { chunk_length, ..Default::default() };
+        let in_use = request.chunk_axis_in_use();
+        let exact = shape
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if Some(i) == in_use { chunk_length } else { d })
+            .chain([dtype.size_bytes()])
+            .try_fold(1u128, |n, d| {
+                // Once past u64::MAX the result saturates, unless a zero follows.
+                if d == 0 { Some(0) } else { n.checked_mul(d as u128).map(|p| p.min(1u128 << 64)) }
+            })
+            .unwrap();
+        let expected = u64::try_from(exact).unwrap_or(u64::MAX);
+        prop_assert_eq!(plan.chunked_bytes(&request), expected);
     }
 }

@@ -97,6 +97,7 @@ fn spill_file_is_removed_when_a_transfer_panics() {
     let outcome = catch_unwind(AssertUnwindSafe(move || {
         let (input, mut output) = (input, output);
         mgr.chunk_streamer(&solver, &plan)
+            .unwrap()
             .pipeline()
             .input(&input, &device_in, 2)
             .output(&mut output, &device_out, 2)

@@ -9,9 +9,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytemuck::{Pod, Zeroable};
-
 use super::{Backend, DevicePtr, EventHandle, MemInfo, PinnedBlock, StreamHandle, byte_range};
+use crate::block::HostBlock;
 use crate::{Bytes, MemError};
 
 const NAME: &str = "simulated";
@@ -36,7 +35,7 @@ pub struct SimBackend {
 struct SimState {
     total: u64,
     initial_free: u64,
-    allocations: HashMap<u64, Box<[u8]>>,
+    allocations: HashMap<u64, HostBlock>,
     device_bytes: u64,
     next_address: u64,
     allocation_calls: usize,
@@ -142,18 +141,33 @@ impl SimState {
         self.initial_free.saturating_sub(self.device_bytes)
     }
 
+    /// The out-of-memory error for a request of `bytes`.
+    fn out_of_memory(&self, bytes: u64) -> MemError {
+        let free = self.free();
+        MemError::OutOfMemory {
+            label: String::new(),
+            requested: Bytes(bytes),
+            free: Bytes(free),
+            idle_held: Bytes(0),
+            limit: Bytes(free),
+        }
+    }
+
     fn count_allocation(&mut self, bytes: u64) -> Result<(), MemError> {
-        self.allocation_calls += 1;
+        self.allocation_calls = self.allocation_calls.saturating_add(1);
         match self.fail_after {
-            Some(n) if self.allocation_calls > n => Err(MemError::OutOfMemory {
-                label: String::new(),
-                requested: Bytes(bytes),
-                free: Bytes(self.free()),
-                idle_held: Bytes(0),
-                limit: Bytes(self.free()),
-            }),
+            Some(n) if self.allocation_calls > n => Err(self.out_of_memory(bytes)),
             _ => Ok(()),
         }
+    }
+
+    /// A zeroed host block of `bytes` standing in for device or page-locked
+    /// memory; out of memory when the host cannot provide it.
+    fn host_block(&self, bytes: u64, what: &'static str) -> Result<HostBlock, MemError> {
+        usize::try_from(bytes)
+            .ok()
+            .and_then(|len| HostBlock::zeroed(len, what).ok())
+            .ok_or_else(|| self.out_of_memory(bytes))
     }
 
     fn check_stream(&self, stream: StreamHandle, operation: &'static str) -> Result<(), MemError> {
@@ -169,9 +183,12 @@ impl SimState {
     }
 
     fn block(&self, ptr: DevicePtr, operation: &'static str) -> Result<&[u8], MemError> {
-        self.allocations.get(&ptr.0).map(|b| &**b).ok_or_else(|| {
-            MemError::backend(NAME, operation, format!("{ptr} is not a live allocation"))
-        })
+        self.allocations
+            .get(&ptr.0)
+            .map(|b| b.bytes())
+            .ok_or_else(|| {
+                MemError::backend(NAME, operation, format!("{ptr} is not a live allocation"))
+            })
     }
 }
 
@@ -242,21 +259,21 @@ impl Backend for SimBackend {
         let mut s = self.state();
         s.check_stream(stream, "allocate")?;
         s.count_allocation(bytes)?;
-        let free = s.free();
-        if bytes > free || usize::try_from(bytes).is_err() {
-            return Err(MemError::OutOfMemory {
-                label: String::new(),
-                requested: Bytes(bytes),
-                free: Bytes(free),
-                idle_held: Bytes(0),
-                limit: Bytes(free),
-            });
+        if bytes > s.free() {
+            return Err(s.out_of_memory(bytes));
         }
+        // An exhausted address space is out of memory too.
         let address = s.next_address;
-        s.next_address += bytes.max(1).div_ceil(ADDRESS_ALIGNMENT) * ADDRESS_ALIGNMENT;
-        s.allocations
-            .insert(address, vec![0u8; bytes as usize].into_boxed_slice());
-        s.device_bytes += bytes;
+        let next = bytes
+            .max(1)
+            .div_ceil(ADDRESS_ALIGNMENT)
+            .checked_mul(ADDRESS_ALIGNMENT)
+            .and_then(|span| address.checked_add(span))
+            .ok_or_else(|| s.out_of_memory(bytes))?;
+        let block = s.host_block(bytes, "simulated device memory")?;
+        s.next_address = next;
+        s.allocations.insert(address, block);
+        s.device_bytes = s.device_bytes.saturating_add(bytes);
         Ok(DevicePtr(address))
     }
 
@@ -266,16 +283,16 @@ impl Backend for SimBackend {
         let block = s.allocations.remove(&ptr.0).ok_or_else(|| {
             MemError::backend(NAME, "free", format!("{ptr} is not a live allocation"))
         })?;
-        s.device_bytes -= block.len() as u64;
+        s.device_bytes = s.device_bytes.saturating_sub(block.bytes().len() as u64);
         Ok(())
     }
 
     fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, MemError> {
-        self.state().count_allocation(bytes)?;
-        let len = usize::try_from(bytes).map_err(|_| {
-            MemError::backend(NAME, "allocate pinned", "size exceeds the address space")
-        })?;
-        Ok(Box::new(HostBlock::zeroed(len)))
+        let mut s = self.state();
+        s.count_allocation(bytes)?;
+        Ok(Box::new(
+            s.host_block(bytes, "simulated page-locked memory")?,
+        ))
     }
 
     fn copy_to_device(
@@ -289,8 +306,12 @@ impl Backend for SimBackend {
         s.check_stream(stream, "copy to device")?;
         let size = s.block(dst, "copy to device")?.len();
         let r = range(offset, src.len(), size)?;
-        if let Some(block) = s.allocations.get_mut(&dst.0) {
-            block[r].copy_from_slice(src);
+        if let Some(target) = s
+            .allocations
+            .get_mut(&dst.0)
+            .and_then(|block| block.bytes_mut().get_mut(r))
+        {
+            target.copy_from_slice(src);
         }
         Ok(())
     }
@@ -306,38 +327,10 @@ impl Backend for SimBackend {
         s.check_stream(stream, "copy from device")?;
         let block = s.block(src, "copy from device")?;
         let r = range(offset, dst.len(), block.len())?;
-        dst.copy_from_slice(&block[r]);
-        Ok(())
-    }
-}
-
-/// One cache line, so that host blocks are 64-byte aligned.
-#[derive(Clone, Copy, Pod, Zeroable)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-/// Zero-filled, 64-byte aligned host memory standing in for page-locked memory.
-pub(crate) struct HostBlock {
-    lines: Vec<Line>,
-    len: usize,
-}
-
-impl HostBlock {
-    /// `len` zero bytes, from zeroed pages (not written until used).
-    pub(crate) fn zeroed(len: usize) -> Self {
-        HostBlock {
-            lines: bytemuck::zeroed_vec(len.div_ceil(64)),
-            len,
+        if let Some(source) = block.get(r) {
+            dst.copy_from_slice(source);
         }
-    }
-}
-
-impl PinnedBlock for HostBlock {
-    fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.lines)[..self.len]
-    }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.lines)[..self.len]
+        Ok(())
     }
 }
 
@@ -396,5 +389,38 @@ mod tests {
         assert_eq!(block.bytes().len(), 100);
         assert_eq!(block.bytes().as_ptr() as usize % 64, 0);
         assert!(block.bytes().iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn memory_the_host_cannot_provide_is_out_of_memory() {
+        let sim = SimBackend::new(u64::MAX);
+        let stream = sim.create_stream().unwrap();
+        for bytes in [1u64 << 60, u64::MAX - 1] {
+            let error = sim.alloc_device(bytes, stream).unwrap_err();
+            assert!(
+                matches!(error, MemError::OutOfMemory { requested, .. } if requested == Bytes(bytes)),
+                "{error}"
+            );
+            let error = sim.alloc_pinned(bytes).err().unwrap();
+            assert!(
+                matches!(error, MemError::OutOfMemory { requested, .. } if requested == Bytes(bytes)),
+                "{error}"
+            );
+        }
+        // Nothing half-done: no allocation, free memory unchanged, and the
+        // device still allocates.
+        assert_eq!(sim.live_allocations(), 0);
+        assert_eq!(sim.free_bytes(), u64::MAX);
+        let ptr = sim.alloc_device(100, stream).unwrap();
+        assert_eq!(ptr.0 % ADDRESS_ALIGNMENT, 0);
+    }
+
+    #[test]
+    fn an_exhausted_address_space_is_out_of_memory() {
+        let sim = SimBackend::new(u64::MAX);
+        let stream = sim.create_stream().unwrap();
+        sim.state().next_address = u64::MAX - ADDRESS_ALIGNMENT + 1;
+        assert!(sim.alloc_device(1, stream).unwrap_err().is_out_of_memory());
+        assert_eq!(sim.live_allocations(), 0);
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use super::HostMemoryType;
 use super::spill::SpillFile;
 use crate::backend::PinnedBlock;
-use crate::backend::sim::HostBlock;
+use crate::block::HostBlock;
 use crate::{DType, Element, Instance, MemError, MemoryManager};
 
 /// The memory behind a host array, as 64-byte aligned bytes.
@@ -325,7 +325,9 @@ impl MemoryManager {
         let (_, bytes) = shape_size(shape, dtype.size_bytes())?;
         Ok(match kind {
             HostMemoryType::Pinned => Storage::Pinned(self.backend().alloc_pinned(bytes as u64)?),
-            HostMemoryType::Pageable => Storage::Pageable(HostBlock::zeroed(bytes)),
+            HostMemoryType::Pageable => {
+                Storage::Pageable(HostBlock::zeroed(bytes, "a pageable host array")?)
+            }
             HostMemoryType::Spilled => {
                 Storage::Spilled(SpillFile::create(&self.spill_directory(instance)?, bytes)?)
             }

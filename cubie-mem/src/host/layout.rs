@@ -111,15 +111,21 @@ impl ChunkLayout {
         if runs == 0 || self.outer == 0 || self.inner == 0 {
             return 0;
         }
-        (self.outer - 1) * self.chunk_length * self.inner + runs.min(self.chunk_length) * self.inner
+        // Both terms are at most chunk_elements, a checked product.
+        let full_rows = (self.outer - 1)
+            .saturating_mul(self.chunk_length)
+            .saturating_mul(self.inner);
+        full_rows.saturating_add(runs.min(self.chunk_length).saturating_mul(self.inner))
     }
 
     /// The host range holding the chunk `runs` as one block laid out as on
     /// the device, when there is one: every dimension before the axis is 1,
-    /// or the chunk is the whole array.
+    /// or the chunk is the whole array. `None` for runs outside the axis.
     pub fn contiguous_range(&self, runs: &Range<usize>) -> Option<Range<usize>> {
-        if self.outer <= 1 {
-            Some(runs.start * self.inner..runs.end * self.inner)
+        if runs.start > runs.end || runs.end > self.axis_length {
+            None
+        } else if self.outer <= 1 {
+            Some(runs.start.checked_mul(self.inner)?..runs.end.checked_mul(self.inner)?)
         } else if runs.start == 0
             && runs.end == self.axis_length
             && self.chunk_length == self.axis_length
@@ -221,14 +227,23 @@ impl ChunkLayout {
         window_len: usize,
         mut copy: impl FnMut(Range<usize>, Range<usize>) -> Result<(), MemError>,
     ) -> Result<(), MemError> {
-        let row = self.chunk_length * self.inner;
-        let block = runs.len() * self.inner;
+        if self.outer == 0 {
+            return Ok(());
+        }
+        // With outer >= 1 these products are at most the checked element
+        // counts (`check` bounds the runs and the window).
+        let product = |a: usize, b: usize| {
+            a.checked_mul(b)
+                .ok_or_else(|| self.window_error(window_start, window_len))
+        };
+        let row = product(self.chunk_length, self.inner)?;
+        let block = product(runs.len(), self.inner)?;
         if row == 0 || block == 0 {
             return Ok(());
         }
-        let window_end = window_start + window_len;
-        let host_row = self.axis_length * self.inner;
-        let first_host = runs.start * self.inner;
+        let window_end = window_start.saturating_add(window_len);
+        let host_row = product(self.axis_length, self.inner)?;
+        let first_host = product(runs.start, self.inner)?;
         let mut outer = window_start / row;
         while outer < self.outer {
             let device_start = outer * row;
@@ -341,5 +356,23 @@ mod tests {
         assert_eq!(layout.contiguous_range(&(4..8)), None);
         let whole = ChunkLayout::new(&[2, 10], 1, 10).unwrap();
         assert_eq!(whole.contiguous_range(&(0..10)), Some(0..20));
+        let layout = ChunkLayout::new(&[1, 10, 2], 1, 4).unwrap();
+        assert_eq!(layout.contiguous_range(&(8..11)), None, "past the axis");
+        assert_eq!(layout.contiguous_range(&(usize::MAX - 1..usize::MAX)), None);
+    }
+
+    #[test]
+    fn empty_arrays_with_huge_dimensions_do_not_overflow() {
+        // No element, but chunk_length * inner overflows: nothing to copy.
+        let layout = ChunkLayout::new(&[0, usize::MAX, 2], 1, usize::MAX).unwrap();
+        assert_eq!((layout.elements(), layout.chunk_elements()), (0, 0));
+        assert_eq!(layout.chunk_extent(usize::MAX), 0);
+        let mut staging: [u8; 0] = [];
+        layout.gather(&[], 0..usize::MAX, 0, &mut staging).unwrap();
+        layout.scatter(&staging, 0, 5..10, &mut []).unwrap();
+        assert!(matches!(
+            ChunkLayout::new(&[2, usize::MAX, 2], 1, 1),
+            Err(MemError::HostArraySize { .. })
+        ));
     }
 }

@@ -245,17 +245,18 @@ impl<'p> ChunkPipeline<'p> {
             .collect::<Result<Vec<_>, MemError>>()?;
         let _stream = streamer.bind_stream()?;
         let work = streamer.manager.begin_work(streamer.instance)?;
-        let chunks: Vec<Chunk> = streamer.chunks().collect();
-        if let Some(first) = chunks.first() {
+        // Lazily: a plan may have more chunks than would fit in memory as a list.
+        let mut chunks = streamer.chunks().peekable();
+        if let Some(first) = chunks.peek() {
             moves.iter_mut().try_for_each(|m| m.stage(first))?;
         }
-        for (position, chunk) in chunks.iter().enumerate() {
-            moves.iter_mut().try_for_each(|m| m.upload(chunk))?;
-            compute(chunk)?;
-            if let Some(next) = chunks.get(position + 1) {
+        while let Some(chunk) = chunks.next() {
+            moves.iter_mut().try_for_each(|m| m.upload(&chunk))?;
+            compute(&chunk)?;
+            if let Some(next) = chunks.peek() {
                 moves.iter_mut().try_for_each(|m| m.stage(next))?;
             }
-            moves.iter_mut().try_for_each(|m| m.download(chunk))?;
+            moves.iter_mut().try_for_each(|m| m.download(&chunk))?;
         }
         work.finish()?;
         Ok(())

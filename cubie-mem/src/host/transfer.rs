@@ -134,18 +134,22 @@ pub struct ChunkStreamer<'a> {
 impl MemoryManager {
     /// A streamer for `instance`'s arrays under `plan`, with a new staging
     /// pool (give it a shared one with [`ChunkStreamer::with_pool`]).
+    ///
+    /// An inconsistent plan is [`MemError::InvalidPlan`]
+    /// (see [`ChunkPlan::validate`]).
     pub fn chunk_streamer<'a>(
         &'a self,
         instance: &'a Instance,
         plan: &ChunkPlan,
-    ) -> ChunkStreamer<'a> {
-        ChunkStreamer {
+    ) -> Result<ChunkStreamer<'a>, MemError> {
+        plan.validate()?;
+        Ok(ChunkStreamer {
             manager: self,
             instance,
             plan: *plan,
             pool: self.new_staging_pool(),
             staging_bytes: STAGING_BYTES_PER_TRANSFER,
-        }
+        })
     }
 }
 
@@ -378,7 +382,7 @@ pub(super) fn upload<T: Element>(
     let window = buffer.len().max(1);
     let mut start = 0;
     while start < extent {
-        let end = (start + window).min(extent);
+        let end = start.saturating_add(window).min(extent);
         let part = buffer
             .get_mut(..end - start)
             .ok_or_else(|| host_range_error(&(start..end), window))?;
@@ -426,7 +430,7 @@ pub(super) fn download_through<'b, T: Element>(
     let window = buffer.len().max(1);
     let mut start = 0;
     while start < extent {
-        let end = (start + window).min(extent);
+        let end = start.saturating_add(window).min(extent);
         let part = buffer
             .get_mut(..end - start)
             .ok_or_else(|| host_range_error(&(start..end), window))?;

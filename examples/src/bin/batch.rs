@@ -174,7 +174,7 @@ fn run() -> Result<(), MemError> {
     );
     let started = Instant::now();
     let streamer = mgr
-        .chunk_streamer(&solver, &plan)
+        .chunk_streamer(&solver, &plan)?
         .with_pool(mgr.new_staging_pool());
     streamer
         .pipeline()

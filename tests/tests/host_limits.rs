@@ -1,0 +1,277 @@
+//! Host-side limits and errors: inconsistent chunk plans are refused,
+//! enormous valid plans stream lazily, memory the host cannot provide is an
+//! error (never an abort), and wrong shapes and indices are clear errors.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use cubie_mem::{
+    ArrayRequest, Bytes, ChunkPlan, HostMemoryType, Instance, ManagerConfig, MemError,
+    MemoryManager, Registration, SimBackend,
+};
+
+fn manager(backend: SimBackend) -> MemoryManager {
+    MemoryManager::with_config(
+        backend,
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
+    )
+}
+
+fn solver(mgr: &MemoryManager) -> Instance {
+    mgr.register(Registration::new().on_invalidate(|| {}))
+        .unwrap()
+}
+
+fn plan(total_runs: usize, chunks: usize, chunk_length: usize) -> ChunkPlan {
+    ChunkPlan {
+        total_runs,
+        chunks,
+        chunk_length,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_streamer_refuses_inconsistent_plans() {
+    let mgr = manager(SimBackend::new(1 << 30));
+    let solver = solver(&mgr);
+    for (total, chunks, length) in [
+        (0, 1, 1),
+        (10, 0, 10),
+        (10, 1, 0),
+        (10, 3, 3),
+        (10, 11, 1),
+        (10, 1, 11),
+        (1, usize::MAX, 1),
+    ] {
+        let error = mgr
+            .chunk_streamer(&solver, &plan(total, chunks, length))
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                MemError::InvalidPlan { total_runs, chunks: c, chunk_length, .. }
+                    if (total_runs, c, chunk_length) == (total, chunks, length)
+            ),
+            "{error}"
+        );
+    }
+    // The default plan (an empty response's) is valid.
+    assert!(mgr.chunk_streamer(&solver, &ChunkPlan::default()).is_ok());
+}
+
+#[test]
+fn a_reused_partition_with_an_empty_last_chunk_streams() {
+    let mgr = manager(SimBackend::new(1 << 30));
+    let solver = solver(&mgr);
+    // 10 runs in 6 chunks of 2: the last chunk is empty.
+    let plan = plan(10, 6, 2);
+    mgr.queue_request(
+        &solver,
+        [("x", ArrayRequest::of::<u32>([3, 2]).unchunkable())],
+    )
+    .unwrap();
+    let device = mgr
+        .allocate_queue_for(&solver)
+        .unwrap()
+        .take::<u32>("x")
+        .unwrap();
+    let data: Vec<u32> = (0..30).collect();
+    let host = mgr
+        .create_host_array([3, 10], HostMemoryType::Pageable, Some(&data), &solver)
+        .unwrap();
+    let mut back = mgr
+        .create_host_array::<u32>([3, 10], HostMemoryType::Pageable, None, &solver)
+        .unwrap();
+    let mut lengths = Vec::new();
+    let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
+    streamer
+        .pipeline()
+        .inout(&mut back, &device, 1)
+        .run(|chunk| {
+            lengths.push(chunk.len());
+            Ok::<_, MemError>(())
+        })
+        .unwrap();
+    assert_eq!(lengths, [2, 2, 2, 2, 2, 0]);
+    for chunk in streamer.chunks() {
+        streamer.copy_in(&host, &device, 1, chunk.index).unwrap();
+        streamer
+            .copy_out(&device, &mut back, 1, chunk.index)
+            .unwrap();
+    }
+    assert_eq!(back.as_slice(), &data[..]);
+}
+
+#[test]
+fn a_plan_with_an_enormous_chunk_count_streams_lazily() {
+    let mgr = manager(SimBackend::new(1 << 30));
+    let solver = solver(&mgr);
+    // Valid: usize::MAX runs in chunks of 2 (chunks * length overflows, so it covers).
+    let plan = plan(usize::MAX, usize::MAX / 2 + 1, 2);
+    let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
+    assert_eq!(streamer.chunks().len(), usize::MAX / 2 + 1);
+    let mut seen = Vec::new();
+    let error = streamer
+        .pipeline()
+        .run(|chunk| {
+            seen.push(chunk.runs.clone());
+            if seen.len() == 3 {
+                return Err(MemError::ChunkOutOfRange {
+                    chunk: chunk.index,
+                    chunks: 0,
+                });
+            }
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(matches!(error, MemError::ChunkOutOfRange { chunk: 2, .. }));
+    assert_eq!(seen, [0..2, 2..4, 4..6]);
+    let last = plan.iter_chunks().next_back().unwrap();
+    assert_eq!(last.runs, usize::MAX - 1..usize::MAX);
+}
+
+#[test]
+fn host_memory_the_machine_cannot_provide_is_an_error() {
+    let mgr = manager(SimBackend::new(u64::MAX));
+    let solver = solver(&mgr);
+    // 2^60 bytes: a valid size, but no machine has that much memory.
+    let elements = 1usize << 57;
+    let error = mgr
+        .create_host_array::<u64>([elements], HostMemoryType::Pageable, None, &solver)
+        .unwrap_err();
+    assert_eq!(
+        error,
+        MemError::HostOutOfMemory {
+            requested: Bytes(1 << 60),
+            what: "a pageable host array",
+        }
+    );
+    assert!(error.is_out_of_memory());
+    assert!(error.to_string().contains("spill"), "{error}");
+
+    let error = mgr
+        .create_host_array::<u64>([elements], HostMemoryType::Pinned, None, &solver)
+        .unwrap_err();
+    assert!(
+        matches!(error, MemError::OutOfMemory { requested, .. } if requested == Bytes(1 << 60)),
+        "{error}"
+    );
+
+    // Nothing is left broken: a sane size still works.
+    let small = mgr
+        .create_host_array::<u64>([8], HostMemoryType::Pageable, None, &solver)
+        .unwrap();
+    assert_eq!(small.as_slice(), [0; 8]);
+}
+
+#[test]
+fn device_memory_the_simulator_cannot_provide_is_out_of_memory() {
+    let sim = SimBackend::new(u64::MAX);
+    let mgr = manager(sim.clone());
+    let solver = solver(&mgr);
+    let request = ArrayRequest::of::<u64>([1usize << 57]).unchunkable();
+    mgr.queue_request(&solver, [("huge", request)]).unwrap();
+    let error = mgr.allocate_queue_for(&solver).unwrap_err();
+    assert!(error.is_out_of_memory(), "{error}");
+    assert_eq!(sim.live_allocations(), 0);
+    assert_eq!(sim.free_bytes(), u64::MAX);
+}
+
+#[test]
+fn wrong_shapes_and_indices_are_clear_errors() {
+    let mgr = manager(SimBackend::new(1 << 30));
+    let solver = solver(&mgr);
+    let plan = plan(10, 3, 4);
+    let host = mgr
+        .create_host_array::<f32>([2, 10], HostMemoryType::Pageable, None, &solver)
+        .unwrap();
+    let wrong_runs = mgr
+        .create_host_array::<f32>([2, 9], HostMemoryType::Pageable, None, &solver)
+        .unwrap();
+    let (device, wrong_device) = {
+        mgr.queue_request(
+            &solver,
+            [
+                ("state", ArrayRequest::of::<f32>([2, 4]).unchunkable()),
+                ("other", ArrayRequest::of::<f32>([3, 4]).unchunkable()),
+            ],
+        )
+        .unwrap();
+        let mut r = mgr.allocate_queue_for(&solver).unwrap();
+        (
+            r.take::<f32>("state").unwrap(),
+            r.take::<f32>("other").unwrap(),
+        )
+    };
+    let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
+
+    let error = streamer.copy_in(&wrong_runs, &device, 1, 0).unwrap_err();
+    assert!(matches!(
+        &error,
+        MemError::ChunkShapeMismatch { side: "host", found, expected, .. }
+            if found == &[2, 9] && expected == &[2, 10]
+    ));
+    let message = error.to_string();
+    assert!(
+        message.contains("'state'") && message.contains("10 runs"),
+        "{message}"
+    );
+
+    let error = streamer.copy_in(&host, &wrong_device, 1, 0).unwrap_err();
+    assert!(matches!(
+        &error,
+        MemError::ChunkShapeMismatch { side: "device", found, expected, .. }
+            if found == &[3, 4] && expected == &[2, 4]
+    ));
+
+    let error = streamer.copy_in(&host, &device, 1, 3).unwrap_err();
+    assert_eq!(
+        error,
+        MemError::ChunkOutOfRange {
+            chunk: 3,
+            chunks: 3
+        }
+    );
+    assert!(error.to_string().contains("0..3"));
+
+    let error = streamer.copy_in(&host, &device, 2, 0).unwrap_err();
+    assert!(matches!(error, MemError::InvalidChunkAxis { axis: 2, .. }));
+
+    // Nothing was copied by the failed calls, and a good call still works.
+    streamer.copy_in(&host, &device, 1, 2).unwrap();
+
+    let mut out = mgr
+        .create_host_array::<f32>([2, 10], HostMemoryType::Pageable, None, &solver)
+        .unwrap();
+    let error = streamer
+        .pipeline()
+        .input(&host, &device, 1)
+        .output(&mut out, &device, 1)
+        .run(|_| Ok::<_, MemError>(()))
+        .unwrap_err();
+    assert_eq!(
+        error,
+        MemError::DuplicateBinding {
+            label: "state".into()
+        }
+    );
+
+    let error = streamer
+        .pipeline()
+        .input(&wrong_runs, &device, 1)
+        .run(|_| -> Result<(), MemError> { panic!("must not run with a bad binding") })
+        .unwrap_err();
+    assert!(matches!(error, MemError::ChunkShapeMismatch { .. }));
+}
+
+#[test]
+fn pinned_allocation_failure_is_reported() {
+    let mgr = MemoryManager::new(SimBackend::new(1 << 30).fail_allocations_after(0));
+    let solver = solver(&mgr);
+    let error = mgr
+        .create_host_array::<f32>([4], HostMemoryType::Pinned, None, &solver)
+        .unwrap_err();
+    assert!(error.is_out_of_memory());
+}
