@@ -208,23 +208,22 @@ impl StreamGroups {
     }
 
     /// Gives every group that has a stream a new one, all or nothing;
-    /// returns the groups whose stream changed with the new streams.
-    pub(crate) fn reinit(
-        &mut self,
-        backend: &Arc<dyn Backend>,
-    ) -> Result<Vec<(Arc<str>, Arc<OwnedStream>)>, MemError> {
+    /// returns the names of the groups whose stream changed.
+    pub(crate) fn reinit(&mut self, backend: &Arc<dyn Backend>) -> Result<Vec<Arc<str>>, MemError> {
         let mut replaced = Vec::new();
         for (name, group) in &self.groups {
             if group.stream.is_some() {
                 replaced.push((Arc::clone(name), OwnedStream::create(backend)?));
             }
         }
-        for (name, stream) in &replaced {
-            if let Some(group) = self.groups.get_mut(name) {
-                group.stream = Some(Arc::clone(stream));
+        let mut names = Vec::with_capacity(replaced.len());
+        for (name, stream) in replaced {
+            if let Some(group) = self.groups.get_mut(&name) {
+                group.stream = Some(stream);
             }
+            names.push(name);
         }
-        Ok(replaced)
+        Ok(names)
     }
 }
 
@@ -383,7 +382,7 @@ mod tests {
         let old = groups.stream_of(a, &backend).unwrap();
         let replaced = groups.reinit(&backend).unwrap();
         assert_eq!(replaced.len(), 1);
-        assert_eq!(&*replaced[0].0, "with");
+        assert_eq!(&*replaced[0], "with");
         assert_ne!(
             old.handle(),
             groups.stream_of(a, &backend).unwrap().handle()

@@ -142,7 +142,11 @@ fn structs_of_one_stream_group_share_one_plan() {
         )
         .unwrap();
     let outputs_holder = mgr
-        .register(Outputs::<f64>::registration().on_invalidate(|| {}))
+        .register(
+            Outputs::<f64>::registration()
+                .owner(&inputs_holder)
+                .on_invalidate(|| {}),
+        )
         .unwrap();
 
     mgr.queue_buffers::<Inputs>(&inputs_holder, &DIMS).unwrap();

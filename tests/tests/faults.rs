@@ -26,6 +26,7 @@ fn every_allocation_of_a_call_can_fail_cleanly() {
         let b = mgr
             .register(
                 queuing()
+                    .owner(&a)
                     .stream_group("g")
                     .on_allocation_ready(inbox.hook()),
             )
@@ -96,14 +97,83 @@ fn every_allocation_of_a_call_can_fail_cleanly() {
     }
 }
 
+/// Queues `x` and `y` for `a`, allocates them, writes `x`, and returns the handles.
+fn hold_two(
+    mgr: &cubie_mem::MemoryManager,
+    a: &cubie_mem::Instance,
+    bytes_per_run: usize,
+) -> (cubie_mem::DeviceArray<f64>, cubie_mem::DeviceArray<f64>) {
+    mgr.queue_request(
+        a,
+        [
+            ("x", runs_request(bytes_per_run, 10)),
+            ("y", runs_request(bytes_per_run, 10)),
+        ],
+    )
+    .unwrap();
+    let mut response = mgr.allocate_queue_for(a).unwrap();
+    let x = response.take::<f64>("x").unwrap();
+    let y = response.take::<f64>("y").unwrap();
+    x.copy_from_host(&vec![7.0; x.len()]).unwrap();
+    (x, y)
+}
+
 #[test]
-fn a_failure_while_replacing_leaves_no_leak() {
+fn a_failed_call_leaves_a_reused_buffer_intact() {
+    // x shrinks (its buffer would be reused in place), y grows (new memory),
+    // and y's allocation fails: x must keep its memory, data and handles.
+    let (mgr, sim) = manager(1 << 30, 1 << 20);
+    let invalidated = common::Counter::default();
+    let a = mgr
+        .register(cubie_mem::Registration::new().on_invalidate(invalidated.hook()))
+        .unwrap();
+    let (x, y) = hold_two(&mgr, &a, 16);
+    let free_before = sim.free_bytes();
+    mgr.queue_request(
+        &a,
+        [("x", runs_request(8, 10)), ("y", runs_request(32, 10))],
+    )
+    .unwrap();
+    sim.set_fail_allocations_after(Some(0));
+    assert!(mgr.allocate_queue(&a).unwrap_err().is_out_of_memory());
+
+    assert_eq!(
+        x.release_reason(),
+        None,
+        "x is not replaced by a failed call"
+    );
+    assert_eq!(y.release_reason(), None);
+    assert_eq!(x.to_vec().unwrap(), vec![7.0; 20]);
+    assert_eq!(x.shape(), [2, 10]);
+    assert_eq!(sim.free_bytes(), free_before);
+    assert_eq!(sim.live_allocations(), 2);
+    assert_eq!(mgr.allocated_bytes(&a), 320);
+    assert_eq!(invalidated.get(), 0);
+    assert!(mgr.has_queued(&a));
+    let stats = mgr.stats().total;
+    assert_eq!((stats.current_count, stats.current_bytes), (2, 320));
+
+    // Once the fault is lifted the same queue is served: x reused, y new.
+    sim.set_fail_allocations_after(None);
+    let response = mgr.allocate_queue_for(&a).unwrap();
+    assert_eq!(response.chunked_shapes["x"], [1, 10]);
+    assert_eq!(response.chunked_shapes["y"], [4, 10]);
+    assert_eq!(x.release_reason(), Some(cubie_mem::ReleaseReason::Replaced));
+    assert_eq!(y.release_reason(), Some(cubie_mem::ReleaseReason::Replaced));
+    assert_eq!(sim.live_allocations(), 2);
+    assert_eq!(
+        mgr.allocated_bytes(&a),
+        160 + 320,
+        "x keeps its 160-byte buffer"
+    );
+}
+
+#[test]
+fn a_failure_while_growing_leaves_the_old_arrays_and_no_leak() {
     let (mgr, sim) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing()).unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 10)), ("y", runs_request(8, 10))])
-        .unwrap();
-    mgr.allocate_queue(&a).unwrap();
-    // Larger arrays cannot reuse the old buffers; the second allocation fails.
+    let (x, y) = hold_two(&mgr, &a, 8);
+    // Larger arrays are allocated beside the old ones; the second fails.
     mgr.queue_request(
         &a,
         [("x", runs_request(16, 10)), ("y", runs_request(16, 10))],
@@ -111,10 +181,14 @@ fn a_failure_while_replacing_leaves_no_leak() {
     .unwrap();
     sim.set_fail_allocations_after(Some(1));
     assert!(mgr.allocate_queue(&a).is_err());
-    assert_eq!(sim.live_allocations(), 0);
-    assert_eq!(sim.free_bytes(), 1 << 20);
-    assert_eq!(mgr.allocated_bytes(&a), 0);
+    assert_eq!(sim.live_allocations(), 2, "the new x was freed again");
+    assert_eq!(sim.free_bytes(), (1 << 20) - 160);
+    assert_eq!(mgr.allocated_bytes(&a), 160);
+    assert!(x.is_valid() && y.is_valid());
+    assert_eq!(x.to_vec().unwrap(), vec![7.0; 10]);
     sim.set_fail_allocations_after(None);
     mgr.allocate_queue(&a).unwrap();
     assert_eq!(mgr.allocated_bytes(&a), 320);
+    assert_eq!(sim.live_allocations(), 2);
+    assert!(!x.is_valid());
 }

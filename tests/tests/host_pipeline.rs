@@ -3,90 +3,18 @@
 //! chunk k + 1 reaching the device before chunk k's results are back.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::{Arc, Mutex};
+mod common;
 
-use cubie_mem::backend::{DevicePtr, EventHandle, PinnedBlock, StreamHandle};
+use std::sync::Arc;
+
+use common::Logged;
 use cubie_mem::{
-    ArrayRequest, Backend, ChunkPlan, HostMemoryType, ManagerConfig, MemError, MemInfo,
-    MemoryManager, Registration, SimBackend,
+    ArrayRequest, ChunkPlan, HostMemoryType, ManagerConfig, MemoryManager, Registration, SimBackend,
 };
-
-/// The simulated device, logging copies and the stream they were ordered on.
-#[derive(Clone)]
-struct Logged {
-    sim: SimBackend,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Logged {
-    fn note(&self, entry: String) {
-        self.log.lock().unwrap().push(entry);
-    }
-}
-
-impl Backend for Logged {
-    fn name(&self) -> &'static str {
-        "logged"
-    }
-    fn mem_info(&self) -> Result<MemInfo, MemError> {
-        self.sim.mem_info()
-    }
-    fn create_stream(&self) -> Result<StreamHandle, MemError> {
-        self.sim.create_stream()
-    }
-    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), MemError> {
-        self.sim.destroy_stream(stream)
-    }
-    fn synchronize(&self, stream: StreamHandle) -> Result<(), MemError> {
-        self.sim.synchronize(stream)
-    }
-    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, MemError> {
-        self.sim.record_event(stream)
-    }
-    fn event_complete(&self, event: EventHandle) -> Result<bool, MemError> {
-        self.sim.event_complete(event)
-    }
-    fn destroy_event(&self, event: EventHandle) -> Result<(), MemError> {
-        self.sim.destroy_event(event)
-    }
-    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, MemError> {
-        self.sim.alloc_device(bytes, stream)
-    }
-    fn free_device(&self, ptr: DevicePtr, stream: StreamHandle) -> Result<(), MemError> {
-        self.sim.free_device(ptr, stream)
-    }
-    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, MemError> {
-        self.note(format!("pin {bytes}"));
-        self.sim.alloc_pinned(bytes)
-    }
-    fn copy_to_device(
-        &self,
-        dst: DevicePtr,
-        offset: u64,
-        src: &[u8],
-        stream: StreamHandle,
-    ) -> Result<(), MemError> {
-        self.note(format!("up {} on {}", src.len(), stream.0));
-        self.sim.copy_to_device(dst, offset, src, stream)
-    }
-    fn copy_from_device(
-        &self,
-        dst: &mut [u8],
-        src: DevicePtr,
-        offset: u64,
-        stream: StreamHandle,
-    ) -> Result<(), MemError> {
-        self.note(format!("down {} on {}", dst.len(), stream.0));
-        self.sim.copy_from_device(dst, src, offset, stream)
-    }
-}
 
 #[test]
 fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
-    let backend = Logged {
-        sim: SimBackend::new(1 << 30),
-        log: Arc::default(),
-    };
+    let backend = Logged::new(SimBackend::new(1 << 30));
     let log = Arc::clone(&backend.log);
     let mgr = MemoryManager::with_config(
         backend,

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{allocate_f64, manager, queuing, runs_request};
+use common::{allocate_f64, logged_manager, manager, queuing, runs_request};
 use cubie_mem::Registration;
 use cubie_mem::streams::DEFAULT_STREAM_GROUP;
 
@@ -48,7 +48,9 @@ fn grouping() {
 fn change_stream_group_moves_the_instance_and_its_queue() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing().stream_group("old")).unwrap();
-    let b = mgr.register(queuing().stream_group("new")).unwrap();
+    let b = mgr
+        .register(queuing().owner(&a).stream_group("new"))
+        .unwrap();
     mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
     mgr.change_stream_group(&a, "new").unwrap();
     assert_eq!(mgr.stream_group(&a), "new");
@@ -93,40 +95,95 @@ fn the_current_stream_guard_binds_and_nests() {
 
 #[test]
 fn copies_inside_a_guard_use_the_bound_stream() {
-    // On the simulated device a copy on a destroyed stream fails, so the copy
-    // proves which stream it used: bind a group's stream, then retire it.
-    let (mgr, _) = manager(1 << 30, 1 << 20);
+    let (mgr, logged) = logged_manager(1 << 30);
     let a = mgr.register(queuing().stream_group("a")).unwrap();
     let b = mgr.register(Registration::new().stream_group("b")).unwrap();
     let x = allocate_f64(&mgr, &a, "x", runs_request(8, 4));
+    let (sa, sb) = (mgr.stream(&a).unwrap().0, mgr.stream(&b).unwrap().0);
+    logged.take();
     let guard = mgr.bind_stream(&b).unwrap();
     x.copy_from_host(&[2.0; 4]).unwrap();
-    mgr.reinit_streams().unwrap(); // b's bound stream is destroyed
-    let err = x.copy_from_host(&[3.0; 4]).unwrap_err();
-    assert!(err.to_string().contains("does not exist"), "{err}");
     drop(guard);
     x.copy_from_host(&[3.0; 4]).unwrap();
-    assert_eq!(x.to_vec().unwrap(), vec![3.0; 4]);
+    assert_eq!(
+        logged.take(),
+        [format!("up 32 on {sb}"), format!("up 32 on {sa}")]
+    );
 }
 
 #[test]
 fn allocations_inside_a_guard_use_the_bound_stream() {
-    // As above: a retired bound stream makes the allocation fail, which
-    // proves the allocation was ordered on it.
-    let (mgr, _) = manager(1 << 30, 1 << 20);
+    let (mgr, logged) = logged_manager(1 << 30);
     let a = mgr.register(queuing().stream_group("a")).unwrap();
     let b = mgr.register(Registration::new().stream_group("b")).unwrap();
-    mgr.stream(&a).unwrap();
+    let (sa, sb) = (mgr.stream(&a).unwrap().0, mgr.stream(&b).unwrap().0);
     let guard = mgr.bind_stream(&b).unwrap();
-    mgr.reinit_streams().unwrap();
-    mgr.queue_request(&a, [("x", runs_request(8, 4))]).unwrap();
-    let err = mgr.allocate_queue(&a).unwrap_err();
-    assert!(err.to_string().contains("does not exist"), "{err}");
+    let x = allocate_f64(&mgr, &a, "x", runs_request(8, 4));
     drop(guard);
-    let x = mgr
-        .allocate_queue_for(&a)
-        .unwrap()
-        .take::<f64>("x")
-        .unwrap();
+    assert_eq!(logged.take(), [format!("alloc 32 on {sb}")]);
+    // Later copies and the free follow the group's stream.
     x.copy_from_host(&[1.0; 4]).unwrap();
+    mgr.free(&a, "x").unwrap();
+    assert_eq!(
+        logged.take(),
+        [format!("up 32 on {sa}"), format!("free on {sa}")]
+    );
+}
+
+#[test]
+fn a_guard_keeps_its_stream_alive_across_reinit() {
+    let (mgr, logged) = logged_manager(1 << 30);
+    let a = mgr.register(queuing().stream_group("a")).unwrap();
+    let x = allocate_f64(&mgr, &a, "x", runs_request(8, 4));
+    let guard = mgr.bind_stream(&a).unwrap();
+    let retired = guard.stream();
+    mgr.reinit_streams().unwrap();
+    assert_ne!(mgr.stream(&a).unwrap(), retired);
+    assert_eq!(
+        logged.sim.live_streams(),
+        2,
+        "the guard still holds the old stream"
+    );
+    logged.take();
+    x.copy_from_host(&[1.0; 4]).unwrap();
+    assert_eq!(logged.take(), [format!("up 32 on {}", retired.0)]);
+    drop(guard);
+    assert_eq!(
+        logged.sim.live_streams(),
+        1,
+        "destroyed once the guard let go"
+    );
+}
+
+#[test]
+fn a_guard_that_outlives_its_manager_binds_nothing_of_another() {
+    // The guard keeps its backend alive, so a later backend cannot take its
+    // address and inherit the binding.
+    let guard = {
+        let (mgr, _) = manager(1 << 30, 1 << 30);
+        let a = mgr
+            .register(Registration::new().stream_group("g1"))
+            .unwrap();
+        let b = mgr
+            .register(Registration::new().stream_group("g2"))
+            .unwrap();
+        mgr.stream(&a).unwrap();
+        let guard = mgr.bind_stream(&b).unwrap();
+        assert_eq!(
+            guard.stream().0,
+            2,
+            "a stream number the next devices start without"
+        );
+        guard
+    };
+    for _ in 0..64 {
+        let (mgr, logged) = logged_manager(1 << 30);
+        let a = mgr.register(queuing()).unwrap();
+        let x = allocate_f64(&mgr, &a, "x", runs_request(8, 4));
+        let own = mgr.stream(&a).unwrap().0;
+        logged.take();
+        x.copy_from_host(&[1.0; 4]).unwrap();
+        assert_eq!(logged.take(), [format!("up 32 on {own}")]);
+    }
+    drop(guard);
 }

@@ -72,8 +72,11 @@ impl MemoryManager {
     pub fn reinit_streams(&self) -> Result<(), MemError> {
         let mut s = self.inner.lock();
         let replaced = s.groups.reinit(&self.inner.backend)?;
-        for (name, stream) in replaced {
+        for name in replaced {
             let Some(group) = s.groups.get(&name) else {
+                continue;
+            };
+            let Some(stream) = group.existing_stream().cloned() else {
                 continue;
             };
             for member in group.members() {

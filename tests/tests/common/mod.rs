@@ -5,8 +5,10 @@ use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use cubie_mem::backend::{DevicePtr, EventHandle, PinnedBlock, StreamHandle};
 use cubie_mem::{
-    ArrayRequest, ArrayResponse, DType, ManagerConfig, MemoryManager, Registration, SimBackend,
+    ArrayRequest, ArrayResponse, Backend, DType, ManagerConfig, MemError, MemInfo, MemoryManager,
+    Registration, SimBackend,
 };
 
 /// A manager on a simulated device with `free` bytes free out of `total`,
@@ -105,4 +107,102 @@ pub fn allocate_f64(
         .unwrap()
         .take::<f64>(label)
         .unwrap()
+}
+
+/// The simulated device, logging allocations, frees and copies with the
+/// stream each was ordered on ("alloc 32 on 2", "up 32 on 2", "pin 32").
+#[derive(Clone)]
+pub struct Logged {
+    pub sim: SimBackend,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Logged {
+    pub fn new(sim: SimBackend) -> Self {
+        Logged {
+            sim,
+            log: Arc::default(),
+        }
+    }
+
+    fn note(&self, entry: String) {
+        self.log.lock().unwrap().push(entry);
+    }
+
+    /// The entries so far, clearing the log.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+}
+
+impl Backend for Logged {
+    fn name(&self) -> &'static str {
+        "logged"
+    }
+    fn mem_info(&self) -> Result<MemInfo, MemError> {
+        self.sim.mem_info()
+    }
+    fn create_stream(&self) -> Result<StreamHandle, MemError> {
+        self.sim.create_stream()
+    }
+    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), MemError> {
+        self.sim.destroy_stream(stream)
+    }
+    fn synchronize(&self, stream: StreamHandle) -> Result<(), MemError> {
+        self.sim.synchronize(stream)
+    }
+    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, MemError> {
+        self.sim.record_event(stream)
+    }
+    fn event_complete(&self, event: EventHandle) -> Result<bool, MemError> {
+        self.sim.event_complete(event)
+    }
+    fn destroy_event(&self, event: EventHandle) -> Result<(), MemError> {
+        self.sim.destroy_event(event)
+    }
+    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, MemError> {
+        self.note(format!("alloc {bytes} on {}", stream.0));
+        self.sim.alloc_device(bytes, stream)
+    }
+    fn free_device(&self, ptr: DevicePtr, stream: StreamHandle) -> Result<(), MemError> {
+        self.note(format!("free on {}", stream.0));
+        self.sim.free_device(ptr, stream)
+    }
+    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, MemError> {
+        self.note(format!("pin {bytes}"));
+        self.sim.alloc_pinned(bytes)
+    }
+    fn copy_to_device(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: &[u8],
+        stream: StreamHandle,
+    ) -> Result<(), MemError> {
+        self.note(format!("up {} on {}", src.len(), stream.0));
+        self.sim.copy_to_device(dst, offset, src, stream)
+    }
+    fn copy_from_device(
+        &self,
+        dst: &mut [u8],
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), MemError> {
+        self.note(format!("down {} on {}", dst.len(), stream.0));
+        self.sim.copy_from_device(dst, src, offset, stream)
+    }
+}
+
+/// A manager without granule on a [`Logged`] simulated device.
+pub fn logged_manager(total: u64) -> (MemoryManager, Logged) {
+    let logged = Logged::new(SimBackend::new(total));
+    let mgr = MemoryManager::with_config(
+        logged.clone(),
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
+    );
+    (mgr, logged)
 }
