@@ -2,8 +2,8 @@
 //! ordered together; and the scoped guard that binds a stream as the current
 //! one on this thread.
 //!
-//! Streams are owned: a group holds its stream through an
-//! [`OwnedStream`], and so does every device allocation whose free is ordered
+//! Streams are owned: a group holds a counted reference to its stream, and
+//! so does every device allocation whose free is ordered
 //! on it and every [`CurrentStream`] guard binding it. The backend stream is
 //! destroyed (through [`Backend::destroy_stream`], which finishes its pending
 //! work first) when the last of them lets go: when a group empties, or after

@@ -1,75 +1,181 @@
-//! Many threads registering, queueing, allocating and dropping instances on
-//! one manager at once.
+//! Many threads registering, queueing, allocating, using, freeing, evicting
+//! and dropping on one manager at once, with accesses and guards held across
+//! manager calls. Every thread must finish within a deadline: a deadlock
+//! fails the test instead of hanging CI.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
+use std::sync::mpsc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use common::{manager, runs_request};
-use cubie_mem::{ArrayRequest, Registration};
+use cubie_mem::{ArrayRequest, Instance, MemError, MemoryKind, MemoryManager, Registration};
 
 const THREADS: usize = 8;
 const ROUNDS: usize = 500;
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Errors a round may meet under pressure from the other threads.
+fn expected_under_pressure(error: &MemError) -> bool {
+    error.is_out_of_memory()
+        || matches!(
+            error,
+            MemError::SingleRunTooLarge { .. }
+                | MemError::UnchunkableTooLarge { .. }
+                | MemError::AllUnchunkable { .. }
+                | MemError::Released { .. }
+        )
+}
+
+/// One round of thread `t`: returns whether its allocation succeeded.
+fn round(mgr: &MemoryManager, t: usize, round: usize, kept: &mut Vec<Instance>) -> bool {
+    let groups = ["a", "b", "c"];
+    let g = (t + round) % groups.len();
+    let mut registration = Registration::new()
+        .name(format!("t{t}r{round}"))
+        .stream_group(groups[g])
+        .on_invalidate(|| {});
+    if let Some(owner) = kept.last().filter(|_| round % 3 == 0) {
+        registration = registration.owner(owner);
+    }
+    let instance = mgr.register(registration).unwrap();
+    // One run count per group, so partners of one owner share a batch.
+    let runs = 50 + g * 10;
+    mgr.queue_request(
+        &instance,
+        [
+            ("state", runs_request(800, runs)),
+            ("init", ArrayRequest::of::<f32>([16]).unchunkable()),
+            (
+                "status",
+                ArrayRequest::of::<i32>([runs])
+                    .chunk_axis(0)
+                    .total_runs(runs)
+                    .memory(MemoryKind::Pinned),
+            ),
+        ],
+    )
+    .unwrap();
+    let work = mgr.begin_work(&instance).unwrap();
+    let served = match mgr.allocate_queue_for(&instance) {
+        Ok(mut response) => {
+            let state = response.take::<f64>("state");
+            let status = response.take_pinned::<i32>("status");
+            if let (Ok(state), Ok(status)) = (state, status) {
+                use_arrays(mgr, &instance, kept, &state, &status, round);
+            }
+            true
+        }
+        Err(error) if expected_under_pressure(&error) => false,
+        Err(error) => panic!("thread {t} round {round}: {error}"),
+    };
+    work.finish().unwrap();
+    occasional_calls(mgr, &instance, round);
+    if round % 4 == 0 {
+        kept.push(instance);
+    }
+    if kept.len() > 5 {
+        kept.remove(0);
+    }
+    served
+}
+
+/// Uses the handles while other threads free and evict, holding accesses
+/// and guards across manager calls.
+fn use_arrays(
+    mgr: &MemoryManager,
+    instance: &Instance,
+    kept: &[Instance],
+    state: &cubie_mem::DeviceArray<f64>,
+    status: &cubie_mem::PinnedArray<i32>,
+    round: usize,
+) {
+    // Either works or reports the release; never touches freed memory.
+    let _ = state.copy_from_host(&vec![1.0; state.len()]);
+    let _ = state.to_vec();
+    // An access held across calls that take the manager's lock.
+    let _ = state.with_device_ptr(|_| {
+        let _ = mgr.stream(instance);
+        if round % 5 == 0 {
+            let _ = mgr.free(instance, "state");
+        }
+        mgr.stats().total.current_count
+    });
+    // A pinned guard held across calls that may free or evict it.
+    if let Ok(guard) = status.read() {
+        if round % 7 == 0 {
+            let _ = mgr.free(instance, "status");
+        }
+        if let Some(old) = kept.first() {
+            let _ = mgr.allocated_bytes(old);
+        }
+        assert!(guard.iter().all(|&v| v == 0 || v == 3));
+    }
+    if let Ok(mut guard) = status.write() {
+        guard.fill(3);
+    }
+    // A current-stream guard held across calls.
+    if let Ok(bound) = mgr.bind_stream(instance) {
+        let _ = state.copy_from_host(&vec![2.0; state.len()]);
+        let _ = mgr.synchronize(instance);
+        drop(bound);
+    }
+}
+
+/// Manager-wide calls now and then: regrouping, new streams, freeing all.
+fn occasional_calls(mgr: &MemoryManager, instance: &Instance, round: usize) {
+    match round % 50 {
+        10 => mgr.reinit_streams().unwrap(),
+        20 => mgr.free_all(),
+        30 => mgr.invalidate_all(),
+        40 => {
+            let _ = mgr.change_stream_group(instance, "elsewhere");
+        }
+        _ => {}
+    }
+}
 
 #[test]
 fn eight_threads_end_with_an_empty_registry_and_free_memory() {
-    let (mgr, sim) = manager(1 << 30, 4 << 20);
+    // 1 MiB free: the threads' batches do not all fit, so idle owners are
+    // evicted and batches chunked all along.
+    let (mgr, sim) = manager(1 << 30, 1 << 20);
     let free_before = sim.free_bytes();
-    let groups = ["a", "b", "c"];
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let mgr = mgr.clone();
-            thread::spawn(move || {
-                let mut kept = Vec::new();
-                for round in 0..ROUNDS {
-                    let g = (t + round) % groups.len();
-                    let group = groups[g];
-                    let owner = kept.last();
-                    let mut reg = Registration::new().stream_group(group).on_invalidate(|| {});
-                    if let Some(owner) = owner.filter(|_| round % 3 == 0) {
-                        reg = reg.owner(owner);
-                    }
-                    let inst = mgr.register(reg).unwrap();
-                    // A group's members share one batch, so one run count per group.
-                    let runs = 50 + g * 10;
-                    mgr.queue_request(
-                        &inst,
-                        [
-                            ("state", runs_request(800, runs)),
-                            ("init", ArrayRequest::of::<f32>([16]).unchunkable()),
-                        ],
-                    )
-                    .unwrap();
-                    let work = mgr.begin_work(&inst).unwrap();
-                    match mgr.allocate_queue_for(&inst) {
-                        Ok(mut r) => {
-                            if let Ok(state) = r.take::<f64>("state") {
-                                // Another thread may evict it at any time: either works or reports release.
-                                let _ = state.copy_from_host(&vec![1.0; state.len()]);
-                            }
-                        }
-                        Err(e) => panic!("thread {t} round {round}: {e}"),
-                    }
-                    work.finish().unwrap();
-                    if round % 4 == 0 {
-                        kept.push(inst);
-                    }
-                    if kept.len() > 5 {
-                        kept.remove(0);
-                    }
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap();
+    let (done, finished) = mpsc::channel();
+    for t in 0..THREADS {
+        let (mgr, done) = (mgr.clone(), done.clone());
+        thread::spawn(move || {
+            let mut kept = Vec::new();
+            let served = (0..ROUNDS)
+                .filter(|&r| round(&mgr, t, r, &mut kept))
+                .count();
+            drop(kept);
+            done.send(served).unwrap();
+        });
     }
+    let start = Instant::now();
+    let mut served = 0;
+    for _ in 0..THREADS {
+        let left = DEADLINE.saturating_sub(start.elapsed());
+        served += finished
+            .recv_timeout(left)
+            .expect("deadlock: a thread did not finish before the deadline");
+    }
+    assert!(
+        served >= THREADS * ROUNDS * 9 / 10,
+        "only {served} of {} rounds were served",
+        THREADS * ROUNDS
+    );
     assert_eq!(mgr.instance_count(), 0);
     assert_eq!(sim.live_allocations(), 0);
     assert_eq!(sim.free_bytes(), free_before);
+    assert_eq!(sim.live_events(), 0);
+    assert_eq!(sim.live_streams(), 0);
     let stats = mgr.stats();
     assert_eq!(stats.total.current_bytes, 0);
     assert_eq!(stats.total.current_count, 0);
+    assert!(stats.total.evictions > 0, "the pressure evicted owners");
     assert!(stats.total.allocations >= (THREADS * ROUNDS) as u64);
 }

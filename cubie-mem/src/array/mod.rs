@@ -1,6 +1,6 @@
 //! Typed handles to allocated memory, and the response that delivers them.
 //!
-//! The manager owns every allocation ([`slot`]); handles are shared views of
+//! The manager owns every allocation (a slot); handles are shared views of
 //! it. When the manager frees, evicts or replaces an allocation, every handle
 //! to it stops working: each later use returns [`MemError::Released`](crate::MemError::Released),
 //! never touching freed memory.

@@ -118,6 +118,11 @@ impl SimBackend {
         self.state().streams.len()
     }
 
+    /// Number of live (not destroyed) events.
+    pub fn live_events(&self) -> usize {
+        self.state().events.len()
+    }
+
     fn state(&self) -> MutexGuard<'_, SimState> {
         // The state is consistent after every statement, so a panic elsewhere
         // while it was held leaves nothing half-done.

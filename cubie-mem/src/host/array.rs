@@ -322,6 +322,7 @@ impl MemoryManager {
         kind: HostMemoryType,
         instance: &Instance,
     ) -> Result<Storage, MemError> {
+        self.check_registered(instance)?;
         let (_, bytes) = shape_size(shape, dtype.size_bytes())?;
         Ok(match kind {
             HostMemoryType::Pinned => Storage::Pinned(self.backend().alloc_pinned(bytes as u64)?),

@@ -47,6 +47,7 @@ impl MemoryManager {
     /// system temporary directory. The directory must exist: a missing one is
     /// an error (it is not created, so that a typo cannot scatter files).
     pub fn spill_directory(&self, instance: &Instance) -> Result<PathBuf, MemError> {
+        self.check_registered(instance)?;
         let (_, directory) = self.spill_settings(instance);
         let directory = directory.unwrap_or_else(std::env::temp_dir);
         if directory.is_dir() {

@@ -56,6 +56,11 @@ impl MemoryManager {
         }
     }
 
+    /// `UnknownInstance` unless `instance` is registered with this manager.
+    pub(crate) fn check_registered(&self, instance: &Instance) -> Result<(), MemError> {
+        self.inner.lock().instance(instance.id).map(drop)
+    }
+
     /// Number of registered instances.
     pub fn instance_count(&self) -> usize {
         self.inner.lock().instances.len()
