@@ -37,7 +37,7 @@ fn round(mgr: &MemoryManager, t: usize, round: usize, kept: &mut Vec<Instance>) 
         .name(format!("t{t}r{round}"))
         .stream_group(groups[g])
         .on_invalidate(|| {});
-    if let Some(owner) = kept.last().filter(|_| round % 3 == 0) {
+    if let Some(owner) = kept.last().filter(|_| round.is_multiple_of(3)) {
         registration = registration.owner(owner);
     }
     let instance = mgr.register(registration).unwrap();
@@ -73,7 +73,7 @@ fn round(mgr: &MemoryManager, t: usize, round: usize, kept: &mut Vec<Instance>) 
     };
     work.finish().unwrap();
     occasional_calls(mgr, &instance, round);
-    if round % 4 == 0 {
+    if round.is_multiple_of(4) {
         kept.push(instance);
     }
     if kept.len() > 5 {
@@ -98,14 +98,14 @@ fn use_arrays(
     // An access held across calls that take the manager's lock.
     let _ = state.with_device_ptr(|_| {
         let _ = mgr.stream(instance);
-        if round % 5 == 0 {
+        if round.is_multiple_of(5) {
             let _ = mgr.free(instance, "state");
         }
         mgr.stats().total.current_count
     });
     // A pinned guard held across calls that may free or evict it.
     if let Ok(guard) = status.read() {
-        if round % 7 == 0 {
+        if round.is_multiple_of(7) {
             let _ = mgr.free(instance, "status");
         }
         if let Some(old) = kept.first() {
