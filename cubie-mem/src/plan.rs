@@ -48,7 +48,7 @@ impl BatchSizes {
     ) -> Result<Self, MemError> {
         let mut total_runs = 1usize;
         for (label, request) in requests.clone() {
-            request.validate(label)?;
+            request.check_runs(label)?;
             total_runs = total_runs.max(request.runs());
         }
         let mut sizes = BatchSizes {
@@ -57,9 +57,7 @@ impl BatchSizes {
             unchunkable_bytes: 0,
         };
         for (label, request) in requests {
-            let bytes = request
-                .nbytes()
-                .map_err(|_| MemError::invalid_request(label, "byte size overflows 64 bits"))?;
+            let bytes = request.checked_nbytes(label)?;
             let slot = match request.chunk_axis_in_use() {
                 Some(axis) => {
                     let axis_length = request.shape()[axis];

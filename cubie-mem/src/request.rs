@@ -152,6 +152,16 @@ impl ArrayRequest {
         self.chunked_dims(chunk_length).collect()
     }
 
+    /// [`ArrayRequest::chunked_shape`], reusing this request's shape.
+    pub(crate) fn into_chunked_shape(self, chunk_length: usize) -> Vec<usize> {
+        let axis = self.chunk_axis_in_use();
+        let mut shape = self.shape;
+        if let Some(dim) = axis.and_then(|axis| shape.get_mut(axis)) {
+            *dim = chunk_length;
+        }
+        shape
+    }
+
     /// The dimensions of [`ArrayRequest::chunked_shape`], without allocating.
     pub fn chunked_dims(&self, chunk_length: usize) -> impl ExactSizeIterator<Item = usize> + '_ {
         let axis = self.chunk_axis_in_use();
@@ -164,22 +174,32 @@ impl ArrayRequest {
     /// Checks what can be checked of a request on its own: `total_runs >= 1`
     /// and a byte size that fits in 64 bits.
     pub fn validate(&self, label: &str) -> Result<(), MemError> {
+        self.check_runs(label)?;
+        self.checked_nbytes(label).map(drop)
+    }
+
+    /// `total_runs >= 1`, or an error naming `label`.
+    pub(crate) fn check_runs(&self, label: &str) -> Result<(), MemError> {
         if self.total_runs == 0 {
             return Err(MemError::invalid_request(
                 label,
                 "total_runs is 0; a batch has at least one run",
             ));
         }
-        if self.nbytes().is_err() {
-            return Err(MemError::invalid_request(
+        Ok(())
+    }
+
+    /// The byte size, or an error naming `label` when it overflows 64 bits.
+    pub(crate) fn checked_nbytes(&self, label: &str) -> Result<u64, MemError> {
+        self.nbytes().map_err(|_| {
+            MemError::invalid_request(
                 label,
                 format!(
                     "shape {:?} of {} overflows 64-bit byte counts",
                     self.shape, self.dtype
                 ),
-            ));
-        }
-        Ok(())
+            )
+        })
     }
 }
 

@@ -71,6 +71,13 @@ impl UsageStats {
         }
     }
 
+    /// A buffer freed and allocated again at once for a new array (reused
+    /// in place): one free and one allocation, the current figures unchanged.
+    pub(crate) fn reused(&mut self) {
+        self.allocations = self.allocations.saturating_add(1);
+        self.frees = self.frees.saturating_add(1);
+    }
+
     pub(crate) fn chunked(&mut self) {
         self.chunked_requests = self.chunked_requests.saturating_add(1);
     }

@@ -10,7 +10,6 @@
 //! `reinit_streams` once the arrays moved to the new stream.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -99,7 +98,7 @@ impl Group {
 /// Which instance is in which group, and each group's stream.
 #[derive(Default)]
 pub(crate) struct StreamGroups {
-    groups: BTreeMap<Arc<str>, Group>,
+    groups: FxHashMap<Arc<str>, Group>,
     membership: FxHashMap<InstanceId, Arc<str>>,
 }
 

@@ -46,9 +46,16 @@ impl ArrayResponse {
         }
     }
 
-    pub(crate) fn insert(&mut self, slot: Arc<Slot>) {
-        self.chunked_shapes
-            .insert(slot.label().to_string(), slot.shape().to_vec());
+    /// An empty response with room for `arrays` arrays.
+    pub(crate) fn with_capacity(plan: ChunkPlan, arrays: usize) -> Self {
+        let mut response = ArrayResponse::new(plan);
+        response.arrays.reserve_exact(arrays);
+        response
+    }
+
+    /// Adds `slot`, allocated for `label` with `chunked_shape`.
+    pub(crate) fn insert(&mut self, label: String, chunked_shape: Vec<usize>, slot: Arc<Slot>) {
+        self.chunked_shapes.insert(label, chunked_shape);
         self.arrays.push(slot);
     }
 

@@ -130,11 +130,14 @@ impl Slot {
         }))
     }
 
-    /// A new slot holding `memory`, which this slot holds (a buffer at least
-    /// as large reused for a new type or shape; take `memory` with
-    /// [`Slot::memory`]); this slot's handles then report `Replaced`.
-    pub(crate) fn reuse(&self, memory: Memory, dtype: DType, shape: Box<[usize]>) -> Arc<Slot> {
-        *self.state.lock() = SlotState::Released(ReleaseReason::Replaced);
+    /// A new slot taking over this slot's memory for a new type and shape
+    /// (a buffer at least as large, reused); this slot's handles then report
+    /// `Replaced`. A released slot yields a released slot.
+    pub(crate) fn reuse(&self, dtype: DType, shape: Box<[usize]>) -> Arc<Slot> {
+        let previous = std::mem::replace(
+            &mut *self.state.lock(),
+            SlotState::Released(ReleaseReason::Replaced),
+        );
         Arc::new(Slot {
             label: Arc::clone(&self.label),
             dtype,
@@ -142,8 +145,19 @@ impl Slot {
             bytes: self.bytes,
             shape,
             backend: Arc::clone(&self.backend),
-            state: Mutex::new(SlotState::Live(memory)),
+            state: Mutex::new(previous),
         })
+    }
+
+    /// Gives this slot a new type and shape in place: only for a slot no
+    /// handle refers to (the caller holds it uniquely).
+    pub(crate) fn reshape(&mut self, dtype: DType, shape: &[usize]) {
+        self.dtype = dtype;
+        if self.shape.len() == shape.len() {
+            self.shape.copy_from_slice(shape);
+        } else {
+            self.shape = shape.into();
+        }
     }
 
     /// Marks the slot released for `reason` and frees its memory unless an
@@ -297,12 +311,16 @@ mod tests {
     fn reuse_moves_the_memory_and_retires_the_old_slot() {
         let (backend, sim, stream) = setup();
         let slot = device_slot(&backend, &stream);
-        let memory = slot.memory().unwrap();
-        let new = slot.reuse(memory, DType::I32, Box::new([25]));
+        let new = slot.reuse(DType::I32, Box::new([25]));
         assert_eq!(slot.release_reason(), Some(ReleaseReason::Replaced));
         assert_eq!(new.shape(), [25]);
         assert_eq!(sim.live_allocations(), 1);
         assert!(slot.memory().is_err());
+        assert_eq!(
+            slot.reuse(DType::U8, Box::new([1])).release_reason(),
+            Some(ReleaseReason::Replaced),
+            "a released slot yields a released slot"
+        );
         drop(new);
         assert_eq!(sim.live_allocations(), 0, "the last holder frees");
     }

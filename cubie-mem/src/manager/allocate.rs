@@ -14,10 +14,11 @@ use super::Inner;
 use super::hooks::Hooks;
 use super::state::{Queued, State};
 use crate::array::ReleaseReason;
-use crate::array::slot::{Memory, Slot};
+use crate::array::slot::Slot;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, OwnerId};
 use crate::plan::{BatchSizes, Budget, ChunkPlan, OVERSIZE_WARNING_FACTOR, plan_chunks};
+use crate::stats::UsageStats;
 use crate::streams::OwnedStream;
 use crate::{ArrayRequest, ArrayResponse, Bytes, DType, MemError, MemoryKind};
 
@@ -47,29 +48,17 @@ impl Batch {
     }
 }
 
-/// Where one requested array comes from.
+/// Where one requested array comes from. Placements follow the order of
+/// the taken requests.
 enum Placement {
     /// The array held under the label has the same type and shape: kept,
     /// and its handles stay valid.
     Keep(Arc<Slot>),
-    /// The buffer held under the label is large enough: reused in place.
-    Reuse {
-        old: Arc<Slot>,
-        memory: Memory,
-        dtype: DType,
-        shape: Box<[usize]>,
-    },
+    /// The buffer held under the label is large enough: reused for the new
+    /// type and shape.
+    Reuse,
     /// New memory, replacing what the label held (if anything) on commit.
-    Fresh {
-        slot: Arc<Slot>,
-        replaces: Option<Arc<Slot>>,
-    },
-}
-
-/// A placement for one label of one participant.
-struct Placed {
-    instance: InstanceId,
-    placement: Placement,
+    Fresh(Arc<Slot>),
 }
 
 impl Inner {
@@ -131,13 +120,14 @@ impl Inner {
         s: &mut State,
         batch: &Batch,
         hooks: &mut Hooks,
-    ) -> Result<(ChunkPlan, Vec<Placed>), MemError> {
+    ) -> Result<(ChunkPlan, Vec<Placement>), MemError> {
         let sizes = BatchSizes::measure(batch.requests())?;
         let requested = sizes.total_bytes();
+        let held = held_arrays(s, batch);
         let (free, replaced) = if requested == 0 {
             (0, 0)
         } else {
-            (self.backend.mem_info()?.free, replaced_bytes(s, batch))
+            (self.backend.mem_info()?.free, replaced_bytes(&held))
         };
         if requested > free.saturating_mul(OVERSIZE_WARNING_FACTOR) {
             tracing::warn!(
@@ -175,65 +165,50 @@ impl Inner {
             "planned a batch"
         );
         let stream = s.groups.stream_of(batch.trigger, &self.backend)?;
-        let placed = self.place(s, batch, &plan, &stream, free)?;
+        let placed = self.place(s, batch, held, &plan, &stream, free)?;
         Ok((plan, placed))
     }
 
-    /// Decides where every requested array comes from and allocates the new
-    /// ones. All or nothing: on failure the new memory is freed (dropped).
+    /// Decides where every requested array comes from, given the arrays
+    /// `held` under the requested labels, and allocates the new ones. All or
+    /// nothing: on failure the new memory is freed (dropped).
     fn place(
         &self,
         s: &mut State,
         batch: &Batch,
+        held: Vec<Option<Arc<Slot>>>,
         plan: &ChunkPlan,
         stream: &Arc<OwnedStream>,
         free_before: u64,
-    ) -> Result<Vec<Placed>, MemError> {
-        let mut placed = Vec::with_capacity(batch.requests().count());
-        for (id, queued) in &batch.taken {
-            for (label, request) in queued.set.iter() {
-                let bytes = plan.chunked_bytes(request);
-                let old = s
-                    .instances
-                    .get(id)
-                    .and_then(|i| i.allocations.get(label))
-                    .cloned();
-                let same_kind = |old: &Slot| old.kind() == request.memory_kind();
-                let placement = match old {
-                    Some(old)
-                        if same_kind(&old)
-                            && old.dtype() == request.dtype()
-                            && request
-                                .chunked_dims(plan.chunk_length)
-                                .eq(old.shape().iter().copied()) =>
-                    {
-                        Placement::Keep(old)
-                    }
-                    Some(old) if same_kind(&old) && old.bytes() >= bytes => match old.memory() {
-                        Ok(memory) => Placement::Reuse {
-                            old,
-                            memory,
-                            dtype: request.dtype(),
-                            shape: plan.chunked_shape(request).into_boxed_slice(),
-                        },
-                        Err(_) => self.fresh(
-                            s,
-                            label,
-                            request,
-                            bytes,
-                            plan,
-                            stream,
-                            Some(old),
-                            free_before,
-                        )?,
-                    },
-                    old => self.fresh(s, label, request, bytes, plan, stream, old, free_before)?,
-                };
-                placed.push(Placed {
-                    instance: *id,
-                    placement,
-                });
-            }
+    ) -> Result<Vec<Placement>, MemError> {
+        let mut placed = Vec::with_capacity(held.len());
+        for ((label, request), old) in batch.requests().zip(held) {
+            let bytes = plan.chunked_bytes(request);
+            let old = old.filter(|old| old.kind() == request.memory_kind());
+            placed.push(match old {
+                Some(old)
+                    if old.dtype() == request.dtype()
+                        && request
+                            .chunked_dims(plan.chunk_length)
+                            .eq(old.shape().iter().copied()) =>
+                {
+                    Placement::Keep(old)
+                }
+                Some(old) if old.bytes() >= bytes => Placement::Reuse,
+                Some(old) => {
+                    let label = Arc::clone(old.label());
+                    self.fresh(s, label, request, bytes, plan, stream, free_before)?
+                }
+                None => self.fresh(
+                    s,
+                    Arc::from(label),
+                    request,
+                    bytes,
+                    plan,
+                    stream,
+                    free_before,
+                )?,
+            });
         }
         Ok(placed)
     }
@@ -243,118 +218,97 @@ impl Inner {
     fn fresh(
         &self,
         s: &mut State,
-        label: &str,
+        label: Arc<str>,
         request: &ArrayRequest,
         bytes: u64,
         plan: &ChunkPlan,
         stream: &Arc<OwnedStream>,
-        replaces: Option<Arc<Slot>>,
         free_before: u64,
     ) -> Result<Placement, MemError> {
-        let slot = Slot::allocate(
+        Slot::allocate(
             &self.backend,
-            Arc::from(label),
+            Arc::clone(&label),
             request.dtype(),
             request.memory_kind(),
             bytes,
             plan.chunked_shape(request).into_boxed_slice(),
             stream,
         )
-        .map_err(|error| self.explain_failure(s, error, label, bytes, plan, free_before))?;
-        Ok(Placement::Fresh { slot, replaces })
+        .map(Placement::Fresh)
+        .map_err(|error| self.explain_failure(s, error, &label, bytes, plan, free_before))
     }
 
-    /// Applies the placements and builds every participant's response.
+    /// Applies the placements (in the order of the taken requests) and
+    /// builds every participant's response, moving each request's label and
+    /// shape into it.
     fn commit(
         &self,
         s: &mut State,
         batch: Batch,
         plan: ChunkPlan,
-        placed: Vec<Placed>,
+        placed: Vec<Placement>,
         want_response: bool,
         hooks: &mut Hooks,
     ) -> ArrayResponse {
-        let group = &batch.group;
-        let mut responses: Vec<(InstanceId, ArrayResponse)> = batch
-            .participants
+        let Batch {
+            trigger,
+            group,
+            owner,
+            participants,
+            taken,
+        } = batch;
+        let mut responses: Vec<(InstanceId, ArrayResponse)> = participants
             .iter()
-            .map(|&id| (id, ArrayResponse::new(plan)))
+            .map(|&id| {
+                let arrays = taken
+                    .iter()
+                    .find(|(t, _)| *t == id)
+                    .map_or(0, |(_, q)| q.set.len());
+                (id, ArrayResponse::with_capacity(plan, arrays))
+            })
             .collect();
-        for Placed {
-            instance,
-            placement,
-        } in placed
-        {
-            let slot = match placement {
-                Placement::Keep(slot) => slot,
-                Placement::Reuse {
-                    old,
-                    memory,
-                    dtype,
-                    shape,
-                } => {
-                    let new = old.reuse(memory, dtype, shape);
-                    s.count_free(instance, group, &old, false);
-                    s.count_allocation(instance, group, &new);
-                    self.hold(s, instance, &new);
-                    new
-                }
-                Placement::Fresh { slot, replaces } => {
-                    if let Some(old) = replaces {
-                        if let Err(error) =
-                            s.release_slot(instance, group, &old, ReleaseReason::Replaced)
-                        {
-                            tracing::warn!(label = %old.label(), %error, "freeing a replaced array failed");
-                        }
+        s.with_group_usage(&group, |s, usage| {
+            let mut placed = placed.into_iter();
+            for (instance, queued) in taken {
+                if plan.is_chunked() {
+                    if let Some(i) = s.instances.get_mut(&instance) {
+                        i.usage.chunked();
                     }
-                    s.count_allocation(instance, group, &slot);
-                    self.hold(s, instance, &slot);
-                    slot
+                    usage.chunked();
+                    s.total_usage.chunked();
                 }
-            };
-            if let Some((_, response)) = responses.iter_mut().find(|(id, _)| *id == instance) {
-                response.insert(slot);
-            }
-        }
-        if let Some(g) = s.groups.get_mut(group) {
-            g.partitions
-                .insert(batch.owner, (plan.chunk_length, plan.chunks));
-        }
-        if plan.is_chunked() {
-            for (id, _) in &batch.taken {
-                if let Some(i) = s.instances.get_mut(id) {
-                    i.usage.chunked();
+                let position = responses.iter().position(|(id, _)| *id == instance);
+                for ((label, request), placement) in queued.set.into_iter().zip(placed.by_ref()) {
+                    let dtype = request.dtype();
+                    let shape = request.into_chunked_shape(plan.chunk_length);
+                    let slot = apply(s, usage, instance, &label, dtype, &shape, placement);
+                    if let (Some(position), Some(slot)) = (position, slot) {
+                        responses[position].1.insert(label, shape, slot);
+                    }
                 }
-                s.update_group_usage(group, |u| u.chunked());
-                s.total_usage.chunked();
             }
+        });
+        if let Some(g) = s.groups.get_mut(&group) {
+            g.partitions.insert(owner, (plan.chunk_length, plan.chunks));
         }
         if s.limit_mode == LimitMode::Active {
-            self.warn_cap_usage(s, group);
+            self.warn_cap_usage(s, &group);
         }
         let mut own = ArrayResponse::default();
         for (id, response) in responses {
             let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
             match hook {
                 Some(hook) => {
-                    if want_response && id == batch.trigger {
+                    if want_response && id == trigger {
                         own = response.clone();
                     }
                     hooks.ready(s.named(id), hook, response);
                 }
-                None if id == batch.trigger => own = response,
+                None if id == trigger => own = response,
                 None => {}
             }
         }
         own
-    }
-
-    /// Records `slot` as held by `instance` under its label.
-    fn hold(&self, s: &mut State, instance: InstanceId, slot: &Arc<Slot>) {
-        if let Some(i) = s.instances.get_mut(&instance) {
-            i.allocations
-                .insert(Arc::clone(slot.label()), Arc::clone(slot));
-        }
     }
 
     /// Fills an out-of-memory error with the label, the idle bytes this
@@ -444,20 +398,28 @@ impl Inner {
     }
 }
 
-/// Device bytes the participants hold under the labels they request: the
-/// arrays about to be replaced.
-fn replaced_bytes(s: &State, batch: &Batch) -> u64 {
-    batch.taken.iter().fold(0u64, |sum, (id, queued)| {
-        let Some(state) = s.instances.get(id) else {
-            return sum;
-        };
-        queued
-            .set
-            .labels()
-            .filter_map(|label| state.allocations.get(label))
-            .filter(|slot| slot.kind() == MemoryKind::Device)
-            .fold(sum, |sum, slot| sum.saturating_add(slot.bytes()))
-    })
+/// The array each participant holds under each label it requests (in the
+/// order of the taken requests), looked up once for the whole call.
+fn held_arrays(s: &State, batch: &Batch) -> Vec<Option<Arc<Slot>>> {
+    let mut held = Vec::with_capacity(batch.requests().count());
+    for (id, queued) in &batch.taken {
+        let allocations = s.instances.get(id).map(|i| &i.allocations);
+        held.extend(
+            queued
+                .set
+                .labels()
+                .map(|label| allocations.and_then(|a| a.get(label)).cloned()),
+        );
+    }
+    held
+}
+
+/// Device bytes of the `held` arrays: those about to be replaced.
+fn replaced_bytes(held: &[Option<Arc<Slot>>]) -> u64 {
+    held.iter()
+        .flatten()
+        .filter(|slot| slot.kind() == MemoryKind::Device)
+        .fold(0u64, |sum, slot| sum.saturating_add(slot.bytes()))
 }
 
 /// Keeps the remembered partition of the owner in this group when one of
@@ -479,5 +441,50 @@ fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan) -> ChunkPlan {
             plan.with_partition(length, chunks).unwrap_or(plan)
         }
         _ => plan,
+    }
+}
+
+/// Applies one placement for `instance`'s array `label`, counting it in
+/// `usage` (its group's counters); returns the array it holds now.
+fn apply(
+    s: &mut State,
+    usage: &mut UsageStats,
+    instance: InstanceId,
+    label: &str,
+    dtype: DType,
+    shape: &[usize],
+    placement: Placement,
+) -> Option<Arc<Slot>> {
+    match placement {
+        Placement::Keep(slot) => Some(slot),
+        Placement::Reuse => {
+            let instance_state = s.instances.get_mut(&instance)?;
+            let entry = instance_state.allocations.get_mut(label)?;
+            let new = match Arc::get_mut(entry) {
+                // No handle refers to the array: reshape it where it is.
+                Some(unique) => {
+                    unique.reshape(dtype, shape);
+                    Arc::clone(entry)
+                }
+                None => {
+                    let new = entry.reuse(dtype, shape.into());
+                    *entry = Arc::clone(&new);
+                    new
+                }
+            };
+            s.count_reuse(instance, usage);
+            Some(new)
+        }
+        Placement::Fresh(slot) => {
+            let allocations = &mut s.instances.get_mut(&instance)?.allocations;
+            let old = allocations.insert(Arc::clone(slot.label()), Arc::clone(&slot));
+            s.count_allocation(instance, usage, &slot);
+            if let Some(old) = old {
+                if let Err(error) = s.release_slot(instance, usage, &old, ReleaseReason::Replaced) {
+                    tracing::warn!(label = %old.label(), %error, "freeing a replaced array failed");
+                }
+            }
+            Some(slot)
+        }
     }
 }

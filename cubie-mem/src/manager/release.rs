@@ -15,7 +15,9 @@ impl MemoryManager {
         let Some(slot) = s.instance_mut(instance.id)?.allocations.remove(label) else {
             return Ok(false);
         };
-        s.release_slot(instance.id, &group, &slot, ReleaseReason::Freed)?;
+        s.with_group_usage(&group, |s, usage| {
+            s.release_slot(instance.id, usage, &slot, ReleaseReason::Freed)
+        })?;
         Ok(true)
     }
 

@@ -4,7 +4,6 @@
 //! Every method here runs under the manager's lock and never calls user code
 //! or waits on a handle; failing methods change nothing.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -30,7 +29,7 @@ pub(crate) struct Queued {
 pub(crate) struct InstanceState {
     pub(crate) owner: OwnerId,
     pub(crate) name: Option<Arc<str>>,
-    pub(crate) allocations: BTreeMap<Arc<str>, Arc<Slot>>,
+    pub(crate) allocations: FxHashMap<Arc<str>, Arc<Slot>>,
     pub(crate) queued: Option<Queued>,
     pub(crate) on_invalidate: Option<InvalidateHook>,
     pub(crate) on_ready: Option<ReadyHook>,
@@ -88,7 +87,7 @@ pub(crate) struct State {
     /// The order of the next queued request set.
     pub(crate) queue_order: u64,
     pub(crate) total_usage: UsageStats,
-    pub(crate) group_usage: BTreeMap<Arc<str>, UsageStats>,
+    pub(crate) group_usage: FxHashMap<Arc<str>, UsageStats>,
 }
 
 impl State {
@@ -102,7 +101,7 @@ impl State {
             clock: 0,
             queue_order: 0,
             total_usage: UsageStats::default(),
-            group_usage: BTreeMap::new(),
+            group_usage: FxHashMap::default(),
         }
     }
 
@@ -190,7 +189,7 @@ impl State {
             InstanceState {
                 owner,
                 name,
-                allocations: BTreeMap::new(),
+                allocations: FxHashMap::default(),
                 queued: None,
                 on_invalidate,
                 on_ready: on_allocation_ready,
@@ -288,11 +287,25 @@ impl State {
         }
     }
 
-    /// Records the release of `slot` by `instance` in every scope.
+    /// Runs `f` with the counters of `group` taken out, so that a call
+    /// counting many arrays looks the group up once.
+    pub(crate) fn with_group_usage<R>(
+        &mut self,
+        group: &Arc<str>,
+        f: impl FnOnce(&mut Self, &mut UsageStats) -> R,
+    ) -> R {
+        let mut usage = self.group_usage.get(group).copied().unwrap_or_default();
+        let result = f(self, &mut usage);
+        self.update_group_usage(group, |u| *u = usage);
+        result
+    }
+
+    /// Records the release of `slot` by `instance` in every scope (`group`:
+    /// the counters of its group).
     pub(crate) fn count_free(
         &mut self,
         instance: InstanceId,
-        group: &Arc<str>,
+        group: &mut UsageStats,
         slot: &Slot,
         evicted: bool,
     ) {
@@ -300,18 +313,32 @@ impl State {
         if let Some(i) = self.instances.get_mut(&instance) {
             i.usage.freed(bytes, kind, evicted);
         }
-        self.update_group_usage(group, |u| u.freed(bytes, kind, evicted));
+        group.freed(bytes, kind, evicted);
         self.total_usage.freed(bytes, kind, evicted);
     }
 
     /// Records an allocation of `slot` by `instance` in every scope.
-    pub(crate) fn count_allocation(&mut self, instance: InstanceId, group: &Arc<str>, slot: &Slot) {
+    pub(crate) fn count_allocation(
+        &mut self,
+        instance: InstanceId,
+        group: &mut UsageStats,
+        slot: &Slot,
+    ) {
         let (bytes, kind) = (slot.bytes(), slot.kind());
         if let Some(i) = self.instances.get_mut(&instance) {
             i.usage.allocated(bytes, kind);
         }
-        self.update_group_usage(group, |u| u.allocated(bytes, kind));
+        group.allocated(bytes, kind);
         self.total_usage.allocated(bytes, kind);
+    }
+
+    /// Records that `instance` reused a buffer it held for a new array.
+    pub(crate) fn count_reuse(&mut self, instance: InstanceId, group: &mut UsageStats) {
+        if let Some(i) = self.instances.get_mut(&instance) {
+            i.usage.reused();
+        }
+        group.reused();
+        self.total_usage.reused();
     }
 
     /// Releases `slot`, held by `instance` until now, and counts it. Returns
@@ -319,7 +346,7 @@ impl State {
     pub(crate) fn release_slot(
         &mut self,
         instance: InstanceId,
-        group: &Arc<str>,
+        group: &mut UsageStats,
         slot: &Slot,
         reason: ReleaseReason,
     ) -> Result<u64, MemError> {
@@ -342,19 +369,21 @@ impl State {
         let Ok(group) = self.group_of(instance) else {
             return 0;
         };
-        let mut freed = 0u64;
-        for slot in slots.values() {
-            match self.release_slot(instance, &group, slot, reason) {
-                Ok(bytes) => freed = freed.saturating_add(bytes),
-                Err(error) => tracing::warn!(
-                    instance = %self.named(instance),
-                    label = %slot.label(),
-                    %error,
-                    "freeing failed"
-                ),
+        self.with_group_usage(&group, |s, usage| {
+            let mut freed = 0u64;
+            for slot in slots.values() {
+                match s.release_slot(instance, usage, slot, reason) {
+                    Ok(bytes) => freed = freed.saturating_add(bytes),
+                    Err(error) => tracing::warn!(
+                        instance = %s.named(instance),
+                        label = %slot.label(),
+                        %error,
+                        "freeing failed"
+                    ),
+                }
             }
-        }
-        freed
+            freed
+        })
     }
 
     /// Cap of `instance`: `floor(proportion * total)`.
