@@ -93,6 +93,7 @@ fn run() -> Result<(), MemError> {
     // An idle cache in another group: evicted when the batch needs the room.
     let cache = mgr.register(
         Registration::new()
+            .name("lookup cache")
             .stream_group("cache")
             .on_invalidate(|| tracing::info!("the idle cache was evicted")),
     )?;
@@ -108,6 +109,7 @@ fn run() -> Result<(), MemError> {
     // Results above 128 MiB spill to a memory-mapped temporary file.
     let solver = mgr.register(
         Integration::<f64>::registration()
+            .name("solver")
             .on_invalidate(|| tracing::warn!("solver buffers invalidated"))
             .host_spill_threshold(128 * MIB),
     )?;
