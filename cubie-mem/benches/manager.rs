@@ -78,7 +78,9 @@ fn bench_allocate(c: &mut Criterion) {
                 ..Default::default()
             },
         );
-        // One owner's instances in one group: one allocate_queue serves all.
+        // One owner's instances in one group: one allocate_queue serves all,
+        // and each partner receives its response through its hook, as
+        // cubie's instances do.
         let first = mgr
             .register(
                 Registration::new()
@@ -93,7 +95,8 @@ fn bench_allocate(c: &mut Criterion) {
                     Registration::new()
                         .owner(&registered[0])
                         .stream_group("solvers")
-                        .on_invalidate(|| {}),
+                        .on_invalidate(|| {})
+                        .on_allocation_ready(|response| drop(black_box(response))),
                 )
                 .expect("registering a solver");
             registered.push(partner);

@@ -18,6 +18,7 @@ use crate::array::slot::Slot;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, OwnerId};
 use crate::plan::{BatchSizes, Budget, ChunkPlan, OVERSIZE_WARNING_FACTOR, plan_chunks};
+use crate::registration::ReadyHook;
 use crate::stats::UsageStats;
 use crate::streams::OwnedStream;
 use crate::{ArrayRequest, ArrayResponse, Bytes, DType, MemError, MemoryKind};
@@ -257,16 +258,24 @@ impl Inner {
             participants,
             taken,
         } = batch;
-        let mut responses: Vec<(InstanceId, ArrayResponse)> = participants
-            .iter()
-            .map(|&id| {
-                let arrays = taken
-                    .iter()
-                    .find(|(t, _)| *t == id)
-                    .map_or(0, |(_, q)| q.set.len());
-                (id, ArrayResponse::with_capacity(plan, arrays))
-            })
-            .collect();
+        // Responses are built only for those who receive them: the caller
+        // (the trigger's) and participants with a ready hook.
+        let mut responses: Vec<(InstanceId, Option<ReadyHook>, Option<ArrayResponse>)> =
+            participants
+                .iter()
+                .map(|&id| {
+                    let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
+                    let wanted = hook.is_some() || (want_response && id == trigger);
+                    let response = wanted.then(|| {
+                        let arrays = taken
+                            .iter()
+                            .find(|(t, _)| *t == id)
+                            .map_or(0, |(_, q)| q.set.len());
+                        ArrayResponse::with_capacity(plan, arrays)
+                    });
+                    (id, hook, response)
+                })
+                .collect();
         s.with_group_usage(&group, |s, usage| {
             let mut placed = placed.into_iter();
             for (instance, queued) in taken {
@@ -277,13 +286,16 @@ impl Inner {
                     usage.chunked();
                     s.total_usage.chunked();
                 }
-                let position = responses.iter().position(|(id, _)| *id == instance);
+                let mut response = responses
+                    .iter_mut()
+                    .find(|(id, _, _)| *id == instance)
+                    .and_then(|(_, _, response)| response.as_mut());
                 for ((label, request), placement) in queued.set.into_iter().zip(placed.by_ref()) {
                     let dtype = request.dtype();
                     let shape = request.into_chunked_shape(plan.chunk_length);
                     let slot = apply(s, usage, instance, &label, dtype, &shape, placement);
-                    if let (Some(position), Some(slot)) = (position, slot) {
-                        responses[position].1.insert(label, shape, slot);
+                    if let (Some(response), Some(slot)) = (response.as_deref_mut(), slot) {
+                        response.insert(label, shape, slot);
                     }
                 }
             }
@@ -295,8 +307,8 @@ impl Inner {
             self.warn_cap_usage(s, &group);
         }
         let mut own = ArrayResponse::default();
-        for (id, response) in responses {
-            let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
+        for (id, hook, response) in responses {
+            let Some(response) = response else { continue };
             match hook {
                 Some(hook) => {
                     if want_response && id == trigger {
@@ -304,8 +316,7 @@ impl Inner {
                     }
                     hooks.ready(s.named(id), hook, response);
                 }
-                None if id == trigger => own = response,
-                None => {}
+                None => own = response,
             }
         }
         own
