@@ -44,6 +44,7 @@ mod registration;
 mod request;
 pub mod stats;
 pub mod streams;
+pub mod timeline;
 
 pub use array::{ArrayResponse, DeviceArray, PinnedArray, PinnedMut, PinnedRef, ReleaseReason};
 pub use backend::sim::SimBackend;

@@ -93,6 +93,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Records an event after the work queued so far on `stream`.
     fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, MemError>;
 
+    /// Makes work queued on `stream` after this call wait until the work
+    /// before `event` completed (`cuStreamWaitEvent`): how work is ordered
+    /// across streams.
+    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), MemError>;
+
     /// Whether the work before `event` completed.
     fn event_complete(&self, event: EventHandle) -> Result<bool, MemError>;
 

@@ -154,6 +154,9 @@ impl Backend for Logged {
     fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, MemError> {
         self.sim.record_event(stream)
     }
+    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), MemError> {
+        self.sim.wait_event(stream, event)
+    }
     fn event_complete(&self, event: EventHandle) -> Result<bool, MemError> {
         self.sim.event_complete(event)
     }

@@ -401,6 +401,19 @@ impl Backend for CudaBackend {
         Ok(EventHandle(id))
     }
 
+    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), MemError> {
+        let raw_stream = self.stream(stream, "order streams")?;
+        let raw_event = self.handles().events.get(&event.0).cloned();
+        match raw_event {
+            Some(raw_event) => raw_event.make_wait(&raw_stream),
+            None => Err(MemError::backend(
+                NAME,
+                "order streams",
+                format!("event {} does not exist", event.0),
+            )),
+        }
+    }
+
     fn event_complete(&self, event: EventHandle) -> Result<bool, MemError> {
         let raw = self.handles().events.get(&event.0).cloned();
         match raw {

@@ -1,17 +1,26 @@
 //! A device held in host memory: the default backend, so that everything runs
 //! without a GPU.
 //!
-//! Allocations are real memory that can be written and read back. Work on a
-//! stream runs synchronously when queued, so it is trivially ordered; events
-//! complete when recorded unless completions are held back with
-//! [`SimBackend::hold_completions`], which lets tests model a busy GPU.
+//! Allocations are real memory that can be written and read back. Data moves
+//! when work is queued, and a modelled clock ([`clock`]) says when that work
+//! would run on a GPU: copies take bytes / bandwidth on their engine,
+//! streams order their own work, and the host's clock advances when it waits
+//! (a blocking copy, a synchronisation). An event fires once the host's
+//! clock has passed it. [`SimBackend::hold_completions`] overrides that and
+//! keeps every event pending, so that tests can model a GPU that is still
+//! busy. [`SimBackend::timeline`] records what ran when.
+
+pub mod clock;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use super::{Backend, DevicePtr, EventHandle, MemInfo, PinnedBlock, StreamHandle, byte_range};
 use crate::block::HostBlock;
+use crate::timeline::{Activity, Timeline};
 use crate::{Bytes, MemError};
+use clock::{DeviceClock, Engine, Work};
 
 const NAME: &str = "simulated";
 
@@ -42,9 +51,10 @@ struct SimState {
     fail_after: Option<usize>,
     streams: HashSet<u64>,
     next_stream: u64,
-    events: HashMap<u64, bool>,
+    events: HashSet<u64>,
     next_event: u64,
     hold_completions: bool,
+    clock: DeviceClock,
 }
 
 impl SimBackend {
@@ -61,9 +71,10 @@ impl SimBackend {
                 fail_after: None,
                 streams: HashSet::new(),
                 next_stream: 1,
-                events: HashMap::new(),
+                events: HashSet::new(),
                 next_event: 1,
                 hold_completions: false,
+                clock: DeviceClock::new(),
             })),
         }
     }
@@ -93,14 +104,35 @@ impl SimBackend {
         s.allocation_calls = 0;
     }
 
-    /// While held, recorded events stay pending (as if the GPU were still
-    /// busy); releasing completes them all.
+    /// While held, every event reports pending whatever the clock says (as
+    /// if the GPU were still busy); once released, events fire by the
+    /// modelled clock again.
     pub fn hold_completions(&self, hold: bool) {
-        let mut s = self.state();
-        s.hold_completions = hold;
-        if !hold {
-            s.events.values_mut().for_each(|done| *done = true);
-        }
+        self.state().hold_completions = hold;
+    }
+
+    /// Sets the copy bandwidths, in bytes per second, host to device and
+    /// device to host (default [`clock::DEFAULT_COPY_BANDWIDTH`] each).
+    pub fn with_copy_bandwidth(self, host_to_device: u64, device_to_host: u64) -> Self {
+        self.state()
+            .clock
+            .set_bandwidth(host_to_device, device_to_host);
+        self
+    }
+
+    /// The host's modelled clock: how long the host has waited for the device.
+    pub fn now(&self) -> Duration {
+        Duration::from_nanos(self.state().clock.now_ns())
+    }
+
+    /// The work recorded so far, on the modelled clock.
+    pub fn timeline(&self) -> Timeline {
+        self.state().clock.timeline().clone()
+    }
+
+    /// Forgets the recorded work (the clock keeps running).
+    pub fn clear_timeline(&self) {
+        self.state().clock.clear_timeline();
     }
 
     /// Free device memory now.
@@ -197,6 +229,30 @@ impl SimState {
     }
 }
 
+impl SimState {
+    /// Times a copy of pageable memory: queued on `stream`, and the host
+    /// waits for it (its slice is free again when the call returns).
+    fn blocking_copy(&mut self, engine: Engine, stream: StreamHandle, len: usize) {
+        let bytes = len as u64;
+        let (activity, direction) = match engine {
+            Engine::HostToDevice => (Activity::HostToDevice, "upload"),
+            Engine::DeviceToHost => (Activity::DeviceToHost, "download"),
+        };
+        let duration = self.clock.copy_ns(engine, bytes);
+        let end = self.clock.run(
+            engine,
+            duration,
+            Work {
+                activity,
+                name: format!("{direction} {}", Bytes(bytes)),
+                stream: stream.0,
+                bytes,
+            },
+        );
+        self.clock.wait_until(end);
+    }
+}
+
 /// [`byte_range`] as indices into a host-held block.
 fn range(offset: u64, len: usize, size: usize) -> Result<std::ops::Range<usize>, MemError> {
     let r = byte_range(offset, len, size as u64)?;
@@ -227,36 +283,60 @@ impl Backend for SimBackend {
     fn destroy_stream(&self, stream: StreamHandle) -> Result<(), MemError> {
         let mut s = self.state();
         s.check_stream(stream, "destroy stream")?;
+        // The stream's pending work finishes first.
+        s.clock.synchronize(stream.0);
+        s.clock.forget_stream(stream.0);
         s.streams.remove(&stream.0);
         Ok(())
     }
 
     fn synchronize(&self, stream: StreamHandle) -> Result<(), MemError> {
-        self.state().check_stream(stream, "synchronize")
+        let mut s = self.state();
+        s.check_stream(stream, "synchronize")?;
+        s.clock.synchronize(stream.0);
+        Ok(())
     }
 
     fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, MemError> {
         let mut s = self.state();
         s.check_stream(stream, "record event")?;
         let id = s.next_event;
-        s.next_event += 1;
-        let done = !s.hold_completions;
-        s.events.insert(id, done);
+        s.next_event = id.saturating_add(1);
+        s.events.insert(id);
+        s.clock.record_event(id, stream.0);
         Ok(EventHandle(id))
     }
 
+    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), MemError> {
+        let mut s = self.state();
+        s.check_stream(stream, "order streams")?;
+        if !s.events.contains(&event.0) {
+            return Err(MemError::backend(
+                NAME,
+                "order streams",
+                format!("event {} does not exist", event.0),
+            ));
+        }
+        s.clock.wait_event(stream.0, event.0);
+        Ok(())
+    }
+
     fn event_complete(&self, event: EventHandle) -> Result<bool, MemError> {
-        self.state().events.get(&event.0).copied().ok_or_else(|| {
-            MemError::backend(
+        let s = self.state();
+        if !s.events.contains(&event.0) {
+            return Err(MemError::backend(
                 NAME,
                 "query event",
                 format!("event {} does not exist", event.0),
-            )
-        })
+            ));
+        }
+        Ok(!s.hold_completions && s.clock.event_fired(event.0))
     }
 
     fn destroy_event(&self, event: EventHandle) -> Result<(), MemError> {
-        self.state().events.remove(&event.0);
+        let mut s = self.state();
+        s.events.remove(&event.0);
+        s.clock.forget_event(event.0);
         Ok(())
     }
 
@@ -279,6 +359,12 @@ impl Backend for SimBackend {
         s.next_address = next;
         s.allocations.insert(address, block);
         s.device_bytes = s.device_bytes.saturating_add(bytes);
+        s.clock.instant(Work {
+            activity: Activity::Alloc,
+            name: format!("alloc {}", Bytes(bytes)),
+            stream: stream.0,
+            bytes,
+        });
         Ok(DevicePtr(address))
     }
 
@@ -288,7 +374,14 @@ impl Backend for SimBackend {
         let block = s.allocations.remove(&ptr.0).ok_or_else(|| {
             MemError::backend(NAME, "free", format!("{ptr} is not a live allocation"))
         })?;
-        s.device_bytes = s.device_bytes.saturating_sub(block.bytes().len() as u64);
+        let bytes = block.bytes().len() as u64;
+        s.device_bytes = s.device_bytes.saturating_sub(bytes);
+        s.clock.instant(Work {
+            activity: Activity::Free,
+            name: format!("free {}", Bytes(bytes)),
+            stream: stream.0,
+            bytes,
+        });
         Ok(())
     }
 
@@ -318,6 +411,7 @@ impl Backend for SimBackend {
         {
             target.copy_from_slice(src);
         }
+        s.blocking_copy(Engine::HostToDevice, stream, src.len());
         Ok(())
     }
 
@@ -328,13 +422,14 @@ impl Backend for SimBackend {
         offset: u64,
         stream: StreamHandle,
     ) -> Result<(), MemError> {
-        let s = self.state();
+        let mut s = self.state();
         s.check_stream(stream, "copy from device")?;
         let block = s.block(src, "copy from device")?;
         let r = range(offset, dst.len(), block.len())?;
         if let Some(source) = block.get(r) {
             dst.copy_from_slice(source);
         }
+        s.blocking_copy(Engine::DeviceToHost, stream, dst.len());
         Ok(())
     }
 }
@@ -385,6 +480,48 @@ mod tests {
         assert!(!sim.event_complete(e).unwrap());
         sim.hold_completions(false);
         assert!(sim.event_complete(e).unwrap());
+    }
+
+    #[test]
+    fn streams_wait_only_for_events_that_exist() {
+        let sim = SimBackend::new(1 << 20);
+        let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
+        let event = sim.record_event(a).unwrap();
+        sim.wait_event(b, event).unwrap();
+        sim.destroy_event(event).unwrap();
+        assert!(sim.wait_event(b, event).is_err());
+        assert!(sim.wait_event(StreamHandle(99), event).is_err());
+    }
+
+    #[test]
+    fn blocking_copies_take_modelled_time_and_the_host_waits() {
+        // 1 byte per ns up, half that down.
+        let sim = SimBackend::new(1 << 20).with_copy_bandwidth(1_000_000_000, 500_000_000);
+        let stream = sim.create_stream().unwrap();
+        let ptr = sim.alloc_device(4000, stream).unwrap();
+        sim.copy_to_device(ptr, 0, &[1; 4000], stream).unwrap();
+        assert_eq!(sim.now(), Duration::from_nanos(4000));
+        let mut out = [0; 1000];
+        sim.copy_from_device(&mut out, ptr, 0, stream).unwrap();
+        assert_eq!(sim.now(), Duration::from_nanos(6000));
+        sim.free_device(ptr, stream).unwrap();
+        let timeline = sim.timeline();
+        let spans: Vec<_> = timeline
+            .spans()
+            .iter()
+            .map(|s| (s.activity.category(), s.start_ns, s.end_ns))
+            .collect();
+        assert_eq!(
+            spans,
+            [
+                ("alloc", 0, 0),
+                ("h2d", 0, 4000),
+                ("d2h", 4000, 6000),
+                ("free", 6000, 6000)
+            ]
+        );
+        sim.clear_timeline();
+        assert!(sim.timeline().spans().is_empty());
     }
 
     #[test]

@@ -1,0 +1,243 @@
+//! The simulated device's clock: when each piece of work runs.
+//!
+//! The engines (host-to-device copies, device-to-host copies) each run one
+//! operation at a time, in the order they were issued. A
+//! stream orders its own work; events order work across streams. An
+//! operation starts once the host has issued it, its stream's earlier work
+//! is done and its engine is free. The host's clock advances only when the
+//! host waits (a blocking copy, a synchronisation, an event wait), so an
+//! event has fired once the host's clock has passed its time. Everything is
+//! integer nanoseconds: the model is deterministic.
+
+use std::collections::HashMap;
+
+use crate::timeline::{Activity, Span, Timeline};
+
+/// The default bandwidth of each copy direction, bytes per second: about
+/// that of a PCIe Gen5 x16 link.
+pub const DEFAULT_COPY_BANDWIDTH: u64 = 50_000_000_000;
+
+/// A copy engine of the device (the compute engine joins them when kernels
+/// are launched through the backend).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Engine {
+    HostToDevice = 0,
+    DeviceToHost = 1,
+}
+
+/// Work to place on the clock.
+pub(super) struct Work {
+    pub(super) activity: Activity,
+    pub(super) name: String,
+    pub(super) stream: u64,
+    pub(super) bytes: u64,
+}
+
+/// The modelled times of the host, the engines, the streams and the events.
+pub(super) struct DeviceClock {
+    host_ns: u64,
+    engine_free_ns: [u64; 2],
+    stream_tail_ns: HashMap<u64, u64>,
+    event_ns: HashMap<u64, u64>,
+    /// Bytes per second, host to device and device to host (at least 1).
+    bandwidth: [u64; 2],
+    timeline: Timeline,
+}
+
+impl DeviceClock {
+    pub(super) fn new() -> Self {
+        DeviceClock {
+            host_ns: 0,
+            engine_free_ns: [0; 2],
+            stream_tail_ns: HashMap::new(),
+            event_ns: HashMap::new(),
+            bandwidth: [DEFAULT_COPY_BANDWIDTH; 2],
+            timeline: Timeline::default(),
+        }
+    }
+
+    /// Sets the copy bandwidths in bytes per second (0 counts as 1).
+    pub(super) fn set_bandwidth(&mut self, host_to_device: u64, device_to_host: u64) {
+        self.bandwidth = [host_to_device.max(1), device_to_host.max(1)];
+    }
+
+    /// The host's clock.
+    pub(super) fn now_ns(&self) -> u64 {
+        self.host_ns
+    }
+
+    /// The recorded work.
+    pub(super) fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
+    /// Forgets the recorded work (the clock keeps running).
+    pub(super) fn clear_timeline(&mut self) {
+        self.timeline = Timeline::default();
+    }
+
+    /// How long a copy of `bytes` takes on `engine`, rounded up.
+    pub(super) fn copy_ns(&self, engine: Engine, bytes: u64) -> u64 {
+        let bandwidth = self.bandwidth[engine as usize];
+        let ns = (u128::from(bytes) * 1_000_000_000).div_ceil(u128::from(bandwidth));
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+
+    fn tail(&self, stream: u64) -> u64 {
+        self.stream_tail_ns.get(&stream).copied().unwrap_or(0)
+    }
+
+    /// Places `work` of `duration_ns` on `engine` after the stream's earlier
+    /// work; returns when it ends.
+    pub(super) fn run(&mut self, engine: Engine, duration_ns: u64, work: Work) -> u64 {
+        let engine = engine as usize;
+        let start = self
+            .host_ns
+            .max(self.tail(work.stream))
+            .max(self.engine_free_ns[engine]);
+        let end = start.saturating_add(duration_ns);
+        self.engine_free_ns[engine] = end;
+        self.stream_tail_ns.insert(work.stream, end);
+        self.record(work, start, end);
+        end
+    }
+
+    /// Places instantaneous work (an allocation, a free) at the stream's
+    /// current position.
+    pub(super) fn instant(&mut self, work: Work) {
+        let at = self.host_ns.max(self.tail(work.stream));
+        self.stream_tail_ns.insert(work.stream, at);
+        self.record(work, at, at);
+    }
+
+    fn record(&mut self, work: Work, start_ns: u64, end_ns: u64) {
+        self.timeline.push(Span {
+            activity: work.activity,
+            name: work.name,
+            stream: work.stream,
+            bytes: work.bytes,
+            start_ns,
+            end_ns,
+        });
+    }
+
+    /// The host waits until `time_ns`.
+    pub(super) fn wait_until(&mut self, time_ns: u64) {
+        self.host_ns = self.host_ns.max(time_ns);
+    }
+
+    /// The host waits for everything queued on `stream`.
+    pub(super) fn synchronize(&mut self, stream: u64) {
+        self.wait_until(self.tail(stream));
+    }
+
+    /// Records event `event` after the work queued on `stream`.
+    pub(super) fn record_event(&mut self, event: u64, stream: u64) {
+        let at = self.host_ns.max(self.tail(stream));
+        self.event_ns.insert(event, at);
+    }
+
+    /// Makes later work on `stream` wait for `event`.
+    pub(super) fn wait_event(&mut self, stream: u64, event: u64) {
+        if let Some(&at) = self.event_ns.get(&event) {
+            let tail = self.tail(stream).max(at);
+            self.stream_tail_ns.insert(stream, tail);
+        }
+    }
+
+    /// Whether `event` has fired: the host's clock has passed its time.
+    pub(super) fn event_fired(&self, event: u64) -> bool {
+        self.event_ns
+            .get(&event)
+            .is_some_and(|&at| at <= self.host_ns)
+    }
+
+    pub(super) fn forget_event(&mut self, event: u64) {
+        self.event_ns.remove(&event);
+    }
+
+    pub(super) fn forget_stream(&mut self, stream: u64) {
+        self.stream_tail_ns.remove(&stream);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(activity: Activity, stream: u64) -> Work {
+        Work {
+            activity,
+            name: String::new(),
+            stream,
+            bytes: 0,
+        }
+    }
+
+    #[test]
+    fn engines_overlap_across_streams_and_serialise_within_one() {
+        let mut c = DeviceClock::new();
+        // Two uploads on two streams share the one host-to-device engine.
+        assert_eq!(
+            c.run(Engine::HostToDevice, 100, work(Activity::HostToDevice, 1)),
+            100
+        );
+        assert_eq!(
+            c.run(Engine::HostToDevice, 100, work(Activity::HostToDevice, 2)),
+            200
+        );
+        // A download on stream 1 follows its upload and overlaps stream 2's.
+        assert_eq!(
+            c.run(Engine::DeviceToHost, 300, work(Activity::DeviceToHost, 1)),
+            400
+        );
+        // Stream 2's download waits for the engine, not only for its stream.
+        assert_eq!(
+            c.run(Engine::DeviceToHost, 50, work(Activity::DeviceToHost, 2)),
+            450
+        );
+        assert_eq!(c.now_ns(), 0, "the host has not waited");
+        let t = c.timeline();
+        assert_eq!(t.makespan_ns(), 450);
+        assert_eq!(t.busiest_engine_ns(), 350);
+    }
+
+    #[test]
+    fn events_order_streams_and_fire_when_the_host_passes_them() {
+        let mut c = DeviceClock::new();
+        c.run(Engine::HostToDevice, 500, work(Activity::HostToDevice, 1));
+        c.record_event(9, 1);
+        assert!(!c.event_fired(9));
+        c.wait_event(2, 9);
+        // Stream 2's copy waits for the upload although its engine is free.
+        assert_eq!(
+            c.run(Engine::DeviceToHost, 10, work(Activity::DeviceToHost, 2)),
+            510
+        );
+        c.synchronize(2);
+        assert_eq!(c.now_ns(), 510);
+        assert!(c.event_fired(9));
+        // An event on an idle stream fires at once.
+        c.record_event(10, 3);
+        assert!(c.event_fired(10));
+    }
+
+    #[test]
+    fn copy_time_is_bytes_over_bandwidth_rounded_up() {
+        let mut c = DeviceClock::new();
+        assert_eq!(c.copy_ns(Engine::HostToDevice, 50_000), 1000);
+        c.set_bandwidth(3, 0);
+        assert_eq!(c.copy_ns(Engine::HostToDevice, 1), 333_333_334);
+        assert_eq!(c.copy_ns(Engine::DeviceToHost, 1), 1_000_000_000);
+        assert_eq!(c.copy_ns(Engine::DeviceToHost, u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn instants_sit_at_the_stream_position_without_taking_time() {
+        let mut c = DeviceClock::new();
+        c.run(Engine::HostToDevice, 100, work(Activity::HostToDevice, 1));
+        c.instant(work(Activity::Free, 1));
+        let free = c.timeline().spans().last().unwrap().clone();
+        assert_eq!((free.start_ns, free.end_ns), (100, 100));
+    }
+}
