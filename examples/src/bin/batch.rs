@@ -239,7 +239,7 @@ fn run() -> Result<(), MemError> {
     println!("{}", stats.report());
 
     let spill_file = host_state.spill_path().map(|p| p.to_path_buf());
-    host_state.close()?;
+    host_state.close();
     if let Some(path) = spill_file {
         println!("spill file {} removed: {}", path.display(), !path.exists());
     }
