@@ -2,6 +2,10 @@
 //! made (so nothing is left on drop, on a panic in the middle of a transfer,
 //! or when the process is killed), and that a disk that cannot hold one is an
 //! error at creation, not a SIGBUS.
+//!
+//! The tests that need a process of their own re-run this test binary
+//! filtered to [`spill_child_process`], which does what [`CHILD_ROLE`] says
+//! and returns at once when it is not set.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -230,4 +234,282 @@ fn spill_directory_resolves_instance_owner_manager_then_temp() {
         defaults.spill_directory(&solver).unwrap(),
         std::env::temp_dir()
     );
+}
+
+/// What [`spill_child_process`] does: [`FULL_DISK`] or [`HOLD`].
+const CHILD_ROLE: &str = "CUBIE_SPILL_TEST_CHILD";
+/// The spill directory [`spill_child_process`] uses.
+const CHILD_DIR: &str = "CUBIE_SPILL_TEST_DIR";
+/// Role: spill under a 1 MiB file-size limit with SIGXFSZ ignored.
+const FULL_DISK: &str = "full-disk";
+/// Role: hold a spilled array until killed.
+const HOLD: &str = "hold";
+/// The file-size limit of the full-disk child.
+const FILE_SIZE_LIMIT: u64 = 1 << 20;
+/// Bytes of the array that does not fit under [`FILE_SIZE_LIMIT`].
+const TOO_LARGE_BYTES: usize = 4 << 20;
+/// What the full-disk child prints before the error's message.
+const ERROR_LINE: &str = "spill child error: ";
+/// What the full-disk child prints when all its checks passed.
+const DONE_LINE: &str = "spill child: full-disk checks passed";
+/// What the holding child prints once its array is made.
+const READY_LINE: &str = "spill child ready: ";
+
+/// Not a test of its own: the body of the child processes that the tests
+/// below start, chosen by [`CHILD_ROLE`]; without it, returns at once.
+#[test]
+fn spill_child_process() {
+    let Ok(role) = std::env::var(CHILD_ROLE) else {
+        return;
+    };
+    let dir = PathBuf::from(std::env::var_os(CHILD_DIR).unwrap());
+    let (mgr, solver) = manager_spilling_to(&dir);
+    match role.as_str() {
+        #[cfg(unix)]
+        FULL_DISK => {
+            // SAFETY: SIG_IGN installs no handler; this process runs this
+            // test only, and ignoring SIGXFSZ makes writes past the limit
+            // fail with EFBIG instead of killing it.
+            let previous = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+            assert_ne!(previous, libc::SIG_ERR);
+            let limit = libc::rlimit {
+                rlim_cur: FILE_SIZE_LIMIT as libc::rlim_t,
+                rlim_max: FILE_SIZE_LIMIT as libc::rlim_t,
+            };
+            // SAFETY: `limit` is a valid rlimit that outlives the call.
+            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) }, 0);
+
+            let error = mgr
+                .create_host_array::<u8>([TOO_LARGE_BYTES], HostMemoryType::Spilled, None, &solver)
+                .unwrap_err();
+            println!("{ERROR_LINE}{error}");
+            assert!(matches!(error, MemError::Io { .. }), "{error:?}");
+            let message = error.to_string();
+            for part in [
+                &format!("{TOO_LARGE_BYTES} B (4.00 MiB) needed"),
+                &dir.display().to_string(),
+                "ulimit -f",
+                "free disk space",
+                "Registration::spill_directory",
+                "ManagerConfig::spill_directory",
+                "host_spill_threshold",
+            ] {
+                assert!(message.contains(part), "{part:?} missing: {message}");
+            }
+            assert_eq!(entries(&dir), Vec::<String>::new());
+            // An array that fits under the limit is reserved and works.
+            let mut fits = mgr
+                .create_host_array::<u8>([64 << 10], HostMemoryType::Spilled, None, &solver)
+                .unwrap();
+            fits.as_mut_slice().fill(0xA5);
+            assert!(fits.as_slice().iter().all(|&b| b == 0xA5));
+            drop(fits);
+            assert_eq!(entries(&dir), Vec::<String>::new());
+            println!("{DONE_LINE}");
+        }
+        HOLD => {
+            let data: Vec<u64> = (0..1 << 20).collect();
+            let array = mgr
+                .create_host_array([1 << 20], HostMemoryType::Spilled, Some(&data), &solver)
+                .unwrap();
+            println!("{READY_LINE}{}", array.spill_path().unwrap().display());
+            // Until killed; a parent that never kills fails on its timeout.
+            std::thread::sleep(std::time::Duration::from_secs(120));
+            drop(array);
+        }
+        other => panic!("unknown {CHILD_ROLE}={other}"),
+    }
+}
+
+#[cfg(unix)]
+mod child {
+    //! Starting this test binary as a child process, and waiting for it with
+    //! a bound.
+
+    use std::io::{BufRead, BufReader, Read};
+    use std::path::Path;
+    use std::process::{Child, Command, ExitStatus, Stdio};
+    use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+    use std::time::{Duration, Instant};
+
+    /// How long a child may take to get ready or to finish.
+    pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// A running child and the lines of its stdout and stderr.
+    pub struct ChildProcess {
+        pub child: Child,
+        lines: Receiver<String>,
+        /// Every line received so far, for failure messages.
+        pub output: Vec<String>,
+    }
+
+    fn forward(stream: impl Read + Send + 'static, lines: std::sync::mpsc::Sender<String>) {
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    impl ChildProcess {
+        /// Runs [`super::spill_child_process`] in a new process as `role`,
+        /// spilling to `dir`.
+        pub fn start(role: &str, dir: &Path) -> ChildProcess {
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "spill_child_process",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(super::CHILD_ROLE, role)
+                .env(super::CHILD_DIR, dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let (sender, lines) = channel();
+            forward(child.stdout.take().unwrap(), sender.clone());
+            forward(child.stderr.take().unwrap(), sender);
+            ChildProcess {
+                child,
+                lines,
+                output: Vec::new(),
+            }
+        }
+
+        /// What follows `prefix` on the first line that holds it (libtest may
+        /// print the test's name before it on the same line); fails after
+        /// [`TIMEOUT`] or when the child's output ends first.
+        pub fn wait_for_line(&mut self, prefix: &str) -> String {
+            let deadline = Instant::now() + TIMEOUT;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match self.lines.recv_timeout(left) {
+                    Ok(line) => {
+                        let found = line.split_once(prefix).map(|(_, rest)| rest.to_owned());
+                        self.output.push(line);
+                        if let Some(rest) = found {
+                            return rest;
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.fail(&format!("no {prefix:?} line within {TIMEOUT:?}"))
+                    }
+                    Err(RecvTimeoutError::Disconnected) => {
+                        self.fail(&format!("output ended without a {prefix:?} line"))
+                    }
+                }
+            }
+        }
+
+        /// Its exit status, once it ends, and all its output; fails after
+        /// [`TIMEOUT`].
+        pub fn wait(&mut self) -> ExitStatus {
+            let deadline = Instant::now() + TIMEOUT;
+            let status = loop {
+                if let Some(status) = self.child.try_wait().unwrap() {
+                    break status;
+                }
+                if Instant::now() >= deadline {
+                    self.fail(&format!("still running after {TIMEOUT:?}"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            // The pipes close with the process; bound the drain all the same.
+            while let Ok(line) = self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                self.output.push(line);
+            }
+            status
+        }
+
+        /// Kills the child and fails the test with `what` and its output.
+        pub fn fail(&mut self, what: &str) -> ! {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!(
+                "child process: {what}; its output:\n{}",
+                self.output.join("\n")
+            );
+        }
+    }
+
+    impl Drop for ChildProcess {
+        fn drop(&mut self) {
+            // Never leave a child behind when a test fails.
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A spilled array larger than the space the system allows is an `Io` error
+/// at creation, naming the bytes, the directory and the fix, and the process
+/// lives on: the space is reserved up front, not found missing by a write
+/// through the map (SIGBUS). The child stands in for a full disk with a
+/// 1 MiB file-size limit (RLIMIT_FSIZE, no root needed) and SIGXFSZ ignored.
+#[cfg(unix)]
+#[test]
+fn full_disk_is_an_error_at_creation_not_a_signal() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = child::ChildProcess::start(FULL_DISK, dir.path());
+    let status = child.wait();
+    let output = child.output.join("\n");
+    assert_eq!(status.signal(), None, "killed by a signal: {output}");
+    assert!(status.success(), "{status}: {output}");
+    assert!(output.contains(DONE_LINE), "{output}");
+    let message = child
+        .output
+        .iter()
+        .find_map(|line| line.split_once(ERROR_LINE).map(|(_, rest)| rest))
+        .unwrap();
+    assert!(
+        message.starts_with("reserving space for a spill file in")
+            && message.contains(&format!("{TOO_LARGE_BYTES} B")),
+        "{message}"
+    );
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
+}
+
+/// A process killed (SIGKILL) while it holds a spilled array leaves no file:
+/// the file was unlinked as soon as it was made.
+#[cfg(unix)]
+#[test]
+fn nothing_is_left_when_the_process_is_killed() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = child::ChildProcess::start(HOLD, dir.path());
+    let made_at = PathBuf::from(child.wait_for_line(READY_LINE));
+    assert_eq!(made_at.parent(), Some(dir.path()));
+    // Alive, with the array mapped from the unlinked file.
+    assert_eq!(child.child.try_wait().unwrap(), None);
+    #[cfg(target_os = "linux")]
+    {
+        let mapped = mappings_of(&child.child.id().to_string(), &made_at);
+        assert!(
+            !mapped.is_empty() && mapped.iter().all(|l| l.ends_with("(deleted)")),
+            "{mapped:?}"
+        );
+    }
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
+
+    child.child.kill().unwrap(); // SIGKILL: no destructor runs
+    let status = child.wait();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+    let left: Vec<String> = entries(dir.path())
+        .into_iter()
+        .filter(|name| name.starts_with(SPILL_FILE_PREFIX))
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
 }
