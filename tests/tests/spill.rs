@@ -1,12 +1,15 @@
-//! Spill files: where they go, who can read them, and that they are removed
-//! on drop, on a panic in the middle of a transfer, with removal failures
-//! reported.
+//! Spill files: where they go, that they are unlinked as soon as they are
+//! made (so nothing is left on drop, on a panic in the middle of a transfer,
+//! or when the process is killed), and that a disk that cannot hold one is an
+//! error at creation, not a SIGBUS.
+//!
+//! The tests that need a process of their own re-run this test binary
+//! filtered to [`spill_child_process`], which does what [`CHILD_ROLE`] says
+//! and returns at once when it is not set.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
 
 use cubie_mem::host::SPILL_FILE_PREFIX;
 use cubie_mem::{
@@ -14,7 +17,7 @@ use cubie_mem::{
     Registration, SimBackend,
 };
 
-fn manager_spilling_to(directory: &std::path::Path) -> (MemoryManager, Instance) {
+fn manager_spilling_to(directory: &Path) -> (MemoryManager, Instance) {
     let mgr = MemoryManager::with_config(
         SimBackend::new(1 << 30),
         ManagerConfig {
@@ -29,39 +32,102 @@ fn manager_spilling_to(directory: &std::path::Path) -> (MemoryManager, Instance)
     (mgr, solver)
 }
 
+/// The names in `directory` (all of them, spill files or not).
+fn entries(directory: &Path) -> Vec<String> {
+    std::fs::read_dir(directory)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The lines of `/proc/<pid>/maps` that map `path`, which the kernel marks
+/// "(deleted)" once the file is unlinked.
+#[cfg(target_os = "linux")]
+fn mappings_of(pid: &str, path: &Path) -> Vec<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let path = path.display().to_string();
+    maps.lines()
+        .filter(|line| line.contains(&path))
+        .map(str::to_owned)
+        .collect()
+}
+
 #[test]
-fn spill_file_lives_with_its_array_and_is_private() {
+fn spill_file_is_unlinked_once_mapped_and_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let (mgr, solver) = manager_spilling_to(dir.path());
     let data: Vec<u64> = (0..1000).collect();
     let mut array = mgr
         .create_host_array([10, 100], HostMemoryType::Spilled, Some(&data), &solver)
         .unwrap();
+    assert_eq!(array.kind(), HostMemoryType::Spilled);
+    // Where the file was made: in the spill directory, under the prefix...
     let path = array.spill_path().unwrap().to_path_buf();
     assert_eq!(path.parent(), Some(dir.path()));
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with(SPILL_FILE_PREFIX), "{name}");
-    assert!(path.exists());
-    #[cfg(unix)]
+    // ...and unlinked already: the directory is empty while the array lives.
+    assert!(!path.exists());
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
+    #[cfg(target_os = "linux")]
     {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600, "owner read/write only, got {mode:o}");
+        let mapped = mappings_of("self", &path);
+        assert!(
+            !mapped.is_empty() && mapped.iter().all(|l| l.ends_with("(deleted)")),
+            "{mapped:?}"
+        );
     }
-    // The array is the file: writes through the map reach it.
+
+    // The mapping alone keeps the data, writes included.
+    assert_eq!(array.as_slice(), &data[..]);
     array.as_mut_slice()[999] = 0xDEAD_BEEF;
-    let on_disk = std::fs::read(&path).unwrap();
-    assert_eq!(on_disk.len(), 8000);
-    assert_eq!(&on_disk[7992..], &0xDEAD_BEEFu64.to_ne_bytes());
-    assert_eq!(&on_disk[8..16], &1u64.to_ne_bytes());
+    assert_eq!(array.as_slice()[999], 0xDEAD_BEEF);
+    assert_eq!(array.as_slice()[1], 1);
+    assert_eq!(array.nbytes(), 8000);
 
     drop(array);
-    assert!(!path.exists(), "removed on drop");
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    #[cfg(target_os = "linux")]
+    assert_eq!(mappings_of("self", &path), Vec::<String>::new());
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
 }
 
 #[test]
-fn spill_file_is_removed_when_a_transfer_panics() {
+fn zero_byte_spilled_arrays_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mgr, solver) = manager_spilling_to(dir.path());
+    let mut array = mgr
+        .create_host_array::<f64>([0, 4], HostMemoryType::Spilled, Some(&[][..]), &solver)
+        .unwrap();
+    assert!(array.is_empty());
+    assert!(array.as_mut_slice().is_empty());
+    assert_eq!(array.spill_path().unwrap().parent(), Some(dir.path()));
+    let untyped = mgr
+        .create_host_array_dyn(cubie_mem::DType::F32, [0], HostMemoryType::Spilled, &solver)
+        .unwrap();
+    assert_eq!(untyped.nbytes(), 0);
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
+    array.close();
+}
+
+#[test]
+fn close_unmaps_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mgr, solver) = manager_spilling_to(dir.path());
+    let array = mgr
+        .create_host_array::<f32>([1 << 16], HostMemoryType::Spilled, None, &solver)
+        .unwrap();
+    let path = array.spill_path().unwrap().to_path_buf();
+    #[cfg(target_os = "linux")]
+    assert_eq!(mappings_of("self", &path).len(), 1);
+    array.close();
+    #[cfg(target_os = "linux")]
+    assert_eq!(mappings_of("self", &path), Vec::<String>::new());
+    assert!(!path.exists());
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn nothing_is_left_when_a_transfer_panics() {
     let dir = tempfile::tempdir().unwrap();
     let (mgr, solver) = manager_spilling_to(dir.path());
     let shape = [4, 3, 50];
@@ -94,6 +160,7 @@ fn spill_file_is_removed_when_a_transfer_panics() {
         ..Default::default()
     };
 
+    let spill_dir = dir.path().to_path_buf();
     let outcome = catch_unwind(AssertUnwindSafe(move || {
         let (input, mut output) = (input, output);
         mgr.chunk_streamer(&solver, &plan)
@@ -102,7 +169,8 @@ fn spill_file_is_removed_when_a_transfer_panics() {
             .input(&input, &device_in, 2)
             .output(&mut output, &device_out, 2)
             .run(|chunk| {
-                assert!(paths_exist(&[input.spill_path().unwrap().to_path_buf()]));
+                // The arrays are in use, their files already gone.
+                assert_eq!(entries(&spill_dir), Vec::<String>::new());
                 if chunk.index == 1 {
                     panic!("the computation failed in the middle of the batch");
                 }
@@ -112,11 +180,10 @@ fn spill_file_is_removed_when_a_transfer_panics() {
     assert!(outcome.is_err(), "the panic propagates");
     for path in &paths {
         assert!(!path.exists(), "{} survived the panic", path.display());
+        #[cfg(target_os = "linux")]
+        assert_eq!(mappings_of("self", path), Vec::<String>::new());
     }
-}
-
-fn paths_exist(paths: &[PathBuf]) -> bool {
-    paths.iter().all(|p| p.exists())
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
 }
 
 #[test]
@@ -169,68 +236,280 @@ fn spill_directory_resolves_instance_owner_manager_then_temp() {
     );
 }
 
+/// What [`spill_child_process`] does: [`FULL_DISK`] or [`HOLD`].
+const CHILD_ROLE: &str = "CUBIE_SPILL_TEST_CHILD";
+/// The spill directory [`spill_child_process`] uses.
+const CHILD_DIR: &str = "CUBIE_SPILL_TEST_DIR";
+/// Role: spill under a 1 MiB file-size limit with SIGXFSZ ignored.
+const FULL_DISK: &str = "full-disk";
+/// Role: hold a spilled array until killed.
+const HOLD: &str = "hold";
+/// The file-size limit of the full-disk child.
+const FILE_SIZE_LIMIT: u64 = 1 << 20;
+/// Bytes of the array that does not fit under [`FILE_SIZE_LIMIT`].
+const TOO_LARGE_BYTES: usize = 4 << 20;
+/// What the full-disk child prints before the error's message.
+const ERROR_LINE: &str = "spill child error: ";
+/// What the full-disk child prints when all its checks passed.
+const DONE_LINE: &str = "spill child: full-disk checks passed";
+/// What the holding child prints once its array is made.
+const READY_LINE: &str = "spill child ready: ";
+
+/// Not a test of its own: the body of the child processes that the tests
+/// below start, chosen by [`CHILD_ROLE`]; without it, returns at once.
 #[test]
-fn failure_to_remove_is_returned_by_close() {
+fn spill_child_process() {
+    let Ok(role) = std::env::var(CHILD_ROLE) else {
+        return;
+    };
+    let dir = PathBuf::from(std::env::var_os(CHILD_DIR).unwrap());
+    let (mgr, solver) = manager_spilling_to(&dir);
+    match role.as_str() {
+        #[cfg(unix)]
+        FULL_DISK => {
+            // SAFETY: SIG_IGN installs no handler; this process runs this
+            // test only, and ignoring SIGXFSZ makes writes past the limit
+            // fail with EFBIG instead of killing it.
+            let previous = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+            assert_ne!(previous, libc::SIG_ERR);
+            let limit = libc::rlimit {
+                rlim_cur: FILE_SIZE_LIMIT as libc::rlim_t,
+                rlim_max: FILE_SIZE_LIMIT as libc::rlim_t,
+            };
+            // SAFETY: `limit` is a valid rlimit that outlives the call.
+            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) }, 0);
+
+            let error = mgr
+                .create_host_array::<u8>([TOO_LARGE_BYTES], HostMemoryType::Spilled, None, &solver)
+                .unwrap_err();
+            println!("{ERROR_LINE}{error}");
+            assert!(matches!(error, MemError::Io { .. }), "{error:?}");
+            let message = error.to_string();
+            for part in [
+                &format!("{TOO_LARGE_BYTES} B (4.00 MiB) needed"),
+                &dir.display().to_string(),
+                "ulimit -f",
+                "free disk space",
+                "Registration::spill_directory",
+                "ManagerConfig::spill_directory",
+                "host_spill_threshold",
+            ] {
+                assert!(message.contains(part), "{part:?} missing: {message}");
+            }
+            assert_eq!(entries(&dir), Vec::<String>::new());
+            // An array that fits under the limit is reserved and works.
+            let mut fits = mgr
+                .create_host_array::<u8>([64 << 10], HostMemoryType::Spilled, None, &solver)
+                .unwrap();
+            fits.as_mut_slice().fill(0xA5);
+            assert!(fits.as_slice().iter().all(|&b| b == 0xA5));
+            drop(fits);
+            assert_eq!(entries(&dir), Vec::<String>::new());
+            println!("{DONE_LINE}");
+        }
+        HOLD => {
+            let data: Vec<u64> = (0..1 << 20).collect();
+            let array = mgr
+                .create_host_array([1 << 20], HostMemoryType::Spilled, Some(&data), &solver)
+                .unwrap();
+            println!("{READY_LINE}{}", array.spill_path().unwrap().display());
+            // Until killed; a parent that never kills fails on its timeout.
+            std::thread::sleep(std::time::Duration::from_secs(120));
+            drop(array);
+        }
+        other => panic!("unknown {CHILD_ROLE}={other}"),
+    }
+}
+
+#[cfg(unix)]
+mod child {
+    //! Starting this test binary as a child process, and waiting for it with
+    //! a bound.
+
+    use std::io::{BufRead, BufReader, Read};
+    use std::path::Path;
+    use std::process::{Child, Command, ExitStatus, Stdio};
+    use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+    use std::time::{Duration, Instant};
+
+    /// How long a child may take to get ready or to finish.
+    pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// A running child and the lines of its stdout and stderr.
+    pub struct ChildProcess {
+        pub child: Child,
+        lines: Receiver<String>,
+        /// Every line received so far, for failure messages.
+        pub output: Vec<String>,
+    }
+
+    fn forward(stream: impl Read + Send + 'static, lines: std::sync::mpsc::Sender<String>) {
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    impl ChildProcess {
+        /// Runs [`super::spill_child_process`] in a new process as `role`,
+        /// spilling to `dir`.
+        pub fn start(role: &str, dir: &Path) -> ChildProcess {
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "spill_child_process",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(super::CHILD_ROLE, role)
+                .env(super::CHILD_DIR, dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let (sender, lines) = channel();
+            forward(child.stdout.take().unwrap(), sender.clone());
+            forward(child.stderr.take().unwrap(), sender);
+            ChildProcess {
+                child,
+                lines,
+                output: Vec::new(),
+            }
+        }
+
+        /// What follows `prefix` on the first line that holds it (libtest may
+        /// print the test's name before it on the same line); fails after
+        /// [`TIMEOUT`] or when the child's output ends first.
+        pub fn wait_for_line(&mut self, prefix: &str) -> String {
+            let deadline = Instant::now() + TIMEOUT;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match self.lines.recv_timeout(left) {
+                    Ok(line) => {
+                        let found = line.split_once(prefix).map(|(_, rest)| rest.to_owned());
+                        self.output.push(line);
+                        if let Some(rest) = found {
+                            return rest;
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.fail(&format!("no {prefix:?} line within {TIMEOUT:?}"))
+                    }
+                    Err(RecvTimeoutError::Disconnected) => {
+                        self.fail(&format!("output ended without a {prefix:?} line"))
+                    }
+                }
+            }
+        }
+
+        /// Its exit status, once it ends, and all its output; fails after
+        /// [`TIMEOUT`].
+        pub fn wait(&mut self) -> ExitStatus {
+            let deadline = Instant::now() + TIMEOUT;
+            let status = loop {
+                if let Some(status) = self.child.try_wait().unwrap() {
+                    break status;
+                }
+                if Instant::now() >= deadline {
+                    self.fail(&format!("still running after {TIMEOUT:?}"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            // The pipes close with the process; bound the drain all the same.
+            while let Ok(line) = self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                self.output.push(line);
+            }
+            status
+        }
+
+        /// Kills the child and fails the test with `what` and its output.
+        pub fn fail(&mut self, what: &str) -> ! {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!(
+                "child process: {what}; its output:\n{}",
+                self.output.join("\n")
+            );
+        }
+    }
+
+    impl Drop for ChildProcess {
+        fn drop(&mut self) {
+            // Never leave a child behind when a test fails.
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A spilled array larger than the space the system allows is an `Io` error
+/// at creation, naming the bytes, the directory and the fix, and the process
+/// lives on: the space is reserved up front, not found missing by a write
+/// through the map (SIGBUS). The child stands in for a full disk with a
+/// 1 MiB file-size limit (RLIMIT_FSIZE, no root needed) and SIGXFSZ ignored.
+#[cfg(unix)]
+#[test]
+fn full_disk_is_an_error_at_creation_not_a_signal() {
+    use std::os::unix::process::ExitStatusExt;
+
     let dir = tempfile::tempdir().unwrap();
-    let (mgr, solver) = manager_spilling_to(dir.path());
-    let array = mgr
-        .create_host_array::<f32>([16], HostMemoryType::Spilled, None, &solver)
+    let mut child = child::ChildProcess::start(FULL_DISK, dir.path());
+    let status = child.wait();
+    let output = child.output.join("\n");
+    assert_eq!(status.signal(), None, "killed by a signal: {output}");
+    assert!(status.success(), "{status}: {output}");
+    assert!(output.contains(DONE_LINE), "{output}");
+    let message = child
+        .output
+        .iter()
+        .find_map(|line| line.split_once(ERROR_LINE).map(|(_, rest)| rest))
         .unwrap();
-    let path = array.spill_path().unwrap().to_path_buf();
-    std::fs::remove_file(&path).unwrap();
-    let error = array.close().unwrap_err();
     assert!(
-        matches!(&error, MemError::Io { operation: "removing spill file", path: p, .. } if p == &path.display().to_string()),
-        "{error}"
+        message.starts_with("reserving space for a spill file in")
+            && message.contains(&format!("{TOO_LARGE_BYTES} B")),
+        "{message}"
     );
-
-    let array = mgr
-        .create_host_array::<f32>([16], HostMemoryType::Spilled, None, &solver)
-        .unwrap();
-    let path = array.spill_path().unwrap().to_path_buf();
-    array.close().unwrap();
-    assert!(!path.exists());
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
 }
 
-/// A tracing writer that keeps what it is given.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Captured {
-        self.clone()
-    }
-}
-
+/// A process killed (SIGKILL) while it holds a spilled array leaves no file:
+/// the file was unlinked as soon as it was made.
+#[cfg(unix)]
 #[test]
-fn failure_to_remove_on_drop_is_logged_as_a_warning() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mgr, solver) = manager_spilling_to(dir.path());
-    let array = mgr
-        .create_host_array::<f32>([16], HostMemoryType::Spilled, None, &solver)
-        .unwrap();
-    let path = array.spill_path().unwrap().to_path_buf();
-    std::fs::remove_file(&path).unwrap();
+fn nothing_is_left_when_the_process_is_killed() {
+    use std::os::unix::process::ExitStatusExt;
 
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(captured.clone())
-        .with_ansi(false)
-        .finish();
-    tracing::subscriber::with_default(subscriber, || drop(array));
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    assert!(log.contains("WARN"), "{log}");
-    assert!(log.contains("removing a spill file failed"), "{log}");
-    assert!(log.contains(&path.display().to_string()), "{log}");
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = child::ChildProcess::start(HOLD, dir.path());
+    let made_at = PathBuf::from(child.wait_for_line(READY_LINE));
+    assert_eq!(made_at.parent(), Some(dir.path()));
+    // Alive, with the array mapped from the unlinked file.
+    assert_eq!(child.child.try_wait().unwrap(), None);
+    #[cfg(target_os = "linux")]
+    {
+        let mapped = mappings_of(&child.child.id().to_string(), &made_at);
+        assert!(
+            !mapped.is_empty() && mapped.iter().all(|l| l.ends_with("(deleted)")),
+            "{mapped:?}"
+        );
+    }
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
+
+    child.child.kill().unwrap(); // SIGKILL: no destructor runs
+    let status = child.wait();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+    let left: Vec<String> = entries(dir.path())
+        .into_iter()
+        .filter(|name| name.starts_with(SPILL_FILE_PREFIX))
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
 }

@@ -66,7 +66,9 @@ pub(crate) fn shape_size(
 ///
 /// Made by [`MemoryManager::create_host_array`] (or
 /// [`new_host_array`](MemoryManager::new_host_array), which picks the kind).
-/// A spilled array's file is removed when the array drops.
+/// A spilled array's file is unlinked as soon as it is made, so nothing is
+/// left on disk however the process ends; dropping the array unmaps it and
+/// gives its space back.
 pub struct HostArray<T: Element> {
     storage: Storage,
     shape: Vec<usize>,
@@ -100,7 +102,8 @@ impl<T: Element> HostArray<T> {
         self.storage.kind()
     }
 
-    /// The spill file's path, for a spilled array.
+    /// Where a spilled array's file was made; it is unlinked already, so
+    /// nothing is at this path (the mapping alone keeps the data).
     pub fn spill_path(&self) -> Option<&Path> {
         match &self.storage {
             Storage::Spilled(file) => Some(file.path()),
@@ -133,14 +136,11 @@ impl<T: Element> HostArray<T> {
         self.as_slice().to_vec()
     }
 
-    /// Frees the array now; for a spilled array, removes its file and
-    /// returns the error if that fails (dropping only logs it).
-    pub fn close(self) -> Result<(), MemError> {
-        let mut array = self;
-        match &mut array.storage {
-            Storage::Spilled(file) => file.remove(),
-            _ => Ok(()),
-        }
+    /// Frees the array now, as dropping it does: pinned memory goes back to
+    /// the backend, and a spilled array's file (unlinked already) is
+    /// unmapped, which gives its disk space back. Nothing can fail.
+    pub fn close(self) {
+        drop(self);
     }
 }
 

@@ -1,29 +1,46 @@
 //! Spill files: memory-mapped temporary files that hold host arrays too large
 //! for RAM.
 //!
-//! A spill file is created with owner-only permissions (0600 on Unix) under a
-//! unique name in the spill directory, sized to the array (sparse, so it reads
-//! as zeros), and mapped read-write. It is removed when its array drops, also
-//! while a panic unwinds; a failure to remove it is logged as a warning, or
-//! returned by [`HostArray::close`](super::HostArray::close).
+//! A spill file is created in the spill directory under a unique name starting
+//! with [`SPILL_FILE_PREFIX`], with owner-only permissions (0600 on Unix), and
+//! unlinked at once, before its space is reserved and it is mapped: from then
+//! on only the open descriptor, then the mapping, keeps its data alive. So
+//! nothing is left behind however the process ends (the array dropped, a
+//! panic, SIGKILL, a crash), and there is nothing to remove on drop: unmapping
+//! gives the space back.
+//!
+//! The file's space is reserved before it is mapped, so that a full disk is an
+//! error when the array is created rather than a SIGBUS on the first write
+//! through the map to a block the filesystem cannot allocate. The reservation
+//! is `fallocate` through `rustix` (Linux `fallocate(2)`, `F_PREALLOCATE` on
+//! Apple systems, `posix_fallocate` on FreeBSD). Where the filesystem does not
+//! support it (`EOPNOTSUPP`, `EINVAL` or `ENOSYS`), and on other systems, the
+//! file is written out with zeros in [`ZERO_CHUNK_BYTES`] chunks instead,
+//! which allocates every block just as well, only slower.
 
-use std::path::Path;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 
 use memmap2::MmapMut;
-use tempfile::TempPath;
+use tempfile::NamedTempFile;
 
-use crate::MemError;
+use crate::{Bytes, MemError};
 
 /// Prefix of spill file names, so that stray files are recognisable.
 pub const SPILL_FILE_PREFIX: &str = "cubie-spill-";
 
-/// A mapped temporary file; removed on drop.
+/// Size of the zero-filled writes that allocate a spill file's blocks where
+/// `fallocate` is not available.
+const ZERO_CHUNK_BYTES: usize = 1 << 20;
+
+/// A mapped, already unlinked temporary file.
 pub(crate) struct SpillFile {
-    map: Option<MmapMut>,
-    path: Option<TempPath>,
+    map: MmapMut,
+    path: PathBuf,
 }
 
-fn io_error(operation: &'static str, path: &Path, error: &std::io::Error) -> MemError {
+fn io_error(operation: &'static str, path: &Path, error: &io::Error) -> MemError {
     MemError::Io {
         operation,
         path: path.display().to_string(),
@@ -31,67 +48,220 @@ fn io_error(operation: &'static str, path: &Path, error: &std::io::Error) -> Mem
     }
 }
 
-impl SpillFile {
-    /// Creates and maps a zero-filled file of `bytes` in `directory`.
-    pub(crate) fn create(directory: &Path, bytes: usize) -> Result<SpillFile, MemError> {
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(SPILL_FILE_PREFIX).suffix(".bin");
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            builder.permissions(std::fs::Permissions::from_mode(0o600));
-        }
-        let file = builder
-            .tempfile_in(directory)
-            .map_err(|e| io_error("creating a spill file in", directory, &e))?;
-        // From here on, dropping `file` removes it.
-        file.as_file()
-            .set_len(bytes as u64)
-            .map_err(|e| io_error("sizing spill file", file.path(), &e))?;
-        // SAFETY: the file was just created under a unique name with owner-only
-        // permissions and is never truncated while mapped; it holds plain
-        // bytes, so any content is a valid value of the array's element type.
-        let map = unsafe { MmapMut::map_mut(file.as_file()) }
-            .map_err(|e| io_error("mapping spill file", file.path(), &e))?;
-        let (_file, path) = file.into_parts();
-        Ok(SpillFile {
-            map: Some(map),
-            path: Some(path),
-        })
+/// The error for a spill file whose space could not be reserved: the bytes,
+/// the directory, and what to change.
+fn reserve_error(directory: &Path, bytes: usize, error: &io::Error) -> MemError {
+    let limit = if error.kind() == io::ErrorKind::FileTooLarge {
+        "raise the process's file-size limit (ulimit -f), "
+    } else {
+        ""
+    };
+    MemError::Io {
+        operation: "reserving space for a spill file in",
+        path: directory.display().to_string(),
+        message: format!(
+            "{} needed, but: {error}; {limit}free disk space there, set another spill \
+             directory with Registration::spill_directory or ManagerConfig::spill_directory, \
+             or raise the spill threshold (Registration::host_spill_threshold or \
+             ManagerConfig::host_spill_threshold) so that arrays this large stay in memory",
+            Bytes(bytes as u64)
+        ),
     }
+}
 
-    /// The file's path (empty once removed).
-    pub(crate) fn path(&self) -> &Path {
-        self.path.as_deref().unwrap_or(Path::new(""))
+/// Creates an empty file with a unique spill file name and owner-only
+/// permissions in `directory`.
+fn create_named(directory: &Path) -> Result<NamedTempFile, MemError> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(SPILL_FILE_PREFIX).suffix(".bin");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o600));
     }
+    builder
+        .tempfile_in(directory)
+        .map_err(|e| io_error("creating a spill file in", directory, &e))
+}
 
-    pub(crate) fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or(&[])
+/// Allocates the blocks of the first `bytes` of the empty `file` (its length
+/// becomes `bytes`), with `fallocate`, or by writing zeros where the
+/// filesystem does not support that.
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "freebsd",
+    target_vendor = "apple"
+))]
+fn reserve(file: &File, bytes: usize) -> io::Result<()> {
+    use rustix::fs::{FallocateFlags, fallocate};
+    use rustix::io::Errno;
+
+    if bytes == 0 {
+        return Ok(()); // fallocate rejects an empty range
     }
-
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        self.map.as_deref_mut().unwrap_or(&mut [])
-    }
-
-    /// Unmaps and removes the file, reporting a failure to remove it.
-    pub(crate) fn remove(&mut self) -> Result<(), MemError> {
-        drop(self.map.take());
-        match self.path.take() {
-            Some(path) => {
-                let shown = path.to_path_buf();
-                path.close()
-                    .map_err(|e| io_error("removing spill file", &shown, &e))
+    loop {
+        match fallocate(file, FallocateFlags::empty(), 0, bytes as u64) {
+            Err(Errno::INTR) => {}
+            // Not supported by this filesystem (the two are one code on Linux).
+            Err(e)
+                if [Errno::OPNOTSUPP, Errno::NOTSUP, Errno::INVAL, Errno::NOSYS].contains(&e) =>
+            {
+                return write_zeros(file, bytes);
             }
-            None => Ok(()),
+            result => return result.map_err(io::Error::from),
         }
     }
 }
 
-impl Drop for SpillFile {
-    fn drop(&mut self) {
-        let path = self.path().to_path_buf();
-        if let Err(error) = self.remove() {
-            tracing::warn!(path = %path.display(), %error, "removing a spill file failed; delete it by hand");
+/// Allocates the blocks of the first `bytes` of the empty `file` by writing
+/// zeros (no `fallocate` here).
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "freebsd",
+    target_vendor = "apple"
+)))]
+fn reserve(file: &File, bytes: usize) -> io::Result<()> {
+    write_zeros(file, bytes)
+}
+
+/// Writes `bytes` zeros at the current position of `file`, in chunks of at
+/// most [`ZERO_CHUNK_BYTES`].
+fn write_zeros(mut file: &File, bytes: usize) -> io::Result<()> {
+    let zeros = vec![0u8; bytes.min(ZERO_CHUNK_BYTES)];
+    let mut left = bytes;
+    while left > 0 {
+        let chunk = zeros.get(..left.min(zeros.len())).unwrap_or(&zeros);
+        file.write_all(chunk)?;
+        left = left.saturating_sub(chunk.len());
+    }
+    Ok(())
+}
+
+impl SpillFile {
+    /// Creates, unlinks, reserves and maps a zero-filled file of `bytes` in
+    /// `directory`.
+    pub(crate) fn create(directory: &Path, bytes: usize) -> Result<SpillFile, MemError> {
+        let named = create_named(directory)?;
+        let path = named.path().to_path_buf();
+        let (file, name) = named.into_parts();
+        name.close().map_err(|e| MemError::Io {
+            operation: "unlinking new spill file",
+            path: path.display().to_string(),
+            message: format!("{e}; delete it by hand"),
+        })?;
+        reserve(&file, bytes).map_err(|e| reserve_error(directory, bytes, &e))?;
+        // SAFETY: the file was created under a unique name with owner-only
+        // permissions and unlinked at once, so no other process can open it
+        // by name; its length is fixed here and it is never truncated while
+        // mapped. It holds plain bytes, so any content is a valid value of the
+        // array's element type.
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| MemError::Io {
+            operation: "mapping a spill file made in",
+            path: directory.display().to_string(),
+            message: format!("{} to map: {e}", Bytes(bytes as u64)),
+        })?;
+        Ok(SpillFile { map, path })
+    }
+
+    /// Where the file was made; it is unlinked already.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Bytes the filesystem has allocated to `file`.
+    #[cfg(unix)]
+    fn allocated(file: &File) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        file.metadata().unwrap().blocks() * 512
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn spill_files_are_created_owner_only_under_the_prefix() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let named = create_named(dir.path()).unwrap();
+        let name = named.path().file_name().unwrap().to_string_lossy();
+        assert!(name.starts_with(SPILL_FILE_PREFIX), "{name}");
+        let mode = named.as_file().metadata().unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "owner read/write only, got {mode:o}");
+    }
+
+    #[test]
+    fn created_files_are_unlinked_zeroed_and_writable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = SpillFile::create(dir.path(), 3 << 20).unwrap();
+        assert_eq!(file.path().parent(), Some(dir.path()));
+        assert!(!file.path().exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        assert_eq!(file.bytes().len(), 3 << 20);
+        assert!(file.bytes().iter().all(|&b| b == 0));
+        file.bytes_mut()[(3 << 20) - 1] = 7;
+        assert_eq!(file.bytes()[(3 << 20) - 1], 7);
+
+        let empty = SpillFile::create(dir.path(), 0).unwrap();
+        assert!(empty.bytes().is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn reserving_allocates_every_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = (5 << 20) + 123;
+        let file = tempfile::tempfile_in(dir.path()).unwrap();
+        reserve(&file, bytes).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), bytes as u64);
+        assert!(allocated(&file) >= bytes as u64, "{}", allocated(&file));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_fallback_writes_every_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = (2 << 20) + 5;
+        let file = tempfile::tempfile_in(dir.path()).unwrap();
+        write_zeros(&file, bytes).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), bytes as u64);
+        assert!(allocated(&file) >= bytes as u64, "{}", allocated(&file));
+        let empty = tempfile::tempfile_in(dir.path()).unwrap();
+        write_zeros(&empty, 0).unwrap();
+        assert_eq!(empty.metadata().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn a_failed_reservation_names_the_bytes_directory_and_fix() {
+        let error = io::Error::from(io::ErrorKind::StorageFull);
+        let message = reserve_error(Path::new("/spill/here"), 3 << 30, &error).to_string();
+        for part in [
+            "/spill/here",
+            "3221225472 B (3.00 GiB) needed",
+            "free disk space",
+            "Registration::spill_directory",
+            "ManagerConfig::spill_directory",
+            "host_spill_threshold",
+        ] {
+            assert!(message.contains(part), "{part}: {message}");
         }
+        assert!(!message.contains("ulimit"), "{message}");
+        let too_large = io::Error::from(io::ErrorKind::FileTooLarge);
+        let message = reserve_error(Path::new("/d"), 10, &too_large).to_string();
+        assert!(message.contains("ulimit -f"), "{message}");
     }
 }

@@ -165,7 +165,7 @@ fn run() -> Result<(), MemError> {
         host_state.kind(),
         host_state
             .spill_path()
-            .map(|p| format!(" at {}", p.display()))
+            .map(|p| format!(" (made at {}, unlinked once mapped)", p.display()))
             .unwrap_or_default()
     );
     println!();
@@ -238,11 +238,14 @@ fn run() -> Result<(), MemError> {
     println!();
     println!("{}", stats.report());
 
-    let spill_file = host_state.spill_path().map(|p| p.to_path_buf());
-    host_state.close()?;
-    if let Some(path) = spill_file {
-        println!("spill file {} removed: {}", path.display(), !path.exists());
+    if let Some(path) = host_state.spill_path() {
+        println!(
+            "spill file {} unlinked once mapped: {}",
+            path.display(),
+            !path.exists()
+        );
     }
+    host_state.close();
     if max_error > 1e-12 {
         return Err(MemError::Config {
             name: "result check".into(),
