@@ -10,6 +10,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use cubie_mem::timeline::Activity;
 use cubie_mem::{
     ArrayRequest, Bytes, DeviceArray, GpuBuffers, ManagerConfig, MemError, MemoryManager,
     Precision, Registration, SimBackend,
@@ -79,7 +80,23 @@ fn integrate_chunk<P: Precision>(
     buffers.state.copy_from_host(&state)
 }
 
+/// The command line: `batch [--trace FILE]`.
+fn trace_path() -> Result<Option<std::path::PathBuf>, MemError> {
+    let mut args = std::env::args().skip(1);
+    match (args.next().as_deref(), args.next(), args.next()) {
+        (None, ..) => Ok(None),
+        (Some("--trace"), Some(path), None) => Ok(Some(path.into())),
+        (Some(other), ..) => Err(MemError::Config {
+            name: "arguments".into(),
+            value: other.to_owned(),
+            reason: "usage: batch [--trace FILE] (FILE: a Chrome trace of the modelled device)"
+                .into(),
+        }),
+    }
+}
+
 fn run() -> Result<(), MemError> {
+    let trace = trace_path()?;
     // An 8 GiB device of which other processes leave 96 MiB to us.
     let sim = SimBackend::new(8 << 30).with_free(96 * MIB);
     let mgr = MemoryManager::with_config(
@@ -235,6 +252,17 @@ fn run() -> Result<(), MemError> {
     );
     println!("  {:<28} {:.2?}", "streaming time", elapsed);
     println!("  {:<28} {:.3e}", "max error vs closed form", max_error);
+    let timeline = sim.timeline();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    println!(
+        "  {:<28} {:.3} ms makespan; busiest engine {:.3} ms (h2d {:.3}, d2h {:.3}, compute {:.3})",
+        "modelled device time",
+        ms(timeline.makespan_ns()),
+        ms(timeline.busiest_engine_ns()),
+        ms(timeline.busy_ns(Activity::HostToDevice)),
+        ms(timeline.busy_ns(Activity::DeviceToHost)),
+        ms(timeline.busy_ns(Activity::Kernel)),
+    );
     println!();
     println!("{}", stats.report());
 
@@ -246,6 +274,19 @@ fn run() -> Result<(), MemError> {
         );
     }
     host_state.close();
+    if let Some(path) = trace {
+        let write = std::fs::File::create(&path)
+            .and_then(|file| timeline.write_chrome_trace(std::io::BufWriter::new(file)));
+        write.map_err(|error| MemError::Io {
+            operation: "writing the trace",
+            path: path.display().to_string(),
+            message: error.to_string(),
+        })?;
+        println!(
+            "trace of the modelled device written to {} (open it in https://ui.perfetto.dev)",
+            path.display()
+        );
+    }
     if max_error > 1e-12 {
         return Err(MemError::Config {
             name: "result check".into(),
