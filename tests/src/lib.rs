@@ -42,6 +42,10 @@ pub struct HostMemoryDoctests;
 #[cfg(doctest)]
 pub struct DeriveDoctests;
 
+#[doc = include_str!("../../docs/device-model.md")]
+#[cfg(doctest)]
+pub struct DeviceModelDoctests;
+
 #[doc = include_str!("../../docs/cuda.md")]
 #[cfg(all(doctest, feature = "cuda"))]
 pub struct CudaDoctests;
