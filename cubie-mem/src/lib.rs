@@ -58,12 +58,12 @@ pub use default::{
 pub use dtype::{DType, Element, Precision};
 pub use error::{Bytes, MemError};
 pub use host::{
-    AnyHostArray, Chunk, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType,
+    AnyHostArray, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType,
     STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};
 pub use manager::{Instance, MemoryManager, Owner, Work};
-pub use plan::ChunkPlan;
+pub use plan::{Chunk, ChunkPlan, Chunks};
 pub use pools::MIN_AUTOPOOL_SIZE;
 pub use registration::{AsOwner, Registration};
 pub use request::{ArrayRequest, DEFAULT_CHUNK_AXIS, MemoryKind, RequestSet};

@@ -12,7 +12,7 @@
 //! let budget = plan::Budget::passive(8 << 20).with_granule(0);
 //! let p = plan::plan(requests.iter().map(|(l, r)| (*l, r)), &budget).unwrap();
 //! assert!(p.chunks > 1);
-//! assert_eq!(p.chunk_ranges().map(|r| r.len()).sum::<usize>(), 10_000);
+//! assert_eq!(p.iter_chunks().map(|c| c.len()).sum::<usize>(), 10_000);
 //! ```
 
 use std::ops::Range;
@@ -265,11 +265,6 @@ impl ChunkPlan {
         start..end
     }
 
-    /// The run ranges of every chunk, in order.
-    pub fn chunk_ranges(&self) -> impl ExactSizeIterator<Item = Range<usize>> + '_ {
-        (0..self.chunks).map(|i| self.runs_of(i))
-    }
-
     /// The shape a request is allocated with under this plan.
     pub fn chunked_shape(&self, request: &ArrayRequest) -> Vec<usize> {
         request.chunked_shape(self.chunk_length)
@@ -376,5 +371,8 @@ pub fn plan<'a>(
     plan_chunks(&BatchSizes::measure(requests)?, budget)
 }
 
+mod chunks;
 #[cfg(test)]
 mod tests;
+
+pub use chunks::{Chunk, Chunks};

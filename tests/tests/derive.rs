@@ -112,7 +112,7 @@ fn splits_the_run_axis_when_the_batch_does_not_fit() {
         (324_000, 32)
     );
     assert_eq!(
-        plan.chunk_ranges().collect::<Vec<_>>(),
+        plan.iter_chunks().map(|c| c.runs).collect::<Vec<_>>(),
         [0..250, 250..500, 500..750, 750..1000]
     );
     assert_eq!(outputs.state.shape(), [10, 4, 250]);

@@ -223,7 +223,7 @@ fn pipeline_batch(
             device_out.copy_from_host(&values)
         })
         .unwrap();
-    assert_eq!(seen, plan.chunk_ranges().collect::<Vec<_>>());
+    assert_eq!(seen, plan.iter_chunks().map(|c| c.runs).collect::<Vec<_>>());
     (data, host_out.to_vec())
 }
 

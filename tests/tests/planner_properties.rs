@@ -27,7 +27,7 @@ proptest! {
                 prop_assert!(plan.chunks >= 1 && plan.chunk_length >= 1);
                 prop_assert!(plan.chunk_length * plan.chunks >= total_runs, "every run is covered");
                 prop_assert!(plan.chunk_length * (plan.chunks - 1) < total_runs, "no empty chunk");
-                prop_assert_eq!(plan.chunk_ranges().map(|r| r.len()).sum::<usize>(), total_runs);
+                prop_assert_eq!(plan.iter_chunks().map(|c| c.len()).sum::<usize>(), total_runs);
                 if plan.chunks > 1 {
                     // One chunk's arrays fit in what may be allocated.
                     let chunk_bytes = bytes_per_run * plan.chunk_length as u64 + unchunkable;

@@ -30,4 +30,4 @@ pub use pipeline::ChunkPipeline;
 pub use ram::{DEFAULT_SPILL_PERCENT, STAGING_RAM_FLOOR_PERCENT, SystemMemory};
 pub use spill::SPILL_FILE_PREFIX;
 pub use staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingKey, StagingPool};
-pub use transfer::{Chunk, ChunkStreamer, Chunks};
+pub use transfer::ChunkStreamer;

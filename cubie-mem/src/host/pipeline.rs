@@ -5,7 +5,8 @@ use std::collections::HashSet;
 
 use super::HostArray;
 use super::layout::ChunkLayout;
-use super::transfer::{Chunk, ChunkStreamer, Stager, download_through, stage_first_window, upload};
+use super::transfer::{ChunkStreamer, Stager, download_through, stage_first_window, upload};
+use crate::plan::Chunk;
 use crate::{DeviceArray, Element, MemError};
 
 /// Runs a batch chunk by chunk: for each chunk it copies the inputs to the
@@ -167,14 +168,18 @@ impl<T: Element> Move for Prepared<'_, T> {
     }
 }
 
-impl<'p> ChunkPipeline<'p> {
-    pub(super) fn new(streamer: &'p ChunkStreamer<'p>) -> Self {
+impl<'s> ChunkStreamer<'s> {
+    /// A pipeline over every chunk of the plan; bind arrays to it, then
+    /// [`run`](ChunkPipeline::run) it.
+    pub fn pipeline(&'s self) -> ChunkPipeline<'s> {
         ChunkPipeline {
-            streamer,
+            streamer: self,
             bindings: Vec::new(),
         }
     }
+}
 
+impl<'p> ChunkPipeline<'p> {
     fn bind<T: Element>(
         mut self,
         host: HostRef<'p, T>,

@@ -45,7 +45,7 @@ fn even_split() {
     .unwrap();
     assert_eq!(p.chunks, 12); // ceil(100/9)
     assert_eq!(p.chunk_length, 9); // ceil(100/12)
-    let lens: Vec<_> = p.chunk_ranges().map(|r| r.len()).collect();
+    let lens: Vec<_> = p.iter_chunks().map(|c| c.len()).collect();
     assert_eq!(lens.iter().sum::<usize>(), 100);
     assert_eq!(lens.last(), Some(&1));
 }
@@ -279,7 +279,7 @@ fn the_default_plan_is_one_chunk_of_one_run() {
         (0, 0, 0, 0)
     );
     assert!(p.validate().is_ok());
-    assert!(p.chunk_ranges().eq(std::iter::once(0..1)));
+    assert!(p.iter_chunks().map(|c| c.runs).eq(std::iter::once(0..1)));
 }
 
 fn partition(total_runs: usize, chunks: usize, chunk_length: usize) -> ChunkPlan {
