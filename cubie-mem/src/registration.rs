@@ -7,6 +7,7 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -14,9 +15,57 @@ use crate::ArrayResponse;
 use crate::ids::OwnerId;
 
 /// A hook called when an instance's buffers are evicted or invalidated.
-pub(crate) type InvalidateHook = Arc<Mutex<Box<dyn FnMut() + Send>>>;
+pub(crate) type InvalidateHook = Arc<Hook<dyn FnMut() + Send>>;
 /// A hook called with an instance's response after `allocate_queue`.
-pub(crate) type ReadyHook = Arc<Mutex<Box<dyn FnMut(ArrayResponse) + Send>>>;
+pub(crate) type ReadyHook = Arc<Hook<dyn FnMut(ArrayResponse) + Send>>;
+
+/// A user hook: called under its own lock, one call at a time, and never
+/// re-entered by the thread already running it (a hook that triggers itself
+/// would otherwise wait for itself forever).
+pub(crate) struct Hook<F: ?Sized> {
+    /// The token of the thread running the hook now; 0 when idle.
+    running_on: AtomicU64,
+    call: Mutex<Box<F>>,
+}
+
+thread_local! {
+    /// This thread's token for [`Hook`]: unique, never 0.
+    static THREAD_TOKEN: u64 = {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed).max(1)
+    };
+}
+
+/// Clears [`Hook::running_on`] when the call ends, also on unwind.
+struct Running<'a>(&'a AtomicU64);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+impl<F: ?Sized> Hook<F> {
+    pub(crate) fn new(call: Box<F>) -> Arc<Self> {
+        Arc::new(Hook {
+            running_on: AtomicU64::new(0),
+            call: Mutex::new(call),
+        })
+    }
+
+    /// Runs `call` with the hook, waiting while another thread runs it; `None`
+    /// when this thread is already inside it.
+    pub(crate) fn with<R>(&self, call: impl FnOnce(&mut F) -> R) -> Option<R> {
+        let me = THREAD_TOKEN.with(|token| *token);
+        if self.running_on.load(Ordering::Acquire) == me {
+            return None;
+        }
+        let mut guard = self.call.lock();
+        self.running_on.store(me, Ordering::Release);
+        let _running = Running(&self.running_on);
+        Some(call(&mut **guard))
+    }
+}
 
 /// Where host arrays of an instance or owner spill, when set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -102,14 +151,14 @@ impl Registration {
     /// Called (with no manager lock held) when this instance's buffers are
     /// evicted or invalidated. Required before queueing requests.
     pub fn on_invalidate(mut self, hook: impl FnMut() + Send + 'static) -> Self {
-        self.on_invalidate = Some(Arc::new(Mutex::new(Box::new(hook))));
+        self.on_invalidate = Some(Hook::new(Box::new(hook)));
         self
     }
 
     /// Called (with no manager lock held) with this instance's response each
     /// time a batch is allocated for its owner in its stream group.
     pub fn on_allocation_ready(mut self, hook: impl FnMut(ArrayResponse) + Send + 'static) -> Self {
-        self.on_allocation_ready = Some(Arc::new(Mutex::new(Box::new(hook))));
+        self.on_allocation_ready = Some(Hook::new(Box::new(hook)));
         self
     }
 

@@ -393,3 +393,55 @@ mod extreme_figures {
         }
     }
 }
+
+#[test]
+fn a_hook_that_triggers_itself_is_skipped_not_deadlocked() {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let ((calls, served_again), logs) = within(|| {
+        capture_logs(|| {
+            let (mgr, _) = manager(1 << 30, 1 << 20);
+            let me: Arc<OnceLock<Arc<cubie_mem::Instance>>> = Arc::default();
+            let calls = Arc::new(AtomicUsize::new(0));
+            let served_again = Arc::new(AtomicUsize::new(0));
+            let hook = {
+                let (mgr, me, calls, served_again) = (
+                    mgr.clone(),
+                    Arc::clone(&me),
+                    Arc::clone(&calls),
+                    Arc::clone(&served_again),
+                );
+                move |_response| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    if let Some(me) = me.get() {
+                        // Queue and allocate again from inside the hook: the
+                        // nested delivery would wait for this very hook.
+                        mgr.queue_request(me, [("x", runs_request(8, 4))]).unwrap();
+                        if mgr.allocate_queue(me).is_ok() {
+                            served_again.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            };
+            let instance = Arc::new(
+                mgr.register(queuing().name("eager").on_allocation_ready(hook))
+                    .unwrap(),
+            );
+            me.set(Arc::clone(&instance)).ok();
+            mgr.queue_request(&instance, [("x", runs_request(8, 4))])
+                .unwrap();
+            mgr.allocate_queue(&instance).unwrap();
+            (
+                calls.load(Ordering::SeqCst),
+                served_again.load(Ordering::SeqCst),
+            )
+        })
+    });
+    assert_eq!(calls, 1, "the nested delivery to the same hook was skipped");
+    assert_eq!(served_again, 1, "the nested allocation itself was served");
+    assert!(
+        logs.contains("triggered itself") && logs.contains("'eager'"),
+        "{logs}"
+    );
+}

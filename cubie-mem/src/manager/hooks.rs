@@ -35,26 +35,37 @@ impl Hooks {
     /// manager lock held. A panicking hook is reported and the rest still run.
     pub(crate) fn run(self) {
         for (instance, hook) in self.invalidate {
-            guarded("invalidate", &instance, || (*hook.lock())());
+            guarded("invalidate", &instance, || hook.with(|f| f()));
         }
         for (instance, hook, response) in self.ready {
-            guarded("allocation-ready", &instance, || (*hook.lock())(response));
+            guarded("allocation-ready", &instance, || hook.with(|f| f(response)));
         }
     }
 }
 
-fn guarded(kind: &str, instance: &Named<InstanceId>, call: impl FnOnce()) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(call)) {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-string panic payload".to_owned());
-        tracing::error!(
+fn guarded(kind: &str, instance: &Named<InstanceId>, call: impl FnOnce() -> Option<()>) {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(Some(())) => {}
+        Ok(None) => tracing::error!(
             %instance,
             hook = kind,
-            panic = %message,
-            "a hook panicked; the manager's state is committed and the other hooks still run"
-        );
+            "a hook triggered itself (it called the manager in a way that calls it again); \
+             the inner call was skipped"
+        ),
+        Err(payload) => report_panic(kind, instance, &*payload),
     }
+}
+
+fn report_panic(kind: &str, instance: &Named<InstanceId>, payload: &(dyn std::any::Any + Send)) {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned());
+    tracing::error!(
+        %instance,
+        hook = kind,
+        panic = %message,
+        "a hook panicked; the manager's state is committed and the other hooks still run"
+    );
 }
