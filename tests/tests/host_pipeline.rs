@@ -74,13 +74,13 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
     // Chunks of 4, 4 and 2 runs; the device arrays hold 2 x 4 elements, so a
     // full chunk spans 32 bytes and the short one 4 + 2 elements (24 bytes).
     let expected = vec![
-        // Staging buffers are pinned on first use: the input's before chunk
-        // 0 is staged, the output's before chunk 0 comes back.
+        // Staging buffers are taken before the first chunk, in label order:
+        // the input's ("in"), then the output's ("out").
+        "pin 32".to_owned(),
         "pin 32".to_owned(),
         up(32),
         "compute 0".to_owned(),
         up(32),
-        "pin 32".to_owned(),
         down(32),
         up(32),
         "compute 1".to_owned(),
@@ -101,4 +101,173 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
         }
     }
     assert_eq!(host_out.as_slice(), expected_out);
+}
+
+/// A 4-run plan in 2 chunks of 2.
+const PLAN: ChunkPlan = ChunkPlan {
+    total_runs: 4,
+    chunks: 2,
+    chunk_length: 2,
+    chunkable_bytes: 0,
+    unchunkable_bytes: 0,
+    allocatable: 0,
+    withheld: 0,
+};
+
+/// One chunk's device array `label` of 2 f64 for `instance`.
+fn chunk_array(
+    mgr: &MemoryManager,
+    instance: &cubie_mem::Instance,
+    label: &str,
+) -> cubie_mem::DeviceArray<f64> {
+    common::allocate_f64(
+        mgr,
+        instance,
+        label,
+        ArrayRequest::of::<f64>([2]).unchunkable(),
+    )
+}
+
+#[test]
+fn every_owner_a_pipeline_binds_is_busy_for_the_run() {
+    let (mgr, _) = common::manager(1 << 30, 10_000);
+    let (params_hook, cache_hook) = (common::Counter::default(), common::Counter::default());
+    let solver = mgr.register(common::queuing().name("solver")).unwrap();
+    let params_holder = mgr
+        .register(
+            Registration::new()
+                .name("params")
+                .on_invalidate(params_hook.hook()),
+        )
+        .unwrap();
+    let cache = mgr
+        .register(
+            Registration::new()
+                .name("cache")
+                .on_invalidate(cache_hook.hook()),
+        )
+        .unwrap();
+    let out = chunk_array(&mgr, &solver, "out");
+    let params = chunk_array(&mgr, &params_holder, "params");
+    common::allocate_f64(
+        &mgr,
+        &cache,
+        "blob",
+        ArrayRequest::of::<f64>([500]).unchunkable(),
+    );
+    let newcomer = mgr.register(common::queuing().name("newcomer")).unwrap();
+
+    let host_params = mgr
+        .create_host_array(
+            [4],
+            HostMemoryType::Pageable,
+            Some(&[1.0, 2.0, 3.0, 4.0]),
+            &solver,
+        )
+        .unwrap();
+    let mut host_out = mgr
+        .create_host_array::<f64>([4], HostMemoryType::Pageable, None, &solver)
+        .unwrap();
+    mgr.chunk_streamer(&solver, &PLAN)
+        .unwrap()
+        .pipeline()
+        .input(&host_params, &params, 0)
+        .output(&mut host_out, &out, 0)
+        .run(|chunk| {
+            if chunk.index == 0 {
+                // Another owner needs room mid-batch: 6000 bytes with 5968
+                // free. The params' owner is the least recently used, but busy.
+                common::allocate_f64(
+                    &mgr,
+                    &newcomer,
+                    "big",
+                    ArrayRequest::of::<f64>([750]).unchunkable(),
+                );
+            }
+            out.copy_from_host(&params.to_vec()?)
+        })
+        .unwrap();
+    assert_eq!(host_out.as_slice(), [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!((params_hook.get(), cache_hook.get()), (0, 1));
+    assert!(params.is_valid());
+}
+
+#[test]
+fn pipelines_whose_inputs_and_outputs_cross_share_a_pool_without_deadlock() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (mgr, _) = common::manager(1 << 30, 1 << 20);
+        // A pool that never grows past one buffer per label.
+        let pool = cubie_mem::StagingPool::with_memory_probe(mgr.backend().clone(), || None);
+        let first = mgr.register(common::queuing().stream_group("one")).unwrap();
+        let second = mgr.register(common::queuing().stream_group("two")).unwrap();
+        let arrays = |instance| {
+            (
+                chunk_array(&mgr, instance, "p"),
+                chunk_array(&mgr, instance, "q"),
+            )
+        };
+        let ((p1, q1), (p2, q2)) = (arrays(&first), arrays(&second));
+        let host = |values: Option<&[f64]>, instance| {
+            mgr.create_host_array([4], HostMemoryType::Pageable, values, instance)
+                .unwrap()
+        };
+        let (in1, mut out1) = (
+            host(Some(&[1.0, 2.0, 3.0, 4.0]), &first),
+            host(None, &first),
+        );
+        let (in2, mut out2) = (
+            host(Some(&[5.0, 6.0, 7.0, 8.0]), &second),
+            host(None, &second),
+        );
+        let (to_second, from_first) = mpsc::channel::<()>();
+        let (to_first, from_second) = mpsc::channel::<()>();
+        // Each computation waits briefly for the other pipeline to be computing
+        // too, so that both hold their inputs' buffers when they download.
+        let meet = |tell: &mpsc::Sender<()>, hear: &mpsc::Receiver<()>| {
+            tell.send(()).ok();
+            hear.recv_timeout(Duration::from_millis(200)).ok();
+        };
+        let (mgr, first, second) = (&mgr, &first, &second);
+        let (p1, q1, p2, q2) = (&p1, &q1, &p2, &q2);
+        let (in1, in2, o1, o2) = (&in1, &in2, &mut out1, &mut out2);
+        let (pool1, pool2) = (pool.clone(), pool);
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                mgr.chunk_streamer(first, &PLAN)
+                    .unwrap()
+                    .with_pool(pool1)
+                    .pipeline()
+                    .input(in1, p1, 0)
+                    .output(o1, q1, 0)
+                    .run(|_| {
+                        meet(&to_second, &from_second);
+                        q1.copy_from_host(&p1.to_vec()?)
+                    })
+                    .unwrap();
+            });
+            scope.spawn(move || {
+                mgr.chunk_streamer(second, &PLAN)
+                    .unwrap()
+                    .with_pool(pool2)
+                    .pipeline()
+                    .input(in2, q2, 0)
+                    .output(o2, p2, 0)
+                    .run(|_| {
+                        meet(&to_first, &from_first);
+                        p2.copy_from_host(&q2.to_vec()?)
+                    })
+                    .unwrap();
+            });
+        });
+        done.send((out1.to_vec(), out2.to_vec())).ok();
+    });
+    let (out1, out2) = finished
+        .recv_timeout(Duration::from_secs(20))
+        .expect("deadlock: the crossed pipelines did not finish within 20 s");
+    assert_eq!(out1, [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(out2, [5.0, 6.0, 7.0, 8.0]);
 }

@@ -218,6 +218,11 @@ impl<T: Element> DeviceArray<T> {
 
     common_accessors!();
 
+    /// The owner of the instance holding the array.
+    pub(crate) fn owner(&self) -> crate::ids::OwnerId {
+        self.inner.slot.owner()
+    }
+
     /// Calls `f` with the device address (for kernel launches). The memory
     /// stays allocated until `f` returns even if the manager frees or evicts
     /// the array meanwhile (it is then freed when `f` returns). `f` may call

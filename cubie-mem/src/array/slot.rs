@@ -12,6 +12,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::ReleaseReason;
 use crate::backend::{Backend, DevicePtr, PinnedBlock, StreamHandle};
+use crate::ids::OwnerId;
 use crate::streams::{OwnedStream, current_stream_for};
 use crate::{DType, MemError, MemoryKind};
 
@@ -84,6 +85,8 @@ pub(crate) enum Release {
 /// One allocation: its description and its memory.
 pub(crate) struct Slot {
     label: Arc<str>,
+    /// The owner of the instance holding it.
+    owner: OwnerId,
     dtype: DType,
     kind: MemoryKind,
     bytes: u64,
@@ -99,6 +102,7 @@ impl Slot {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn allocate(
         backend: &Arc<dyn Backend>,
+        owner: OwnerId,
         label: Arc<str>,
         dtype: DType,
         kind: MemoryKind,
@@ -121,6 +125,7 @@ impl Slot {
         };
         Ok(Arc::new(Slot {
             label,
+            owner,
             dtype,
             kind,
             bytes,
@@ -140,6 +145,7 @@ impl Slot {
         );
         Arc::new(Slot {
             label: Arc::clone(&self.label),
+            owner: self.owner,
             dtype,
             kind: self.kind,
             bytes: self.bytes,
@@ -201,6 +207,11 @@ impl Slot {
 
     pub(crate) fn backend(&self) -> &dyn Backend {
         &*self.backend
+    }
+
+    /// The owner of the instance holding the array.
+    pub(crate) fn owner(&self) -> OwnerId {
+        self.owner
     }
 
     pub(crate) fn label(&self) -> &Arc<str> {
@@ -268,6 +279,7 @@ mod tests {
     fn device_slot(backend: &Arc<dyn Backend>, stream: &Arc<OwnedStream>) -> Arc<Slot> {
         Slot::allocate(
             backend,
+            OwnerId::fresh(),
             Arc::from("x"),
             DType::U8,
             MemoryKind::Device,

@@ -1,11 +1,14 @@
 //! The chunk pipeline: a whole batch through the device, chunk by chunk,
 //! with the next chunk's input staged while the current chunk computes.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use super::HostArray;
 use super::layout::ChunkLayout;
-use super::transfer::{ChunkStreamer, Stager, download_through, stage_first_window, upload};
+use super::transfer::{
+    ChunkStreamer, Stager, download_through, needs_staging, stage_first_window, upload,
+};
+use crate::ids::OwnerId;
 use crate::plan::Chunk;
 use crate::{DeviceArray, Element, MemError};
 
@@ -29,8 +32,14 @@ use crate::{DeviceArray, Element, MemError};
 /// download in a second buffer when the pool grants one without waiting,
 /// else in its input buffer (and then gathers `k + 1` again at upload).
 ///
-/// The instance's owner is marked busy for the whole run, so its arrays
-/// cannot be evicted in the middle of a batch.
+/// The owners of every bound array (and the streamer's instance) are marked
+/// busy for the whole run, so none of those arrays can be evicted in the
+/// middle of a batch.
+///
+/// The staging buffers a run needs are acquired before the first chunk, in
+/// one order shared by every pipeline (by label), and kept for the run: two
+/// pipelines sharing a pool that cannot grow, whose inputs and outputs cross,
+/// then wait for each other instead of deadlocking.
 #[must_use = "a pipeline does nothing until run"]
 pub struct ChunkPipeline<'p> {
     streamer: &'p ChunkStreamer<'p>,
@@ -81,6 +90,7 @@ struct Prepared<'p, T: Element> {
 
 trait Bind<'p> {
     fn label(&self) -> &str;
+    fn owner(&self) -> OwnerId;
     fn prepare(
         self: Box<Self>,
         streamer: &ChunkStreamer<'_>,
@@ -88,6 +98,9 @@ trait Bind<'p> {
 }
 
 trait Move {
+    /// Acquires the staging buffers the run will need (waiting for them),
+    /// so that no acquire waits later while another buffer is held.
+    fn reserve(&mut self, first: &Chunk) -> Result<(), MemError>;
     fn stage(&mut self, chunk: &Chunk) -> Result<(), MemError>;
     fn upload(&mut self, chunk: &Chunk) -> Result<(), MemError>;
     fn download(&mut self, chunk: &Chunk) -> Result<(), MemError>;
@@ -96,6 +109,10 @@ trait Move {
 impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
     fn label(&self) -> &str {
         self.device.label()
+    }
+
+    fn owner(&self) -> OwnerId {
+        self.device.owner()
     }
 
     fn prepare(
@@ -118,6 +135,19 @@ impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
 }
 
 impl<T: Element> Move for Prepared<'_, T> {
+    fn reserve(&mut self, first: &Chunk) -> Result<(), MemError> {
+        if !needs_staging(self.host.get(), &self.layout, &first.runs) {
+            return Ok(());
+        }
+        // An inout binding's second buffer is only taken when free (see the
+        // type's docs), so only its input buffer is reserved.
+        match (self.input.as_mut(), self.output.as_mut()) {
+            (Some(input), _) => input.reserve(),
+            (None, Some(output)) => output.reserve(),
+            (None, None) => Ok(()),
+        }
+    }
+
     fn stage(&mut self, chunk: &Chunk) -> Result<(), MemError> {
         let Some(input) = self.input.as_mut() else {
             return Ok(());
@@ -244,15 +274,39 @@ impl<'p> ChunkPipeline<'p> {
                 .into());
             }
         }
+        // Every owner whose arrays are bound is busy for the whole run, so
+        // none of them is evicted mid-batch.
+        let owners: BTreeSet<OwnerId> = bindings
+            .iter()
+            .map(|binding| binding.owner())
+            .chain(std::iter::once(streamer.instance.owner()))
+            .collect();
+        let mut order: Vec<(String, usize)> = bindings
+            .iter()
+            .enumerate()
+            .map(|(index, binding)| (binding.label().to_owned(), index))
+            .collect();
+        order.sort_unstable();
         let mut moves = bindings
             .into_iter()
             .map(|binding| binding.prepare(streamer))
             .collect::<Result<Vec<_>, MemError>>()?;
         let _stream = streamer.bind_stream()?;
-        let work = streamer.manager.begin_work(streamer.instance)?;
+        let works = owners
+            .into_iter()
+            .map(|owner| streamer.manager.begin_work_for(owner))
+            .collect::<Result<Vec<_>, MemError>>()?;
         // Lazily: a plan may have more chunks than would fit in memory as a list.
         let mut chunks = streamer.chunks().peekable();
         if let Some(first) = chunks.peek() {
+            // Staging buffers are taken in one global order (by label), so
+            // pipelines sharing a pool that cannot grow wait for each other
+            // instead of each holding what the other needs.
+            for (_, index) in &order {
+                if let Some(binding) = moves.get_mut(*index) {
+                    binding.reserve(first)?;
+                }
+            }
             moves.iter_mut().try_for_each(|m| m.stage(first))?;
         }
         while let Some(chunk) = chunks.next() {
@@ -263,7 +317,7 @@ impl<'p> ChunkPipeline<'p> {
             }
             moves.iter_mut().try_for_each(|m| m.download(&chunk))?;
         }
-        work.finish()?;
+        works.into_iter().try_for_each(|work| work.finish())?;
         Ok(())
     }
 }

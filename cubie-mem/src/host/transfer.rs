@@ -207,6 +207,11 @@ impl<T: Element> Stager<T> {
         Ok(self.buffer.as_deref_mut().unwrap_or(&mut []))
     }
 
+    /// Acquires the buffer now, waiting for one if need be.
+    pub(super) fn reserve(&mut self) -> Result<(), MemError> {
+        self.buffer().map(drop)
+    }
+
     /// The buffer, or `None` when getting one would wait.
     pub(super) fn try_buffer(&mut self) -> Result<Option<&mut [T]>, MemError> {
         if self.buffer.is_none() {
@@ -236,6 +241,16 @@ fn host_range_error(range: &Range<usize>, len: usize) -> MemError {
     }
 }
 
+/// Whether moving chunk `runs` of `host` needs a staging buffer (it is not
+/// empty, and not one contiguous block of pinned memory).
+pub(super) fn needs_staging<T: Element>(
+    host: &HostArray<T>,
+    layout: &ChunkLayout,
+    runs: &Range<usize>,
+) -> bool {
+    layout.chunk_extent(runs.len()) > 0 && direct_range(host, layout, runs).is_none()
+}
+
 /// Gathers the first staging window of chunk `runs` into `buffer`; returns
 /// whether it staged anything (a direct or empty chunk needs no staging).
 pub(super) fn stage_first_window<T: Element>(
@@ -244,10 +259,10 @@ pub(super) fn stage_first_window<T: Element>(
     runs: &Range<usize>,
     staging: &mut Stager<T>,
 ) -> Result<bool, MemError> {
-    let extent = layout.chunk_extent(runs.len());
-    if extent == 0 || direct_range(host, layout, runs).is_some() {
+    if !needs_staging(host, layout, runs) {
         return Ok(false);
     }
+    let extent = layout.chunk_extent(runs.len());
     let buffer = staging.buffer()?;
     let len = buffer.len().min(extent);
     let window = buffer

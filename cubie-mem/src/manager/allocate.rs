@@ -198,10 +198,20 @@ impl Inner {
                 Some(old) if old.bytes() >= bytes => Placement::Reuse,
                 Some(old) => {
                     let label = Arc::clone(old.label());
-                    self.fresh(s, label, request, bytes, plan, stream, free_before)?
+                    self.fresh(
+                        s,
+                        batch.owner,
+                        label,
+                        request,
+                        bytes,
+                        plan,
+                        stream,
+                        free_before,
+                    )?
                 }
                 None => self.fresh(
                     s,
+                    batch.owner,
                     Arc::from(label),
                     request,
                     bytes,
@@ -219,6 +229,7 @@ impl Inner {
     fn fresh(
         &self,
         s: &mut State,
+        owner: OwnerId,
         label: Arc<str>,
         request: &ArrayRequest,
         bytes: u64,
@@ -228,6 +239,7 @@ impl Inner {
     ) -> Result<Placement, MemError> {
         Slot::allocate(
             &self.backend,
+            owner,
             Arc::clone(&label),
             request.dtype(),
             request.memory_kind(),

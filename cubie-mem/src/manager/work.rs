@@ -98,7 +98,11 @@ impl Inner {
 impl MemoryManager {
     /// Marks the owner of `x` busy and stamps it on the usage clock.
     pub fn begin_work(&self, x: &impl AsOwner) -> Result<Work, MemError> {
-        let owner = x.owner_id();
+        self.begin_work_for(x.owner_id())
+    }
+
+    /// [`MemoryManager::begin_work`] for `owner`.
+    pub(crate) fn begin_work_for(&self, owner: OwnerId) -> Result<Work, MemError> {
         let mut s = self.inner.lock();
         let clock = s.clock.saturating_add(1);
         let o = s
