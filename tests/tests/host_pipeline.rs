@@ -271,3 +271,37 @@ fn pipelines_whose_inputs_and_outputs_cross_share_a_pool_without_deadlock() {
     assert_eq!(out1, [1.0, 2.0, 3.0, 4.0]);
     assert_eq!(out2, [5.0, 6.0, 7.0, 8.0]);
 }
+
+#[test]
+fn device_memory_a_chunk_did_not_upload_reads_as_poison() {
+    // 3 runs in chunks of 2: the last chunk uploads one run, and the second
+    // element of the fresh device array was never written.
+    let (mgr, _) = common::manager(1 << 30, 1 << 20);
+    let solver = mgr.register(common::queuing()).unwrap();
+    let device = chunk_array(&mgr, &solver, "x");
+    let host = mgr
+        .create_host_array(
+            [3],
+            HostMemoryType::Pageable,
+            Some(&[1.0, 2.0, 3.0]),
+            &solver,
+        )
+        .unwrap();
+    let plan = ChunkPlan {
+        total_runs: 3,
+        ..PLAN
+    };
+    let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
+    streamer.copy_in(&host, &device, 0, 1).unwrap();
+    let seen = device.to_vec().unwrap();
+    assert_eq!(seen[0], 3.0);
+    assert!(
+        seen[1].is_nan(),
+        "unwritten device memory is poison, not zero: {seen:?}"
+    );
+    // Memory freed and reused comes back stale, not zeroed either.
+    device.copy_from_host(&[5.0, 6.0]).unwrap();
+    mgr.free(&solver, "x").unwrap();
+    let again = chunk_array(&mgr, &solver, "y");
+    assert_eq!(again.to_vec().unwrap(), [5.0, 6.0]);
+}

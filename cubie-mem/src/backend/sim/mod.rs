@@ -11,16 +11,18 @@
 //! busy. [`SimBackend::timeline`] records what ran when.
 
 pub mod clock;
+pub mod memory;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{Backend, DevicePtr, EventHandle, MemInfo, PinnedBlock, StreamHandle, byte_range};
+use super::{Backend, DevicePtr, EventHandle, MemInfo, PinnedBlock, StreamHandle};
 use crate::block::HostBlock;
 use crate::timeline::{Activity, Timeline};
 use crate::{Bytes, MemError};
 use clock::{DeviceClock, Engine, Work};
+use memory::{DeviceBlock, Pool};
 
 const NAME: &str = "simulated";
 
@@ -44,7 +46,8 @@ pub struct SimBackend {
 struct SimState {
     total: u64,
     initial_free: u64,
-    allocations: HashMap<u64, HostBlock>,
+    allocations: HashMap<u64, DeviceBlock>,
+    pool: Pool,
     device_bytes: u64,
     next_address: u64,
     allocation_calls: usize,
@@ -65,6 +68,7 @@ impl SimBackend {
                 total: total_bytes,
                 initial_free: total_bytes,
                 allocations: HashMap::new(),
+                pool: Pool::default(),
                 device_bytes: 0,
                 next_address: ADDRESS_ALIGNMENT,
                 allocation_calls: 0,
@@ -145,6 +149,12 @@ impl SimBackend {
         self.state().allocations.len()
     }
 
+    /// Bytes of freed device memory the pool keeps for reuse (they count as
+    /// free; the pool releases them when an allocation needs the room).
+    pub fn pooled_bytes(&self) -> u64 {
+        self.state().pool.bytes()
+    }
+
     /// Number of live streams.
     pub fn live_streams(&self) -> usize {
         self.state().streams.len()
@@ -219,13 +229,38 @@ impl SimState {
         }
     }
 
-    fn block(&self, ptr: DevicePtr, operation: &'static str) -> Result<&[u8], MemError> {
-        self.allocations
-            .get(&ptr.0)
-            .map(|b| b.bytes())
-            .ok_or_else(|| {
-                MemError::backend(NAME, operation, format!("{ptr} is not a live allocation"))
-            })
+    fn block(
+        &mut self,
+        ptr: DevicePtr,
+        operation: &'static str,
+    ) -> Result<&mut DeviceBlock, MemError> {
+        self.allocations.get_mut(&ptr.0).ok_or_else(|| {
+            MemError::backend(NAME, operation, format!("{ptr} is not a live allocation"))
+        })
+    }
+
+    /// Device memory for `bytes`: a pooled block that fits (stale bytes), or
+    /// a fresh one (poison) after trimming the pool to make room for it.
+    fn device_block(&mut self, bytes: u64) -> Result<(u64, DeviceBlock), MemError> {
+        if let Some(reused) = self.pool.take(bytes) {
+            return Ok(reused);
+        }
+        let room = self
+            .initial_free
+            .saturating_sub(self.device_bytes)
+            .saturating_sub(bytes);
+        self.pool.trim(room);
+        // An exhausted address space is out of memory too.
+        let address = self.next_address;
+        let next = bytes
+            .max(1)
+            .div_ceil(ADDRESS_ALIGNMENT)
+            .checked_mul(ADDRESS_ALIGNMENT)
+            .and_then(|span| address.checked_add(span))
+            .ok_or_else(|| self.out_of_memory(bytes))?;
+        let block = self.host_block(bytes, "simulated device memory")?;
+        self.next_address = next;
+        Ok((address, DeviceBlock::fresh(block)))
     }
 }
 
@@ -251,12 +286,6 @@ impl SimState {
         );
         self.clock.wait_until(end);
     }
-}
-
-/// [`byte_range`] as indices into a host-held block.
-fn range(offset: u64, len: usize, size: usize) -> Result<std::ops::Range<usize>, MemError> {
-    let r = byte_range(offset, len, size as u64)?;
-    Ok(r.start as usize..r.end as usize)
 }
 
 impl Backend for SimBackend {
@@ -347,16 +376,7 @@ impl Backend for SimBackend {
         if bytes > s.free() {
             return Err(s.out_of_memory(bytes));
         }
-        // An exhausted address space is out of memory too.
-        let address = s.next_address;
-        let next = bytes
-            .max(1)
-            .div_ceil(ADDRESS_ALIGNMENT)
-            .checked_mul(ADDRESS_ALIGNMENT)
-            .and_then(|span| address.checked_add(span))
-            .ok_or_else(|| s.out_of_memory(bytes))?;
-        let block = s.host_block(bytes, "simulated device memory")?;
-        s.next_address = next;
+        let (address, block) = s.device_block(bytes)?;
         s.allocations.insert(address, block);
         s.device_bytes = s.device_bytes.saturating_add(bytes);
         s.clock.instant(Work {
@@ -374,8 +394,9 @@ impl Backend for SimBackend {
         let block = s.allocations.remove(&ptr.0).ok_or_else(|| {
             MemError::backend(NAME, "free", format!("{ptr} is not a live allocation"))
         })?;
-        let bytes = block.bytes().len() as u64;
+        let bytes = block.len();
         s.device_bytes = s.device_bytes.saturating_sub(bytes);
+        s.pool.put(ptr.0, block);
         s.clock.instant(Work {
             activity: Activity::Free,
             name: format!("free {}", Bytes(bytes)),
@@ -402,15 +423,7 @@ impl Backend for SimBackend {
     ) -> Result<(), MemError> {
         let mut s = self.state();
         s.check_stream(stream, "copy to device")?;
-        let size = s.block(dst, "copy to device")?.len();
-        let r = range(offset, src.len(), size)?;
-        if let Some(target) = s
-            .allocations
-            .get_mut(&dst.0)
-            .and_then(|block| block.bytes_mut().get_mut(r))
-        {
-            target.copy_from_slice(src);
-        }
+        s.block(dst, "copy to device")?.write(offset, src)?;
         s.blocking_copy(Engine::HostToDevice, stream, src.len());
         Ok(())
     }
@@ -424,11 +437,7 @@ impl Backend for SimBackend {
     ) -> Result<(), MemError> {
         let mut s = self.state();
         s.check_stream(stream, "copy from device")?;
-        let block = s.block(src, "copy from device")?;
-        let r = range(offset, dst.len(), block.len())?;
-        if let Some(source) = block.get(r) {
-            dst.copy_from_slice(source);
-        }
+        s.block(src, "copy from device")?.read(offset, dst)?;
         s.blocking_copy(Engine::DeviceToHost, stream, dst.len());
         Ok(())
     }
@@ -447,13 +456,24 @@ mod tests {
         sim.copy_to_device(ptr, 10, &[1, 2, 3], stream).unwrap();
         let mut out = [0u8; 4];
         sim.copy_from_device(&mut out, ptr, 9, stream).unwrap();
-        assert_eq!(out, [0, 1, 2, 3]);
+        assert_eq!(out, [memory::POISON, 1, 2, 3], "byte 9 was never written");
         assert!(matches!(
             sim.copy_from_device(&mut out, ptr, 97, stream),
             Err(MemError::OutOfBounds { .. })
         ));
         sim.free_device(ptr, stream).unwrap();
         assert_eq!(sim.free_bytes(), 600);
+        assert_eq!(sim.pooled_bytes(), 100);
+        // The pool gives the block back, stale, at the same address.
+        let again = sim.alloc_device(50, stream).unwrap();
+        assert_eq!((again, sim.pooled_bytes()), (ptr, 0));
+        sim.copy_from_device(&mut out, again, 9, stream).unwrap();
+        assert_eq!(out, [memory::POISON, 1, 2, 3]);
+        // Under pressure the pool is trimmed to make room.
+        sim.free_device(again, stream).unwrap();
+        let big = sim.alloc_device(600, stream).unwrap();
+        assert_eq!((sim.pooled_bytes(), sim.free_bytes()), (0, 0));
+        sim.free_device(big, stream).unwrap();
     }
 
     #[test]

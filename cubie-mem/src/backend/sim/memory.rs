@@ -1,0 +1,254 @@
+//! Simulated device memory, as strict as the GPU's: fresh memory reads as
+//! poison until written, and freed memory stays in a pool (as with
+//! `cuMemFreeAsync`), from which a later allocation may get it back with its
+//! stale bytes.
+//!
+//! Poison costs nothing up front: a block records which byte ranges were
+//! written, and a read fills the rest with [`POISON`] (0xFF bytes: NaN as a
+//! float, -1 as a signed integer).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use crate::MemError;
+use crate::backend::{PinnedBlock, byte_range};
+use crate::block::HostBlock;
+
+/// The byte unwritten device memory reads as.
+pub const POISON: u8 = 0xFF;
+
+/// The byte ranges written so far: sorted, disjoint and merged.
+#[derive(Default)]
+struct Written(Vec<Range<u64>>);
+
+impl Written {
+    fn mark(&mut self, range: Range<u64>) {
+        if range.is_empty() {
+            return;
+        }
+        let mut merged = range;
+        self.0.retain(|r| {
+            let touches = r.start <= merged.end && merged.start <= r.end;
+            if touches {
+                merged = merged.start.min(r.start)..merged.end.max(r.end);
+            }
+            !touches
+        });
+        let at = self.0.partition_point(|r| r.start < merged.start);
+        self.0.insert(at, merged);
+    }
+
+    /// Forgets what lies at or past `len`.
+    fn clip(&mut self, len: u64) {
+        self.0.retain_mut(|r| {
+            r.end = r.end.min(len);
+            r.start < r.end
+        });
+    }
+
+    /// The parts of `range` never written.
+    fn gaps(&self, range: Range<u64>) -> Vec<Range<u64>> {
+        let mut gaps = Vec::new();
+        let mut at = range.start;
+        for r in &self.0 {
+            if r.end <= at {
+                continue;
+            }
+            if r.start >= range.end {
+                break;
+            }
+            if r.start > at {
+                gaps.push(at..r.start);
+            }
+            at = at.max(r.end);
+        }
+        if at < range.end {
+            gaps.push(at..range.end);
+        }
+        gaps
+    }
+}
+
+/// The memory of one simulated device allocation.
+pub(super) struct DeviceBlock {
+    data: HostBlock,
+    /// Bytes in use (a block reused from the pool may be larger).
+    len: u64,
+    written: Written,
+}
+
+impl DeviceBlock {
+    /// A fresh block: every byte poison until written.
+    pub(super) fn fresh(data: HostBlock) -> Self {
+        let len = data.bytes().len() as u64;
+        DeviceBlock {
+            data,
+            len,
+            written: Written::default(),
+        }
+    }
+
+    /// Bytes in use.
+    pub(super) fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn capacity(&self) -> u64 {
+        self.data.bytes().len() as u64
+    }
+
+    /// Copies `src` in at `offset`.
+    pub(super) fn write(&mut self, offset: u64, src: &[u8]) -> Result<(), MemError> {
+        let range = byte_range(offset, src.len(), self.len)?;
+        if let Some(target) = self
+            .data
+            .bytes_mut()
+            .get_mut(range.start as usize..range.end as usize)
+        {
+            target.copy_from_slice(src);
+        }
+        self.written.mark(range);
+        Ok(())
+    }
+
+    /// Copies the bytes at `offset` into `dst`; bytes never written read as
+    /// [`POISON`].
+    pub(super) fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let range = byte_range(offset, dst.len(), self.len)?;
+        if let Some(source) = self
+            .data
+            .bytes()
+            .get(range.start as usize..range.end as usize)
+        {
+            dst.copy_from_slice(source);
+        }
+        for gap in self.written.gaps(range.clone()) {
+            let start = (gap.start - range.start) as usize;
+            let end = (gap.end - range.start) as usize;
+            if let Some(poisoned) = dst.get_mut(start..end) {
+                poisoned.fill(POISON);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Freed blocks kept for reuse, by address.
+#[derive(Default)]
+pub(super) struct Pool {
+    blocks: BTreeMap<u64, DeviceBlock>,
+    bytes: u64,
+}
+
+impl Pool {
+    /// Host bytes the pool holds.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Keeps a freed block.
+    pub(super) fn put(&mut self, address: u64, block: DeviceBlock) {
+        self.bytes = self.bytes.saturating_add(block.capacity());
+        self.blocks.insert(address, block);
+    }
+
+    /// The smallest pooled block of at least `bytes`, with its address, in
+    /// use for `bytes` now: what was written before stays (stale bytes).
+    pub(super) fn take(&mut self, bytes: u64) -> Option<(u64, DeviceBlock)> {
+        let address = self
+            .blocks
+            .iter()
+            .filter(|(_, block)| block.capacity() >= bytes)
+            .min_by_key(|(address, block)| (block.capacity(), **address))
+            .map(|(address, _)| *address)?;
+        let mut block = self.blocks.remove(&address)?;
+        self.bytes = self.bytes.saturating_sub(block.capacity());
+        block.len = bytes;
+        block.written.clip(bytes);
+        Some((address, block))
+    }
+
+    /// Releases pooled blocks, largest first, until at most `keep` bytes
+    /// remain (memory pressure).
+    pub(super) fn trim(&mut self, keep: u64) {
+        while self.bytes > keep {
+            let largest = self
+                .blocks
+                .iter()
+                .max_by_key(|(address, block)| (block.capacity(), **address))
+                .map(|(address, _)| *address);
+            let Some(block) = largest.and_then(|address| self.blocks.remove(&address)) else {
+                return;
+            };
+            self.bytes = self.bytes.saturating_sub(block.capacity());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(len: usize) -> DeviceBlock {
+        DeviceBlock::fresh(HostBlock::zeroed(len, "test").unwrap())
+    }
+
+    #[test]
+    fn unwritten_bytes_read_as_poison() {
+        let mut b = block(16);
+        b.write(4, &[1, 2]).unwrap();
+        b.write(10, &[3]).unwrap();
+        let mut out = [0u8; 12];
+        b.read(2, &mut out).unwrap();
+        assert_eq!(out, [255, 255, 1, 2, 255, 255, 255, 255, 3, 255, 255, 255]);
+        let mut floats = [0u8; 8];
+        block(8).read(0, &mut floats).unwrap();
+        assert!(f64::from_ne_bytes(floats).is_nan());
+    }
+
+    #[test]
+    fn written_ranges_merge() {
+        let mut w = Written::default();
+        w.mark(10..20);
+        w.mark(0..5);
+        w.mark(5..10);
+        w.mark(30..40);
+        w.mark(15..32);
+        assert_eq!(w.0, vec![(0..40)]);
+        assert!(w.gaps(0..40).is_empty());
+        w.clip(12);
+        assert_eq!(w.gaps(0..16), vec![(12..16)]);
+    }
+
+    #[test]
+    fn pooled_blocks_come_back_stale_and_best_fitting() {
+        let mut pool = Pool::default();
+        let mut big = block(100);
+        big.write(0, &[7; 100]).unwrap();
+        pool.put(1000, big);
+        pool.put(2000, block(40));
+        assert_eq!(pool.bytes(), 140);
+        let (address, reused) = pool.take(30).unwrap();
+        assert_eq!((address, reused.len()), (2000, 30));
+        let (address, reused) = pool.take(50).unwrap();
+        assert_eq!((address, reused.len()), (1000, 50));
+        let mut out = [0u8; 50];
+        reused.read(0, &mut out).unwrap();
+        assert_eq!(out, [7; 50], "stale bytes, as from CUDA's pool");
+        assert_eq!(pool.bytes(), 0);
+        assert!(pool.take(1).is_none());
+    }
+
+    #[test]
+    fn trimming_frees_the_largest_first() {
+        let mut pool = Pool::default();
+        pool.put(1, block(10));
+        pool.put(2, block(30));
+        pool.put(3, block(20));
+        pool.trim(35);
+        assert_eq!(pool.bytes(), 30);
+        assert!(pool.take(21).is_none(), "the 30-byte block went");
+        pool.trim(0);
+        assert_eq!(pool.bytes(), 0);
+    }
+}
