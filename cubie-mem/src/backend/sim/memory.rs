@@ -133,10 +133,10 @@ impl DeviceBlock {
     }
 }
 
-/// Freed blocks kept for reuse, by address.
+/// Freed blocks kept for reuse, by (capacity, address).
 #[derive(Default)]
 pub(super) struct Pool {
-    blocks: BTreeMap<u64, DeviceBlock>,
+    blocks: BTreeMap<(u64, u64), DeviceBlock>,
     bytes: u64,
 }
 
@@ -149,19 +149,15 @@ impl Pool {
     /// Keeps a freed block.
     pub(super) fn put(&mut self, address: u64, block: DeviceBlock) {
         self.bytes = self.bytes.saturating_add(block.capacity());
-        self.blocks.insert(address, block);
+        self.blocks.insert((block.capacity(), address), block);
     }
 
     /// The smallest pooled block of at least `bytes`, with its address, in
     /// use for `bytes` now: what was written before stays (stale bytes).
     pub(super) fn take(&mut self, bytes: u64) -> Option<(u64, DeviceBlock)> {
-        let address = self
-            .blocks
-            .iter()
-            .filter(|(_, block)| block.capacity() >= bytes)
-            .min_by_key(|(address, block)| (block.capacity(), **address))
-            .map(|(address, _)| *address)?;
-        let mut block = self.blocks.remove(&address)?;
+        let key = *self.blocks.range((bytes, 0)..).next()?.0;
+        let mut block = self.blocks.remove(&key)?;
+        let address = key.1;
         self.bytes = self.bytes.saturating_sub(block.capacity());
         block.len = bytes;
         block.written.clip(bytes);
@@ -172,12 +168,7 @@ impl Pool {
     /// remain (memory pressure).
     pub(super) fn trim(&mut self, keep: u64) {
         while self.bytes > keep {
-            let largest = self
-                .blocks
-                .iter()
-                .max_by_key(|(address, block)| (block.capacity(), **address))
-                .map(|(address, _)| *address);
-            let Some(block) = largest.and_then(|address| self.blocks.remove(&address)) else {
+            let Some((_, block)) = self.blocks.pop_last() else {
                 return;
             };
             self.bytes = self.bytes.saturating_sub(block.capacity());
