@@ -200,7 +200,7 @@ impl State {
         Ok((owner, warning))
     }
 
-    /// A new owner with `handles` live handles.
+    /// A new owner with one live `Owner` handle.
     pub(crate) fn add_owner(&mut self, id: OwnerId, spill: SpillSettings) {
         self.owners.insert(id, OwnerState::new(None, 1, spill));
     }
