@@ -3,24 +3,15 @@
 //! error (never an abort), and wrong shapes and indices are clear errors.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use cubie_mem::{
-    ArrayRequest, Bytes, ChunkPlan, HostMemoryType, Instance, ManagerConfig, MemError,
-    MemoryManager, Registration, SimBackend,
+    ArrayRequest, Bytes, ChunkPlan, HostMemoryType, Instance, MemError, MemoryManager, SimBackend,
 };
 
-fn manager(backend: SimBackend) -> MemoryManager {
-    MemoryManager::with_config(
-        backend,
-        ManagerConfig {
-            allocation_granule_bytes: 0,
-            ..Default::default()
-        },
-    )
-}
-
+/// A registration that may queue, on `mgr`.
 fn solver(mgr: &MemoryManager) -> Instance {
-    mgr.register(Registration::new().on_invalidate(|| {}))
-        .unwrap()
+    mgr.register(common::queuing()).unwrap()
 }
 
 fn plan(total_runs: usize, chunks: usize, chunk_length: usize) -> ChunkPlan {
@@ -34,7 +25,7 @@ fn plan(total_runs: usize, chunks: usize, chunk_length: usize) -> ChunkPlan {
 
 #[test]
 fn the_streamer_refuses_inconsistent_plans() {
-    let mgr = manager(SimBackend::new(1 << 30));
+    let mgr = common::manager_on(SimBackend::new(1 << 30));
     let solver = solver(&mgr);
     for (total, chunks, length) in [
         (0, 1, 1),
@@ -63,7 +54,7 @@ fn the_streamer_refuses_inconsistent_plans() {
 
 #[test]
 fn a_reused_partition_with_an_empty_last_chunk_streams() {
-    let mgr = manager(SimBackend::new(1 << 30));
+    let mgr = common::manager_on(SimBackend::new(1 << 30));
     let solver = solver(&mgr);
     // 10 runs in 6 chunks of 2: the last chunk is empty.
     let plan = plan(10, 6, 2);
@@ -106,7 +97,7 @@ fn a_reused_partition_with_an_empty_last_chunk_streams() {
 
 #[test]
 fn a_plan_with_an_enormous_chunk_count_streams_lazily() {
-    let mgr = manager(SimBackend::new(1 << 30));
+    let mgr = common::manager_on(SimBackend::new(1 << 30));
     let solver = solver(&mgr);
     // Valid: usize::MAX runs in chunks of 2 (chunks * length overflows, so it covers).
     let plan = plan(usize::MAX, usize::MAX / 2 + 1, 2);
@@ -134,7 +125,7 @@ fn a_plan_with_an_enormous_chunk_count_streams_lazily() {
 
 #[test]
 fn host_memory_the_machine_cannot_provide_is_an_error() {
-    let mgr = manager(SimBackend::new(u64::MAX));
+    let mgr = common::manager_on(SimBackend::new(u64::MAX));
     let solver = solver(&mgr);
     // 2^60 bytes: a valid size, but no machine has that much memory.
     let elements = 1usize << 57;
@@ -169,7 +160,7 @@ fn host_memory_the_machine_cannot_provide_is_an_error() {
 #[test]
 fn device_memory_the_simulator_cannot_provide_is_out_of_memory() {
     let sim = SimBackend::new(u64::MAX);
-    let mgr = manager(sim.clone());
+    let mgr = common::manager_on(sim.clone());
     let solver = solver(&mgr);
     let request = ArrayRequest::of::<u64>([1usize << 57]).unchunkable();
     mgr.queue_request(&solver, [("huge", request)]).unwrap();
@@ -182,7 +173,7 @@ fn device_memory_the_simulator_cannot_provide_is_out_of_memory() {
 
 #[test]
 fn wrong_shapes_and_indices_are_clear_errors() {
-    let mgr = manager(SimBackend::new(1 << 30));
+    let mgr = common::manager_on(SimBackend::new(1 << 30));
     let solver = solver(&mgr);
     let plan = plan(10, 3, 4);
     let host = mgr

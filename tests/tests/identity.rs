@@ -200,15 +200,9 @@ fn the_stream_of_a_group_that_empties_is_destroyed() {
 
 #[test]
 fn a_zero_byte_batch_on_a_full_device_is_one_chunk_and_evicts_nobody() {
-    // The default 32 MiB granule and no free memory at all.
-    let sim = SimBackend::new(1 << 30).with_free(1000);
-    let mgr = MemoryManager::with_config(
-        sim.clone(),
-        ManagerConfig {
-            allocation_granule_bytes: 0,
-            ..Default::default()
-        },
-    );
+    // No free memory at all, for a manager without granule and for one
+    // with the default 32 MiB granule.
+    let (mgr, sim) = manager(1 << 30, 1000);
     let idle = mgr.register(queuing()).unwrap();
     let held = allocate_f64(
         &mgr,

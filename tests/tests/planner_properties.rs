@@ -1,6 +1,9 @@
 //! Properties of the pure planner over random batches and budgets.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::{edge_u64, edge_usize};
 use cubie_mem::plan::{BatchSizes, Budget, plan_chunks};
 use cubie_mem::{ArrayRequest, ChunkPlan, DType, MemError};
 use proptest::prelude::*;
@@ -64,39 +67,6 @@ proptest! {
             prop_assert!(large.chunks <= small.chunks);
         }
     }
-}
-
-/// 0, 1, 2, the top of the range, powers of two and their neighbours, and
-/// random values.
-fn edge_u64() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        Just(0u64),
-        Just(1),
-        Just(2),
-        Just(u64::MAX),
-        Just(u64::MAX - 1),
-        (0u32..64).prop_map(|k| 1u64 << k),
-        (1u32..64).prop_map(|k| (1u64 << k) - 1),
-        (0u32..63).prop_map(|k| (1u64 << k) + 1),
-        any::<u64>(),
-    ]
-}
-
-/// [`edge_u64`] for `usize`.
-fn edge_usize() -> impl Strategy<Value = usize> {
-    prop_oneof![
-        Just(0usize),
-        Just(1),
-        Just(2),
-        Just(usize::MAX),
-        Just(usize::MAX - 1),
-        Just(usize::MAX / 2),
-        Just(usize::MAX / 2 + 1),
-        (0u32..usize::BITS).prop_map(|k| 1usize << k),
-        (1u32..usize::BITS).prop_map(|k| (1usize << k) - 1),
-        any::<usize>(),
-        0usize..100,
-    ]
 }
 
 fn edge_budget() -> impl Strategy<Value = Budget> {

@@ -303,13 +303,7 @@ fn caps_of_a_device_near_the_top_of_u64_do_not_overflow() {
 #[test]
 fn a_batch_the_host_cannot_hold_is_out_of_memory_with_the_queue_kept() {
     let sim = SimBackend::new(u64::MAX);
-    let mgr = MemoryManager::with_config(
-        sim.clone(),
-        ManagerConfig {
-            allocation_granule_bytes: 0,
-            ..Default::default()
-        },
-    );
+    let mgr = common::manager_on(sim.clone());
     let a = mgr.register(queuing()).unwrap();
     for kind in [MemoryKind::Device, MemoryKind::Pinned] {
         let request = ArrayRequest::of::<u8>([1usize << 60])
@@ -325,19 +319,8 @@ fn a_batch_the_host_cannot_hold_is_out_of_memory_with_the_queue_kept() {
 
 mod extreme_figures {
     use super::*;
+    use common::edge_u64;
     use proptest::prelude::*;
-
-    fn edge_u64() -> impl Strategy<Value = u64> {
-        prop_oneof![
-            Just(0u64),
-            Just(1),
-            Just(u64::MAX),
-            Just(u64::MAX - 1),
-            Just(1 << 20),
-            (0u32..64).prop_map(|shift| 1u64 << shift),
-            any::<u64>(),
-        ]
-    }
 
     fn edge_dim() -> impl Strategy<Value = usize> {
         prop_oneof![

@@ -49,10 +49,7 @@ impl MemoryManager {
         instance: &Instance,
         proportion: f64,
     ) -> Result<(), MemError> {
-        let mut s = self.inner.lock();
-        s.instance(instance.id)?;
-        warn_share(s.shares.set_manual(instance.id, proportion)?);
-        Ok(())
+        self.move_to_manual(instance, proportion, true)
     }
 
     /// Moves an auto-pool `instance` to the manual pool; a no-op when it is
@@ -62,9 +59,20 @@ impl MemoryManager {
         instance: &Instance,
         proportion: f64,
     ) -> Result<(), MemError> {
+        self.move_to_manual(instance, proportion, false)
+    }
+
+    /// Gives `instance` the manual `proportion`; a manual member keeps its
+    /// proportion unless `from_either_pool`. On error nothing changes.
+    fn move_to_manual(
+        &self,
+        instance: &Instance,
+        proportion: f64,
+        from_either_pool: bool,
+    ) -> Result<(), MemError> {
         let mut s = self.inner.lock();
         s.instance(instance.id)?;
-        if s.shares.is_manual(instance.id) {
+        if !from_either_pool && s.shares.is_manual(instance.id) {
             return Ok(());
         }
         warn_share(s.shares.set_manual(instance.id, proportion)?);

@@ -2,6 +2,8 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;
+
+use proptest::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -15,14 +17,18 @@ use cubie_mem::{
 /// and no allocation granule (so byte figures are easy to reason about).
 pub fn manager(total: u64, free: u64) -> (MemoryManager, SimBackend) {
     let sim = SimBackend::new(total).with_free(free);
-    let mgr = MemoryManager::with_config(
-        sim.clone(),
+    (manager_on(sim.clone()), sim)
+}
+
+/// A manager without granule on `sim`.
+pub fn manager_on(sim: SimBackend) -> MemoryManager {
+    MemoryManager::with_config(
+        sim,
         ManagerConfig {
             allocation_granule_bytes: 0,
             ..Default::default()
         },
-    );
-    (mgr, sim)
+    )
 }
 
 /// Counts calls of an invalidate hook.
@@ -208,4 +214,37 @@ pub fn logged_manager(total: u64) -> (MemoryManager, Logged) {
         },
     );
     (mgr, logged)
+}
+
+/// 0, 1, 2, the top of the range, powers of two and their neighbours, and
+/// random values.
+pub fn edge_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0u64),
+        Just(1),
+        Just(2),
+        Just(u64::MAX),
+        Just(u64::MAX - 1),
+        (0u32..64).prop_map(|k| 1u64 << k),
+        (1u32..64).prop_map(|k| (1u64 << k) - 1),
+        (0u32..63).prop_map(|k| (1u64 << k) + 1),
+        any::<u64>(),
+    ]
+}
+
+/// [`edge_u64`] for `usize`.
+pub fn edge_usize() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        Just(0usize),
+        Just(1),
+        Just(2),
+        Just(usize::MAX),
+        Just(usize::MAX - 1),
+        Just(usize::MAX / 2),
+        Just(usize::MAX / 2 + 1),
+        (0u32..usize::BITS).prop_map(|k| 1usize << k),
+        (1u32..usize::BITS).prop_map(|k| (1usize << k) - 1),
+        any::<usize>(),
+        0usize..100,
+    ]
 }
