@@ -303,15 +303,26 @@ pub enum MemError {
         found: DType,
     },
 
-    /// A failure reported by the backend (driver call, simulated fault).
-    #[error("{backend} backend: {operation} failed: {message}")]
+    /// A failure reported by the backend (driver call, unknown handle,
+    /// simulated fault).
+    #[error("{backend} backend: {error}")]
     Backend {
         /// The backend's name.
         backend: &'static str,
-        /// The operation that failed.
-        operation: &'static str,
-        /// The backend's own message.
-        message: String,
+        /// What the backend reported.
+        error: crate::backend::BackendError,
+    },
+
+    /// Work on two streams touched an array without an event ordering them:
+    /// on a GPU the result would depend on timing.
+    #[error("array '{label}': {backend} backend: {error}")]
+    StreamHazard {
+        /// The array's label.
+        label: String,
+        /// The backend's name.
+        backend: &'static str,
+        /// The hazard, naming both streams.
+        error: crate::backend::BackendError,
     },
 
     /// No GPU device could be used.
@@ -504,16 +515,9 @@ impl MemError {
         }
     }
 
-    pub(crate) fn backend(
-        backend: &'static str,
-        operation: &'static str,
-        message: impl Into<String>,
-    ) -> Self {
-        MemError::Backend {
-            backend,
-            operation,
-            message: message.into(),
-        }
+    /// A backend failure not tied to an array.
+    pub(crate) fn backend(backend: &'static str, error: crate::backend::BackendError) -> Self {
+        MemError::Backend { backend, error }
     }
 
     /// True for errors that mean the device, or the host, ran out of memory.
@@ -521,7 +525,7 @@ impl MemError {
         matches!(
             self,
             MemError::OutOfMemory { .. } | MemError::HostOutOfMemory { .. }
-        )
+        ) || matches!(self, MemError::Backend { error, .. } if error.is_out_of_memory())
     }
 }
 

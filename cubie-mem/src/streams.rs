@@ -16,7 +16,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::MemError;
-use crate::backend::{Backend, StreamHandle};
+use crate::backend::{Backend, BackendResult, StreamHandle};
 use crate::ids::{InstanceId, OwnerId};
 
 /// The group an instance joins when none is named.
@@ -32,7 +32,7 @@ impl OwnedStream {
     /// Creates a stream on `backend`.
     pub(crate) fn create(backend: &Arc<dyn Backend>) -> Result<Arc<Self>, MemError> {
         Ok(Arc::new(OwnedStream {
-            handle: backend.create_stream()?,
+            handle: backend.create_stream().on(&**backend)?,
             backend: Arc::clone(backend),
         }))
     }

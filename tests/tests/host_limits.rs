@@ -145,9 +145,12 @@ fn host_memory_the_machine_cannot_provide_is_an_error() {
     let error = mgr
         .create_host_array::<u64>([elements], HostMemoryType::Pinned, None, &solver)
         .unwrap_err();
-    assert!(
-        matches!(error, MemError::OutOfMemory { requested, .. } if requested == Bytes(1 << 60)),
-        "{error}"
+    assert_eq!(
+        error,
+        MemError::HostOutOfMemory {
+            requested: Bytes(1 << 60),
+            what: "page-locked host memory",
+        }
     );
 
     // Nothing is left broken: a sane size still works.

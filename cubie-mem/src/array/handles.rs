@@ -11,7 +11,7 @@ use parking_lot::lock_api::{ArcRwLockReadGuard, ArcRwLockWriteGuard};
 
 use super::ReleaseReason;
 use super::slot::{Memory, Slot};
-use crate::backend::{DevicePtr, PinnedBlock};
+use crate::backend::{BackendResult, DevicePtr, PinnedBlock};
 use crate::{Element, MemError};
 
 /// Checks that a host slice of `found` elements matches an array of `expected`.
@@ -61,12 +61,16 @@ impl<T: Element> Handle<T> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let byte_offset = offset * size_of::<T>();
         match self.slot.memory()? {
-            Memory::Device(memory) => self.slot.backend().copy_to_device(
-                memory.ptr(),
-                byte_offset as u64,
-                bytes,
-                self.slot.copy_stream(&memory),
-            ),
+            Memory::Device(memory) => self
+                .slot
+                .backend()
+                .copy_to_device(
+                    memory.ptr(),
+                    byte_offset as u64,
+                    bytes,
+                    self.slot.copy_stream(&memory),
+                )
+                .for_array(self.slot.backend(), self.slot.label()),
             Memory::Pinned(memory) => {
                 memory.write().bytes_mut()[byte_offset..byte_offset + bytes.len()]
                     .copy_from_slice(bytes);
@@ -81,12 +85,16 @@ impl<T: Element> Handle<T> {
         let byte_offset = offset * size_of::<T>();
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
         match self.slot.memory()? {
-            Memory::Device(memory) => self.slot.backend().copy_from_device(
-                bytes,
-                memory.ptr(),
-                byte_offset as u64,
-                self.slot.copy_stream(&memory),
-            ),
+            Memory::Device(memory) => self
+                .slot
+                .backend()
+                .copy_from_device(
+                    bytes,
+                    memory.ptr(),
+                    byte_offset as u64,
+                    self.slot.copy_stream(&memory),
+                )
+                .for_array(self.slot.backend(), self.slot.label()),
             Memory::Pinned(memory) => {
                 let len = bytes.len();
                 bytes.copy_from_slice(&memory.read().bytes()[byte_offset..byte_offset + len]);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::ReleaseReason;
-use crate::backend::{Backend, DevicePtr, PinnedBlock, StreamHandle};
+use crate::backend::{Backend, BackendResult, DevicePtr, PinnedBlock, StreamHandle};
 use crate::ids::OwnerId;
 use crate::streams::{OwnedStream, current_stream_for};
 use crate::{DType, MemError, MemoryKind};
@@ -19,6 +19,7 @@ use crate::{DType, MemError, MemoryKind};
 /// Device memory, freed (ordered on its stream) when the last holder drops it.
 pub(crate) struct DeviceMemory {
     ptr: DevicePtr,
+    bytes: u64,
     /// The stream the free is ordered on: the owning group's stream.
     stream: Mutex<Arc<OwnedStream>>,
     /// False once freed through [`DeviceMemory::free`].
@@ -40,7 +41,10 @@ impl DeviceMemory {
     fn free(mut self) -> Result<(), MemError> {
         self.live = false;
         let stream = self.stream.get_mut();
-        stream.backend().free_device(self.ptr, stream.handle())
+        let backend = stream.backend();
+        backend
+            .free_device(self.ptr, self.bytes, stream.handle())
+            .on(&**backend)
     }
 }
 
@@ -50,7 +54,10 @@ impl Drop for DeviceMemory {
             return;
         }
         let stream = self.stream.get_mut();
-        if let Err(error) = stream.backend().free_device(self.ptr, stream.handle()) {
+        if let Err(error) = stream
+            .backend()
+            .free_device(self.ptr, self.bytes, stream.handle())
+        {
             tracing::warn!(ptr = %self.ptr, %error, "freeing device memory failed");
         }
     }
@@ -114,13 +121,17 @@ impl Slot {
             MemoryKind::Device => {
                 let order = current_stream_for(backend).unwrap_or(stream.handle());
                 Memory::Device(Arc::new(DeviceMemory {
-                    ptr: backend.alloc_device(bytes, order)?,
+                    ptr: backend
+                        .alloc_device(bytes, order)
+                        .for_array(&**backend, &label)?,
+                    bytes,
                     stream: Mutex::new(Arc::clone(stream)),
                     live: true,
                 }))
             }
             MemoryKind::Pinned => {
-                Memory::Pinned(Arc::new(RwLock::new(backend.alloc_pinned(bytes)?)))
+                let block = backend.alloc_pinned(bytes).for_array(&**backend, &label)?;
+                Memory::Pinned(Arc::new(RwLock::new(block)))
             }
         };
         Ok(Arc::new(Slot {

@@ -3,13 +3,26 @@
 //! page-locked host memory, free/total queries).
 //!
 //! The manager only talks to `dyn Backend`, so the simulated device and the
-//! CUDA device are interchangeable.
+//! CUDA device are interchangeable. Backends report [`BackendError`]s; the
+//! manager turns them into [`MemError`](crate::MemError)s with the array's
+//! label and its own figures.
+//!
+//! The contract follows CUDA's stream model: work queued on one stream runs
+//! in order; work on different streams is ordered only by events
+//! ([`Backend::record_event`], [`Backend::wait_event`]). Copies between
+//! device memory and page-locked blocks are asynchronous: they return once
+//! queued, and the block belongs to the copy until the work is known done
+//! (an event recorded after it has fired, or the host synchronised). Copies
+//! of pageable slices block until the slice is free again.
 
 use std::fmt;
 
-use crate::MemError;
-
+mod error;
+mod kernel;
 pub mod sim;
+
+pub use error::{BackendError, HandleKind, HazardMemory, MemorySpace};
+pub use kernel::{Access, HostKernelFn, KernelArg, KernelBody, KernelLaunch};
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -42,15 +55,17 @@ impl fmt::Display for DevicePtr {
 }
 
 /// The byte range `offset..offset + len` of an allocation of `size` bytes,
-/// or [`MemError::OutOfBounds`] when it does not lie inside it.
+/// or [`BackendError::OutOfBounds`] when it does not lie inside it.
 pub(crate) fn byte_range(
+    operation: &'static str,
     offset: u64,
     len: usize,
     size: u64,
-) -> Result<std::ops::Range<u64>, MemError> {
+) -> Result<std::ops::Range<u64>, BackendError> {
     match offset.checked_add(len as u64) {
         Some(end) if end <= size => Ok(offset..end),
-        _ => Err(MemError::OutOfBounds {
+        _ => Err(BackendError::OutOfBounds {
+            operation,
             offset,
             end: offset.saturating_add(len as u64),
             size,
@@ -61,7 +76,8 @@ pub(crate) fn byte_range(
 /// A block of page-locked host memory; freed when dropped.
 ///
 /// The bytes are at least 64-byte aligned, so they can be viewed as any
-/// element type.
+/// element type. Asynchronous copies take a block's address: see
+/// [`Backend::copy_to_device_async`] for who may touch it meanwhile.
 pub trait PinnedBlock: Send + Sync {
     /// The block's bytes.
     fn bytes(&self) -> &[u8];
@@ -69,67 +85,138 @@ pub trait PinnedBlock: Send + Sync {
     fn bytes_mut(&mut self) -> &mut [u8];
 }
 
-/// A device the manager can allocate on.
-///
-/// Copies between host slices and device memory complete, as far as the host
-/// memory is concerned, before they return: the caller's slice may be reused
-/// at once. They are ordered after earlier work on `stream`.
+/// A device the manager can allocate on, copy to and from, and launch
+/// kernels on, modelled on the CUDA driver API.
 pub trait Backend: Send + Sync + 'static {
     /// Short name for messages (`"simulated"`, `"cuda"`).
     fn name(&self) -> &'static str;
 
     /// Free and total device memory.
-    fn mem_info(&self) -> Result<MemInfo, MemError>;
+    fn mem_info(&self) -> Result<MemInfo, BackendError>;
 
     /// Creates a stream that does not synchronise with the null stream.
-    fn create_stream(&self) -> Result<StreamHandle, MemError>;
+    fn create_stream(&self) -> Result<StreamHandle, BackendError>;
 
-    /// Destroys a stream once its pending work completes.
-    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), MemError>;
+    /// Destroys a stream; work already queued on it still completes, and
+    /// stays ordered before work that waited for its events.
+    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError>;
 
     /// Blocks until all work queued on `stream` completed.
-    fn synchronize(&self, stream: StreamHandle) -> Result<(), MemError>;
+    fn synchronize(&self, stream: StreamHandle) -> Result<(), BackendError>;
 
     /// Records an event after the work queued so far on `stream`.
-    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, MemError>;
+    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, BackendError>;
 
     /// Makes work queued on `stream` after this call wait until the work
     /// before `event` completed (`cuStreamWaitEvent`): how work is ordered
     /// across streams.
-    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), MemError>;
+    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError>;
 
-    /// Whether the work before `event` completed.
-    fn event_complete(&self, event: EventHandle) -> Result<bool, MemError>;
+    /// Whether the work before `event` completed (does not block).
+    fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError>;
+
+    /// Blocks until the work before `event` completed (`cuEventSynchronize`).
+    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError>;
 
     /// Releases an event.
-    fn destroy_event(&self, event: EventHandle) -> Result<(), MemError>;
+    fn destroy_event(&self, event: EventHandle) -> Result<(), BackendError>;
 
-    /// Allocates `bytes` of device memory ordered on `stream`.
-    ///
-    /// Out of memory is reported as [`MemError::OutOfMemory`].
-    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, MemError>;
+    /// Allocates `bytes` of device memory ordered on `stream`: work on
+    /// another stream may use it once ordered after `stream`.
+    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError>;
 
-    /// Frees device memory ordered on `stream`.
-    fn free_device(&self, ptr: DevicePtr, stream: StreamHandle) -> Result<(), MemError>;
+    /// Frees the `bytes` of device memory at `ptr`, ordered on `stream`
+    /// (`cuMemFreeAsync`): work queued on `stream` before the free may still
+    /// use it, work on other streams must be ordered before it.
+    fn free_device(
+        &self,
+        ptr: DevicePtr,
+        bytes: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError>;
 
     /// Allocates `bytes` of page-locked host memory, zero-filled.
-    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, MemError>;
+    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError>;
 
-    /// Copies `src` into device memory at `dst + offset`, ordered on `stream`.
+    /// Copies the pageable slice `src` into device memory at `dst + offset`,
+    /// ordered after earlier work on `stream`; returns once `src` may be
+    /// reused (the host waits for the copy).
     fn copy_to_device(
         &self,
         dst: DevicePtr,
         offset: u64,
         src: &[u8],
         stream: StreamHandle,
-    ) -> Result<(), MemError>;
+    ) -> Result<(), BackendError>;
 
-    /// Copies device memory at `src + offset` into `dst`, ordered on `stream`.
+    /// Copies device memory at `src + offset` into the pageable slice `dst`,
+    /// ordered after earlier work on `stream`; returns once `dst` holds it.
     fn copy_from_device(
         &self,
         dst: &mut [u8],
         src: DevicePtr,
         offset: u64,
         stream: StreamHandle,
-    ) -> Result<(), MemError>;
+    ) -> Result<(), BackendError>;
+
+    /// Queues a copy of the `len` page-locked bytes at `src` into device
+    /// memory at `dst + offset` on `stream`, and returns at once
+    /// (`cuMemcpyHtoDAsync`). Record an event after it to know when it is done.
+    ///
+    /// # Safety
+    ///
+    /// `src..src + len` must lie in a [`PinnedBlock`] of this backend and
+    /// stay allocated and unwritten until the copy completed: until an event
+    /// recorded on `stream` after it has fired (polled true or waited for),
+    /// or `stream` has been synchronised.
+    unsafe fn copy_to_device_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError>;
+
+    /// Queues a copy of device memory at `src + offset` into the `len`
+    /// page-locked bytes at `dst` on `stream`, and returns at once
+    /// (`cuMemcpyDtoHAsync`).
+    ///
+    /// # Safety
+    ///
+    /// `dst..dst + len` must lie in a [`PinnedBlock`] of this backend, stay
+    /// allocated, and be neither read nor written by anyone else until the
+    /// copy completed (as for [`Backend::copy_to_device_async`]).
+    unsafe fn copy_from_device_async(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError>;
+
+    /// Queues a kernel on `stream`: ordered after earlier work on the
+    /// stream, reading and writing the arguments the launch lists. A backend
+    /// that cannot run the launch's kind of body reports
+    /// [`BackendError::Unsupported`].
+    fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError>;
+}
+
+/// Turns a backend's results into the crate's errors.
+pub(crate) trait BackendResult<T> {
+    /// A failure not tied to an array.
+    fn on(self, backend: &dyn Backend) -> Result<T, crate::MemError>;
+    /// A failure while working on the array `label`.
+    fn for_array(self, backend: &dyn Backend, label: &str) -> Result<T, crate::MemError>;
+}
+
+impl<T> BackendResult<T> for Result<T, BackendError> {
+    fn on(self, backend: &dyn Backend) -> Result<T, crate::MemError> {
+        self.map_err(|error| crate::MemError::backend(backend.name(), error))
+    }
+
+    fn for_array(self, backend: &dyn Backend, label: &str) -> Result<T, crate::MemError> {
+        self.map_err(|error| error.for_array(backend.name(), label))
+    }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::HostMemoryType;
 use super::spill::SpillFile;
-use crate::backend::PinnedBlock;
+use crate::backend::{Backend, BackendError, PinnedBlock};
 use crate::block::HostBlock;
 use crate::{DType, Element, Instance, MemError, MemoryManager};
 
@@ -41,6 +41,17 @@ impl Storage {
             Storage::Pageable(_) => HostMemoryType::Pageable,
             Storage::Spilled(_) => HostMemoryType::Spilled,
         }
+    }
+}
+
+/// The error for page-locked host memory the backend could not provide.
+pub(crate) fn host_pinned_error(backend: &dyn Backend, error: BackendError) -> MemError {
+    match error {
+        BackendError::OutOfMemory { requested, .. } => MemError::HostOutOfMemory {
+            requested,
+            what: "page-locked host memory",
+        },
+        other => MemError::backend(backend.name(), other),
     }
 }
 
@@ -325,7 +336,11 @@ impl MemoryManager {
         self.check_registered(instance)?;
         let (_, bytes) = shape_size(shape, dtype.size_bytes())?;
         Ok(match kind {
-            HostMemoryType::Pinned => Storage::Pinned(self.backend().alloc_pinned(bytes as u64)?),
+            HostMemoryType::Pinned => Storage::Pinned(
+                self.backend()
+                    .alloc_pinned(bytes as u64)
+                    .map_err(|error| host_pinned_error(&**self.backend(), error))?,
+            ),
             HostMemoryType::Pageable => {
                 Storage::Pageable(HostBlock::zeroed(bytes, "a pageable host array")?)
             }

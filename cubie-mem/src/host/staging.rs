@@ -200,7 +200,7 @@ impl StagingPool {
                         }
                         drop(state);
                         shared.released.notify_all();
-                        Err(error)
+                        Err(super::array::host_pinned_error(&*shared.backend, error))
                     }
                 };
             }

@@ -15,6 +15,7 @@ use super::hooks::Hooks;
 use super::state::{Queued, State};
 use crate::array::ReleaseReason;
 use crate::array::slot::Slot;
+use crate::backend::BackendResult;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, OwnerId};
 use crate::plan::{BatchSizes, Budget, ChunkPlan, OVERSIZE_WARNING_FACTOR, plan_chunks};
@@ -128,7 +129,10 @@ impl Inner {
         let (free, replaced) = if requested == 0 {
             (0, 0)
         } else {
-            (self.backend.mem_info()?.free, replaced_bytes(&held))
+            (
+                self.backend.mem_info().on(&*self.backend)?.free,
+                replaced_bytes(&held),
+            )
         };
         if requested > free.saturating_mul(OVERSIZE_WARNING_FACTOR) {
             tracing::warn!(

@@ -1,7 +1,7 @@
 //! Stream groups and their streams.
 
 use super::handles::Instance;
-use crate::backend::StreamHandle;
+use crate::backend::{BackendResult, StreamHandle};
 use crate::streams::{CurrentStream, DEFAULT_STREAM_GROUP};
 use crate::{MemError, MemoryManager};
 
@@ -63,7 +63,8 @@ impl MemoryManager {
             .lock()
             .groups
             .stream_of(instance.id, &self.inner.backend)?;
-        self.inner.backend.synchronize(stream.handle())
+        let backend = &*self.inner.backend;
+        backend.synchronize(stream.handle()).on(backend)
     }
 
     /// Gives every group a new stream (after a context reset); existing arrays

@@ -1,6 +1,7 @@
 //! VRAM shares, caps and limit modes.
 
 use super::handles::Instance;
+use crate::backend::BackendResult;
 use crate::config::LimitMode;
 use crate::pools::ShareWarning;
 use crate::{MemError, MemoryManager};
@@ -103,7 +104,7 @@ impl MemoryManager {
     /// The memory the instance's group may use now: the device's free memory
     /// (passive), or `min(sum of caps - bytes allocated, free)` (active).
     pub fn available_memory(&self, instance: &Instance) -> Result<u64, MemError> {
-        let free = self.inner.backend.mem_info()?.free;
+        let free = self.inner.backend.mem_info().on(&*self.inner.backend)?.free;
         let s = self.inner.lock();
         let group = s.group_of(instance.id)?;
         Ok(match s.limit_mode {

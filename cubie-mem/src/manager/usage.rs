@@ -1,14 +1,14 @@
 //! Statistics and memory queries.
 
 use super::handles::Instance;
-use crate::backend::MemInfo;
+use crate::backend::{BackendResult, MemInfo};
 use crate::stats::{InstanceStats, MemoryStats};
 use crate::{MemError, MemoryManager};
 
 impl MemoryManager {
     /// Free and total device memory.
     pub fn get_memory_info(&self) -> Result<MemInfo, MemError> {
-        self.inner.backend.mem_info()
+        self.inner.backend.mem_info().on(&*self.inner.backend)
     }
 
     /// Bytes (device and pinned) the instance holds (0 for an instance this

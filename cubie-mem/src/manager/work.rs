@@ -73,7 +73,7 @@ impl Inner {
         for stream in streams {
             match self.backend.record_event(stream) {
                 Ok(event) => recorded.push((stream, event)),
-                Err(error) => result = Err(error),
+                Err(error) => result = Err(MemError::backend(self.backend.name(), error)),
             }
         }
         if let Some(o) = s.owners.get_mut(&owner) {

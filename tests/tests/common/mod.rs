@@ -7,9 +7,11 @@ use proptest::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cubie_mem::backend::{DevicePtr, EventHandle, PinnedBlock, StreamHandle};
+use cubie_mem::backend::{
+    BackendError, DevicePtr, EventHandle, KernelLaunch, PinnedBlock, StreamHandle,
+};
 use cubie_mem::{
-    ArrayRequest, ArrayResponse, Backend, DType, ManagerConfig, MemError, MemInfo, MemoryManager,
+    ArrayRequest, ArrayResponse, Backend, DType, ManagerConfig, MemInfo, MemoryManager,
     Registration, SimBackend,
 };
 
@@ -145,39 +147,47 @@ impl Backend for Logged {
     fn name(&self) -> &'static str {
         "logged"
     }
-    fn mem_info(&self) -> Result<MemInfo, MemError> {
+    fn mem_info(&self) -> Result<MemInfo, BackendError> {
         self.sim.mem_info()
     }
-    fn create_stream(&self) -> Result<StreamHandle, MemError> {
+    fn create_stream(&self) -> Result<StreamHandle, BackendError> {
         self.sim.create_stream()
     }
-    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), MemError> {
+    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
         self.sim.destroy_stream(stream)
     }
-    fn synchronize(&self, stream: StreamHandle) -> Result<(), MemError> {
+    fn synchronize(&self, stream: StreamHandle) -> Result<(), BackendError> {
         self.sim.synchronize(stream)
     }
-    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, MemError> {
+    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, BackendError> {
         self.sim.record_event(stream)
     }
-    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), MemError> {
+    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError> {
         self.sim.wait_event(stream, event)
     }
-    fn event_complete(&self, event: EventHandle) -> Result<bool, MemError> {
+    fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError> {
         self.sim.event_complete(event)
     }
-    fn destroy_event(&self, event: EventHandle) -> Result<(), MemError> {
+    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError> {
+        self.sim.synchronize_event(event)
+    }
+    fn destroy_event(&self, event: EventHandle) -> Result<(), BackendError> {
         self.sim.destroy_event(event)
     }
-    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, MemError> {
+    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError> {
         self.note(format!("alloc {bytes} on {}", stream.0));
         self.sim.alloc_device(bytes, stream)
     }
-    fn free_device(&self, ptr: DevicePtr, stream: StreamHandle) -> Result<(), MemError> {
+    fn free_device(
+        &self,
+        ptr: DevicePtr,
+        bytes: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
         self.note(format!("free on {}", stream.0));
-        self.sim.free_device(ptr, stream)
+        self.sim.free_device(ptr, bytes, stream)
     }
-    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, MemError> {
+    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
         self.note(format!("pin {bytes}"));
         self.sim.alloc_pinned(bytes)
     }
@@ -187,7 +197,7 @@ impl Backend for Logged {
         offset: u64,
         src: &[u8],
         stream: StreamHandle,
-    ) -> Result<(), MemError> {
+    ) -> Result<(), BackendError> {
         self.note(format!("up {} on {}", src.len(), stream.0));
         self.sim.copy_to_device(dst, offset, src, stream)
     }
@@ -197,9 +207,40 @@ impl Backend for Logged {
         src: DevicePtr,
         offset: u64,
         stream: StreamHandle,
-    ) -> Result<(), MemError> {
+    ) -> Result<(), BackendError> {
         self.note(format!("down {} on {}", dst.len(), stream.0));
         self.sim.copy_from_device(dst, src, offset, stream)
+    }
+    unsafe fn copy_to_device_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.note(format!("up async {len} on {}", stream.0));
+        // SAFETY: the caller's guarantees pass through unchanged.
+        unsafe { self.sim.copy_to_device_async(dst, offset, src, len, stream) }
+    }
+    unsafe fn copy_from_device_async(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.note(format!("down async {len} on {}", stream.0));
+        // SAFETY: the caller's guarantees pass through unchanged.
+        unsafe {
+            self.sim
+                .copy_from_device_async(dst, len, src, offset, stream)
+        }
+    }
+    fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError> {
+        self.note(format!("launch {} on {}", launch.name, stream.0));
+        self.sim.launch(launch, stream)
     }
 }
 

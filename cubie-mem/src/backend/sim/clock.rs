@@ -1,7 +1,7 @@
 //! The simulated device's clock: when each piece of work runs.
 //!
-//! The engines (host-to-device copies, device-to-host copies) each run one
-//! operation at a time, in the order they were issued. A
+//! The engines (host-to-device copies, device-to-host copies, compute) each
+//! run one operation at a time, in the order they were issued. A
 //! stream orders its own work; events order work across streams. An
 //! operation starts once the host has issued it, its stream's earlier work
 //! is done and its engine is free. The host's clock advances only when the
@@ -17,12 +17,12 @@ use crate::timeline::{Activity, Span, Timeline};
 /// that of a PCIe Gen5 x16 link.
 pub const DEFAULT_COPY_BANDWIDTH: u64 = 50_000_000_000;
 
-/// A copy engine of the device (the compute engine joins them when kernels
-/// are launched through the backend).
+/// An engine of the device: one operation at a time on each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Engine {
     HostToDevice = 0,
     DeviceToHost = 1,
+    Compute = 2,
 }
 
 /// Work to place on the clock.
@@ -36,7 +36,7 @@ pub(super) struct Work {
 /// The modelled times of the host, the engines, the streams and the events.
 pub(super) struct DeviceClock {
     host_ns: u64,
-    engine_free_ns: [u64; 2],
+    engine_free_ns: [u64; 3],
     stream_tail_ns: HashMap<u64, u64>,
     event_ns: HashMap<u64, u64>,
     /// Bytes per second, host to device and device to host (at least 1).
@@ -48,7 +48,7 @@ impl DeviceClock {
     pub(super) fn new() -> Self {
         DeviceClock {
             host_ns: 0,
-            engine_free_ns: [0; 2],
+            engine_free_ns: [0; 3],
             stream_tail_ns: HashMap::new(),
             event_ns: HashMap::new(),
             bandwidth: [DEFAULT_COPY_BANDWIDTH; 2],
@@ -78,7 +78,11 @@ impl DeviceClock {
 
     /// How long a copy of `bytes` takes on `engine`, rounded up.
     pub(super) fn copy_ns(&self, engine: Engine, bytes: u64) -> u64 {
-        let bandwidth = self.bandwidth[engine as usize];
+        let bandwidth = match engine {
+            Engine::HostToDevice => self.bandwidth[0],
+            Engine::DeviceToHost => self.bandwidth[1],
+            Engine::Compute => return 0,
+        };
         let ns = (u128::from(bytes) * 1_000_000_000).div_ceil(u128::from(bandwidth));
         u64::try_from(ns).unwrap_or(u64::MAX)
     }
@@ -129,6 +133,13 @@ impl DeviceClock {
     /// The host waits for everything queued on `stream`.
     pub(super) fn synchronize(&mut self, stream: u64) {
         self.wait_until(self.tail(stream));
+    }
+
+    /// The host waits for `event`.
+    pub(super) fn synchronize_event(&mut self, event: u64) {
+        if let Some(&at) = self.event_ns.get(&event) {
+            self.wait_until(at);
+        }
     }
 
     /// Records event `event` after the work queued on `stream`.

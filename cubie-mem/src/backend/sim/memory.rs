@@ -10,8 +10,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use crate::MemError;
-use crate::backend::{PinnedBlock, byte_range};
+use crate::backend::{BackendError, PinnedBlock, byte_range};
 use crate::block::HostBlock;
 
 /// The byte unwritten device memory reads as.
@@ -98,8 +97,13 @@ impl DeviceBlock {
     }
 
     /// Copies `src` in at `offset`.
-    pub(super) fn write(&mut self, offset: u64, src: &[u8]) -> Result<(), MemError> {
-        let range = byte_range(offset, src.len(), self.len)?;
+    pub(super) fn write(
+        &mut self,
+        operation: &'static str,
+        offset: u64,
+        src: &[u8],
+    ) -> Result<(), BackendError> {
+        let range = byte_range(operation, offset, src.len(), self.len)?;
         if let Some(target) = self
             .data
             .bytes_mut()
@@ -113,8 +117,13 @@ impl DeviceBlock {
 
     /// Copies the bytes at `offset` into `dst`; bytes never written read as
     /// [`POISON`].
-    pub(super) fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), MemError> {
-        let range = byte_range(offset, dst.len(), self.len)?;
+    pub(super) fn read(
+        &self,
+        operation: &'static str,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), BackendError> {
+        let range = byte_range(operation, offset, dst.len(), self.len)?;
         if let Some(source) = self
             .data
             .bytes()
@@ -130,6 +139,29 @@ impl DeviceBlock {
             }
         }
         Ok(())
+    }
+}
+
+impl DeviceBlock {
+    /// The first `len` bytes (at most the block's), for a kernel to work on
+    /// in place: bytes never written are filled with [`POISON`] first, so
+    /// the kernel sees what a GPU's fresh memory would hold.
+    pub(super) fn bytes_mut(&mut self, len: u64) -> &mut [u8] {
+        let len = len.min(self.len);
+        for gap in self.written.gaps(0..len) {
+            if let Some(bytes) = self
+                .data
+                .bytes_mut()
+                .get_mut(gap.start as usize..gap.end as usize)
+            {
+                bytes.fill(POISON);
+            }
+        }
+        self.written.mark(0..len);
+        self.data
+            .bytes_mut()
+            .get_mut(..len as usize)
+            .unwrap_or(&mut [])
     }
 }
 
@@ -187,14 +219,25 @@ mod tests {
     #[test]
     fn unwritten_bytes_read_as_poison() {
         let mut b = block(16);
-        b.write(4, &[1, 2]).unwrap();
-        b.write(10, &[3]).unwrap();
+        b.write("test", 4, &[1, 2]).unwrap();
+        b.write("test", 10, &[3]).unwrap();
         let mut out = [0u8; 12];
-        b.read(2, &mut out).unwrap();
+        b.read("test", 2, &mut out).unwrap();
         assert_eq!(out, [255, 255, 1, 2, 255, 255, 255, 255, 3, 255, 255, 255]);
         let mut floats = [0u8; 8];
-        block(8).read(0, &mut floats).unwrap();
+        block(8).read("test", 0, &mut floats).unwrap();
         assert!(f64::from_ne_bytes(floats).is_nan());
+    }
+
+    #[test]
+    fn kernels_see_poison_where_nothing_was_written() {
+        let mut b = block(8);
+        b.write("test", 0, &[1, 2]).unwrap();
+        assert_eq!(b.bytes_mut(4), [1, 2, 255, 255]);
+        b.bytes_mut(8)[7] = 9;
+        let mut out = [0u8; 8];
+        b.read("test", 0, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 255, 255, 255, 255, 255, 9]);
     }
 
     #[test]
@@ -215,7 +258,7 @@ mod tests {
     fn pooled_blocks_come_back_stale_and_best_fitting() {
         let mut pool = Pool::default();
         let mut big = block(100);
-        big.write(0, &[7; 100]).unwrap();
+        big.write("test", 0, &[7; 100]).unwrap();
         pool.put(1000, big);
         pool.put(2000, block(40));
         assert_eq!(pool.bytes(), 140);
@@ -224,7 +267,7 @@ mod tests {
         let (address, reused) = pool.take(50).unwrap();
         assert_eq!((address, reused.len()), (1000, 50));
         let mut out = [0u8; 50];
-        reused.read(0, &mut out).unwrap();
+        reused.read("test", 0, &mut out).unwrap();
         assert_eq!(out, [7; 50], "stale bytes, as from CUDA's pool");
         assert_eq!(pool.bytes(), 0);
         assert!(pool.take(1).is_none());

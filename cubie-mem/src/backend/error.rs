@@ -1,0 +1,229 @@
+//! [`BackendError`]: what a backend reports, with the figures it knows and no
+//! more; the manager turns it into a [`MemError`] with the array's label and
+//! its own figures.
+
+use std::fmt;
+
+use super::{DevicePtr, StreamHandle};
+use crate::{Bytes, MemError};
+
+/// Which memory ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemorySpace {
+    /// Device memory.
+    Device,
+    /// Page-locked host memory.
+    PageLocked,
+}
+
+impl fmt::Display for MemorySpace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MemorySpace::Device => "device",
+            MemorySpace::PageLocked => "page-locked host",
+        })
+    }
+}
+
+/// The kind of a handle a backend did not recognise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandleKind {
+    /// A stream.
+    Stream,
+    /// An event.
+    Event,
+    /// A device allocation.
+    Allocation,
+}
+
+impl fmt::Display for HandleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HandleKind::Stream => "stream",
+            HandleKind::Event => "event",
+            HandleKind::Allocation => "allocation",
+        })
+    }
+}
+
+/// Memory two unordered operations touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HazardMemory {
+    /// Device memory: the allocation's address.
+    Device(DevicePtr),
+    /// A page-locked host block: the address of the bytes in question.
+    PageLocked(u64),
+}
+
+impl fmt::Display for HazardMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HazardMemory::Device(ptr) => write!(f, "device memory at {ptr}"),
+            HazardMemory::PageLocked(address) => {
+                write!(f, "the page-locked host block at {address:#x}")
+            }
+        }
+    }
+}
+
+/// A failure reported by a [`Backend`](super::Backend).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The memory could not be provided.
+    #[error("out of {space} memory: {requested} requested{}", free.map(|f| format!(", {f} free")).unwrap_or_default())]
+    OutOfMemory {
+        /// Which memory.
+        space: MemorySpace,
+        /// Bytes asked for.
+        requested: Bytes,
+        /// Free bytes, when the backend knows them.
+        free: Option<Bytes>,
+    },
+
+    /// A driver call failed.
+    #[error("{operation} failed: {message} (code {code})")]
+    Driver {
+        /// What was being done.
+        operation: &'static str,
+        /// The driver's result code.
+        code: u32,
+        /// The code's name or description.
+        message: String,
+    },
+
+    /// A handle this backend does not know (destroyed, or another backend's).
+    #[error("{operation}: {kind} {handle:#x} does not exist on this backend")]
+    UnknownHandle {
+        /// What was being done.
+        operation: &'static str,
+        /// What kind of handle.
+        kind: HandleKind,
+        /// Its raw value.
+        handle: u64,
+    },
+
+    /// A byte range outside an allocation.
+    #[error("{operation}: bytes {offset}..{end} lie outside the allocation of {size} bytes")]
+    OutOfBounds {
+        /// What was being done.
+        operation: &'static str,
+        /// Start of the range.
+        offset: u64,
+        /// End of the range.
+        end: u64,
+        /// The allocation's size.
+        size: u64,
+    },
+
+    /// Two operations on different streams touched the same memory, one of
+    /// them writing, with no event ordering the later after the earlier.
+    #[error(
+        "stream hazard: {operation} on stream {accessed_on} touches {memory}, {earlier} on stream {earlier_on} \
+         with no event between; record an event after the earlier work and make stream {accessed_on} wait for it"
+    )]
+    StreamHazard {
+        /// The later operation.
+        operation: &'static str,
+        /// The stream it was queued on.
+        accessed_on: u64,
+        /// The memory both touch.
+        memory: HazardMemory,
+        /// What the earlier operation did ("written by a copy", ...).
+        earlier: &'static str,
+        /// The stream of the earlier operation.
+        earlier_on: u64,
+    },
+
+    /// The backend cannot do this.
+    #[error("{operation} is not supported: {reason}")]
+    Unsupported {
+        /// What was asked.
+        operation: &'static str,
+        /// Why not, and what to do instead.
+        reason: String,
+    },
+}
+
+impl BackendError {
+    /// An unknown stream.
+    pub fn unknown_stream(operation: &'static str, stream: StreamHandle) -> Self {
+        BackendError::UnknownHandle {
+            operation,
+            kind: HandleKind::Stream,
+            handle: stream.0,
+        }
+    }
+
+    /// Whether the error means memory ran out.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, BackendError::OutOfMemory { .. })
+    }
+
+    /// The [`MemError`] for this failure while working on the array `label`
+    /// of backend `backend`: out of memory and hazards name the array, the
+    /// rest keep the backend's own message.
+    pub(crate) fn for_array(self, backend: &'static str, label: &str) -> MemError {
+        match self {
+            BackendError::OutOfMemory {
+                requested, free, ..
+            } => {
+                let free = free.unwrap_or(Bytes(0));
+                MemError::OutOfMemory {
+                    label: label.to_owned(),
+                    requested,
+                    free,
+                    idle_held: Bytes(0),
+                    limit: free,
+                }
+            }
+            BackendError::OutOfBounds {
+                offset, end, size, ..
+            } => MemError::OutOfBounds { offset, end, size },
+            BackendError::StreamHazard { .. } => MemError::StreamHazard {
+                label: label.to_owned(),
+                backend,
+                error: self,
+            },
+            other => MemError::Backend {
+                backend,
+                error: other,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_carry_the_figures() {
+        let oom = BackendError::OutOfMemory {
+            space: MemorySpace::Device,
+            requested: Bytes(2048),
+            free: Some(Bytes(100)),
+        };
+        assert_eq!(
+            oom.to_string(),
+            "out of device memory: 2048 B (2.00 KiB) requested, 100 B free"
+        );
+        let hazard = BackendError::StreamHazard {
+            operation: "copy to device",
+            accessed_on: 2,
+            memory: HazardMemory::Device(DevicePtr(0x100)),
+            earlier: "written by a kernel",
+            earlier_on: 1,
+        };
+        let message = hazard.clone().for_array("simulated", "state").to_string();
+        assert!(message.contains("'state'"), "{message}");
+        assert!(message.contains("stream 2") && message.contains("stream 1"));
+        assert!(matches!(
+            oom.for_array("simulated", "x"),
+            MemError::OutOfMemory {
+                free: Bytes(100),
+                ..
+            }
+        ));
+    }
+}

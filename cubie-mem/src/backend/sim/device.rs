@@ -1,0 +1,397 @@
+//! The simulated device's side of the [`Backend`] contract.
+
+use std::ops::Range;
+
+use super::clock::{Engine, Work};
+use super::{NAME, SimBackend, SimState};
+use crate::Bytes;
+use crate::backend::{
+    Backend, BackendError, DevicePtr, EventHandle, HandleKind, KernelBody, KernelLaunch, MemInfo,
+    MemorySpace, PinnedBlock, StreamHandle, byte_range,
+};
+use crate::timeline::Activity;
+
+/// Allocations a host kernel works on, out of the device's map while it
+/// runs; they go back when it returns, or unwinds.
+struct SetAside<'a> {
+    sim: &'a SimBackend,
+    blocks: Vec<(u64, super::memory::DeviceBlock)>,
+}
+
+impl Drop for SetAside<'_> {
+    fn drop(&mut self) {
+        let mut s = self.sim.state();
+        for (address, block) in self.blocks.drain(..) {
+            s.running.remove(&address);
+            s.allocations.insert(address, block);
+        }
+    }
+}
+
+/// The page-locked bytes an asynchronous copy uses, as an address range.
+fn host_range(address: usize, len: usize) -> Range<u64> {
+    let start = address as u64;
+    start..start.saturating_add(len as u64)
+}
+
+impl SimState {
+    /// Checks and performs a copy of `src` into device memory at `dst +
+    /// offset` on `stream` (bounds, hazards, data, time); `pinned` is the
+    /// page-locked range an asynchronous copy reads. Returns when it ends.
+    fn copy_in(
+        &mut self,
+        operation: &'static str,
+        dst: DevicePtr,
+        offset: u64,
+        src: &[u8],
+        stream: StreamHandle,
+        pinned: Option<Range<u64>>,
+    ) -> Result<u64, BackendError> {
+        self.check_stream(stream, operation)?;
+        let size = self.block(dst, operation)?.len();
+        byte_range(operation, offset, src.len(), size)?;
+        let at = self.order.next(stream.0);
+        self.order.check_device(operation, at, dst)?;
+        if let Some(bytes) = &pinned {
+            self.order.check_pinned(operation, at, bytes, false)?;
+        }
+        self.block(dst, operation)?.write(operation, offset, src)?;
+        self.order.wrote_device(at, dst, "written by a copy");
+        if let Some(bytes) = pinned {
+            self.order.used_pinned(at, bytes, false);
+        }
+        Ok(self.timed_copy(Engine::HostToDevice, stream, src.len() as u64))
+    }
+
+    /// Checks and performs a copy of device memory at `src + offset` into
+    /// `dst` on `stream`, as [`SimState::copy_in`] does.
+    fn copy_out(
+        &mut self,
+        operation: &'static str,
+        dst: &mut [u8],
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+        pinned: Option<Range<u64>>,
+    ) -> Result<u64, BackendError> {
+        self.check_stream(stream, operation)?;
+        let size = self.block(src, operation)?.len();
+        byte_range(operation, offset, dst.len(), size)?;
+        let at = self.order.next(stream.0);
+        self.order.check_device(operation, at, src)?;
+        if let Some(bytes) = &pinned {
+            self.order.check_pinned(operation, at, bytes, true)?;
+        }
+        self.block(src, operation)?.read(operation, offset, dst)?;
+        if let Some(bytes) = pinned {
+            self.order.used_pinned(at, bytes, true);
+        }
+        Ok(self.timed_copy(Engine::DeviceToHost, stream, dst.len() as u64))
+    }
+
+    fn check_event(&self, event: EventHandle, operation: &'static str) -> Result<(), BackendError> {
+        if self.events.contains(&event.0) {
+            Ok(())
+        } else {
+            Err(BackendError::UnknownHandle {
+                operation,
+                kind: HandleKind::Event,
+                handle: event.0,
+            })
+        }
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn mem_info(&self) -> Result<MemInfo, BackendError> {
+        let s = self.state();
+        Ok(MemInfo {
+            free: s.free(),
+            total: s.total,
+        })
+    }
+
+    fn create_stream(&self) -> Result<StreamHandle, BackendError> {
+        let mut s = self.state();
+        let id = s.next_stream;
+        s.next_stream += 1;
+        s.streams.insert(id);
+        Ok(StreamHandle(id))
+    }
+
+    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
+        let mut s = self.state();
+        s.check_stream(stream, "destroy stream")?;
+        // The stream's pending work finishes first, and everything queued
+        // later is ordered after it.
+        s.host_waits_for_stream(stream);
+        s.clock.forget_stream(stream.0);
+        s.order.forget_stream(stream.0);
+        s.streams.remove(&stream.0);
+        Ok(())
+    }
+
+    fn synchronize(&self, stream: StreamHandle) -> Result<(), BackendError> {
+        let mut s = self.state();
+        s.check_stream(stream, "synchronize")?;
+        s.host_waits_for_stream(stream);
+        Ok(())
+    }
+
+    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, BackendError> {
+        let mut s = self.state();
+        s.check_stream(stream, "record event")?;
+        let id = s.next_event;
+        s.next_event = id.saturating_add(1);
+        s.events.insert(id);
+        s.clock.record_event(id, stream.0);
+        s.order.record_event(id, stream.0);
+        Ok(EventHandle(id))
+    }
+
+    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError> {
+        let mut s = self.state();
+        s.check_stream(stream, "order streams")?;
+        s.check_event(event, "order streams")?;
+        s.clock.wait_event(stream.0, event.0);
+        s.order.wait_event(stream.0, event.0);
+        Ok(())
+    }
+
+    fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError> {
+        let mut s = self.state();
+        s.check_event(event, "query event")?;
+        let fired = !s.hold_completions && s.clock.event_fired(event.0);
+        if fired {
+            s.order.host_waits_for_event(event.0);
+        }
+        Ok(fired)
+    }
+
+    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError> {
+        let mut s = self.state();
+        s.check_event(event, "wait for event")?;
+        s.clock.synchronize_event(event.0);
+        s.order.host_waits_for_event(event.0);
+        Ok(())
+    }
+
+    fn destroy_event(&self, event: EventHandle) -> Result<(), BackendError> {
+        let mut s = self.state();
+        s.events.remove(&event.0);
+        s.clock.forget_event(event.0);
+        s.order.forget_event(event.0);
+        Ok(())
+    }
+
+    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError> {
+        let mut s = self.state();
+        s.check_stream(stream, "allocate")?;
+        s.count_allocation(MemorySpace::Device, bytes)?;
+        if bytes > s.free() {
+            return Err(s.out_of_memory(MemorySpace::Device, bytes));
+        }
+        let (address, block) = s.device_block(bytes)?;
+        s.allocations.insert(address, block);
+        s.device_bytes = s.device_bytes.saturating_add(bytes);
+        let ptr = DevicePtr(address);
+        let at = s.order.next(stream.0);
+        s.order.wrote_device(at, ptr, "allocated");
+        s.clock.instant(Work {
+            activity: Activity::Alloc,
+            name: format!("alloc {}", Bytes(bytes)),
+            stream: stream.0,
+            bytes,
+        });
+        Ok(ptr)
+    }
+
+    fn free_device(
+        &self,
+        ptr: DevicePtr,
+        bytes: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "free";
+        let mut s = self.state();
+        s.check_stream(stream, OPERATION)?;
+        let size = s.block(ptr, OPERATION)?.len();
+        if bytes != size {
+            return Err(BackendError::OutOfBounds {
+                operation: OPERATION,
+                offset: 0,
+                end: bytes,
+                size,
+            });
+        }
+        let at = s.order.next(stream.0);
+        s.order.check_device(OPERATION, at, ptr)?;
+        let Some(block) = s.allocations.remove(&ptr.0) else {
+            return Err(s.missing(ptr, OPERATION));
+        };
+        s.order.forget_device(ptr);
+        s.device_bytes = s.device_bytes.saturating_sub(size);
+        s.pool.put(ptr.0, block);
+        s.clock.instant(Work {
+            activity: Activity::Free,
+            name: format!("free {}", Bytes(size)),
+            stream: stream.0,
+            bytes: size,
+        });
+        Ok(())
+    }
+
+    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
+        let mut s = self.state();
+        s.count_allocation(MemorySpace::PageLocked, bytes)?;
+        Ok(Box::new(s.host_block(MemorySpace::PageLocked, bytes)?))
+    }
+
+    fn copy_to_device(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: &[u8],
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        let mut s = self.state();
+        let end = s.copy_in("copy to device", dst, offset, src, stream, None)?;
+        // Pageable memory: the host waits until the slice is free again.
+        s.clock.wait_until(end);
+        s.order.host_waits_for_stream(stream.0);
+        Ok(())
+    }
+
+    fn copy_from_device(
+        &self,
+        dst: &mut [u8],
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        let mut s = self.state();
+        let end = s.copy_out("copy from device", dst, src, offset, stream, None)?;
+        s.clock.wait_until(end);
+        s.order.host_waits_for_stream(stream.0);
+        Ok(())
+    }
+
+    unsafe fn copy_to_device_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        // SAFETY: the caller guarantees `len` readable bytes at `src`, left
+        // alone until the copy completes; the simulated copy reads them now.
+        let bytes = unsafe { std::slice::from_raw_parts(src, len) };
+        let pinned = host_range(src as usize, len);
+        let mut s = self.state();
+        s.copy_in(
+            "asynchronous copy to device",
+            dst,
+            offset,
+            bytes,
+            stream,
+            Some(pinned),
+        )
+        .map(drop)
+    }
+
+    unsafe fn copy_from_device_async(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        // SAFETY: the caller guarantees `len` writable bytes at `dst` that no
+        // one else touches until the copy completes.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+        let pinned = host_range(dst as usize, len);
+        let mut s = self.state();
+        s.copy_out(
+            "asynchronous copy from device",
+            bytes,
+            src,
+            offset,
+            stream,
+            Some(pinned),
+        )
+        .map(drop)
+    }
+
+    fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError> {
+        const OPERATION: &str = "launch";
+        let KernelBody::Host { duration, run } = launch.body;
+        let mut s = self.state();
+        s.check_stream(stream, OPERATION)?;
+        for (index, arg) in launch.args.iter().enumerate() {
+            let size = s.block(arg.ptr, OPERATION)?.len();
+            byte_range(
+                OPERATION,
+                0,
+                usize::try_from(arg.bytes).unwrap_or(usize::MAX),
+                size,
+            )?;
+            if launch.args[..index].iter().any(|a| a.ptr == arg.ptr) {
+                return Err(BackendError::Unsupported {
+                    operation: OPERATION,
+                    reason: format!(
+                        "kernel '{}' lists the allocation at {} twice; list it once with Access::ReadWrite",
+                        launch.name, arg.ptr
+                    ),
+                });
+            }
+        }
+        let at = s.order.next(stream.0);
+        for arg in launch.args {
+            s.order.check_device(OPERATION, at, arg.ptr)?;
+        }
+        for arg in launch.args.iter().filter(|arg| arg.access.writes()) {
+            s.order.wrote_device(at, arg.ptr, "written by a kernel");
+        }
+        let duration_ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let touched = launch
+            .args
+            .iter()
+            .fold(0u64, |sum, arg| sum.saturating_add(arg.bytes));
+        s.clock.run(
+            Engine::Compute,
+            duration_ns,
+            Work {
+                activity: Activity::Kernel,
+                name: launch.name.to_owned(),
+                stream: stream.0,
+                bytes: touched,
+            },
+        );
+        // The body runs without the lock (it may take a while, and other
+        // threads keep using the device); its allocations are set aside
+        // meanwhile, so nothing else can touch or free them.
+        let mut blocks = Vec::with_capacity(launch.args.len());
+        for arg in launch.args {
+            if let Some(block) = s.allocations.remove(&arg.ptr.0) {
+                s.running.insert(arg.ptr.0, launch.name.to_owned());
+                blocks.push((arg.ptr.0, block));
+            }
+        }
+        drop(s);
+        let mut aside = SetAside { sim: self, blocks };
+        let mut bytes: Vec<&mut [u8]> = aside
+            .blocks
+            .iter_mut()
+            .zip(launch.args)
+            .map(|((_, block), arg)| block.bytes_mut(arg.bytes))
+            .collect();
+        run(&mut bytes);
+        Ok(())
+    }
+}

@@ -1,0 +1,326 @@
+//! The simulated device against the contract.
+
+use super::*;
+use crate::backend::{Access, Backend, KernelArg, KernelBody, KernelLaunch};
+
+#[test]
+fn allocations_reduce_free_memory_and_hold_data() {
+    let sim = SimBackend::new(1000).with_free(600);
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(100, stream).unwrap();
+    assert_eq!(sim.free_bytes(), 500);
+    sim.copy_to_device(ptr, 10, &[1, 2, 3], stream).unwrap();
+    let mut out = [0u8; 4];
+    sim.copy_from_device(&mut out, ptr, 9, stream).unwrap();
+    assert_eq!(out, [memory::POISON, 1, 2, 3], "byte 9 was never written");
+    assert!(matches!(
+        sim.copy_from_device(&mut out, ptr, 97, stream),
+        Err(BackendError::OutOfBounds { .. })
+    ));
+    sim.free_device(ptr, 100, stream).unwrap();
+    assert_eq!(sim.free_bytes(), 600);
+    assert_eq!(sim.pooled_bytes(), 100);
+    // The pool gives the block back, stale, at the same address.
+    let again = sim.alloc_device(50, stream).unwrap();
+    assert_eq!((again, sim.pooled_bytes()), (ptr, 0));
+    sim.copy_from_device(&mut out, again, 9, stream).unwrap();
+    assert_eq!(out, [memory::POISON, 1, 2, 3]);
+    // Under pressure the pool is trimmed to make room.
+    sim.free_device(again, 50, stream).unwrap();
+    let big = sim.alloc_device(600, stream).unwrap();
+    assert_eq!((sim.pooled_bytes(), sim.free_bytes()), (0, 0));
+    sim.free_device(big, 600, stream).unwrap();
+}
+
+#[test]
+fn out_of_memory_and_fault_injection() {
+    let sim = SimBackend::new(1000).fail_allocations_after(1);
+    let stream = sim.create_stream().unwrap();
+    assert!(matches!(
+        sim.alloc_device(2000, stream),
+        Err(BackendError::OutOfMemory { .. })
+    ));
+    assert!(sim.alloc_device(10, stream).unwrap_err().is_out_of_memory());
+    sim.set_fail_allocations_after(None);
+    assert!(sim.alloc_device(10, stream).is_ok());
+}
+
+#[test]
+fn events_complete_unless_held() {
+    let sim = SimBackend::new(1000);
+    let stream = sim.create_stream().unwrap();
+    let e = sim.record_event(stream).unwrap();
+    assert!(sim.event_complete(e).unwrap());
+    sim.hold_completions(true);
+    let e = sim.record_event(stream).unwrap();
+    assert!(!sim.event_complete(e).unwrap());
+    sim.hold_completions(false);
+    assert!(sim.event_complete(e).unwrap());
+}
+
+#[test]
+fn streams_wait_only_for_events_that_exist() {
+    let sim = SimBackend::new(1 << 20);
+    let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
+    let event = sim.record_event(a).unwrap();
+    sim.wait_event(b, event).unwrap();
+    sim.destroy_event(event).unwrap();
+    assert!(sim.wait_event(b, event).is_err());
+    assert!(sim.wait_event(StreamHandle(99), event).is_err());
+}
+
+#[test]
+fn blocking_copies_take_modelled_time_and_the_host_waits() {
+    // 1 byte per ns up, half that down.
+    let sim = SimBackend::new(1 << 20).with_copy_bandwidth(1_000_000_000, 500_000_000);
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(4000, stream).unwrap();
+    sim.copy_to_device(ptr, 0, &[1; 4000], stream).unwrap();
+    assert_eq!(sim.now(), Duration::from_nanos(4000));
+    let mut out = [0; 1000];
+    sim.copy_from_device(&mut out, ptr, 0, stream).unwrap();
+    assert_eq!(sim.now(), Duration::from_nanos(6000));
+    sim.free_device(ptr, 4000, stream).unwrap();
+    let timeline = sim.timeline();
+    let spans: Vec<_> = timeline
+        .spans()
+        .iter()
+        .map(|s| (s.activity.category(), s.start_ns, s.end_ns))
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            ("alloc", 0, 0),
+            ("h2d", 0, 4000),
+            ("d2h", 4000, 6000),
+            ("free", 6000, 6000)
+        ]
+    );
+    sim.clear_timeline();
+    assert!(sim.timeline().spans().is_empty());
+}
+
+#[test]
+fn pinned_blocks_are_aligned_and_zeroed() {
+    let sim = SimBackend::new(1000);
+    let block = sim.alloc_pinned(100).unwrap();
+    assert_eq!(block.bytes().len(), 100);
+    assert_eq!(block.bytes().as_ptr() as usize % 64, 0);
+    assert!(block.bytes().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn memory_the_host_cannot_provide_is_out_of_memory() {
+    let sim = SimBackend::new(u64::MAX);
+    let stream = sim.create_stream().unwrap();
+    for bytes in [1u64 << 60, u64::MAX - 1] {
+        let error = sim.alloc_device(bytes, stream).unwrap_err();
+        assert!(
+            matches!(error, BackendError::OutOfMemory { requested, .. } if requested == Bytes(bytes)),
+            "{error}"
+        );
+        let error = sim.alloc_pinned(bytes).err().unwrap();
+        assert!(
+            matches!(error, BackendError::OutOfMemory { requested, .. } if requested == Bytes(bytes)),
+            "{error}"
+        );
+    }
+    // Nothing half-done: no allocation, free memory unchanged, and the
+    // device still allocates.
+    assert_eq!(sim.live_allocations(), 0);
+    assert_eq!(sim.free_bytes(), u64::MAX);
+    let ptr = sim.alloc_device(100, stream).unwrap();
+    assert_eq!(ptr.0 % ADDRESS_ALIGNMENT, 0);
+}
+
+#[test]
+fn an_exhausted_address_space_is_out_of_memory() {
+    let sim = SimBackend::new(u64::MAX);
+    let stream = sim.create_stream().unwrap();
+    sim.state().next_address = u64::MAX - ADDRESS_ALIGNMENT + 1;
+    assert!(sim.alloc_device(1, stream).unwrap_err().is_out_of_memory());
+    assert_eq!(sim.live_allocations(), 0);
+}
+
+/// Launches a host kernel of `micros` µs over `args`.
+fn kernel(
+    sim: &SimBackend,
+    stream: StreamHandle,
+    args: &[KernelArg],
+    micros: u64,
+    mut body: impl FnMut(&mut [&mut [u8]]) + Send,
+) -> Result<(), BackendError> {
+    sim.launch(
+        KernelLaunch {
+            name: "test kernel",
+            args,
+            body: KernelBody::Host {
+                duration: Duration::from_micros(micros),
+                run: &mut body,
+            },
+        },
+        stream,
+    )
+}
+
+fn arg(ptr: DevicePtr, bytes: u64, access: Access) -> KernelArg {
+    KernelArg { ptr, bytes, access }
+}
+
+#[test]
+fn asynchronous_copies_return_at_once_and_events_say_when_they_are_done() {
+    // 1 byte per ns each way.
+    let sim = SimBackend::new(1 << 20).with_copy_bandwidth(1_000_000_000, 1_000_000_000);
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(1000, stream).unwrap();
+    let mut block = sim.alloc_pinned(1000).unwrap();
+    block.bytes_mut().fill(7);
+    // SAFETY: the block lives, untouched, until the stream is synchronised.
+    unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 1000, stream) }.unwrap();
+    assert_eq!(sim.now(), Duration::ZERO, "the host did not wait");
+    let done = sim.record_event(stream).unwrap();
+    assert!(!sim.event_complete(done).unwrap());
+    sim.synchronize_event(done).unwrap();
+    assert_eq!(sim.now(), Duration::from_nanos(1000));
+    assert!(sim.event_complete(done).unwrap());
+    let mut back = sim.alloc_pinned(1000).unwrap();
+    let dst = back.bytes_mut().as_mut_ptr();
+    // SAFETY: as above.
+    unsafe { sim.copy_from_device_async(dst, 1000, ptr, 0, stream) }.unwrap();
+    sim.synchronize(stream).unwrap();
+    assert_eq!(back.bytes(), [7; 1000]);
+    assert_eq!(sim.now(), Duration::from_nanos(2000));
+}
+
+#[test]
+fn an_access_on_another_stream_without_an_event_is_a_hazard() {
+    let sim = SimBackend::new(1 << 20);
+    let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
+    let ptr = sim.alloc_device(64, a).unwrap();
+    let block = sim.alloc_pinned(64).unwrap();
+    // SAFETY: the block outlives every copy; the test synchronises below.
+    unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 64, a) }.unwrap();
+    let read = [arg(ptr, 64, Access::Read)];
+    let error = kernel(&sim, b, &read, 1, |_| {}).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(
+            error,
+            BackendError::StreamHazard { accessed_on, earlier_on, .. }
+                if accessed_on == b.0 && earlier_on == a.0
+        ),
+        "{message}"
+    );
+    assert!(message.contains("written by a copy"), "{message}");
+    // An event orders them.
+    let uploaded = sim.record_event(a).unwrap();
+    sim.wait_event(b, uploaded).unwrap();
+    kernel(&sim, b, &read, 1, |_| {}).unwrap();
+    // Memory allocated on one stream is the allocating stream's until ordered.
+    let fresh = sim.alloc_device(64, a).unwrap();
+    let error = kernel(&sim, b, &[arg(fresh, 64, Access::Write)], 1, |_| {}).unwrap_err();
+    assert!(error.to_string().contains("allocated"), "{error}");
+    // So is freeing what another stream wrote without ordering.
+    kernel(&sim, b, &read, 1, |_| {}).unwrap();
+    let written = [arg(ptr, 64, Access::Write)];
+    kernel(&sim, b, &written, 1, |_| {}).unwrap();
+    assert!(matches!(
+        sim.free_device(ptr, 64, a),
+        Err(BackendError::StreamHazard { .. })
+    ));
+    sim.synchronize(b).unwrap();
+    sim.free_device(ptr, 64, a).unwrap();
+}
+
+#[test]
+fn a_page_locked_block_in_flight_cannot_be_reused_by_another_stream() {
+    let sim = SimBackend::new(1 << 20);
+    let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
+    let x = sim.alloc_device(64, a).unwrap();
+    let y = sim.alloc_device(64, b).unwrap();
+    let mut block = sim.alloc_pinned(64).unwrap();
+    let host = block.bytes_mut().as_mut_ptr();
+    // SAFETY: the block outlives the copies; the test synchronises below.
+    unsafe { sim.copy_to_device_async(x, 0, host, 64, a) }.unwrap();
+    let error = unsafe { sim.copy_from_device_async(host, 64, y, 0, b) }.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("still being read by a copy to the device"),
+        "{error}"
+    );
+    sim.synchronize(a).unwrap();
+    // SAFETY: as above.
+    unsafe { sim.copy_from_device_async(host, 64, y, 0, b) }.unwrap();
+    sim.synchronize(b).unwrap();
+    assert_eq!(block.bytes(), [memory::POISON; 64], "y was never written");
+}
+
+#[test]
+fn kernels_run_on_the_compute_engine_and_overlap_copies_on_other_streams() {
+    // 1 byte per ns each way: a 1000-byte copy takes 1 µs, as the kernels do.
+    let sim = SimBackend::new(1 << 20).with_copy_bandwidth(1_000_000_000, 1_000_000_000);
+    let (up, compute) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
+    let input = sim.alloc_device(1000, up).unwrap();
+    let output = sim.alloc_device(1000, compute).unwrap();
+    let staged = sim.alloc_pinned(1000).unwrap();
+    // SAFETY: the block outlives the copies; the test synchronises below.
+    unsafe { sim.copy_to_device_async(input, 0, staged.bytes().as_ptr(), 1000, up) }.unwrap();
+    let uploaded = sim.record_event(up).unwrap();
+    sim.wait_event(compute, uploaded).unwrap();
+    let args = [
+        arg(input, 1000, Access::Read),
+        arg(output, 1000, Access::Write),
+    ];
+    kernel(&sim, compute, &args, 1, |bytes| {
+        let (input, output) = bytes.split_at_mut(1);
+        output[0].copy_from_slice(input[0]);
+    })
+    .unwrap();
+    // The next upload overlaps the kernel.
+    let other = sim.alloc_device(1000, up).unwrap();
+    unsafe { sim.copy_to_device_async(other, 0, staged.bytes().as_ptr(), 1000, up) }.unwrap();
+    sim.synchronize(compute).unwrap();
+    sim.synchronize(up).unwrap();
+    let spans: Vec<_> = sim
+        .timeline()
+        .spans()
+        .iter()
+        .filter(|s| s.activity != Activity::Alloc)
+        .map(|s| (s.activity.category(), s.start_ns, s.end_ns))
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            ("h2d", 0, 1000),
+            ("kernel", 1000, 2000),
+            ("h2d", 1000, 2000)
+        ]
+    );
+    assert_eq!(sim.now(), Duration::from_nanos(2000));
+    let mut out = [1u8; 1000];
+    sim.copy_from_device(&mut out, output, 0, compute).unwrap();
+    assert_eq!(out, [0; 1000], "the kernel copied the zeroed staging block");
+}
+
+#[test]
+fn a_kernel_sees_poison_and_cannot_list_an_allocation_twice() {
+    let sim = SimBackend::new(1 << 20);
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(16, stream).unwrap();
+    let mut seen = Vec::new();
+    kernel(&sim, stream, &[arg(ptr, 16, Access::Read)], 1, |bytes| {
+        seen = bytes[0].to_vec()
+    })
+    .unwrap();
+    assert!(seen.iter().all(|&b| b == memory::POISON));
+    let twice = [arg(ptr, 16, Access::Read), arg(ptr, 16, Access::Write)];
+    assert!(matches!(
+        kernel(&sim, stream, &twice, 1, |_| {}),
+        Err(BackendError::Unsupported { .. })
+    ));
+    assert!(matches!(
+        kernel(&sim, stream, &[arg(ptr, 17, Access::Read)], 1, |_| {}),
+        Err(BackendError::OutOfBounds { .. })
+    ));
+}
