@@ -325,6 +325,30 @@ pub enum MemError {
         error: crate::backend::BackendError,
     },
 
+    /// A host kernel was launched or used wrongly.
+    #[error("kernel '{kernel}': {reason}")]
+    Kernel {
+        /// The kernel's name.
+        kernel: String,
+        /// What was wrong, and the fix.
+        reason: String,
+    },
+
+    /// A pipeline binding does not have one device array per buffer set.
+    #[error(
+        "pipeline binding '{label}' has {bound} device array(s), but the pipeline runs {sets} buffer set(s): \
+         bind it with input_with, output_with or inout_with, which pick its array in every set, or run \
+         ChunkStreamer::pipeline (one set) for a single array"
+    )]
+    PipelineSets {
+        /// The binding's label.
+        label: String,
+        /// Device arrays bound.
+        bound: usize,
+        /// Buffer sets of the pipeline.
+        sets: usize,
+    },
+
     /// No GPU device could be used.
     #[error("no CUDA device available: {cause}")]
     NoDevice {

@@ -37,6 +37,7 @@ mod dtype;
 mod error;
 pub mod host;
 mod ids;
+mod kernel;
 mod manager;
 pub mod plan;
 mod pools;
@@ -62,6 +63,7 @@ pub use host::{
     STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};
+pub use kernel::{HostKernel, KernelArgs};
 pub use manager::{Instance, MemoryManager, Owner, Work};
 pub use plan::{Chunk, ChunkPlan, Chunks};
 pub use pools::MIN_AUTOPOOL_SIZE;

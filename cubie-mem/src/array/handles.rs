@@ -10,7 +10,7 @@ use parking_lot::RawRwLock;
 use parking_lot::lock_api::{ArcRwLockReadGuard, ArcRwLockWriteGuard};
 
 use super::ReleaseReason;
-use super::slot::{Memory, Slot};
+use super::slot::{DeviceMemory, Memory, Slot};
 use crate::backend::{BackendResult, DevicePtr, PinnedBlock};
 use crate::{Element, MemError};
 
@@ -231,19 +231,30 @@ impl<T: Element> DeviceArray<T> {
         self.inner.slot.owner()
     }
 
-    /// Calls `f` with the device address (for kernel launches). The memory
-    /// stays allocated until `f` returns even if the manager frees or evicts
-    /// the array meanwhile (it is then freed when `f` returns). `f` may call
-    /// the manager.
-    pub fn with_device_ptr<R>(&self, f: impl FnOnce(DevicePtr) -> R) -> Result<R, MemError> {
+    /// The slot, for identity and backend.
+    pub(crate) fn slot(&self) -> &Arc<Slot> {
+        &self.inner.slot
+    }
+
+    /// The device memory, kept allocated while the result lives (a release
+    /// meanwhile frees it when the last holder lets go).
+    pub(crate) fn device_memory(&self) -> Result<Arc<DeviceMemory>, MemError> {
         match self.inner.slot.memory()? {
-            Memory::Device(memory) => Ok(f(memory.ptr())),
+            Memory::Device(memory) => Ok(memory),
             Memory::Pinned(_) => Err(MemError::WrongArrayType {
                 label: self.label().to_owned(),
                 requested: "device memory".into(),
                 found: "pinned host memory".into(),
             }),
         }
+    }
+
+    /// Calls `f` with the device address (for kernel launches). The memory
+    /// stays allocated until `f` returns even if the manager frees or evicts
+    /// the array meanwhile (it is then freed when `f` returns). `f` may call
+    /// the manager.
+    pub fn with_device_ptr<R>(&self, f: impl FnOnce(DevicePtr) -> R) -> Result<R, MemError> {
+        self.device_memory().map(|memory| f(memory.ptr()))
     }
 }
 

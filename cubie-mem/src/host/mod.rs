@@ -16,10 +16,12 @@
 
 mod array;
 mod choose;
+mod lane;
 mod layout;
 mod pipeline;
 mod ram;
 mod spill;
+mod stage;
 mod staging;
 mod transfer;
 

@@ -27,8 +27,9 @@ use crate::{ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
 /// chunk axis; the runs after it are unused.
 ///
 /// [`copy_in`](Self::copy_in) and [`copy_out`](Self::copy_out) move one
-/// chunk; [`pipeline`](Self::pipeline) runs the whole batch with the next
-/// chunk's input staged while the current one computes.
+/// chunk and wait for it; [`pipeline`](Self::pipeline) and
+/// [`pipeline_sets`](Self::pipeline_sets) run the whole batch with the
+/// copies of some chunks overlapping the computation of another.
 pub struct ChunkStreamer<'a> {
     pub(super) manager: &'a MemoryManager,
     pub(super) instance: &'a Instance,
@@ -101,7 +102,7 @@ impl<'a> ChunkStreamer<'a> {
         let layout = self.layout(host.shape(), device, axis)?;
         let _stream = self.bind_stream()?;
         let mut staging = self.stager(&layout, device.label());
-        upload(host, device, &layout, &chunk.runs, &mut staging, false)
+        upload(host, device, &layout, &chunk.runs, &mut staging)
     }
 
     /// Copies `device` (one chunk) into chunk `chunk` of `host` (the whole
@@ -212,6 +213,14 @@ impl<T: Element> Stager<T> {
         self.buffer().map(drop)
     }
 
+    /// Gives up the buffer without returning it to the pool: for a buffer a
+    /// copy may still be using.
+    pub(super) fn retire(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            std::mem::forget(buffer);
+        }
+    }
+
     /// The buffer, or `None` when getting one would wait.
     pub(super) fn try_buffer(&mut self) -> Result<Option<&mut [T]>, MemError> {
         if self.buffer.is_none() {
@@ -222,7 +231,7 @@ impl<T: Element> Stager<T> {
 }
 
 /// The host range a pinned host array's chunk can be copied from directly.
-fn direct_range<T: Element>(
+pub(super) fn direct_range<T: Element>(
     host: &HostArray<T>,
     layout: &ChunkLayout,
     runs: &Range<usize>,
@@ -241,46 +250,13 @@ fn host_range_error(range: &Range<usize>, len: usize) -> MemError {
     }
 }
 
-/// Whether moving chunk `runs` of `host` needs a staging buffer (it is not
-/// empty, and not one contiguous block of pinned memory).
-pub(super) fn needs_staging<T: Element>(
-    host: &HostArray<T>,
-    layout: &ChunkLayout,
-    runs: &Range<usize>,
-) -> bool {
-    layout.chunk_extent(runs.len()) > 0 && direct_range(host, layout, runs).is_none()
-}
-
-/// Gathers the first staging window of chunk `runs` into `buffer`; returns
-/// whether it staged anything (a direct or empty chunk needs no staging).
-pub(super) fn stage_first_window<T: Element>(
-    host: &HostArray<T>,
-    layout: &ChunkLayout,
-    runs: &Range<usize>,
-    staging: &mut Stager<T>,
-) -> Result<bool, MemError> {
-    if !needs_staging(host, layout, runs) {
-        return Ok(false);
-    }
-    let extent = layout.chunk_extent(runs.len());
-    let buffer = staging.buffer()?;
-    let len = buffer.len().min(extent);
-    let window = buffer
-        .get_mut(..len)
-        .ok_or_else(|| host_range_error(&(0..len), len))?;
-    layout.gather(host.as_slice(), runs.clone(), 0, window)?;
-    Ok(true)
-}
-
-/// Copies chunk `runs` of `host` into `device`; `prestaged` says the staging
-/// buffer's first window already holds it.
-pub(super) fn upload<T: Element>(
+/// Copies chunk `runs` of `host` into `device`, waiting for each copy.
+fn upload<T: Element>(
     host: &HostArray<T>,
     device: &DeviceArray<T>,
     layout: &ChunkLayout,
     runs: &Range<usize>,
     staging: &mut Stager<T>,
-    prestaged: bool,
 ) -> Result<(), MemError> {
     let extent = layout.chunk_extent(runs.len());
     if extent == 0 {
@@ -301,33 +277,21 @@ pub(super) fn upload<T: Element>(
         let part = buffer
             .get_mut(..end - start)
             .ok_or_else(|| host_range_error(&(start..end), window))?;
-        if !(prestaged && start == 0) {
-            layout.gather(host.as_slice(), runs.clone(), start, part)?;
-        }
+        layout.gather(host.as_slice(), runs.clone(), start, part)?;
         device.copy_from_host_at(start, part)?;
         start = end;
     }
     Ok(())
 }
 
-/// Copies `device` into chunk `runs` of `host` through `buffer` (or directly).
-pub(super) fn download<T: Element>(
+/// Copies `device` into chunk `runs` of `host` through `staging` (or
+/// directly), waiting for each copy.
+fn download<T: Element>(
     device: &DeviceArray<T>,
     host: &mut HostArray<T>,
     layout: &ChunkLayout,
     runs: &Range<usize>,
     staging: &mut Stager<T>,
-) -> Result<(), MemError> {
-    download_through(device, host, layout, runs, move || staging.buffer())
-}
-
-/// [`download`] with the staging buffer supplied by `buffer` when needed.
-pub(super) fn download_through<'b, T: Element>(
-    device: &DeviceArray<T>,
-    host: &mut HostArray<T>,
-    layout: &ChunkLayout,
-    runs: &Range<usize>,
-    buffer: impl FnOnce() -> Result<&'b mut [T], MemError>,
 ) -> Result<(), MemError> {
     let extent = layout.chunk_extent(runs.len());
     if extent == 0 {
@@ -341,7 +305,7 @@ pub(super) fn download_through<'b, T: Element>(
             .ok_or_else(|| host_range_error(&range, len))?;
         return device.copy_to_host_at(0, target);
     }
-    let buffer = buffer()?;
+    let buffer = staging.buffer()?;
     let window = buffer.len().max(1);
     let mut start = 0;
     while start < extent {

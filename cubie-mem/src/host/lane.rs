@@ -1,0 +1,283 @@
+//! One binding of a chunk pipeline: a host array of the whole batch, the
+//! device array of each buffer set, and the asynchronous copies between them.
+//!
+//! A chunk moves directly when the host array is page-locked and the chunk
+//! is one contiguous block of it; otherwise it is gathered into (or
+//! scattered from) a page-locked staging buffer, window by window. Every
+//! copy is queued on the pipeline's upload or download stream and returns at
+//! once; a staging buffer is only touched again once the copy that used it
+//! is done ([`Stage`]).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::HostArray;
+use super::layout::ChunkLayout;
+use super::stage::Stage;
+use super::transfer::direct_range;
+use crate::array::slot::DeviceMemory;
+use crate::backend::{Backend, BackendResult, StreamHandle};
+use crate::plan::Chunk;
+use crate::{Element, MemError};
+
+/// How the host side of a binding is borrowed.
+pub(super) enum HostRef<'p, T: Element> {
+    Shared(&'p HostArray<T>),
+    Exclusive(&'p mut HostArray<T>),
+}
+
+impl<T: Element> HostRef<'_, T> {
+    pub(super) fn get(&self) -> &HostArray<T> {
+        match self {
+            HostRef::Shared(host) => host,
+            HostRef::Exclusive(host) => host,
+        }
+    }
+}
+
+/// Which ways a binding copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Direction {
+    In,
+    Out,
+    InOut,
+}
+
+impl Direction {
+    pub(super) fn uploads(self) -> bool {
+        self != Direction::Out
+    }
+
+    pub(super) fn downloads(self) -> bool {
+        self != Direction::In
+    }
+}
+
+/// A checked binding, ready to move chunks.
+pub(super) struct Lane<'p, T: Element> {
+    pub(super) label: String,
+    pub(super) host: HostRef<'p, T>,
+    /// The device array of each buffer set, held allocated for the run.
+    pub(super) devices: Vec<Arc<DeviceMemory>>,
+    pub(super) layout: ChunkLayout,
+    pub(super) direction: Direction,
+    pub(super) backend: Arc<dyn Backend>,
+    /// Staging for uploads (and for the downloads of an `inout` binding
+    /// that got no second buffer).
+    pub(super) input: Option<Stage<T>>,
+    /// Staging for downloads.
+    pub(super) output: Option<Stage<T>>,
+}
+
+/// What the pipeline's schedule asks of a lane, whatever its element type.
+pub(super) trait Move {
+    /// Copies both ways.
+    fn is_inout(&self) -> bool;
+    /// Acquires the staging buffers the run will need (waiting for them),
+    /// so that no acquire waits later while another buffer is held.
+    fn reserve(&mut self, first: &Chunk) -> Result<(), MemError>;
+    /// Queues the upload of `chunk` into buffer set `set` on `stream`.
+    fn upload(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle) -> Result<(), MemError>;
+    /// Queues the download of `chunk` from buffer set `set` on `stream`;
+    /// staged results are scattered into the host array before it returns.
+    fn download(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle)
+    -> Result<(), MemError>;
+}
+
+/// Queues a copy of `src` into `device` at element `offset`.
+///
+/// # Safety
+///
+/// `src` is page-locked memory of `backend` that stays allocated and
+/// unwritten until the work queued on `stream` is done.
+unsafe fn queue_upload<T: Element>(
+    backend: &dyn Backend,
+    device: &DeviceMemory,
+    label: &str,
+    offset: usize,
+    src: &[T],
+    stream: StreamHandle,
+) -> Result<(), MemError> {
+    let bytes: &[u8] = bytemuck::cast_slice(src);
+    let offset = (offset as u64).saturating_mul(size_of::<T>() as u64);
+    // SAFETY: passed on from the caller.
+    unsafe {
+        backend.copy_to_device_async(device.ptr(), offset, bytes.as_ptr(), bytes.len(), stream)
+    }
+    .for_array(backend, label)
+}
+
+/// Queues a copy of `device` at element `offset` into `dst`.
+///
+/// # Safety
+///
+/// `dst` is page-locked memory of `backend` that stays allocated and that
+/// no one reads or writes until the work queued on `stream` is done.
+unsafe fn queue_download<T: Element>(
+    backend: &dyn Backend,
+    device: &DeviceMemory,
+    label: &str,
+    offset: usize,
+    dst: &mut [T],
+    stream: StreamHandle,
+) -> Result<(), MemError> {
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+    let offset = (offset as u64).saturating_mul(size_of::<T>() as u64);
+    let len = bytes.len();
+    // SAFETY: passed on from the caller.
+    unsafe {
+        backend.copy_from_device_async(bytes.as_mut_ptr(), len, device.ptr(), offset, stream)
+    }
+    .for_array(backend, label)
+}
+
+fn host_range_error(label: &str, range: &Range<usize>, len: usize) -> MemError {
+    MemError::LengthMismatch {
+        label: label.to_owned(),
+        expected: range.end,
+        found: len,
+    }
+}
+
+impl<T: Element> Lane<'_, T> {
+    fn device(&self, set: usize) -> Result<Arc<DeviceMemory>, MemError> {
+        self.devices
+            .get(set)
+            .cloned()
+            .ok_or_else(|| MemError::PipelineSets {
+                label: self.label.clone(),
+                bound: self.devices.len(),
+                sets: set.saturating_add(1),
+            })
+    }
+
+    /// Whether moving `runs` needs a staging buffer.
+    fn staged(&self, runs: &Range<usize>) -> bool {
+        self.layout.chunk_extent(runs.len()) > 0
+            && direct_range(self.host.get(), &self.layout, runs).is_none()
+    }
+}
+
+impl<T: Element> Move for Lane<'_, T> {
+    fn is_inout(&self) -> bool {
+        self.direction == Direction::InOut
+    }
+
+    fn reserve(&mut self, first: &Chunk) -> Result<(), MemError> {
+        if !self.staged(&first.runs) {
+            return Ok(());
+        }
+        if let Some(input) = self.input.as_mut() {
+            input.reserve()?;
+            // An inout binding's second buffer is only taken when the pool
+            // has one at once; else its downloads share the input buffer.
+            if let Some(output) = self.output.as_mut()
+                && !output.try_reserve()?
+            {
+                self.output = None;
+            }
+            return Ok(());
+        }
+        match self.output.as_mut() {
+            Some(output) => output.reserve(),
+            None => Ok(()),
+        }
+    }
+
+    fn upload(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle) -> Result<(), MemError> {
+        if !self.direction.uploads() {
+            return Ok(());
+        }
+        let runs = chunk.runs.clone();
+        let extent = self.layout.chunk_extent(runs.len());
+        if extent == 0 {
+            return Ok(());
+        }
+        let device = self.device(set)?;
+        let host = self.host.get();
+        if let Some(range) = direct_range(host, &self.layout, &runs) {
+            let src = host
+                .as_slice()
+                .get(range.clone())
+                .ok_or_else(|| host_range_error(&self.label, &range, host.len()))?;
+            // SAFETY: the host array is page-locked, borrowed by the pipeline
+            // for the whole run and only read; the run waits for every copy
+            // before it returns.
+            return unsafe { queue_upload(&*self.backend, &device, &self.label, 0, src, stream) };
+        }
+        let Some(stage) = self.input.as_mut() else {
+            return Ok(());
+        };
+        let window = stage.host()?.len().max(1);
+        let (backend, label, layout) = (&self.backend, &self.label, &self.layout);
+        let mut start = 0;
+        while start < extent {
+            let len = window.min(extent - start);
+            // SAFETY: the closure queues one copy of the window it is given,
+            // on `stream`; the stage keeps the buffer until it is done.
+            unsafe {
+                stage.lend(backend, stream, len, |part| {
+                    layout.gather(host.as_slice(), runs.clone(), start, part)?;
+                    queue_upload(&**backend, &device, label, start, part, stream)
+                })?;
+            }
+            start += len;
+        }
+        Ok(())
+    }
+
+    fn download(
+        &mut self,
+        chunk: &Chunk,
+        set: usize,
+        stream: StreamHandle,
+    ) -> Result<(), MemError> {
+        if !self.direction.downloads() {
+            return Ok(());
+        }
+        let runs = chunk.runs.clone();
+        let extent = self.layout.chunk_extent(runs.len());
+        if extent == 0 {
+            return Ok(());
+        }
+        let device = self.device(set)?;
+        let HostRef::Exclusive(host) = &mut self.host else {
+            return Ok(());
+        };
+        if let Some(range) = direct_range(host, &self.layout, &runs) {
+            let len = host.len();
+            let dst = host
+                .as_mut_slice()
+                .get_mut(range.clone())
+                .ok_or_else(|| host_range_error(&self.label, &range, len))?;
+            // SAFETY: the host array is page-locked and borrowed exclusively
+            // by the pipeline for the whole run; chunks are disjoint, and
+            // the run waits for every copy before it returns.
+            return unsafe {
+                queue_download(&*self.backend, &device, &self.label, 0, dst, stream)
+            };
+        }
+        let Some(stage) = self.output.as_mut().or(self.input.as_mut()) else {
+            return Ok(());
+        };
+        let window = stage.host()?.len().max(1);
+        let (backend, label, layout) = (&self.backend, &self.label, &self.layout);
+        let mut start = 0;
+        while start < extent {
+            let len = window.min(extent - start);
+            // SAFETY: the closure queues one copy into the window it is
+            // given, on `stream`; the stage keeps the buffer until it is done.
+            unsafe {
+                stage.lend(backend, stream, len, |part| {
+                    queue_download(&**backend, &device, label, start, part, stream)
+                })?;
+            }
+            // `host` waits for the copy before giving the bytes back.
+            let staged = stage.host()?;
+            let part = staged.get(..len).unwrap_or(&[]);
+            layout.scatter(part, start, runs.clone(), host.as_mut_slice())?;
+            start += len;
+        }
+        Ok(())
+    }
+}

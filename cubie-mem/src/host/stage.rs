@@ -1,0 +1,126 @@
+//! What keeps page-locked memory safe while asynchronous copies use it.
+//!
+//! An [`Event`] is a recorded backend event, destroyed when dropped. A
+//! [`Stage`] is a staging buffer with the event of the last copy that used
+//! it: the host waits for that event before touching the buffer again, and
+//! before the buffer goes back to its pool, so neither the host nor the next
+//! user of the buffer can see (or spoil) bytes a copy is still moving.
+
+use std::sync::Arc;
+
+use super::transfer::Stager;
+use crate::backend::{Backend, BackendResult, EventHandle, StreamHandle};
+use crate::{Element, MemError};
+
+/// A recorded event; destroyed when dropped.
+pub(super) struct Event {
+    backend: Arc<dyn Backend>,
+    handle: EventHandle,
+}
+
+impl Event {
+    /// Records an event after the work queued so far on `stream`.
+    pub(super) fn record(backend: &Arc<dyn Backend>, stream: StreamHandle) -> Result<Self, MemError> {
+        Ok(Event {
+            handle: backend.record_event(stream).on(&**backend)?,
+            backend: Arc::clone(backend),
+        })
+    }
+
+    /// Makes later work on `stream` wait for this event.
+    pub(super) fn order(&self, stream: StreamHandle) -> Result<(), MemError> {
+        self.backend
+            .wait_event(stream, self.handle)
+            .on(&*self.backend)
+    }
+
+    /// Blocks the host until the work before the event is done.
+    pub(super) fn wait(&self) -> Result<(), MemError> {
+        self.backend
+            .synchronize_event(self.handle)
+            .on(&*self.backend)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Err(error) = self.backend.destroy_event(self.handle) {
+            tracing::warn!(%error, "destroying an event failed");
+        }
+    }
+}
+
+/// A staging buffer and the event of the last asynchronous copy using it.
+pub(super) struct Stage<T: Element> {
+    stager: Stager<T>,
+    pending: Option<Event>,
+}
+
+impl<T: Element> Stage<T> {
+    pub(super) fn new(stager: Stager<T>) -> Self {
+        Stage {
+            stager,
+            pending: None,
+        }
+    }
+
+    /// Waits for the last copy that used the buffer.
+    pub(super) fn settle(&mut self) -> Result<(), MemError> {
+        if let Some(event) = self.pending.take() {
+            event.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Acquires the buffer now (waiting for the pool if need be).
+    pub(super) fn reserve(&mut self) -> Result<(), MemError> {
+        self.stager.reserve()
+    }
+
+    /// Acquires the buffer if the pool has one without waiting; whether it did.
+    pub(super) fn try_reserve(&mut self) -> Result<bool, MemError> {
+        Ok(self.stager.try_buffer()?.is_some())
+    }
+
+    /// The buffer for the host, once no copy uses it.
+    pub(super) fn host(&mut self) -> Result<&mut [T], MemError> {
+        self.settle()?;
+        self.stager.buffer()
+    }
+
+    /// Hands the buffer to an asynchronous copy queued by `queue` on
+    /// `stream`: it gets the buffer's first `len` elements, and the buffer
+    /// is not touched again until an event recorded after the copy fired.
+    ///
+    /// # Safety
+    ///
+    /// `queue` must only queue copies on `stream` that use the slice it is
+    /// given, and nothing else may keep its address.
+    pub(super) unsafe fn lend(
+        &mut self,
+        backend: &Arc<dyn Backend>,
+        stream: StreamHandle,
+        len: usize,
+        queue: impl FnOnce(&mut [T]) -> Result<(), MemError>,
+    ) -> Result<(), MemError> {
+        let buffer = self.host()?;
+        let len = len.min(buffer.len());
+        let window = buffer.get_mut(..len).unwrap_or(&mut []);
+        let queued = queue(window);
+        // Even a failed call may have queued part of its work: wait for it
+        // before anyone touches the buffer again.
+        self.pending = Some(Event::record(backend, stream)?);
+        queued
+    }
+}
+
+impl<T: Element> Drop for Stage<T> {
+    fn drop(&mut self) {
+        // The buffer goes back to the pool only once no copy uses it; when
+        // that cannot be known, it is never reused.
+        if let Err(error) = self.settle() {
+            tracing::error!(%error, "waiting for a staging copy failed; its buffer is retired");
+            self.stager.retire();
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Host kernels: computation over device arrays, launched through the
+//! backend like a GPU kernel, so that the simulated device orders it on a
+//! stream, checks it for hazards and times it on its compute engine.
+//!
+//! On the simulated device the body runs on the host, in place on the
+//! arrays' memory, when the launch is queued; a CUDA device reports such a
+//! launch unsupported (launch real kernels on the group's stream there).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::array::slot::{Memory, Slot};
+use crate::backend::{Access, BackendResult, KernelArg, KernelBody, KernelLaunch};
+use crate::{DeviceArray, Element, MemError};
+
+/// A kernel over device arrays whose body runs on the host: what a solver's
+/// GPU kernel is on the simulated device.
+///
+/// It is queued on the thread's current stream (inside a
+/// [`ChunkPipeline`](crate::ChunkPipeline)'s computation, the instance's
+/// stream), else on the stream of its first array's group.
+///
+/// ```
+/// use std::time::Duration;
+/// use cubie_mem::{ArrayRequest, HostKernel, MemoryManager, Registration, SimBackend};
+///
+/// let mgr = MemoryManager::new(SimBackend::new(1 << 30));
+/// let solver = mgr.register(Registration::new().on_invalidate(|| {}))?;
+/// mgr.queue_request(&solver, [("x", ArrayRequest::of::<f64>([4])), ("y", ArrayRequest::of::<f64>([4]))])?;
+/// let mut response = mgr.allocate_queue_for(&solver)?;
+/// let (x, y) = (response.take::<f64>("x")?, response.take::<f64>("y")?);
+/// x.copy_from_host(&[1.0, 2.0, 3.0, 4.0])?;
+/// HostKernel::new("double", Duration::from_micros(5))
+///     .reads(&x)
+///     .writes(&y)
+///     .launch(|args| {
+///         let (x, y) = (args.read(&x)?, args.write(&y)?);
+///         y.iter_mut().zip(x).for_each(|(y, x)| *y = 2.0 * x);
+///         Ok(())
+///     })?;
+/// assert_eq!(y.to_vec()?, [2.0, 4.0, 6.0, 8.0]);
+/// # Ok::<(), cubie_mem::MemError>(())
+/// ```
+#[must_use = "a kernel does nothing until launched"]
+pub struct HostKernel<'a> {
+    name: String,
+    duration: Duration,
+    args: Vec<(&'a Arc<Slot>, Access)>,
+}
+
+impl<'a> HostKernel<'a> {
+    /// A kernel called `name` that takes `duration` on the device's compute
+    /// engine (the simulated device's modelled time).
+    pub fn new(name: impl Into<String>, duration: Duration) -> Self {
+        HostKernel {
+            name: name.into(),
+            duration,
+            args: Vec::new(),
+        }
+    }
+
+    fn arg<T: Element>(mut self, array: &'a DeviceArray<T>, access: Access) -> Self {
+        self.args.push((array.slot(), access));
+        self
+    }
+
+    /// The kernel reads `array`.
+    pub fn reads<T: Element>(self, array: &'a DeviceArray<T>) -> Self {
+        self.arg(array, Access::Read)
+    }
+
+    /// The kernel writes `array` (whatever it held before is not read).
+    pub fn writes<T: Element>(self, array: &'a DeviceArray<T>) -> Self {
+        self.arg(array, Access::Write)
+    }
+
+    /// The kernel reads and writes `array`.
+    pub fn updates<T: Element>(self, array: &'a DeviceArray<T>) -> Self {
+        self.arg(array, Access::ReadWrite)
+    }
+
+    fn error(&self, reason: impl Into<String>) -> MemError {
+        MemError::Kernel {
+            kernel: self.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Queues the kernel; `body` gets the arrays' elements through
+    /// [`KernelArgs`]. Its error, if any, is returned. The arrays stay
+    /// allocated until the kernel is done even if they are released meanwhile.
+    pub fn launch(
+        self,
+        body: impl FnOnce(&mut KernelArgs<'_>) -> Result<(), MemError> + Send,
+    ) -> Result<(), MemError> {
+        let Some(&(first, _)) = self.args.first() else {
+            return Err(self.error("it has no arrays; list what it reads and writes"));
+        };
+        if let Some((other, _)) = self
+            .args
+            .iter()
+            .find(|(slot, _)| !std::ptr::addr_eq(slot.backend(), first.backend()))
+        {
+            return Err(self.error(format!(
+                "'{}' and '{}' belong to different devices",
+                first.label(),
+                other.label()
+            )));
+        }
+        let memories = self
+            .args
+            .iter()
+            .map(|(slot, _)| slot.memory())
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut launch_args = Vec::with_capacity(memories.len());
+        let mut stream = None;
+        for ((slot, access), memory) in self.args.iter().zip(&memories) {
+            let Memory::Device(device) = memory else {
+                return Err(self.error(format!("'{}' is not device memory", slot.label())));
+            };
+            stream.get_or_insert_with(|| slot.copy_stream(device));
+            launch_args.push(KernelArg {
+                ptr: device.ptr(),
+                bytes: slot.bytes(),
+                access: *access,
+            });
+        }
+        let Some(stream) = stream else {
+            return Err(self.error("it has no arrays; list what it reads and writes"));
+        };
+        let entries: Vec<(usize, Arc<str>, Access)> = self
+            .args
+            .iter()
+            .map(|(slot, access)| (Arc::as_ptr(slot) as usize, Arc::clone(slot.label()), *access))
+            .collect();
+        let name = self.name.as_str();
+        let mut body = Some(body);
+        let mut outcome = Ok(());
+        let mut run = |bytes: &mut [&mut [u8]]| {
+            if let Some(body) = body.take() {
+                let mut args = KernelArgs {
+                    kernel: name,
+                    entries: entries
+                        .iter()
+                        .zip(bytes.iter_mut())
+                        .map(|((slot, label, access), bytes)| Entry {
+                            slot: *slot,
+                            label: Arc::clone(label),
+                            access: *access,
+                            bytes: Some(std::mem::take(bytes)),
+                        })
+                        .collect(),
+                };
+                outcome = body(&mut args);
+            }
+        };
+        let backend = first.backend();
+        backend
+            .launch(
+                KernelLaunch {
+                    name,
+                    args: &launch_args,
+                    body: KernelBody::Host {
+                        duration: self.duration,
+                        run: &mut run,
+                    },
+                },
+                stream,
+            )
+            .for_array(backend, first.label())?;
+        drop(memories);
+        outcome
+    }
+}
+
+impl std::fmt::Debug for HostKernel<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostKernel")
+            .field("name", &self.name)
+            .field("duration", &self.duration)
+            .field(
+                "args",
+                &self
+                    .args
+                    .iter()
+                    .map(|(slot, access)| (&**slot.label(), access))
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// One array of a running host kernel.
+struct Entry<'k> {
+    slot: usize,
+    label: Arc<str>,
+    access: Access,
+    bytes: Option<&'k mut [u8]>,
+}
+
+/// The arrays of a running [`HostKernel`]: each can be borrowed once, as
+/// its declared access allows. Memory never written reads as the device's
+/// poison (NaN for floats), as fresh GPU memory would.
+pub struct KernelArgs<'k> {
+    kernel: &'k str,
+    entries: Vec<Entry<'k>>,
+}
+
+impl<'k> KernelArgs<'k> {
+    fn take<T: Element>(
+        &mut self,
+        array: &DeviceArray<T>,
+        wanted: &str,
+        allowed: fn(Access) -> bool,
+    ) -> Result<&'k mut [T], MemError> {
+        let identity = Arc::as_ptr(array.slot()) as usize;
+        let kernel = self.kernel;
+        let error = |reason: String| MemError::Kernel {
+            kernel: kernel.to_owned(),
+            reason,
+        };
+        let entry = self
+            .entries
+            .iter_mut()
+            .find(|entry| entry.slot == identity)
+            .ok_or_else(|| error(format!("'{}' was not listed in the launch", array.label())))?;
+        if !allowed(entry.access) {
+            return Err(error(format!(
+                "'{}' was listed as {:?}, so it cannot be borrowed to {wanted}",
+                entry.label, entry.access
+            )));
+        }
+        let bytes = entry.bytes.take().ok_or_else(|| {
+            error(format!("'{}' is already borrowed in this kernel", entry.label))
+        })?;
+        bytemuck::try_cast_slice_mut(bytes)
+            .map_err(|cast| error(format!("'{}' cannot be viewed as {}: {cast}", entry.label, T::DTYPE)))
+    }
+
+    /// The elements of `array`, listed with `reads` or `updates`.
+    pub fn read<T: Element>(&mut self, array: &DeviceArray<T>) -> Result<&'k [T], MemError> {
+        self.take(array, "read", Access::reads).map(|elements| &*elements)
+    }
+
+    /// The elements of `array`, writable, listed with `writes` or `updates`.
+    pub fn write<T: Element>(&mut self, array: &DeviceArray<T>) -> Result<&'k mut [T], MemError> {
+        self.take(array, "write", Access::writes)
+    }
+}
+
+impl std::fmt::Debug for KernelArgs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelArgs")
+            .field("kernel", &self.kernel)
+            .field(
+                "arrays",
+                &self.entries.iter().map(|e| &*e.label).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
