@@ -118,7 +118,9 @@ impl<'a> HostKernel<'a> {
             let Memory::Device(device) = memory else {
                 return Err(self.error(format!("'{}' is not device memory", slot.label())));
             };
-            stream.get_or_insert_with(|| slot.copy_stream(device));
+            // Every array is ordered on the stream of the first.
+            let stream = stream.get_or_insert_with(|| slot.work_stream(device));
+            device.use_on(stream)?;
             launch_args.push(KernelArg {
                 ptr: device.ptr(),
                 bytes: slot.bytes(),
@@ -165,7 +167,7 @@ impl<'a> HostKernel<'a> {
                         run: &mut run,
                     },
                 },
-                stream,
+                stream.handle(),
             )
             .for_array(backend, first.label())?;
         drop(memories);

@@ -229,7 +229,7 @@ impl StreamGroups {
 thread_local! {
     /// The streams bound on this thread, innermost last, keyed by the
     /// address of the backend they belong to.
-    static CURRENT: RefCell<Vec<(usize, StreamHandle)>> = const { RefCell::new(Vec::new()) };
+    static CURRENT: RefCell<Vec<(usize, Arc<OwnedStream>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The identity of a backend for current-stream bindings: the address of its
@@ -242,14 +242,14 @@ fn backend_key(backend: &Arc<dyn Backend>) -> usize {
 }
 
 /// The stream bound on this thread for `backend`, if any.
-pub(crate) fn current_stream_for(backend: &Arc<dyn Backend>) -> Option<StreamHandle> {
+pub(crate) fn current_stream_for(backend: &Arc<dyn Backend>) -> Option<Arc<OwnedStream>> {
     let key = backend_key(backend);
     CURRENT.with(|c| {
         c.borrow()
             .iter()
             .rev()
             .find(|(k, _)| *k == key)
-            .map(|(_, s)| *s)
+            .map(|(_, s)| Arc::clone(s))
     })
 }
 
@@ -267,7 +267,7 @@ pub struct CurrentStream {
 impl CurrentStream {
     pub(crate) fn bind(stream: Arc<OwnedStream>) -> Self {
         let key = backend_key(stream.backend());
-        CURRENT.with(|c| c.borrow_mut().push((key, stream.handle())));
+        CURRENT.with(|c| c.borrow_mut().push((key, Arc::clone(&stream))));
         CurrentStream {
             key,
             stream,
@@ -279,17 +279,24 @@ impl CurrentStream {
     pub fn stream(&self) -> StreamHandle {
         self.stream.handle()
     }
+
+    /// The bound stream, shared.
+    pub(crate) fn owned(&self) -> &Arc<OwnedStream> {
+        &self.stream
+    }
 }
 
 impl Drop for CurrentStream {
     fn drop(&mut self) {
-        let entry = (self.key, self.stream.handle());
-        CURRENT.with(|c| {
+        let removed = CURRENT.with(|c| {
             let mut stack = c.borrow_mut();
-            if let Some(i) = stack.iter().rposition(|e| *e == entry) {
-                stack.remove(i);
-            }
+            stack
+                .iter()
+                .rposition(|(key, stream)| *key == self.key && Arc::ptr_eq(stream, &self.stream))
+                .map(|i| stack.remove(i))
         });
+        // Dropped outside the thread-local's borrow.
+        drop(removed);
     }
 }
 

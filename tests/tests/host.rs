@@ -217,7 +217,7 @@ fn pipeline_batch(
         .pipeline()
         .input(&host_in, &device_in, axis)
         .output(&mut host_out, &device_out, axis)
-        .run(|chunk| {
+        .run(|chunk, _| {
             seen.push(chunk.runs.clone());
             let values: Vec<f64> = device_in.to_vec()?.into_iter().map(&f).collect();
             device_out.copy_from_host(&values)
@@ -259,7 +259,7 @@ fn inout_pipeline_updates_the_host_array_in_place() {
     streamer
         .pipeline()
         .inout(&mut state, &device, 1)
-        .run(|chunk| {
+        .run(|chunk, _| {
             let mut values = device.to_vec()?;
             // Only the chunk's leading runs on the axis are valid.
             for row in values.chunks_mut(3) {
@@ -309,7 +309,7 @@ fn a_plan_from_the_manager_streams_a_batch_larger_than_the_device() {
         .pipeline()
         .input(&host_in, &device_in, 2)
         .output(&mut host_out, &device_out, 2)
-        .run(|_| device_out.copy_from_host(&device_in.to_vec()?))
+        .run(|_, _| device_out.copy_from_host(&device_in.to_vec()?))
         .unwrap();
     assert_eq!(host_out.as_slice(), data);
 }
@@ -346,7 +346,7 @@ fn pipeline_holds_the_owner_busy_so_it_is_not_evicted_mid_batch() {
         .unwrap()
         .pipeline()
         .input(&host, &device, 0)
-        .run(|_| {
+        .run(|_, _| {
             mgr.queue_request(&other, other_request())?;
             refused.push(mgr.allocate_queue(&other).is_err());
             Ok::<_, MemError>(())

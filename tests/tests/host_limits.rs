@@ -80,7 +80,7 @@ fn a_reused_partition_with_an_empty_last_chunk_streams() {
     streamer
         .pipeline()
         .inout(&mut back, &device, 1)
-        .run(|chunk| {
+        .run(|chunk, _| {
             lengths.push(chunk.len());
             Ok::<_, MemError>(())
         })
@@ -106,7 +106,7 @@ fn a_plan_with_an_enormous_chunk_count_streams_lazily() {
     let mut seen = Vec::new();
     let error = streamer
         .pipeline()
-        .run(|chunk| {
+        .run(|chunk, _| {
             seen.push(chunk.runs.clone());
             if seen.len() == 3 {
                 return Err(MemError::ChunkOutOfRange {
@@ -244,7 +244,7 @@ fn wrong_shapes_and_indices_are_clear_errors() {
         .pipeline()
         .input(&host, &device, 1)
         .output(&mut out, &device, 1)
-        .run(|_| Ok::<_, MemError>(()))
+        .run(|_, _| Ok::<_, MemError>(()))
         .unwrap_err();
     assert_eq!(
         error,
@@ -256,7 +256,7 @@ fn wrong_shapes_and_indices_are_clear_errors() {
     let error = streamer
         .pipeline()
         .input(&wrong_runs, &device, 1)
-        .run(|_| -> Result<(), MemError> { panic!("must not run with a bad binding") })
+        .run(|_, _| -> Result<(), MemError> { panic!("must not run with a bad binding") })
         .unwrap_err();
     assert!(matches!(error, MemError::ChunkShapeMismatch { .. }));
 }

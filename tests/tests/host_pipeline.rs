@@ -62,35 +62,42 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
         .pipeline()
         .input(&host_in, &device_in, 1)
         .output(&mut host_out, &device_out, 1)
-        .run(|chunk| {
+        .run(|chunk, _| {
             log.lock().unwrap().push(format!("compute {}", chunk.index));
             // The instance's stream is current here too: this copy is ordered on it.
             device_out.copy_from_host(&[chunk.index as u32; 8])
         })
         .unwrap();
 
-    let up = |bytes: usize| format!("up {bytes} on {stream}");
-    let down = |bytes: usize| format!("down {bytes} on {stream}");
+    // The pipeline's own streams come after the instance's.
+    let (upload, download) = (stream + 1, stream + 2);
+    let up = |bytes: usize| format!("up async {bytes} on {upload}");
+    let down = |bytes: usize| format!("down async {bytes} on {download}");
+    let compute = |chunk: usize| {
+        [
+            format!("compute {chunk}"),
+            format!("up 32 on {stream}"), // the computation's own copy
+        ]
+    };
     // Chunks of 4, 4 and 2 runs; the device arrays hold 2 x 4 elements, so a
     // full chunk spans 32 bytes and the short one 4 + 2 elements (24 bytes).
-    let expected = vec![
+    // One buffer set: the upload of chunk k + 1 is queued right after the
+    // computation of chunk k (it waits on the device for that computation
+    // only), the download of chunk k before the computation of chunk k + 1
+    // overwrites its results.
+    let mut expected = vec![
         // Staging buffers are taken before the first chunk, in label order:
         // the input's ("in"), then the output's ("out").
         "pin 32".to_owned(),
         "pin 32".to_owned(),
         up(32),
-        "compute 0".to_owned(),
-        up(32),
-        down(32),
-        up(32),
-        "compute 1".to_owned(),
-        up(32),
-        down(32),
-        up(24),
-        "compute 2".to_owned(),
-        up(32),
-        down(24),
     ];
+    expected.extend(compute(0));
+    expected.extend([up(32), down(32)]);
+    expected.extend(compute(1));
+    expected.extend([up(24), down(32)]);
+    expected.extend(compute(2));
+    expected.push(down(24));
     assert_eq!(*log.lock().unwrap(), expected);
     let mut expected_out = vec![0u32; 20];
     for (run, chunk) in [(0..4, 0), (4..8, 1), (8..10, 2)] {
@@ -173,7 +180,7 @@ fn every_owner_a_pipeline_binds_is_busy_for_the_run() {
         .pipeline()
         .input(&host_params, &params, 0)
         .output(&mut host_out, &out, 0)
-        .run(|chunk| {
+        .run(|chunk, _| {
             if chunk.index == 0 {
                 // Another owner needs room mid-batch: 6000 bytes with 5968
                 // free. The params' owner is the least recently used, but busy.
@@ -243,7 +250,7 @@ fn pipelines_whose_inputs_and_outputs_cross_share_a_pool_without_deadlock() {
                     .pipeline()
                     .input(in1, p1, 0)
                     .output(o1, q1, 0)
-                    .run(|_| {
+                    .run(|_, _| {
                         meet(&to_second, &from_second);
                         q1.copy_from_host(&p1.to_vec()?)
                     })
@@ -256,7 +263,7 @@ fn pipelines_whose_inputs_and_outputs_cross_share_a_pool_without_deadlock() {
                     .pipeline()
                     .input(in2, q2, 0)
                     .output(o2, p2, 0)
-                    .run(|_| {
+                    .run(|_, _| {
                         meet(&to_first, &from_first);
                         p2.copy_from_host(&q2.to_vec()?)
                     })

@@ -168,7 +168,7 @@ fn nothing_is_left_when_a_transfer_panics() {
             .pipeline()
             .input(&input, &device_in, 2)
             .output(&mut output, &device_out, 2)
-            .run(|chunk| {
+            .run(|chunk, _| {
                 // The arrays are in use, their files already gone.
                 assert_eq!(entries(&spill_dir), Vec::<String>::new());
                 if chunk.index == 1 {

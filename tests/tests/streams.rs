@@ -150,8 +150,14 @@ fn a_guard_keeps_its_stream_alive_across_reinit() {
     drop(guard);
     assert_eq!(
         logged.sim.live_streams(),
+        2,
+        "x's last copy is on it: its free must be ordered after that copy"
+    );
+    mgr.free(&a, "x").unwrap();
+    assert_eq!(
+        logged.sim.live_streams(),
         1,
-        "destroyed once the guard let go"
+        "destroyed once nothing refers to it"
     );
 }
 

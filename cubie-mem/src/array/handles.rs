@@ -68,7 +68,7 @@ impl<T: Element> Handle<T> {
                     memory.ptr(),
                     byte_offset as u64,
                     bytes,
-                    self.slot.copy_stream(&memory),
+                    self.slot.use_stream(&memory)?,
                 )
                 .for_array(self.slot.backend(), self.slot.label()),
             Memory::Pinned(memory) => {
@@ -92,7 +92,7 @@ impl<T: Element> Handle<T> {
                     bytes,
                     memory.ptr(),
                     byte_offset as u64,
-                    self.slot.copy_stream(&memory),
+                    self.slot.use_stream(&memory)?,
                 )
                 .for_array(self.slot.backend(), self.slot.label()),
             Memory::Pinned(memory) => {

@@ -17,11 +17,18 @@ use crate::streams::{OwnedStream, current_stream_for};
 use crate::{DType, MemError, MemoryKind};
 
 /// Device memory, freed (ordered on its stream) when the last holder drops it.
+///
+/// It remembers the stream of its last use: work queued on another stream
+/// is first ordered after it (an event), as cudarc's slices do, so that an
+/// allocation made under one current stream and used under another, or
+/// freed on its group's stream after a copy on another, never races.
 pub(crate) struct DeviceMemory {
     ptr: DevicePtr,
     bytes: u64,
     /// The stream the free is ordered on: the owning group's stream.
     stream: Mutex<Arc<OwnedStream>>,
+    /// The stream of the last allocation, copy, kernel or pipeline run.
+    last_use: Mutex<Arc<OwnedStream>>,
     /// False once freed through [`DeviceMemory::free`].
     live: bool,
 }
@@ -33,14 +40,37 @@ impl DeviceMemory {
     }
 
     /// The stream of the owning group.
-    pub(crate) fn stream(&self) -> StreamHandle {
-        self.stream.lock().handle()
+    pub(crate) fn group_stream(&self) -> Arc<OwnedStream> {
+        Arc::clone(&self.stream.lock())
+    }
+
+    /// Orders work about to be queued on `stream` after the last use of the
+    /// memory on another stream, and makes `stream` the last.
+    pub(crate) fn use_on(&self, stream: &Arc<OwnedStream>) -> Result<(), MemError> {
+        let mut last = self.last_use.lock();
+        if last.handle() != stream.handle() {
+            let backend = stream.backend();
+            let event = backend.record_event(last.handle()).on(&**backend)?;
+            let ordered = backend.wait_event(stream.handle(), event).on(&**backend);
+            if let Err(error) = backend.destroy_event(event) {
+                tracing::warn!(%error, "destroying an ordering event failed");
+            }
+            ordered?;
+            *last = Arc::clone(stream);
+        }
+        Ok(())
     }
 
     /// Frees now, reporting a backend failure.
     fn free(mut self) -> Result<(), MemError> {
         self.live = false;
-        let stream = self.stream.get_mut();
+        self.release()
+    }
+
+    /// Frees on the group's stream, ordered after the last use.
+    fn release(&self) -> Result<(), MemError> {
+        let stream = self.group_stream();
+        self.use_on(&stream)?;
         let backend = stream.backend();
         backend
             .free_device(self.ptr, self.bytes, stream.handle())
@@ -53,11 +83,7 @@ impl Drop for DeviceMemory {
         if !self.live {
             return;
         }
-        let stream = self.stream.get_mut();
-        if let Err(error) = stream
-            .backend()
-            .free_device(self.ptr, self.bytes, stream.handle())
-        {
+        if let Err(error) = self.release() {
             tracing::warn!(ptr = %self.ptr, %error, "freeing device memory failed");
         }
     }
@@ -119,13 +145,14 @@ impl Slot {
     ) -> Result<Arc<Slot>, MemError> {
         let memory = match kind {
             MemoryKind::Device => {
-                let order = current_stream_for(backend).unwrap_or(stream.handle());
+                let order = current_stream_for(backend).unwrap_or_else(|| Arc::clone(stream));
                 Memory::Device(Arc::new(DeviceMemory {
                     ptr: backend
-                        .alloc_device(bytes, order)
+                        .alloc_device(bytes, order.handle())
                         .for_array(&**backend, &label)?,
                     bytes,
                     stream: Mutex::new(Arc::clone(stream)),
+                    last_use: Mutex::new(order),
                     live: true,
                 }))
             }
@@ -210,10 +237,19 @@ impl Slot {
         }
     }
 
-    /// The stream copies of `memory` are ordered on: the thread's current
-    /// stream when one is bound for this backend, else the group's.
-    pub(crate) fn copy_stream(&self, memory: &DeviceMemory) -> StreamHandle {
-        current_stream_for(&self.backend).unwrap_or_else(|| memory.stream())
+    /// The stream work on `memory` is queued on (the thread's current
+    /// stream when one is bound for this backend, else the group's), with
+    /// that work ordered after the memory's last use.
+    pub(crate) fn use_stream(&self, memory: &DeviceMemory) -> Result<StreamHandle, MemError> {
+        let stream = self.work_stream(memory);
+        memory.use_on(&stream)?;
+        Ok(stream.handle())
+    }
+
+    /// The stream work on `memory` goes to: the thread's current stream
+    /// when one is bound for this backend, else the group's.
+    pub(crate) fn work_stream(&self, memory: &DeviceMemory) -> Arc<OwnedStream> {
+        current_stream_for(&self.backend).unwrap_or_else(|| memory.group_stream())
     }
 
     pub(crate) fn backend(&self) -> &dyn Backend {

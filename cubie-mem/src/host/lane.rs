@@ -18,6 +18,7 @@ use super::transfer::direct_range;
 use crate::array::slot::DeviceMemory;
 use crate::backend::{Backend, BackendResult, StreamHandle};
 use crate::plan::Chunk;
+use crate::streams::OwnedStream;
 use crate::{Element, MemError};
 
 /// How the host side of a binding is borrowed.
@@ -73,6 +74,10 @@ pub(super) struct Lane<'p, T: Element> {
 pub(super) trait Move {
     /// Copies both ways.
     fn is_inout(&self) -> bool;
+    /// Orders `stream` after the last use of every device array of the
+    /// lane, and makes it their last use (the run's copies are ordered
+    /// through it).
+    fn order_on(&self, stream: &Arc<OwnedStream>) -> Result<(), MemError>;
     /// Acquires the staging buffers the run will need (waiting for them),
     /// so that no acquire waits later while another buffer is held.
     fn reserve(&mut self, first: &Chunk) -> Result<(), MemError>;
@@ -161,6 +166,12 @@ impl<T: Element> Lane<'_, T> {
 impl<T: Element> Move for Lane<'_, T> {
     fn is_inout(&self) -> bool {
         self.direction == Direction::InOut
+    }
+
+    fn order_on(&self, stream: &Arc<OwnedStream>) -> Result<(), MemError> {
+        self.devices
+            .iter()
+            .try_for_each(|device| device.use_on(stream))
     }
 
     fn reserve(&mut self, first: &Chunk) -> Result<(), MemError> {

@@ -285,6 +285,10 @@ impl<'p, S> ChunkPipeline<'p, S> {
                 }
             }
         }
+        // The run's streams start after every earlier use of the arrays.
+        for lane in &lanes {
+            lane.order_on(current.owned())?;
+        }
         let mut schedule = Schedule::new(streamer.manager.backend(), current.stream(), sets.len())?;
         let result = schedule.run(&mut lanes, &mut chunks, |chunk, set| {
             sets.get(set).map_or(Ok(()), |set| compute(chunk, set))

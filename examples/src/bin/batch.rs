@@ -200,7 +200,7 @@ fn run() -> Result<(), MemError> {
         .input(&host_initial, &buffers.initial, 1)
         .input(&host_rates, &buffers.rates, 0)
         .output(&mut host_state, &buffers.state, 2)
-        .run(|chunk| {
+        .run(|chunk, _| {
             progress.set_message(format!("chunk {}/{}", chunk.index + 1, plan.chunks));
             integrate_chunk(&buffers, &dims, chunk.len())?;
             progress.inc(chunk.len() as u64);
