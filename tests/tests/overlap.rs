@@ -1,0 +1,133 @@
+//! The overlap the chunk pipeline reaches on the modelled device, whose
+//! clock is deterministic: a batch whose upload, kernel and download take
+//! equal time per chunk runs in about `(n + 2)` steps with two buffer sets,
+//! against about `2n` with one and `3n` when nothing overlaps.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use cubie_mem::timeline::Activity;
+use cubie_mem::{
+    ArrayRequest, ChunkPlan, DeviceArray, HostKernel, HostMemoryType, Instance, MemError,
+    MemoryManager, SimBackend,
+};
+
+/// Runs per chunk; a chunk of f32 is 4000 bytes, 4 µs at 1 byte/ns.
+const CHUNK_RUNS: usize = 1000;
+/// The modelled time of each upload, kernel and download.
+const STEP: Duration = Duration::from_micros(4);
+
+/// One buffer set: a chunk's input and its result.
+struct Set {
+    input: DeviceArray<f32>,
+    output: DeviceArray<f32>,
+}
+
+fn sets(mgr: &MemoryManager, solver: &Instance, count: usize) -> Vec<Set> {
+    let shape = [1, CHUNK_RUNS];
+    let labels: Vec<(String, String)> = (0..count)
+        .map(|set| (format!("in{set}"), format!("out{set}")))
+        .collect();
+    let requests = labels.iter().flat_map(|(input, output)| {
+        [
+            (input.clone(), ArrayRequest::of::<f32>(shape).unchunkable()),
+            (output.clone(), ArrayRequest::of::<f32>(shape).unchunkable()),
+        ]
+    });
+    mgr.queue_request(solver, requests).unwrap();
+    let mut response = mgr.allocate_queue_for(solver).unwrap();
+    labels
+        .iter()
+        .map(|(input, output)| Set {
+            input: response.take(input).unwrap(),
+            output: response.take(output).unwrap(),
+        })
+        .collect()
+}
+
+/// The timeline's figures for `chunks` chunks through `depth` buffer sets,
+/// with host arrays of `kind`: (makespan, busiest engine, sum of engines).
+fn stream_batch(chunks: usize, depth: usize, kind: HostMemoryType) -> (u64, u64, u64) {
+    let sim = SimBackend::new(1 << 30).with_copy_bandwidth(1_000_000_000, 1_000_000_000);
+    let mgr = common::manager_on(sim.clone());
+    let solver = mgr
+        .register(cubie_mem::Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    let sets = sets(&mgr, &solver, depth);
+    let runs = chunks * CHUNK_RUNS;
+    let data: Vec<f32> = (0..runs).map(|r| r as f32).collect();
+    let host_in = mgr
+        .create_host_array([1, runs], kind, Some(&data), &solver)
+        .unwrap();
+    let mut host_out = mgr
+        .create_host_array::<f32>([1, runs], kind, None, &solver)
+        .unwrap();
+    let plan = ChunkPlan {
+        total_runs: runs,
+        chunks,
+        chunk_length: CHUNK_RUNS,
+        ..Default::default()
+    };
+    sim.clear_timeline();
+    let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
+    streamer
+        .pipeline_sets(&sets)
+        .input_with(&host_in, |set| &set.input, 1)
+        .output_with(&mut host_out, |set| &set.output, 1)
+        .run(|_, set| {
+            HostKernel::new("double", STEP)
+                .reads(&set.input)
+                .writes(&set.output)
+                .launch(|args| {
+                    let (input, output) = (args.read(&set.input)?, args.write(&set.output)?);
+                    output.iter_mut().zip(input).for_each(|(y, x)| *y = 2.0 * x);
+                    Ok::<_, MemError>(())
+                })
+        })
+        .unwrap();
+    let doubled: Vec<f32> = data.iter().map(|x| 2.0 * x).collect();
+    assert_eq!(host_out.as_slice(), doubled, "depth {depth}, {kind:?}");
+    let timeline = sim.timeline();
+    let sum = [
+        Activity::HostToDevice,
+        Activity::DeviceToHost,
+        Activity::Kernel,
+    ]
+    .iter()
+    .map(|&activity| timeline.busy_ns(activity))
+    .sum();
+    (timeline.makespan_ns(), timeline.busiest_engine_ns(), sum)
+}
+
+#[test]
+fn two_buffer_sets_overlap_uploads_kernels_and_downloads() {
+    let chunks = 32;
+    let step = STEP.as_nanos() as u64;
+    for kind in [HostMemoryType::Pinned, HostMemoryType::Pageable] {
+        let (makespan, busiest, sum) = stream_batch(chunks, 2, kind);
+        let (serial_makespan, _, _) = stream_batch(chunks, 1, kind);
+        println!(
+            "{kind:?}: {chunks} chunks, depth 2: makespan {makespan} ns, busiest engine {busiest} ns \
+             ({:.3}x); depth 1: makespan {serial_makespan} ns ({:.3}x); sum of engines {sum} ns",
+            makespan as f64 / busiest as f64,
+            serial_makespan as f64 / busiest as f64,
+        );
+        assert_eq!(busiest, chunks as u64 * step);
+        assert_eq!(sum, 3 * chunks as u64 * step);
+        // The ideal: n + 2 steps.
+        assert_eq!(makespan, (chunks as u64 + 2) * step, "{kind:?}");
+        assert!(makespan as f64 <= 1.10 * busiest as f64);
+        // One set: the upload of k + 1 and the download of k overlap, the
+        // kernels do not: 2n + 1 steps.
+        assert_eq!(serial_makespan, (2 * chunks as u64 + 1) * step, "{kind:?}");
+    }
+}
+
+#[test]
+fn a_third_buffer_set_changes_nothing_when_two_suffice() {
+    let step = STEP.as_nanos() as u64;
+    let (makespan, _, _) = stream_batch(8, 3, HostMemoryType::Pinned);
+    assert_eq!(makespan, 10 * step);
+}
