@@ -133,7 +133,13 @@ impl<'a> HostKernel<'a> {
         let entries: Vec<(usize, Arc<str>, Access)> = self
             .args
             .iter()
-            .map(|(slot, access)| (Arc::as_ptr(slot) as usize, Arc::clone(slot.label()), *access))
+            .map(|(slot, access)| {
+                (
+                    Arc::as_ptr(slot) as usize,
+                    Arc::clone(slot.label()),
+                    *access,
+                )
+            })
             .collect();
         let name = self.name.as_str();
         let mut body = Some(body);
@@ -233,15 +239,24 @@ impl<'k> KernelArgs<'k> {
             )));
         }
         let bytes = entry.bytes.take().ok_or_else(|| {
-            error(format!("'{}' is already borrowed in this kernel", entry.label))
+            error(format!(
+                "'{}' is already borrowed in this kernel",
+                entry.label
+            ))
         })?;
-        bytemuck::try_cast_slice_mut(bytes)
-            .map_err(|cast| error(format!("'{}' cannot be viewed as {}: {cast}", entry.label, T::DTYPE)))
+        bytemuck::try_cast_slice_mut(bytes).map_err(|cast| {
+            error(format!(
+                "'{}' cannot be viewed as {}: {cast}",
+                entry.label,
+                T::DTYPE
+            ))
+        })
     }
 
     /// The elements of `array`, listed with `reads` or `updates`.
     pub fn read<T: Element>(&mut self, array: &DeviceArray<T>) -> Result<&'k [T], MemError> {
-        self.take(array, "read", Access::reads).map(|elements| &*elements)
+        self.take(array, "read", Access::reads)
+            .map(|elements| &*elements)
     }
 
     /// The elements of `array`, writable, listed with `writes` or `updates`.

@@ -130,10 +130,8 @@ unsafe fn queue_download<T: Element>(
     let offset = (offset as u64).saturating_mul(size_of::<T>() as u64);
     let len = bytes.len();
     // SAFETY: passed on from the caller.
-    unsafe {
-        backend.copy_from_device_async(bytes.as_mut_ptr(), len, device.ptr(), offset, stream)
-    }
-    .for_array(backend, label)
+    unsafe { backend.copy_from_device_async(bytes.as_mut_ptr(), len, device.ptr(), offset, stream) }
+        .for_array(backend, label)
 }
 
 fn host_range_error(label: &str, range: &Range<usize>, len: usize) -> MemError {
@@ -264,9 +262,7 @@ impl<T: Element> Move for Lane<'_, T> {
             // SAFETY: the host array is page-locked and borrowed exclusively
             // by the pipeline for the whole run; chunks are disjoint, and
             // the run waits for every copy before it returns.
-            return unsafe {
-                queue_download(&*self.backend, &device, &self.label, 0, dst, stream)
-            };
+            return unsafe { queue_download(&*self.backend, &device, &self.label, 0, dst, stream) };
         }
         let Some(stage) = self.output.as_mut().or(self.input.as_mut()) else {
             return Ok(());

@@ -196,7 +196,12 @@ impl<'p, S> ChunkPipeline<'p, S> {
         device: &'p DeviceArray<T>,
         axis: usize,
     ) -> Self {
-        self.bind(HostRef::Exclusive(host), vec![device], axis, Direction::InOut)
+        self.bind(
+            HostRef::Exclusive(host),
+            vec![device],
+            axis,
+            Direction::InOut,
+        )
     }
 
     /// [`input`](Self::input) into the array `select` picks in every set.
@@ -327,7 +332,11 @@ struct Schedule {
 }
 
 impl Schedule {
-    fn new(backend: &Arc<dyn Backend>, compute: StreamHandle, sets: usize) -> Result<Self, MemError> {
+    fn new(
+        backend: &Arc<dyn Backend>,
+        compute: StreamHandle,
+        sets: usize,
+    ) -> Result<Self, MemError> {
         let upload = OwnedStream::create(backend)?;
         let download = OwnedStream::create(backend)?;
         // The arrays were allocated (and maybe written) on the compute
@@ -358,7 +367,9 @@ impl Schedule {
     /// The event of `chunk` that `pick` selects, if recorded and kept.
     fn event(&self, chunk: usize, pick: fn(&ChunkEvents) -> &Option<Event>) -> Option<&Event> {
         let index = chunk.checked_sub(self.first)?;
-        self.events.get(index).and_then(|events| pick(events).as_ref())
+        self.events
+            .get(index)
+            .and_then(|events| pick(events).as_ref())
     }
 
     /// Makes `stream` wait for the event `pick` selects of the chunk `d`
@@ -369,7 +380,10 @@ impl Schedule {
         stream: StreamHandle,
         pick: fn(&ChunkEvents) -> &Option<Event>,
     ) -> Result<(), MemError> {
-        match chunk.checked_sub(self.sets).and_then(|previous| self.event(previous, pick)) {
+        match chunk
+            .checked_sub(self.sets)
+            .and_then(|previous| self.event(previous, pick))
+        {
             Some(event) => event.order(stream),
             None => Ok(()),
         }
@@ -392,7 +406,11 @@ impl Schedule {
         Ok(())
     }
 
-    fn download(&mut self, lanes: &mut [Box<dyn Move + '_>], chunk: &Chunk) -> Result<(), MemError> {
+    fn download(
+        &mut self,
+        lanes: &mut [Box<dyn Move + '_>],
+        chunk: &Chunk,
+    ) -> Result<(), MemError> {
         let stream = self.download.handle();
         if let Some(computed) = self.event(chunk.index, |e| &e.computed) {
             computed.order(stream)?;
@@ -485,7 +503,8 @@ impl Schedule {
     fn finish(&mut self) -> Result<(), MemError> {
         let mut result = Ok(());
         for stream in [self.upload.handle(), self.download.handle()] {
-            let ordered = Event::record(&self.backend, stream).and_then(|done| done.order(self.compute));
+            let ordered =
+                Event::record(&self.backend, stream).and_then(|done| done.order(self.compute));
             if result.is_ok() {
                 result = ordered;
             }

@@ -20,7 +20,10 @@ pub(super) struct Event {
 
 impl Event {
     /// Records an event after the work queued so far on `stream`.
-    pub(super) fn record(backend: &Arc<dyn Backend>, stream: StreamHandle) -> Result<Self, MemError> {
+    pub(super) fn record(
+        backend: &Arc<dyn Backend>,
+        stream: StreamHandle,
+    ) -> Result<Self, MemError> {
         Ok(Event {
             handle: backend.record_event(stream).on(&**backend)?,
             backend: Arc::clone(backend),

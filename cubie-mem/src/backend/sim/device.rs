@@ -51,7 +51,7 @@ impl SimState {
         let size = self.block(dst, operation)?.len();
         byte_range(operation, offset, src.len(), size)?;
         let at = self.order.next(stream.0);
-        self.order.check_device(operation, at, dst)?;
+        self.order.check_device(operation, at, dst, true)?;
         if let Some(bytes) = &pinned {
             self.order.check_pinned(operation, at, bytes, false)?;
         }
@@ -78,11 +78,12 @@ impl SimState {
         let size = self.block(src, operation)?.len();
         byte_range(operation, offset, dst.len(), size)?;
         let at = self.order.next(stream.0);
-        self.order.check_device(operation, at, src)?;
+        self.order.check_device(operation, at, src, false)?;
         if let Some(bytes) = &pinned {
             self.order.check_pinned(operation, at, bytes, true)?;
         }
         self.block(src, operation)?.read(operation, offset, dst)?;
+        self.order.read_device(at, src);
         if let Some(bytes) = pinned {
             self.order.used_pinned(at, bytes, true);
         }
@@ -229,7 +230,7 @@ impl Backend for SimBackend {
             });
         }
         let at = s.order.next(stream.0);
-        s.order.check_device(OPERATION, at, ptr)?;
+        s.order.check_device(OPERATION, at, ptr, true)?;
         let Some(block) = s.allocations.remove(&ptr.0) else {
             return Err(s.missing(ptr, OPERATION));
         };
@@ -353,10 +354,15 @@ impl Backend for SimBackend {
         }
         let at = s.order.next(stream.0);
         for arg in launch.args {
-            s.order.check_device(OPERATION, at, arg.ptr)?;
+            s.order
+                .check_device(OPERATION, at, arg.ptr, arg.access.writes())?;
         }
-        for arg in launch.args.iter().filter(|arg| arg.access.writes()) {
-            s.order.wrote_device(at, arg.ptr, "written by a kernel");
+        for arg in launch.args {
+            if arg.access.writes() {
+                s.order.wrote_device(at, arg.ptr, "written by a kernel");
+            } else {
+                s.order.read_device(at, arg.ptr);
+            }
         }
         let duration_ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
         let touched = launch

@@ -8,7 +8,8 @@
 //! has waited for (synchronise, event wait, a blocking copy, an event polled
 //! complete) when it is given new work. An access to memory whose last write
 //! (or, for page-locked blocks, a copy still in flight) is on another stream
-//! and not covered by the accessing stream's clock is a hazard.
+//! and not covered by the accessing stream's clock is a hazard; so is a
+//! write to memory another stream read since its last write, unordered.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -39,11 +40,13 @@ pub(super) struct Stamp {
     position: u64,
 }
 
-/// The last write of a device allocation.
-#[derive(Clone, Copy)]
-struct LastWrite {
-    at: Stamp,
+/// The last write of a device allocation, and the reads since.
+#[derive(Clone)]
+struct Accesses {
+    write: Stamp,
     what: &'static str,
+    /// The latest read on each stream since the write.
+    reads: Vec<Stamp>,
 }
 
 /// A copy from or into a page-locked block not yet known done by the host.
@@ -59,7 +62,7 @@ pub(super) struct Ordering {
     streams: HashMap<u64, (u64, VectorClock)>,
     events: HashMap<u64, VectorClock>,
     host: VectorClock,
-    device: HashMap<u64, LastWrite>,
+    device: HashMap<u64, Accesses>,
     pinned: Vec<PinnedUse>,
 }
 
@@ -88,21 +91,29 @@ impl Ordering {
     }
 
     /// Checks an access by `at` to the allocation at `ptr` against its last
-    /// write.
+    /// write and, for a write, against the reads since.
     pub(super) fn check_device(
         &self,
         operation: &'static str,
         at: Stamp,
         ptr: DevicePtr,
+        writes: bool,
     ) -> Result<(), BackendError> {
-        match self.device.get(&ptr.0) {
-            Some(last) if !self.ordered(at, last.at) => Err(BackendError::StreamHazard {
-                operation,
-                accessed_on: at.stream,
-                memory: HazardMemory::Device(ptr),
-                earlier: last.what,
-                earlier_on: last.at.stream,
-            }),
+        let Some(accesses) = self.device.get(&ptr.0) else {
+            return Ok(());
+        };
+        let hazard = |earlier: Stamp, what| BackendError::StreamHazard {
+            operation,
+            accessed_on: at.stream,
+            memory: HazardMemory::Device(ptr),
+            earlier: what,
+            earlier_on: earlier.stream,
+        };
+        if !self.ordered(at, accesses.write) {
+            return Err(hazard(accesses.write, accesses.what));
+        }
+        match accesses.reads.iter().find(|read| !self.ordered(at, **read)) {
+            Some(read) if writes => Err(hazard(*read, "read by earlier work")),
             _ => Ok(()),
         }
     }
@@ -110,7 +121,28 @@ impl Ordering {
     /// Records that `at` wrote the allocation at `ptr` (`what`: "written by
     /// a copy", ...).
     pub(super) fn wrote_device(&mut self, at: Stamp, ptr: DevicePtr, what: &'static str) {
-        self.device.insert(ptr.0, LastWrite { at, what });
+        self.device.insert(
+            ptr.0,
+            Accesses {
+                write: at,
+                what,
+                reads: Vec::new(),
+            },
+        );
+    }
+
+    /// Records that `at` read the allocation at `ptr`.
+    pub(super) fn read_device(&mut self, at: Stamp, ptr: DevicePtr) {
+        if let Some(accesses) = self.device.get_mut(&ptr.0) {
+            match accesses
+                .reads
+                .iter_mut()
+                .find(|read| read.stream == at.stream)
+            {
+                Some(read) => read.position = read.position.max(at.position),
+                None => accesses.reads.push(at),
+            }
+        }
     }
 
     /// Forgets a freed allocation.
@@ -211,7 +243,7 @@ mod tests {
 
     fn write(o: &mut Ordering, stream: u64, ptr: DevicePtr) -> Result<(), BackendError> {
         let at = o.next(stream);
-        o.check_device("upload", at, ptr)?;
+        o.check_device("upload", at, ptr, true)?;
         o.wrote_device(at, ptr, "written by a copy");
         Ok(())
     }
@@ -231,7 +263,7 @@ mod tests {
         let ptr = DevicePtr(256);
         write(&mut o, 1, ptr).unwrap();
         let read = o.next(2);
-        let error = o.check_device("kernel", read, ptr).unwrap_err();
+        let error = o.check_device("kernel", read, ptr, false).unwrap_err();
         assert!(matches!(
             error,
             BackendError::StreamHazard {
@@ -243,8 +275,12 @@ mod tests {
         o.record_event(7, 1);
         o.wait_event(2, 7);
         let read = o.next(2);
-        o.check_device("kernel", read, ptr).unwrap();
-        // The same stream is always ordered.
+        o.check_device("kernel", read, ptr, false).unwrap();
+        o.read_device(read, ptr);
+        // A write on the first stream must now wait for that read.
+        assert!(write(&mut o, 1, ptr).is_err());
+        o.record_event(8, 2);
+        o.wait_event(1, 8);
         write(&mut o, 1, ptr).unwrap();
     }
 
@@ -255,7 +291,7 @@ mod tests {
         write(&mut o, 1, ptr).unwrap();
         o.host_waits_for_stream(1);
         let read = o.next(3);
-        o.check_device("kernel", read, ptr).unwrap();
+        o.check_device("kernel", read, ptr, false).unwrap();
     }
 
     #[test]
