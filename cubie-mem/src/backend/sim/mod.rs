@@ -288,7 +288,7 @@ impl SimState {
         }
         self.allocations
             .get_mut(&ptr.0)
-            .ok_or_else(|| BackendError::UnknownHandle {
+            .ok_or(BackendError::UnknownHandle {
                 operation,
                 kind: super::HandleKind::Allocation,
                 handle: ptr.0,
