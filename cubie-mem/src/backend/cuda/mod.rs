@@ -631,13 +631,14 @@ impl Backend for CudaBackend {
         let _guard = self.shared.context.enter()?;
         // SAFETY: the device range was checked to lie inside a live
         // allocation, and the copy is queued after the allocation's stream,
-        // so it exists in `stream`'s order (freeing it waits for work queued
-        // on `stream` before the free, this copy included). The caller
+        // so the memory exists in `stream`'s order; a later free on `stream`
+        // runs after the copy, and `free_device`'s contract makes a free on
+        // another stream wait for `stream`'s work first. The caller
         // guarantees that `src..src + len` is page-locked memory of this
         // backend, left allocated and unwritten until the copy completed; the
         // driver reads it only while the copy runs and keeps no reference
-        // afterwards. The stream is kept alive by `raw` for the call; if it is
-        // destroyed later, the driver still completes the queued copy.
+        // afterwards. `raw` keeps the stream alive for the call; destroyed
+        // later, it still completes the queued copy.
         check(
             unsafe { cu::cuMemcpyHtoDAsync_v2(address, src.cast(), len, raw.raw()) },
             OPERATION,
