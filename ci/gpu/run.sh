@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds, on a machine without a GPU, everything the CUDA backend runs on a
-# GPU: the cubie-mem unit tests and the cuda integration tests (built with
-# the `cuda` feature, as test binaries), and the gpu_kernel and gpu_bench
-# examples. They link against the stub driver of ci/cuda-stub (soname
+# GPU: the cubie-mem unit tests and the cuda integration tests (`cuda` and
+# `host_cuda`; built with the `cuda` feature, as test binaries), and the
+# gpu_kernel and gpu_bench examples. They link against the stub driver of ci/cuda-stub (soname
 # libcuda.so.1) and load the real driver on the GPU machine.
 #
 # The bundle holds the binaries and run-bundle.sh; copy it to a machine with
@@ -50,7 +50,7 @@ echo "== building cubie-mem unit tests (feature cuda)"
 unit=$(cargo test --release -p cubie-mem --features cuda --lib --no-run \
     --message-format=json-render-diagnostics | executables)
 echo "== building the cuda integration tests"
-integration=$(cargo test --release -p cubie-mem-tests --features cuda --test cuda --no-run \
+integration=$(cargo test --release -p cubie-mem-tests --features cuda --test cuda --test host_cuda --no-run \
     --message-format=json-render-diagnostics | executables)
 echo "== building the GPU examples"
 examples=$(cargo build --release -p cubie-mem-examples --features cuda \
@@ -61,7 +61,14 @@ examples=$(cargo build --release -p cubie-mem-examples --features cuda \
     exit 1
 }
 cp "$unit" "$bundle/tests/cubie-mem-unit"
-cp "$integration" "$bundle/tests/cuda"
+for test in $integration; do
+    name=$(basename "$test")
+    cp "$test" "$bundle/tests/${name%-*}" # cuda-0123abcd -> cuda
+done
+[ -f "$bundle/tests/cuda" ] && [ -f "$bundle/tests/host_cuda" ] || {
+    echo "gpu: the cuda and host_cuda test binaries were not both built" >&2
+    exit 1
+}
 for example in $examples; do
     cp "$example" "$bundle/examples/"
 done

@@ -6,7 +6,9 @@
 //! to the simulated device. With a device the same tests exercise it:
 //! allocation and free on streams, copy round trips for every element type,
 //! chunked allocation of a buffer struct, eviction of an idle owner, the
-//! pool's reuse across batches, pinned block reuse and the example kernel.
+//! pool's reuse across batches, pinned block reuse, asynchronous copies
+//! between page-locked blocks and the device ordered by events, and the
+//! example kernel.
 //!
 //! `CUBIE_REQUIRE_GPU=1` makes the no-device path a failure (the GPU bundle
 //! sets it, so that a device run cannot pass by skipping the device), and
@@ -15,16 +17,25 @@
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::error::Error;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cubie_mem::backend::cuda::{CudaBackend, EulerDecay};
+use cubie_mem::backend::{
+    Access, BackendError, DevicePtr, HandleKind, KernelArg, KernelBody, KernelLaunch, PinnedBlock,
+    StreamHandle,
+};
 use cubie_mem::{
     ArrayRequest, ArrayResponse, Backend, DeviceArray, Element, GpuBuffers, LimitMode,
     ManagerConfig, MemError, MemoryKind, MemoryManager, PinnedArray, Registration, ReleaseReason,
-    RequestSet, default_memmgr,
+    RequestSet, SimBackend, default_memmgr,
 };
+
+/// What a device test returns: the manager's errors and the backend's.
+type TestResult<T = ()> = Result<T, Box<dyn Error + Send + Sync>>;
 
 const REQUIRE_GPU_ENV: &str = "CUBIE_REQUIRE_GPU";
 const STUB_ENV: &str = "CUBIE_CUDA_STUB";
@@ -61,7 +72,7 @@ fn check_no_device(error: &MemError) {
 
 /// Runs `test` on device 0 when it answers; otherwise checks the no-device
 /// error.
-fn on_device(test: impl FnOnce(CudaBackend) -> Result<(), MemError>) {
+fn on_device(test: impl FnOnce(CudaBackend) -> TestResult) {
     let _one_at_a_time = DEVICE.lock().unwrap_or_else(|p| p.into_inner());
     match CudaBackend::new(0) {
         Ok(cuda) => test(cuda).unwrap(),
@@ -156,35 +167,80 @@ fn streams_events_allocation_and_copies_on_the_backend() {
 
         assert!(matches!(
             cuda.copy_to_device(small, 999, &[1, 2], a),
-            Err(MemError::OutOfBounds {
+            Err(BackendError::OutOfBounds {
                 offset: 999,
                 end: 1001,
-                size: 1000
+                size: 1000,
+                ..
             })
         ));
 
         let event = cuda.record_event(a)?;
-        cuda.synchronize(a)?;
+        cuda.synchronize_event(event)?;
         assert!(cuda.event_complete(event)?);
         cuda.destroy_event(event)?;
-        assert!(cuda.event_complete(event).is_err());
+        assert!(matches!(
+            cuda.event_complete(event),
+            Err(BackendError::UnknownHandle {
+                kind: HandleKind::Event,
+                ..
+            })
+        ));
+        assert!(matches!(
+            cuda.synchronize_event(event),
+            Err(BackendError::UnknownHandle {
+                kind: HandleKind::Event,
+                ..
+            })
+        ));
 
-        cuda.free_device(small, a)?;
         assert!(
-            cuda.free_device(small, a).is_err(),
+            matches!(
+                cuda.free_device(small, 999, a),
+                Err(BackendError::OutOfBounds {
+                    end: 999,
+                    size: 1000,
+                    ..
+                })
+            ),
+            "a free of the wrong size is refused"
+        );
+        cuda.free_device(small, 1000, a)?;
+        assert!(
+            matches!(
+                cuda.free_device(small, 1000, a),
+                Err(BackendError::UnknownHandle {
+                    kind: HandleKind::Allocation,
+                    ..
+                })
+            ),
             "a double free is refused"
         );
         assert!(cuda.copy_from_device(&mut part, small, 0, a).is_err());
-        cuda.free_device(large, a)?;
+        cuda.free_device(large, 1 << 20, a)?;
         cuda.synchronize(a)?;
 
         let total = cuda.mem_info()?.total;
         let error = cuda.alloc_device(total, a).unwrap_err();
         assert!(error.is_out_of_memory(), "{error}");
+        let BackendError::OutOfMemory {
+            requested, free, ..
+        } = error
+        else {
+            panic!("expected OutOfMemory, got {error:?}");
+        };
+        assert_eq!(requested.0, total);
+        assert!(free.is_some_and(|free| free.0 < total), "{free:?}");
 
         cuda.destroy_stream(a)?;
         cuda.destroy_stream(b)?;
-        assert!(cuda.synchronize(a).is_err());
+        assert!(matches!(
+            cuda.synchronize(a),
+            Err(BackendError::UnknownHandle {
+                kind: HandleKind::Stream,
+                ..
+            })
+        ));
         Ok(())
     });
 }
@@ -436,7 +492,7 @@ fn a_second_identical_batch_reuses_the_pool_without_growing_driver_memory() {
     on_device(|cuda| {
         let mgr = manager(&cuda);
         let batch_bytes: u64 = 3 * (64 << 20);
-        let run_batch = || -> Result<(u64, u64), MemError> {
+        let run_batch = || -> TestResult<(u64, u64)> {
             let solver = mgr.register(
                 Registration::new()
                     .stream_group("cuda-pool")
@@ -501,6 +557,167 @@ fn released_pinned_blocks_are_reused() {
         drop(second);
         cuda.clear_pinned_cache();
         assert_eq!(cuda.pinned_cached_bytes(), 0);
+        Ok(())
+    });
+}
+
+/// The pattern byte `i` of round `round` holds.
+fn pattern(round: u8, i: usize) -> u8 {
+    (i as u8)
+        .wrapping_mul(31)
+        .wrapping_add(round.wrapping_mul(7))
+        ^ (i >> 8) as u8
+}
+
+/// Asynchronous copies of `len` bytes between page-locked blocks and device
+/// memory: an upload on one stream, an event that a second stream waits for,
+/// a download on that stream, and one `synchronize_event` for both copies;
+/// then a partial upload and download at an offset on one stream, again
+/// waited for once. No stream is synchronised between the copies.
+fn async_round_trip(backend: &dyn Backend, len: usize) -> TestResult {
+    let streams = (backend.create_stream()?, backend.create_stream()?);
+    let mut source = backend.alloc_pinned(len as u64)?;
+    let mut target = backend.alloc_pinned(len as u64)?;
+    let result = async_copies(backend, len, streams, &mut *source, &mut *target);
+    // Whatever happened, no copy may still use the blocks when they drop.
+    let drained = backend
+        .synchronize(streams.0)
+        .and(backend.synchronize(streams.1));
+    backend.destroy_stream(streams.0)?;
+    backend.destroy_stream(streams.1)?;
+    drop((source, target));
+    result?;
+    Ok(drained?)
+}
+
+/// The copies of [`async_round_trip`] on the streams `(a, b)`.
+fn async_copies(
+    backend: &dyn Backend,
+    len: usize,
+    (a, b): (StreamHandle, StreamHandle),
+    source: &mut dyn PinnedBlock,
+    target: &mut dyn PinnedBlock,
+) -> TestResult {
+    assert!(len > 4096);
+    let device = backend.alloc_device(len as u64, a)?;
+    source
+        .bytes_mut()
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, byte)| *byte = pattern(1, i));
+
+    // SAFETY: both ranges are whole page-locked blocks of this backend; they
+    // are not touched until `downloaded` has been waited for (the download is
+    // ordered after the upload by `uploaded`), and the caller synchronises
+    // the streams before dropping them.
+    unsafe { backend.copy_to_device_async(device, 0, source.bytes().as_ptr(), len, a)? };
+    let uploaded = backend.record_event(a)?;
+    backend.wait_event(b, uploaded)?;
+    // SAFETY: as above.
+    unsafe {
+        backend.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0, b)?;
+    }
+    let downloaded = backend.record_event(b)?;
+    backend.synchronize_event(downloaded)?;
+    assert!(backend.event_complete(uploaded)?);
+    assert!(backend.event_complete(downloaded)?);
+    let mismatch = (0..len).find(|&i| target.bytes()[i] != pattern(1, i));
+    assert_eq!(mismatch, None, "first differing byte of the round trip");
+
+    // A window at an odd offset, up and the whole allocation down, on one stream.
+    let (offset, window) = (4099usize, len - 4099 - 17);
+    source.bytes_mut()[..window]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, byte)| *byte = pattern(2, i));
+    target.bytes_mut().fill(0);
+    // SAFETY: the ranges lie in the blocks, which are left alone until
+    // `done` has been waited for.
+    unsafe {
+        backend.copy_to_device_async(device, offset as u64, source.bytes().as_ptr(), window, b)?;
+        backend.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0, b)?;
+    }
+    let done = backend.record_event(b)?;
+    backend.synchronize_event(done)?;
+    let expected: Vec<u8> = (0..len)
+        .map(|i| match i.checked_sub(offset) {
+            Some(j) if j < window => pattern(2, j),
+            _ => pattern(1, i),
+        })
+        .collect();
+    assert!(target.bytes() == expected.as_slice(), "the window landed");
+
+    // Out of bounds and unknown handles are refused before anything is queued.
+    // SAFETY: the calls fail their checks, so nothing reads or writes the blocks.
+    unsafe {
+        assert!(matches!(
+            backend.copy_to_device_async(device, 1, source.bytes().as_ptr(), len, b),
+            Err(BackendError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            backend.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 1, b),
+            Err(BackendError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            backend.copy_to_device_async(device, 0, source.bytes().as_ptr(), 8, StreamHandle(9999)),
+            Err(BackendError::UnknownHandle {
+                kind: HandleKind::Stream,
+                ..
+            })
+        ));
+    }
+
+    backend.free_device(device, len as u64, b)?;
+    for event in [uploaded, downloaded, done] {
+        backend.destroy_event(event)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn async_copies_round_trip_on_the_simulated_device() {
+    // The same steps the device runs below, checked on every machine.
+    async_round_trip(&SimBackend::new(1 << 30), (4 << 20) + 13).unwrap();
+}
+
+/// With a device: the asynchronous copies round-trip through page-locked
+/// blocks. Without one (the stub driver): the backend cannot be created and
+/// says why, as the synchronous path does.
+#[test]
+fn async_copies_round_trip_through_page_locked_blocks() {
+    on_device(|cuda| {
+        async_round_trip(&cuda, (64 << 20) + 13)?;
+        async_round_trip(&cuda, (4 << 20) + 13)
+    });
+}
+
+/// Host kernels stand in for CUDA kernels on the simulated device only: the
+/// cuda backend refuses them, whatever the stream and arguments, without
+/// running the body.
+#[test]
+fn a_host_kernel_launch_is_refused_with_advice() {
+    on_device(|cuda| {
+        let mut ran = false;
+        let mut body = |_: &mut [&mut [u8]]| ran = true;
+        let args = [KernelArg {
+            ptr: DevicePtr(0x1000),
+            bytes: 64,
+            access: Access::ReadWrite,
+        }];
+        let launch = KernelLaunch {
+            name: "decay",
+            args: &args,
+            body: KernelBody::Host {
+                duration: Duration::from_micros(5),
+                run: &mut body,
+            },
+        };
+        let error = Backend::launch(&cuda, launch, StreamHandle(9999)).unwrap_err();
+        let BackendError::Unsupported { reason, .. } = &error else {
+            panic!("expected Unsupported, got {error:?}");
+        };
+        assert!(reason.contains("group's stream"), "{reason}");
+        assert!(!ran, "the host body did not run");
         Ok(())
     });
 }

@@ -6,8 +6,10 @@
 //!   `cuMemFree` through cust;
 //! - pinned bandwidth: host to device and device to host copies between the
 //!   manager's `PinnedArray` and `DeviceArray` against the same copies made
-//!   directly with cust (`LockedBuffer` and `DeviceBuffer`); pageable copies
-//!   through the manager are shown for comparison.
+//!   directly with cust (`LockedBuffer` and `DeviceBuffer`); the backend's
+//!   asynchronous copies from and to a page-locked block (queued back to back,
+//!   one event waited for per round instead of a synchronise per copy) and
+//!   pageable copies through the manager are shown for comparison.
 //!
 //! ```text
 //! cargo run --release -p cubie-mem-examples --features cuda --bin gpu_bench
@@ -81,7 +83,7 @@ fn allocation_latency(cuda: &CudaBackend) -> Result<(), Box<dyn Error>> {
             let start = Instant::now();
             for _ in 0..PAIRS {
                 let ptr = cuda.alloc_device(bytes, stream)?;
-                cuda.free_device(ptr, stream)?;
+                cuda.free_device(ptr, bytes, stream)?;
             }
             cuda.synchronize(stream)?;
             Ok(start.elapsed() / PAIRS as u32)
@@ -183,6 +185,8 @@ fn bandwidth(cuda: &CudaBackend) -> Result<(), Box<dyn Error>> {
         Ok(start.elapsed() / COPIES as u32)
     })?;
 
+    let (async_h2d, async_d2h) = async_bandwidth(cuda, bytes)?;
+
     cuda.make_current()?;
     let mut locked = LockedBuffer::new(&1.0f32, COPY_ELEMENTS)?;
     let mut reference = DeviceBuffer::<f32>::zeroed(COPY_ELEMENTS)?;
@@ -208,6 +212,8 @@ fn bandwidth(cuda: &CudaBackend) -> Result<(), Box<dyn Error>> {
     for (name, ours, direct) in [
         ("pinned host to device", ours_h2d, cust_h2d),
         ("pinned device to host", ours_d2h, cust_d2h),
+        ("async pinned to device", async_h2d, cust_h2d),
+        ("async pinned from dev.", async_d2h, cust_d2h),
     ] {
         println!(
             "{name:>22} {:>9.2} GiB/s {:>9.2} GiB/s {:>8.3}",
@@ -228,4 +234,49 @@ fn bandwidth(cuda: &CudaBackend) -> Result<(), Box<dyn Error>> {
         cubie_mem::Bytes(cuda.mem_info()?.free)
     );
     Ok(())
+}
+
+/// Asynchronous copies of `bytes` through the backend between one page-locked
+/// block and device memory: `COPIES` queued back to back on one stream, then
+/// one event waited for; the median time per copy, host to device and back.
+fn async_bandwidth(
+    cuda: &CudaBackend,
+    bytes: usize,
+) -> Result<(Duration, Duration), Box<dyn Error>> {
+    let stream = cuda.create_stream()?;
+    let device = cuda.alloc_device(bytes as u64, stream)?;
+    let mut block = cuda.alloc_pinned(bytes as u64)?;
+    block.bytes_mut().fill(1);
+    let host = block.bytes_mut().as_mut_ptr();
+    let queued = |upload: bool| {
+        median(|| {
+            let start = Instant::now();
+            for _ in 0..COPIES {
+                // SAFETY: `host` is the whole page-locked block of this
+                // backend; it is not touched until the event below has been
+                // waited for, and not dropped before the stream is
+                // synchronised (also when a round fails).
+                unsafe {
+                    if upload {
+                        cuda.copy_to_device_async(device, 0, host.cast_const(), bytes, stream)?;
+                    } else {
+                        cuda.copy_from_device_async(host, bytes, device, 0, stream)?;
+                    }
+                }
+            }
+            let done = cuda.record_event(stream)?;
+            cuda.synchronize_event(done)?;
+            cuda.destroy_event(done)?;
+            Ok(start.elapsed() / COPIES as u32)
+        })
+    };
+    let figures = queued(true).and_then(|h2d| Ok((h2d, queued(false)?)));
+    // No copy may still use the block when it drops.
+    let drained = cuda.synchronize(stream);
+    cuda.free_device(device, bytes as u64, stream)?;
+    cuda.synchronize(stream)?;
+    cuda.destroy_stream(stream)?;
+    drained?;
+    drop(block);
+    figures
 }

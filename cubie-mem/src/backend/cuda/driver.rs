@@ -1,7 +1,8 @@
 //! The CUDA driver as the backend uses it: result codes turned into
-//! [`MemError`]s that name the cause, the device with its primary context and
-//! memory pool, the per-call context guard, and non-blocking streams and
-//! events.
+//! [`BackendError`]s (or, while the device is being opened,
+//! [`MemError::NoDevice`]s that name the cause), the device with its primary
+//! context and memory pool, the per-call context guard, and non-blocking
+//! streams and events.
 //!
 //! cust's own `Stream` drops the non-blocking flag (cust issue #15) and its
 //! `Event` cannot be recorded on a stream it did not create, so streams and
@@ -17,6 +18,7 @@ use cust::error::CudaError;
 use cust::sys as cu;
 
 use crate::MemError;
+use crate::backend::BackendError;
 
 /// The backend's name in messages.
 pub(super) const NAME: &str = "cuda";
@@ -25,14 +27,14 @@ pub(super) const NAME: &str = "cuda";
 /// through one of cust's safe types.
 pub(super) trait DriverCode {
     /// The numeric `CUresult`.
-    fn code(&self) -> i64;
+    fn code(&self) -> u32;
     /// The symbolic name (`CUDA_ERROR_NO_DEVICE`, or cust's `NoDevice`).
     fn name(&self) -> String;
 }
 
 impl DriverCode for cu::CUresult {
-    fn code(&self) -> i64 {
-        *self as i64
+    fn code(&self) -> u32 {
+        *self as u32
     }
     fn name(&self) -> String {
         format!("{self:?}")
@@ -40,8 +42,8 @@ impl DriverCode for cu::CUresult {
 }
 
 impl DriverCode for CudaError {
-    fn code(&self) -> i64 {
-        *self as i64
+    fn code(&self) -> u32 {
+        *self as u32
     }
     fn name(&self) -> String {
         // Debug, not Display: cust's Display asks the driver for the text and
@@ -51,7 +53,7 @@ impl DriverCode for CudaError {
 }
 
 /// What a code means for the user, for the codes that explain a setup problem.
-fn hint(code: i64) -> Option<&'static str> {
+fn hint(code: u32) -> Option<&'static str> {
     Some(match code {
         2 => "the device is out of memory",
         3 | 4 => "the CUDA driver is not initialised",
@@ -86,13 +88,19 @@ pub(super) fn describe(error: &impl DriverCode) -> String {
     }
 }
 
-/// A failed driver call after the device was opened.
-pub(super) fn failure(operation: &'static str, error: impl DriverCode) -> MemError {
-    MemError::Backend {
-        backend: NAME,
+/// A failed driver call after the device was opened: the operation, the
+/// driver's result code and its name.
+pub(super) fn failure(operation: &'static str, error: impl DriverCode) -> BackendError {
+    BackendError::Driver {
         operation,
-        message: describe(&error),
+        code: error.code(),
+        message: error.name(),
     }
+}
+
+/// A backend failure as the public API of the CUDA backend reports it.
+pub(super) fn mem_error(error: BackendError) -> MemError {
+    MemError::backend(NAME, error)
 }
 
 /// A failure while opening the device: it cannot be used at all.
@@ -103,7 +111,7 @@ pub(super) fn unusable(step: impl std::fmt::Display, error: impl DriverCode) -> 
 }
 
 /// Turns a raw driver result into `Ok` or a backend error.
-pub(super) fn check(result: cu::CUresult, operation: &'static str) -> Result<(), MemError> {
+pub(super) fn check(result: cu::CUresult, operation: &'static str) -> Result<(), BackendError> {
     match result {
         cu::CUresult::CUDA_SUCCESS => Ok(()),
         error => Err(failure(operation, error)),
@@ -246,7 +254,7 @@ impl DeviceContext {
 
     /// Makes the primary context current on this thread until the guard
     /// drops; a different context that was current is restored then.
-    pub(super) fn enter(&self) -> Result<ContextGuard, MemError> {
+    pub(super) fn enter(&self) -> Result<ContextGuard, BackendError> {
         let ours = self.context.as_raw();
         let mut current: cu::CUcontext = ptr::null_mut();
         // SAFETY: the out-pointer is a live context handle slot.
@@ -268,7 +276,7 @@ impl DeviceContext {
     }
 
     /// Makes the primary context current on this thread and leaves it so.
-    pub(super) fn make_current(&self) -> Result<(), MemError> {
+    pub(super) fn make_current(&self) -> Result<(), BackendError> {
         // SAFETY: the context is the primary context this struct retains.
         check(
             unsafe { cu::cuCtxSetCurrent(self.context.as_raw()) },
@@ -278,7 +286,7 @@ impl DeviceContext {
 
     /// Free and total device memory as the driver reports them (memory the
     /// pool holds idle counts as used here).
-    pub(super) fn raw_mem_info(&self) -> Result<(u64, u64), MemError> {
+    pub(super) fn raw_mem_info(&self) -> Result<(u64, u64), BackendError> {
         let _guard = self.enter()?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: both out-pointers are live usizes; the context is current.
@@ -290,7 +298,7 @@ impl DeviceContext {
     }
 
     /// The pool's reserved and used bytes.
-    pub(super) fn pool_usage(&self) -> Result<PoolUsage, MemError> {
+    pub(super) fn pool_usage(&self) -> Result<PoolUsage, BackendError> {
         Ok(PoolUsage {
             reserved: self
                 .pool_attribute(cu::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
@@ -298,7 +306,7 @@ impl DeviceContext {
         })
     }
 
-    fn pool_attribute(&self, attribute: cu::CUmemPool_attribute) -> Result<u64, MemError> {
+    fn pool_attribute(&self, attribute: cu::CUmemPool_attribute) -> Result<u64, BackendError> {
         let mut value: u64 = 0;
         // SAFETY: the reserved/used attributes are cuuint64_t values, so the
         // out-pointer to a live u64 has the size the driver writes.
@@ -316,7 +324,7 @@ impl DeviceContext {
     }
 
     /// Sets how many idle bytes the pool keeps when a stream synchronises.
-    pub(super) fn set_release_threshold(&self, bytes: u64) -> Result<(), MemError> {
+    pub(super) fn set_release_threshold(&self, bytes: u64) -> Result<(), BackendError> {
         let mut value: u64 = bytes;
         // SAFETY: the release threshold is a cuuint64_t attribute; the
         // pointer is to a live u64 the driver only reads.
@@ -334,7 +342,7 @@ impl DeviceContext {
 
     /// Returns idle pool memory to the driver until at most `keep` bytes are
     /// reserved.
-    pub(super) fn trim_pool(&self, keep: u64) -> Result<(), MemError> {
+    pub(super) fn trim_pool(&self, keep: u64) -> Result<(), BackendError> {
         let keep = usize::try_from(keep).unwrap_or(usize::MAX);
         // SAFETY: the pool handle is the device's default pool.
         check(
@@ -344,7 +352,7 @@ impl DeviceContext {
     }
 
     /// Blocks until all work on the device's primary context completed.
-    pub(super) fn synchronize(&self) -> Result<(), MemError> {
+    pub(super) fn synchronize(&self) -> Result<(), BackendError> {
         let _guard = self.enter()?;
         // SAFETY: the context is current on this thread.
         check(unsafe { cu::cuCtxSynchronize() }, "synchronize the device")
@@ -388,7 +396,7 @@ unsafe impl Sync for RawStream {}
 
 impl RawStream {
     /// Creates a non-blocking stream on the device.
-    pub(super) fn create(context: &Arc<DeviceContext>) -> Result<Self, MemError> {
+    pub(super) fn create(context: &Arc<DeviceContext>) -> Result<Self, BackendError> {
         let _guard = context.enter()?;
         let mut raw: cu::CUstream = ptr::null_mut();
         // SAFETY: the out-pointer is a live stream slot; the context is current.
@@ -410,7 +418,7 @@ impl RawStream {
     }
 
     /// Blocks until all work queued on the stream completed.
-    pub(super) fn synchronize(&self) -> Result<(), MemError> {
+    pub(super) fn synchronize(&self) -> Result<(), BackendError> {
         let _guard = self.context.enter()?;
         // SAFETY: the stream is live while `self` is.
         check(unsafe { cu::cuStreamSynchronize(self.raw) }, "synchronize")
@@ -443,7 +451,7 @@ unsafe impl Sync for RawEvent {}
 
 impl RawEvent {
     /// Creates an event and records it after the work queued on `stream`.
-    pub(super) fn record(stream: &RawStream) -> Result<Self, MemError> {
+    pub(super) fn record(stream: &RawStream) -> Result<Self, BackendError> {
         let _guard = stream.context.enter()?;
         let mut raw: cu::CUevent = ptr::null_mut();
         // SAFETY: the out-pointer is a live event slot; the context is current.
@@ -466,7 +474,7 @@ impl RawEvent {
     }
 
     /// Makes work queued next on `stream` wait until the event completed.
-    pub(super) fn make_wait(&self, stream: &RawStream) -> Result<(), MemError> {
+    pub(super) fn make_wait(&self, stream: &RawStream) -> Result<(), BackendError> {
         let _guard = self.context.enter()?;
         // SAFETY: both handles are live; the context is current. The driver
         // keeps the dependency when the event is destroyed afterwards.
@@ -477,7 +485,7 @@ impl RawEvent {
     }
 
     /// Whether the work before the event completed.
-    pub(super) fn complete(&self) -> Result<bool, MemError> {
+    pub(super) fn complete(&self) -> Result<bool, BackendError> {
         let _guard = self.context.enter()?;
         // SAFETY: the event is live while `self` is.
         match unsafe { cu::cuEventQuery(self.raw) } {
@@ -485,6 +493,16 @@ impl RawEvent {
             cu::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
             error => Err(failure("query event", error)),
         }
+    }
+
+    /// Blocks until the work before the event completed (`cuEventSynchronize`).
+    pub(super) fn synchronize(&self) -> Result<(), BackendError> {
+        let _guard = self.context.enter()?;
+        // SAFETY: the event is live while `self` is; the context is current.
+        check(
+            unsafe { cu::cuEventSynchronize(self.raw) },
+            "wait for event",
+        )
     }
 }
 
@@ -527,8 +545,24 @@ mod tests {
         );
         let error = failure("free", cu::CUresult::CUDA_ERROR_INVALID_VALUE);
         assert_eq!(
-            error.to_string(),
+            error,
+            BackendError::Driver {
+                operation: "free",
+                code: 1,
+                message: "CUDA_ERROR_INVALID_VALUE".to_owned(),
+            }
+        );
+        assert_eq!(
+            MemError::backend(NAME, error).to_string(),
             "cuda backend: free failed: CUDA_ERROR_INVALID_VALUE (code 1)"
+        );
+        assert_eq!(
+            failure("allocate", CudaError::OutOfMemory),
+            BackendError::Driver {
+                operation: "allocate",
+                code: 2,
+                message: "OutOfMemory".to_owned(),
+            }
         );
     }
 

@@ -11,10 +11,10 @@ use cust::module::Module;
 use cust::sys as cu;
 
 use super::CudaBackend;
-use super::driver::{DeviceContext, NAME, check, failure};
+use super::driver::{DeviceContext, DriverCode, check, failure, mem_error};
 use crate::MemError;
 use crate::array::DeviceArray;
-use crate::backend::StreamHandle;
+use crate::backend::{BackendError, StreamHandle};
 
 /// PTX of `euler_decay(y, k, dt, n)`: one explicit Euler step of the decay
 /// equation `y' = -k y`, `y[i] = y[i] + dt * (-(k[i] * y[i]))` for `i < n`,
@@ -38,8 +38,9 @@ impl CudaModule {
     /// Loads `ptx` (JIT-compiled by the driver for the device).
     pub fn from_ptx(backend: &CudaBackend, ptx: &str) -> Result<Self, MemError> {
         let context = Arc::clone(backend.context());
-        let _guard = context.enter()?;
-        let module = Module::from_ptx(ptx, &[]).map_err(|e| failure("load PTX module", e))?;
+        let _guard = context.enter().map_err(mem_error)?;
+        let module =
+            Module::from_ptx(ptx, &[]).map_err(|e| mem_error(failure("load PTX module", e)))?;
         Ok(CudaModule {
             module: ManuallyDrop::new(module),
             context,
@@ -48,16 +49,13 @@ impl CudaModule {
 
     /// The kernel `name` of the module.
     pub fn function(&self, name: &str) -> Result<Function<'_>, MemError> {
-        self.module
-            .get_function(name)
-            .map_err(|e| MemError::Backend {
-                backend: NAME,
+        self.module.get_function(name).map_err(|e| {
+            mem_error(BackendError::Driver {
                 operation: "find kernel",
-                message: format!(
-                    "the module has no kernel '{name}': {}",
-                    super::driver::describe(&e)
-                ),
+                code: e.code(),
+                message: format!("{} (no kernel '{name}' in the module)", e.name()),
             })
+        })
     }
 }
 
@@ -96,9 +94,9 @@ impl CudaBackend {
         shared_bytes: u32,
         args: &[*mut c_void],
     ) -> Result<(), MemError> {
-        let stream = self.stream(stream, "launch kernel")?;
+        let stream = self.stream(stream, "launch kernel").map_err(mem_error)?;
         let (grid, block) = (grid.into(), block.into());
-        let _guard = self.context().enter()?;
+        let _guard = self.context().enter().map_err(mem_error)?;
         // SAFETY: the function and stream are live handles of this context,
         // which is current; the caller guarantees that `args` matches the
         // kernel's parameters and that the memory it uses stays valid. The
@@ -121,6 +119,7 @@ impl CudaBackend {
             },
             "launch kernel",
         )
+        .map_err(mem_error)
     }
 }
 
@@ -168,11 +167,10 @@ impl EulerDecay {
             });
         }
         let mut n = u32::try_from(y.len()).map_err(|_| {
-            MemError::backend(
-                NAME,
-                "launch kernel",
-                format!("{} elements exceed the kernel's 32-bit index", y.len()),
-            )
+            mem_error(BackendError::Unsupported {
+                operation: "launch kernel",
+                reason: format!("{} elements exceed the kernel's 32-bit index", y.len()),
+            })
         })?;
         if n == 0 {
             return Ok(());

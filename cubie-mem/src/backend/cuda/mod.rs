@@ -14,11 +14,20 @@
 //!   released blocks cached for reuse up to [`CudaConfig::pinned_cache_bytes`].
 //! - **Streams and events**: non-blocking streams (never the null stream) and
 //!   events without timing for completion tracking.
-//! - **Copies**: asynchronous on the stream, then the stream is synchronised,
-//!   so the host slice is free to reuse when the call returns.
+//! - **Copies**: from and to pageable slices, asynchronous on the stream and
+//!   then the stream is synchronised, so the host slice is free to reuse when
+//!   the call returns; from and to page-locked blocks
+//!   ([`Backend::copy_to_device_async`], [`Backend::copy_from_device_async`]),
+//!   queued on the stream and returned at once, done when an event recorded
+//!   after them fires.
+//! - **Kernels**: the manager's host kernels ([`KernelBody::Host`]) run only
+//!   on the simulated device; CUDA kernels are launched with
+//!   [`CudaBackend::launch`] on a stream group's stream.
 //!
 //! Without a device (or driver), [`CudaBackend::new`] fails with
-//! [`MemError::NoDevice`] naming the cause.
+//! [`MemError::NoDevice`] naming the cause. The [`Backend`] methods report
+//! [`BackendError`]s; the inherent methods, public API of this backend,
+//! report [`MemError`]s.
 //!
 //! ```
 //! use cubie_mem::backend::cuda::CudaBackend;
@@ -50,10 +59,15 @@ pub use driver::PoolUsage;
 pub use kernels::{CudaModule, EULER_DECAY_PTX, EulerDecay};
 
 use cust::sys as cu;
-use driver::{DeviceContext, NAME, RawEvent, RawStream, check, failure, is_out_of_memory};
+use driver::{
+    DeviceContext, NAME, RawEvent, RawStream, check, failure, is_out_of_memory, mem_error,
+};
 use pinned::PinnedPool;
 
-use super::{Backend, DevicePtr, EventHandle, MemInfo, PinnedBlock, StreamHandle};
+use super::{
+    Backend, BackendError, DevicePtr, EventHandle, HandleKind, KernelBody, KernelLaunch, MemInfo,
+    MemorySpace, PinnedBlock, StreamHandle, byte_range,
+};
 use crate::{Bytes, MemError};
 
 /// Settings of the CUDA backend.
@@ -126,7 +140,9 @@ impl CudaBackend {
     /// The backend on device `ordinal` with `config`.
     pub fn with_config(ordinal: u32, config: CudaConfig) -> Result<Self, MemError> {
         let context = DeviceContext::open(ordinal)?;
-        context.set_release_threshold(config.release_threshold)?;
+        context
+            .set_release_threshold(config.release_threshold)
+            .map_err(mem_error)?;
         Ok(CudaBackend {
             shared: Arc::new(Shared {
                 handles: Mutex::new(Handles {
@@ -158,30 +174,33 @@ impl CudaBackend {
     /// Makes the backend's primary context current on this thread (and
     /// leaves it so), for code that calls cust directly.
     pub fn make_current(&self) -> Result<(), MemError> {
-        self.shared.context.make_current()
+        self.shared.context.make_current().map_err(mem_error)
     }
 
     /// Free and total device memory as the driver reports them: unlike
     /// [`Backend::mem_info`], memory the pool holds idle counts as used.
     pub fn driver_mem_info(&self) -> Result<MemInfo, MemError> {
-        let (free, total) = self.shared.context.raw_mem_info()?;
+        let (free, total) = self.shared.context.raw_mem_info().map_err(mem_error)?;
         Ok(MemInfo { free, total })
     }
 
     /// The memory pool's reserved and used bytes.
     pub fn pool_usage(&self) -> Result<PoolUsage, MemError> {
-        self.shared.context.pool_usage()
+        self.shared.context.pool_usage().map_err(mem_error)
     }
 
     /// Sets the pool's release threshold (see [`CudaConfig::release_threshold`]).
     pub fn set_release_threshold(&self, bytes: u64) -> Result<(), MemError> {
-        self.shared.context.set_release_threshold(bytes)
+        self.shared
+            .context
+            .set_release_threshold(bytes)
+            .map_err(mem_error)
     }
 
     /// Gives idle pool memory back to the driver until at most `keep_bytes`
     /// stay reserved.
     pub fn trim_pool(&self, keep_bytes: u64) -> Result<(), MemError> {
-        self.shared.context.trim_pool(keep_bytes)
+        self.shared.context.trim_pool(keep_bytes).map_err(mem_error)
     }
 
     /// Bytes of released pinned blocks kept for reuse.
@@ -196,7 +215,7 @@ impl CudaBackend {
 
     /// Blocks until all work on the device's primary context completed.
     pub fn synchronize_device(&self) -> Result<(), MemError> {
-        self.shared.context.synchronize()
+        self.shared.context.synchronize().map_err(mem_error)
     }
 
     fn context(&self) -> &Arc<DeviceContext> {
@@ -212,17 +231,28 @@ impl CudaBackend {
         &self,
         handle: StreamHandle,
         operation: &'static str,
-    ) -> Result<Arc<RawStream>, MemError> {
+    ) -> Result<Arc<RawStream>, BackendError> {
         self.handles()
             .streams
             .get(&handle.0)
             .cloned()
-            .ok_or_else(|| {
-                MemError::backend(
-                    NAME,
-                    operation,
-                    format!("stream {} does not exist", handle.0),
-                )
+            .ok_or_else(|| BackendError::unknown_stream(operation, handle))
+    }
+
+    /// The event behind `handle`, kept alive for the caller's use.
+    fn event(
+        &self,
+        handle: EventHandle,
+        operation: &'static str,
+    ) -> Result<Arc<RawEvent>, BackendError> {
+        self.handles()
+            .events
+            .get(&handle.0)
+            .cloned()
+            .ok_or(BackendError::UnknownHandle {
+                operation,
+                kind: HandleKind::Event,
+                handle: handle.0,
             })
     }
 
@@ -234,17 +264,15 @@ impl CudaBackend {
         offset: u64,
         len: usize,
         operation: &'static str,
-    ) -> Result<(u64, Allocation), MemError> {
+    ) -> Result<(u64, Allocation), BackendError> {
         let allocation = self
             .handles()
             .allocations
             .get(&ptr.0)
             .copied()
-            .ok_or_else(|| {
-                MemError::backend(NAME, operation, format!("{ptr} is not a live allocation"))
-            })?;
-        super::byte_range(offset, len, allocation.bytes)?;
-        Ok((ptr.0 + offset, allocation))
+            .ok_or_else(|| unknown_allocation(operation, ptr))?;
+        let range = byte_range(operation, offset, len, allocation.bytes)?;
+        Ok((ptr.0 + range.start, allocation))
     }
 
     /// Makes work queued next on `stream` wait for the work queued so far on
@@ -255,7 +283,7 @@ impl CudaBackend {
         allocation: Allocation,
         stream_id: StreamHandle,
         stream: &RawStream,
-    ) -> Result<(), MemError> {
+    ) -> Result<(), BackendError> {
         if allocation.stream == stream_id.0 {
             return Ok(());
         }
@@ -264,6 +292,26 @@ impl CudaBackend {
             Some(origin) => RawEvent::record(&origin)?.make_wait(stream),
             None => Ok(()),
         }
+    }
+
+    /// Checks a copy of `len` bytes at `ptr + offset` on `stream` and orders
+    /// `stream` after the allocation's own stream; returns the stream and
+    /// the device address to copy at, or `None` when there is nothing to copy.
+    fn prepare_copy(
+        &self,
+        ptr: DevicePtr,
+        offset: u64,
+        len: usize,
+        stream: StreamHandle,
+        operation: &'static str,
+    ) -> Result<Option<(Arc<RawStream>, u64)>, BackendError> {
+        let raw = self.stream(stream, operation)?;
+        let (address, allocation) = self.checked_range(ptr, offset, len, operation)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        self.order_after(allocation, stream, &raw)?;
+        Ok(Some((raw, address)))
     }
 
     /// Waits for every stream of this backend, so that memory freed on any of
@@ -287,15 +335,35 @@ impl CudaBackend {
         }
     }
 
-    fn out_of_memory(&self, bytes: u64) -> MemError {
-        let free = self.mem_info().map_or(0, |info| info.free);
-        MemError::OutOfMemory {
-            label: String::new(),
+    /// Out of device memory for `bytes`, with the free memory when the
+    /// driver still answers.
+    fn out_of_memory(&self, bytes: u64) -> BackendError {
+        BackendError::OutOfMemory {
+            space: MemorySpace::Device,
             requested: Bytes(bytes),
-            free: Bytes(free),
-            idle_held: Bytes(0),
-            limit: Bytes(free),
+            free: self.mem_info().ok().map(|info| Bytes(info.free)),
         }
+    }
+}
+
+/// An address that is not a live allocation of this backend.
+fn unknown_allocation(operation: &'static str, ptr: DevicePtr) -> BackendError {
+    BackendError::UnknownHandle {
+        operation,
+        kind: HandleKind::Allocation,
+        handle: ptr.0,
+    }
+}
+
+/// Why a launch of `kernel` with a host body cannot run on this backend.
+fn host_kernel_unsupported(kernel: &str) -> BackendError {
+    BackendError::Unsupported {
+        operation: "launch",
+        reason: format!(
+            "kernel '{kernel}' is a host kernel, which only the simulated device runs; on the cuda \
+             backend launch your own CUDA kernel on the group's stream (MemoryManager::stream, then \
+             CudaBackend::launch or EulerDecay::step; see docs/cuda.md)"
+        ),
     }
 }
 
@@ -353,16 +421,16 @@ impl Backend for CudaBackend {
     }
 
     /// Driver free memory plus what the pool holds idle, and the total.
-    fn mem_info(&self) -> Result<MemInfo, MemError> {
+    fn mem_info(&self) -> Result<MemInfo, BackendError> {
         let (free, total) = self.shared.context.raw_mem_info()?;
-        let idle = self.pool_usage()?.idle();
+        let idle = self.shared.context.pool_usage()?.idle();
         Ok(MemInfo {
             free: free.saturating_add(idle).min(total),
             total,
         })
     }
 
-    fn create_stream(&self) -> Result<StreamHandle, MemError> {
+    fn create_stream(&self) -> Result<StreamHandle, BackendError> {
         let stream = Arc::new(RawStream::create(&self.shared.context)?);
         let mut h = self.handles();
         let id = h.next_stream;
@@ -371,7 +439,7 @@ impl Backend for CudaBackend {
         Ok(StreamHandle(id))
     }
 
-    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), MemError> {
+    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
         let removed = self.handles().streams.remove(&stream.0);
         match removed {
             // Dropped outside the lock; the driver finishes pending work first.
@@ -379,19 +447,15 @@ impl Backend for CudaBackend {
                 drop(raw);
                 Ok(())
             }
-            None => Err(MemError::backend(
-                NAME,
-                "destroy stream",
-                format!("stream {} does not exist", stream.0),
-            )),
+            None => Err(BackendError::unknown_stream("destroy stream", stream)),
         }
     }
 
-    fn synchronize(&self, stream: StreamHandle) -> Result<(), MemError> {
+    fn synchronize(&self, stream: StreamHandle) -> Result<(), BackendError> {
         self.stream(stream, "synchronize")?.synchronize()
     }
 
-    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, MemError> {
+    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, BackendError> {
         let raw = self.stream(stream, "record event")?;
         let event = Arc::new(RawEvent::record(&raw)?);
         let mut h = self.handles();
@@ -401,32 +465,22 @@ impl Backend for CudaBackend {
         Ok(EventHandle(id))
     }
 
-    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), MemError> {
+    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError> {
         let raw_stream = self.stream(stream, "order streams")?;
-        let raw_event = self.handles().events.get(&event.0).cloned();
-        match raw_event {
-            Some(raw_event) => raw_event.make_wait(&raw_stream),
-            None => Err(MemError::backend(
-                NAME,
-                "order streams",
-                format!("event {} does not exist", event.0),
-            )),
-        }
+        self.event(event, "order streams")?.make_wait(&raw_stream)
     }
 
-    fn event_complete(&self, event: EventHandle) -> Result<bool, MemError> {
-        let raw = self.handles().events.get(&event.0).cloned();
-        match raw {
-            Some(raw) => raw.complete(),
-            None => Err(MemError::backend(
-                NAME,
-                "query event",
-                format!("event {} does not exist", event.0),
-            )),
-        }
+    fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError> {
+        self.event(event, "query event")?.complete()
     }
 
-    fn destroy_event(&self, event: EventHandle) -> Result<(), MemError> {
+    /// `cuEventSynchronize`: blocks this thread (not the streams) until the
+    /// work before the event completed.
+    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError> {
+        self.event(event, "wait for event")?.synchronize()
+    }
+
+    fn destroy_event(&self, event: EventHandle) -> Result<(), BackendError> {
         let removed = self.handles().events.remove(&event.0);
         drop(removed);
         Ok(())
@@ -435,7 +489,7 @@ impl Backend for CudaBackend {
     /// `cuMemAllocAsync` from the device's pool; when the pool cannot grow,
     /// every stream is synchronised once (memory freed on another stream then
     /// becomes reusable) before reporting out of memory.
-    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, MemError> {
+    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError> {
         let raw = self.stream(stream, "allocate")?;
         let Ok(size) = usize::try_from(bytes.max(1)) else {
             return Err(self.out_of_memory(bytes));
@@ -468,22 +522,38 @@ impl Backend for CudaBackend {
 
     /// `cuMemFreeAsync` on `stream`: the memory returns to the pool once the
     /// work queued before it completed, on `stream` and on the stream it was
-    /// allocated on.
-    fn free_device(&self, ptr: DevicePtr, stream: StreamHandle) -> Result<(), MemError> {
-        let raw = self.stream(stream, "free")?;
-        let Some(allocation) = self.handles().allocations.remove(&ptr.0) else {
-            return Err(MemError::backend(
-                NAME,
-                "free",
-                format!("{ptr} is not a live allocation"),
-            ));
+    /// allocated on. The driver does not need `bytes`; it is checked against
+    /// the size allocated, and a mismatch frees nothing.
+    fn free_device(
+        &self,
+        ptr: DevicePtr,
+        bytes: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "free";
+        let raw = self.stream(stream, OPERATION)?;
+        let allocation = {
+            let mut h = self.handles();
+            let Some(&allocation) = h.allocations.get(&ptr.0) else {
+                return Err(unknown_allocation(OPERATION, ptr));
+            };
+            if allocation.bytes != bytes {
+                return Err(BackendError::OutOfBounds {
+                    operation: OPERATION,
+                    offset: 0,
+                    end: bytes,
+                    size: allocation.bytes,
+                });
+            }
+            h.allocations.remove(&ptr.0);
+            allocation
         };
         let freed = self.order_after(allocation, stream, &raw).and_then(|()| {
             let _guard = self.shared.context.enter()?;
             // SAFETY: the address is a live allocation of this backend,
             // removed from the map so that it is freed once; the stream is
             // live and ordered after the allocation's own stream.
-            check(unsafe { cu::cuMemFreeAsync(ptr.0, raw.raw()) }, "free")
+            check(unsafe { cu::cuMemFreeAsync(ptr.0, raw.raw()) }, OPERATION)
         });
         if freed.is_err() {
             self.handles().allocations.insert(ptr.0, allocation);
@@ -491,7 +561,7 @@ impl Backend for CudaBackend {
         freed
     }
 
-    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, MemError> {
+    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
         self.shared.pinned.allocate(bytes)
     }
 
@@ -501,20 +571,19 @@ impl Backend for CudaBackend {
         offset: u64,
         src: &[u8],
         stream: StreamHandle,
-    ) -> Result<(), MemError> {
-        let raw = self.stream(stream, "copy to device")?;
-        let (address, allocation) = self.checked_range(dst, offset, src.len(), "copy to device")?;
-        if src.is_empty() {
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "copy to device";
+        let Some((raw, address)) = self.prepare_copy(dst, offset, src.len(), stream, OPERATION)?
+        else {
             return Ok(());
-        }
-        self.order_after(allocation, stream, &raw)?;
+        };
         let _guard = self.shared.context.enter()?;
         // SAFETY: `src` is a live host slice of `src.len()` bytes and the
         // device range was checked to lie inside a live allocation; the
         // stream is synchronised below, before `src` can be released.
         check(
             unsafe { cu::cuMemcpyHtoDAsync_v2(address, src.as_ptr().cast(), src.len(), raw.raw()) },
-            "copy to device",
+            OPERATION,
         )?;
         raw.synchronize()
     }
@@ -525,14 +594,12 @@ impl Backend for CudaBackend {
         src: DevicePtr,
         offset: u64,
         stream: StreamHandle,
-    ) -> Result<(), MemError> {
-        let raw = self.stream(stream, "copy from device")?;
-        let (address, allocation) =
-            self.checked_range(src, offset, dst.len(), "copy from device")?;
-        if dst.is_empty() {
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "copy from device";
+        let Some((raw, address)) = self.prepare_copy(src, offset, dst.len(), stream, OPERATION)?
+        else {
             return Ok(());
-        }
-        self.order_after(allocation, stream, &raw)?;
+        };
         let _guard = self.shared.context.enter()?;
         // SAFETY: `dst` is a live, exclusively borrowed host slice of
         // `dst.len()` bytes and the device range lies inside a live
@@ -542,9 +609,77 @@ impl Backend for CudaBackend {
             unsafe {
                 cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), address, dst.len(), raw.raw())
             },
-            "copy from device",
+            OPERATION,
         )?;
         raw.synchronize()
+    }
+
+    /// `cuMemcpyHtoDAsync` on `stream`, after the allocation's own stream;
+    /// returns once queued, without synchronising.
+    unsafe fn copy_to_device_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "asynchronous copy to device";
+        let Some((raw, address)) = self.prepare_copy(dst, offset, len, stream, OPERATION)? else {
+            return Ok(());
+        };
+        let _guard = self.shared.context.enter()?;
+        // SAFETY: the device range was checked to lie inside a live
+        // allocation, and the copy is queued after the allocation's stream,
+        // so the memory exists in `stream`'s order; a later free on `stream`
+        // runs after the copy, and `free_device`'s contract makes a free on
+        // another stream wait for `stream`'s work first. The caller
+        // guarantees that `src..src + len` is page-locked memory of this
+        // backend, left allocated and unwritten until the copy completed; the
+        // driver reads it only while the copy runs and keeps no reference
+        // afterwards. `raw` keeps the stream alive for the call; destroyed
+        // later, it still completes the queued copy.
+        check(
+            unsafe { cu::cuMemcpyHtoDAsync_v2(address, src.cast(), len, raw.raw()) },
+            OPERATION,
+        )
+    }
+
+    /// `cuMemcpyDtoHAsync` on `stream`, after the allocation's own stream;
+    /// returns once queued, without synchronising.
+    unsafe fn copy_from_device_async(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "asynchronous copy from device";
+        let Some((raw, address)) = self.prepare_copy(src, offset, len, stream, OPERATION)? else {
+            return Ok(());
+        };
+        let _guard = self.shared.context.enter()?;
+        // SAFETY: the device range was checked to lie inside a live
+        // allocation and the copy is ordered after its stream, as for
+        // `copy_to_device_async`. The caller guarantees that `dst..dst + len`
+        // is page-locked memory of this backend that stays allocated and that
+        // nobody reads or writes until the copy completed, so the driver's
+        // write into it races with nothing; no Rust reference to those bytes
+        // is made here.
+        check(
+            unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), address, len, raw.raw()) },
+            OPERATION,
+        )
+    }
+
+    /// Host kernels run only on the simulated device: always
+    /// [`BackendError::Unsupported`], with nothing queued or checked. Launch
+    /// CUDA kernels with [`CudaBackend::launch`] on the group's stream.
+    fn launch(&self, launch: KernelLaunch<'_>, _stream: StreamHandle) -> Result<(), BackendError> {
+        match launch.body {
+            KernelBody::Host { .. } => Err(host_kernel_unsupported(launch.name)),
+        }
     }
 }
 
@@ -557,6 +692,33 @@ mod tests {
         let config = CudaConfig::default();
         assert_eq!(config.release_threshold, u64::MAX);
         assert_eq!(config.pinned_cache_bytes, crate::DEFAULT_PINNED_MAX_BYTES);
+    }
+
+    #[test]
+    fn a_host_kernel_is_refused_with_the_way_to_launch_a_cuda_kernel() {
+        let error = host_kernel_unsupported("decay");
+        let BackendError::Unsupported { operation, reason } = &error else {
+            panic!("expected Unsupported, got {error:?}");
+        };
+        assert_eq!(*operation, "launch");
+        assert!(reason.contains("'decay'"), "{reason}");
+        assert!(
+            reason.contains("group's stream") && reason.contains("docs/cuda.md"),
+            "{reason}"
+        );
+        let message = MemError::backend(NAME, error).to_string();
+        assert!(
+            message.starts_with("cuda backend: launch is not supported: kernel 'decay'"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_address_is_named_as_an_allocation() {
+        assert_eq!(
+            unknown_allocation("free", DevicePtr(0x7f00)).to_string(),
+            "free: allocation 0x7f00 does not exist on this backend"
+        );
     }
 
     #[test]

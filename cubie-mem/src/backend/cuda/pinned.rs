@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cust::memory::LockedBuffer;
 
-use super::driver::{DeviceContext, NAME, describe};
-use crate::MemError;
-use crate::backend::PinnedBlock;
+use super::driver::{DeviceContext, describe, failure};
+use crate::Bytes;
+use crate::backend::{BackendError, MemorySpace, PinnedBlock};
 
 /// Pinned blocks are allocated in whole pages, so that similar sizes share
 /// blocks.
@@ -97,14 +97,11 @@ impl PinnedPool {
     }
 
     /// A zero-filled block of `bytes`, reused from the cache when one fits.
-    pub(super) fn allocate(self: &Arc<Self>, bytes: u64) -> Result<Box<dyn PinnedBlock>, MemError> {
-        let len = usize::try_from(bytes).map_err(|_| {
-            MemError::backend(
-                NAME,
-                "allocate pinned memory",
-                "size exceeds the address space",
-            )
-        })?;
+    pub(super) fn allocate(
+        self: &Arc<Self>,
+        bytes: u64,
+    ) -> Result<Box<dyn PinnedBlock>, BackendError> {
+        let len = usize::try_from(bytes).map_err(|_| out_of_page_locked_memory(bytes))?;
         let cached = self.cache().take(len);
         let buffer = match cached {
             Some((_, mut buffer)) => {
@@ -123,14 +120,11 @@ impl PinnedPool {
     }
 
     /// A new zero-filled block of at least `len` bytes, in whole pages.
-    fn allocate_new(&self, len: usize) -> Result<LockedBuffer<u8>, MemError> {
-        let capacity = len.max(1).checked_next_multiple_of(PAGE).ok_or_else(|| {
-            MemError::backend(
-                NAME,
-                "allocate pinned memory",
-                "size exceeds the address space",
-            )
-        })?;
+    fn allocate_new(&self, len: usize) -> Result<LockedBuffer<u8>, BackendError> {
+        let capacity = len
+            .max(1)
+            .checked_next_multiple_of(PAGE)
+            .ok_or_else(|| out_of_page_locked_memory(len as u64))?;
         let _guard = self.context.enter()?;
         match LockedBuffer::new(&0u8, capacity) {
             Ok(buffer) => Ok(buffer),
@@ -174,15 +168,27 @@ impl Drop for PinnedPool {
     }
 }
 
-fn pinned_failure(len: usize, error: &cust::error::CudaError) -> MemError {
-    MemError::Backend {
-        backend: NAME,
-        operation: "allocate pinned memory",
-        message: format!(
-            "page-locking {len} bytes of host memory failed: {}; lower ManagerConfig::pinned_max_bytes \
-             so that large host arrays use pageable memory",
-            describe(error)
-        ),
+/// Page-locked memory of `bytes` that cannot be had.
+fn out_of_page_locked_memory(bytes: u64) -> BackendError {
+    BackendError::OutOfMemory {
+        space: MemorySpace::PageLocked,
+        requested: Bytes(bytes),
+        free: None,
+    }
+}
+
+/// Page-locking `len` bytes failed with `error`: out of page-locked memory
+/// when the driver says so, a driver failure otherwise.
+fn pinned_failure(len: usize, error: &cust::error::CudaError) -> BackendError {
+    if *error == cust::error::CudaError::OutOfMemory {
+        tracing::debug!(
+            bytes = len,
+            error = %describe(error),
+            "page-locking host memory failed; lowering ManagerConfig::pinned_max_bytes makes large host arrays use pageable memory"
+        );
+        out_of_page_locked_memory(len as u64)
+    } else {
+        failure("allocate pinned memory", *error)
     }
 }
 
@@ -221,6 +227,27 @@ impl Drop for CudaPinnedBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_locking_failures_are_out_of_memory_only_when_the_driver_says_so() {
+        use cust::error::CudaError;
+        assert_eq!(
+            pinned_failure(5000, &CudaError::OutOfMemory),
+            BackendError::OutOfMemory {
+                space: MemorySpace::PageLocked,
+                requested: Bytes(5000),
+                free: None,
+            }
+        );
+        assert!(matches!(
+            pinned_failure(5000, &CudaError::InvalidContext),
+            BackendError::Driver {
+                operation: "allocate pinned memory",
+                code: 201,
+                ..
+            }
+        ));
+    }
 
     #[test]
     fn a_released_block_serves_the_next_request_of_similar_size() {
