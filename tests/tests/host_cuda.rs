@@ -51,7 +51,7 @@ fn round_trip<T: Element>(mgr: &MemoryManager, kind: HostMemoryType) -> Result<(
             .pipeline()
             .input(&host_in, &device_in, axis)
             .output(&mut host_out, &device_out, axis)
-            .run(|_| device_out.copy_from_host(&device_in.to_vec()?))?;
+            .run(|_, _| device_out.copy_from_host(&device_in.to_vec()?))?;
         assert_eq!(
             bytemuck::cast_slice::<T, u8>(host_out.as_slice()),
             bytemuck::cast_slice::<T, u8>(&data),
