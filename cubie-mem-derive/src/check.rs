@@ -548,7 +548,7 @@ pub(crate) fn pipeline_depth(cx: &Ctxt, value: Option<&Expr>) -> Option<usize> {
             cx.error(
                 lit.span(),
                 "a pipeline depth of 0 leaves no buffer set to compute in: give at least 1 \
-                 (1 runs chunks one after another, 2 overlaps copies with compute), \
+                 (depth 1 runs the chunks one after another, 2 overlaps copies with compute), \
                  or leave `pipeline_depth` out for depth 1",
             );
             None
