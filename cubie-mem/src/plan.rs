@@ -201,8 +201,9 @@ pub struct ChunkPlan {
     pub withheld: u64,
     /// Buffer sets the manager allocates for every chunkable array, one per
     /// chunk in flight: 1 for a single chunk, else `min(d, chunks)` for the
-    /// batch's pipeline depth `d`. Unchunkable arrays have one buffer, shared
-    /// by every set.
+    /// batch's pipeline depth `d` (for a reused partition, fewer when that
+    /// many would not fit). Unchunkable arrays have one buffer, shared by
+    /// every set.
     pub buffer_sets: usize,
 }
 
@@ -323,6 +324,30 @@ impl ChunkPlan {
             buffer_sets: self.buffer_sets.clamp(1, chunks),
             ..*self
         })
+    }
+}
+
+impl ChunkPlan {
+    /// This plan with the buffer sets a pipeline of `depth` gets on its
+    /// partition: `min(depth, chunks)`, lowered to what its figures fit
+    /// (`sets * C * chunk_length <= total_runs * (allocatable - U)`, exactly),
+    /// and never below 1 nor below the sets it has (which fit already).
+    /// One chunk has one set.
+    pub(crate) fn sets_for(self, depth: usize) -> ChunkPlan {
+        let wanted = depth.min(self.chunks).max(1);
+        let per_set = u128::from(self.chunkable_bytes) * self.chunk_length as u128;
+        let room = self.total_runs as u128
+            * u128::from(self.allocatable.saturating_sub(self.unchunkable_bytes));
+        let fits = room
+            .checked_div(per_set)
+            .map_or(wanted, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        ChunkPlan {
+            buffer_sets: wanted
+                .min(fits)
+                .max(self.buffer_sets.min(self.chunks))
+                .max(1),
+            ..self
+        }
     }
 }
 

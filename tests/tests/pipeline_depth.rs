@@ -324,6 +324,40 @@ fn a_run_too_large_for_every_set_names_the_depth() {
     );
 }
 
+#[test]
+fn a_reused_partition_keeps_a_valid_number_of_sets() {
+    // The holder's 80000 B at depth 2 in 50000 B: max_chunk = 10 * 49000 /
+    // 160000 = 3, so 4 chunks of 3 runs in 2 sets, which it keeps holding.
+    let (mgr, sim) = manager(1 << 30, 50_000);
+    let holder = mgr.register(queuing().stream_group("g")).unwrap();
+    let other = mgr
+        .register(queuing().owner(&holder).stream_group("g"))
+        .unwrap();
+    mgr.queue_request(
+        &holder,
+        [("x", common::runs_request(8000, 10).pipeline_depth(2))],
+    )
+    .unwrap();
+    let r = mgr.allocate_queue_for(&holder).unwrap();
+    assert_eq!((r.chunk_length, r.chunks, r.buffer_sets), (3, 4, 2));
+
+    // A small batch at depth 3 would fit whole, but the holder's partition
+    // is reused: its chunks of 3 runs get the 3 sets, which fit.
+    mgr.queue_request(
+        &other,
+        [("y", common::runs_request(8, 10).pipeline_depth(3))],
+    )
+    .unwrap();
+    let mut r = mgr.allocate_queue_for(&other).unwrap();
+    assert_eq!((r.chunk_length, r.chunks, r.buffer_sets), (3, 4, 3));
+    assert_eq!(r.plan.validate(), Ok(()));
+    let y: Vec<_> = (0..3)
+        .map(|set| r.take_set::<f64>("y", set).unwrap())
+        .collect();
+    assert!(y.iter().all(|a| a.shape() == [1, 3]));
+    assert_eq!(sim.live_allocations(), 5);
+}
+
 pub struct Dims {
     pub n_states: usize,
     pub n_runs: usize,

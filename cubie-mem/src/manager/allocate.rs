@@ -164,7 +164,7 @@ impl Inner {
         }
         let plan = plan_chunks(&sizes, &budget)
             .map_err(|error| self.explain_caps(s, error, &batch.group, &sizes, &budget))?;
-        let plan = reuse_partition(s, batch, plan);
+        let plan = reuse_partition(s, batch, plan, sizes.depth);
         tracing::debug!(
             group = %batch.group,
             owner = %s.named_owner(batch.owner),
@@ -381,8 +381,9 @@ fn replaced_bytes(held: &[Vec<Arc<Slot>>]) -> u64 {
 
 /// Keeps the remembered partition of the owner in this group when one of
 /// its notaries holds arrays and the partition still covers the batch and
-/// fits, so the notary's arrays stay valid.
-fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan) -> ChunkPlan {
+/// fits, so the notary's arrays stay valid. The reused plan has the sets of
+/// the batch's `depth` that fit its chunks (see [`ChunkPlan::sets_for`]).
+fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan, depth: usize) -> ChunkPlan {
     let notary_holds = batch.participants.iter().any(|id| {
         !batch.taken.iter().any(|(t, _)| t == id)
             && s.instances
@@ -394,9 +395,9 @@ fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan) -> ChunkPlan {
         .get(&batch.group)
         .and_then(|g| g.partitions.get(&batch.owner));
     match remembered {
-        Some(&(length, chunks)) if notary_holds => {
-            plan.with_partition(length, chunks).unwrap_or(plan)
-        }
+        Some(&(length, chunks)) if notary_holds => plan
+            .with_partition(length, chunks)
+            .map_or(plan, |reused| reused.sets_for(depth)),
         _ => plan,
     }
 }

@@ -603,3 +603,40 @@ fn validate_checks_the_buffer_sets() {
         assert_eq!(plan.validate(), Ok(()));
     }
 }
+
+#[test]
+fn a_reused_partition_gets_the_sets_of_the_depth_that_fit() {
+    let budget = Budget::passive(1000).with_granule(0); // alloc 980
+    // One chunk planned (R = 975 < alloc), reused as (4, 3) at depth 3:
+    // 3 sets of 4 runs need 3 * 975 * 4 / 10 = 1170 B > 980 B, 2 fit.
+    let one = plan_chunks(&deep(10, 975, 0, 3), &budget).unwrap();
+    assert_eq!((one.chunks, one.buffer_sets), (1, 1));
+    let reused = one.with_partition(4, 3).unwrap();
+    assert_eq!((reused.chunks, reused.buffer_sets), (3, 1));
+    let deep_reused = reused.sets_for(3);
+    assert_eq!(deep_reused.buffer_sets, 2);
+    assert!(deep_reused.validate().is_ok());
+    // A small batch gets every set it asks for, capped at the chunks.
+    let small = plan_chunks(&deep(10, 100, 0, 3), &budget)
+        .unwrap()
+        .with_partition(4, 3)
+        .unwrap();
+    assert_eq!(small.sets_for(3).buffer_sets, 3);
+    assert_eq!(small.sets_for(8).buffer_sets, 3);
+    assert_eq!(small.sets_for(1).buffer_sets, 1);
+    assert_eq!(small.sets_for(0).buffer_sets, 1);
+    // One chunk has one set; extreme figures do not overflow.
+    assert_eq!(one.sets_for(usize::MAX).buffer_sets, 1);
+    let huge = ChunkPlan {
+        chunkable_bytes: u64::MAX,
+        allocatable: u64::MAX,
+        ..partition(usize::MAX, usize::MAX, 1)
+    };
+    assert_eq!(huge.sets_for(usize::MAX).buffer_sets, usize::MAX);
+    let none_fit = ChunkPlan {
+        chunkable_bytes: u64::MAX,
+        allocatable: 1,
+        ..partition(4, 2, 2)
+    };
+    assert_eq!(none_fit.sets_for(2).buffer_sets, 1, "never below 1");
+}
