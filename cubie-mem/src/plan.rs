@@ -442,6 +442,8 @@ pub fn plan<'a>(
 
 mod chunks;
 #[cfg(test)]
+mod depth_tests;
+#[cfg(test)]
 mod tests;
 
 pub use chunks::{Chunk, Chunks};
