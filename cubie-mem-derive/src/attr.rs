@@ -15,14 +15,15 @@ use syn::{Attribute, Expr, ExprLit, Ident, Lit, LitInt, LitStr, Meta, Path, Toke
 use crate::ctxt::Ctxt;
 use crate::suggest::did_you_mean;
 
-/// The container attribute naming the dims type and the crate path.
+/// The container attribute naming the dims type, the crate path and the
+/// pipeline depth.
 pub(crate) const BUFFERS: &str = "buffers";
 /// The field attribute describing one buffer.
 pub(crate) const BUFFER: &str = "buffer";
 /// The container attribute naming the stream group.
 pub(crate) const STREAM_GROUP: &str = "stream_group";
 
-const CONTAINER_KEYS: &[&str] = &["dims", "crate"];
+const CONTAINER_KEYS: &[&str] = &["dims", "crate", "pipeline_depth"];
 const BUFFER_KEYS: &[&str] = &[
     "shape",
     "chunk_axis",
@@ -39,6 +40,8 @@ pub(crate) struct ContainerAttrs {
     pub(crate) dims: Option<Type>,
     /// `crate = path`.
     pub(crate) krate: Option<Path>,
+    /// `pipeline_depth = ..`, as written (`check` reads the integer).
+    pub(crate) pipeline_depth: Option<Expr>,
     /// `#[stream_group("name")]`.
     pub(crate) stream_group: Option<LitStr>,
     /// Whether some key could not be read (an unknown key, a malformed value,
@@ -256,6 +259,18 @@ fn container_key(cx: &Ctxt, parsed: &mut ContainerAttrs, meta: ParseNestedMeta) 
                     ),
                 )?;
             }
+        }
+    } else if meta.path.is_ident("pipeline_depth") {
+        let value = meta.value()?;
+        match value.parse::<Expr>() {
+            Ok(expr) => set_once(
+                cx,
+                &meta,
+                "pipeline_depth",
+                &mut parsed.pipeline_depth,
+                expr,
+            ),
+            Err(error) => report_and_skip(cx, value, error)?,
         }
     } else if meta.path.is_ident("crate") {
         let value = meta.value()?;

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use proc_macro2::Span;
-use syn::{Ident, LitStr, Type};
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Type};
 
 use crate::ast::{Container, Field, source_text};
 use crate::attr::{AxisSpec, Dim, Placement};
@@ -514,6 +514,54 @@ fn check_precision<'a>(
         return None;
     }
     matches!(precision_name, TypeName::Parameter(_)).then_some(precision)
+}
+
+/// The pipeline depth `pipeline_depth = ..` gives: an integer literal of at
+/// least 1 (unsuffixed or `usize`). Anything else is reported at the value
+/// and gives `None`, as does a missing key (the requests then keep depth 1).
+pub(crate) fn pipeline_depth(cx: &Ctxt, value: Option<&Expr>) -> Option<usize> {
+    let value = value?;
+    let Expr::Lit(ExprLit {
+        lit: Lit::Int(lit), ..
+    }) = value
+    else {
+        cx.error_spanned_by(
+            value,
+            "expected the pipeline depth as an integer literal, the number of chunks in flight: \
+             write `pipeline_depth = 2` (or 3 when a buffer is both uploaded and downloaded)",
+        );
+        return None;
+    };
+    if !matches!(lit.suffix(), "" | "usize") {
+        cx.error(
+            lit.span(),
+            format!(
+                "the pipeline depth is a `usize`: write `{}` without the `{}` suffix",
+                lit.base10_digits(),
+                lit.suffix()
+            ),
+        );
+        return None;
+    }
+    match lit.base10_parse::<usize>() {
+        Ok(0) => {
+            cx.error(
+                lit.span(),
+                "a pipeline depth of 0 leaves no buffer set to compute in: give at least 1 \
+                 (depth 1 runs the chunks one after another, 2 overlaps copies with compute), \
+                 or leave `pipeline_depth` out for depth 1",
+            );
+            None
+        }
+        Ok(depth) => Some(depth),
+        Err(error) => {
+            cx.error(
+                lit.span(),
+                format!("the pipeline depth does not fit a `usize`: {error}"),
+            );
+            None
+        }
+    }
 }
 
 /// The stream group's name, "default" when the attribute is absent.

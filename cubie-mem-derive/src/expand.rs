@@ -17,8 +17,9 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
     let cx = Ctxt::new();
     let container = Container::from_ast(&cx, input);
     let layouts = check::check(&cx, &container);
+    let depth = check::pipeline_depth(&cx, container.attrs.pipeline_depth.as_ref());
     match cx.finish() {
-        Ok(()) => implementation(&container, &layouts),
+        Ok(()) => implementation(&container, &layouts, depth),
         Err(errors) => {
             let mut tokens = errors.to_compile_error();
             tokens.extend(fallback(&container));
@@ -36,8 +37,9 @@ fn krate(container: &Container) -> Path {
         .unwrap_or_else(|| syn::parse_quote!(::cubie_mem))
 }
 
-/// The impl of a struct that passed every check.
-fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
+/// The impl of a struct that passed every check; `depth` is the pipeline
+/// depth its requests carry (none given: the requests' default, 1).
+fn implementation(container: &Container, layouts: &[Layout], depth: Option<usize>) -> TokenStream {
     let krate = krate(container);
     let ident = container.ident;
     let generics = with_element_bounds(container, &krate, layouts);
@@ -58,16 +60,16 @@ fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
         })
         .collect();
     let precision_helpers = (!precision_assertions.is_empty()).then(|| precision_helpers(&krate));
-    let requests = layouts.iter().map(|layout| request(&krate, layout));
+    let requests = layouts.iter().map(|layout| request(&krate, layout, depth));
     let takes = layouts.iter().map(|layout| {
         let field = layout.field;
         let element = layout.element;
         let label = &layout.label;
         let take = match layout.placement {
-            Placement::Device => quote!(take),
-            Placement::Pinned => quote!(take_pinned),
+            Placement::Device => quote!(take_set),
+            Placement::Pinned => quote!(take_pinned_set),
         };
-        quote_spanned! {element.span()=> #field: response.#take::<#element>(#label)?}
+        quote_spanned! {element.span()=> #field: response.#take::<#element>(#label, set)?}
     });
 
     let Docs {
@@ -77,7 +79,7 @@ fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
         labels: labels_doc,
         requests: requests_doc,
         from_response: from_response_doc,
-    } = Docs::new(container, dims, &group, layouts);
+    } = Docs::new(container, dims, &group, layouts, depth);
     quote! {
         #[doc = #impl_doc]
         #[automatically_derived]
@@ -100,8 +102,9 @@ fn implementation(container: &Container, layouts: &[Layout]) -> TokenStream {
             }
 
             #[doc = #from_response_doc]
-            fn from_response(
-                mut response: #krate::ArrayResponse,
+            fn from_response_set(
+                response: &mut #krate::ArrayResponse,
+                set: usize,
             ) -> ::core::result::Result<Self, #krate::MemError> {
                 ::core::result::Result::Ok(Self { #(#takes,)* })
             }
@@ -214,7 +217,7 @@ fn precision_helpers(krate: &Path) -> TokenStream {
 }
 
 /// `.with(label, ArrayRequest::of::<T>(shape).memory(..)...)` for one buffer.
-fn request(krate: &Path, layout: &Layout) -> TokenStream {
+fn request(krate: &Path, layout: &Layout, depth: Option<usize>) -> TokenStream {
     let label = &layout.label;
     let element = layout.element;
     let shape = layout.shape.iter().map(dim_value);
@@ -233,12 +236,14 @@ fn request(krate: &Path, layout: &Layout) -> TokenStream {
         }
         None => quote!(.unchunkable()),
     };
+    let depth = depth.map(|depth| quote!(.pipeline_depth(#depth)));
     quote! {
         .with(
             #label,
             #of([#(#shape),*])
                 .memory(#memory)
-                #chunking,
+                #chunking
+                #depth,
         )
     }
 }
@@ -279,8 +284,9 @@ fn fallback(container: &Container) -> TokenStream {
                 #krate::RequestSet::new()
             }
 
-            fn from_response(
-                _: #krate::ArrayResponse,
+            fn from_response_set(
+                _: &mut #krate::ArrayResponse,
+                _: usize,
             ) -> ::core::result::Result<Self, #krate::MemError> {
                 ::core::result::Result::Err(#krate::MemError::InvalidRequest {
                     label: ::std::string::String::new(),
@@ -302,9 +308,18 @@ struct Docs {
 }
 
 impl Docs {
-    fn new(container: &Container, dims: &Type, group: &str, layouts: &[Layout]) -> Self {
+    fn new(
+        container: &Container,
+        dims: &Type,
+        group: &str,
+        layouts: &[Layout],
+        depth: Option<usize>,
+    ) -> Self {
         let dims = source_text(dims);
         let buffers: Vec<String> = layouts.iter().map(describe).collect();
+        let depth = depth.map_or_else(String::new, |depth| {
+            format!(" Every request has pipeline depth {depth}: a buffer set per chunk in flight.")
+        });
         Docs {
             implementation: format!(
                 "Derived from `#[derive(GpuBuffers)]`: {} buffer(s) in stream group \"{group}\", shaped by `{dims}`.\n\n\
@@ -326,11 +341,12 @@ impl Docs {
             ),
             requests: format!(
                 "One request per buffer, with the lengths read from `dims`; chunked buffers carry the \
-                 length of their chunk axis as the batch's run count.\n\n{}",
+                 length of their chunk axis as the batch's run count.{depth}\n\n{}",
                 buffers.join("\n")
             ),
-            from_response: "Takes every buffer out of an allocation response by its label; a missing label or an \
-                            array of another type or memory kind is an error."
+            from_response: "Takes every buffer of buffer set `set` out of an allocation response by its label \
+                            (an unchunkable buffer is shared by every set); a missing label, a set out of range, \
+                            or an array of another type or memory kind is an error."
                 .to_owned(),
         }
     }
@@ -440,9 +456,46 @@ mod tests {
         );
         assert!(text.contains("unchunkable ()"), "{text}");
         assert!(
-            text.contains("take_pinned :: < i32 > (\"status\")"),
+            text.contains("take_pinned_set :: < i32 > (\"status\" , set)"),
             "{text}"
         );
+        assert!(!text.contains("pipeline_depth"), "{text}");
+    }
+
+    #[test]
+    fn pipeline_depth_reaches_every_request() {
+        let text = expand(quote! {
+            #[buffers(dims = D, pipeline_depth = 3)]
+            struct B {
+                #[buffer(shape = [n], chunk_axis = 0)]
+                a: DeviceArray<f32>,
+                #[buffer(shape = [2], unchunkable)]
+                b: DeviceArray<f32>,
+            }
+        })
+        .to_token_stream()
+        .to_string();
+        assert_eq!(
+            text.matches(". pipeline_depth (3usize)").count(),
+            2,
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_zero_or_non_integer_depth_is_an_error() {
+        for depth in [quote!(0), quote!(two), quote!(2u8), quote!(1.5)] {
+            let file = expand(quote! {
+                #[buffers(dims = D, pipeline_depth = #depth)]
+                struct B {
+                    #[buffer(shape = [n], chunk_axis = 0)]
+                    a: DeviceArray<f32>,
+                }
+            });
+            let text = file.to_token_stream().to_string();
+            assert!(text.contains("compile_error"), "{depth}: {text}");
+            assert!(text.contains("pipeline depth"), "{depth}: {text}");
+        }
     }
 
     #[test]

@@ -50,8 +50,9 @@ use syn::{DeriveInput, parse_macro_input};
 /// ```
 ///
 /// Container attributes: `#[stream_group("name")]` (default `"default"`),
-/// `#[buffers(dims = Type)]` (required) and `#[buffers(crate = path)]`
-/// (default `::cubie_mem`). Field attribute: `#[buffer(shape = [..],
+/// `#[buffers(dims = Type)]` (required), `#[buffers(crate = path)]`
+/// (default `::cubie_mem`) and `#[buffers(pipeline_depth = 2)]` (the depth
+/// of every request, an integer of at least 1; default 1). Field attribute: `#[buffer(shape = [..],
 /// chunk_axis = <index or dim> | unchunkable, precision = T, memory = device |
 /// pinned, label = "..")]`. The `cubie_mem` documentation of `GpuBuffers`
 /// and `docs/derive.md` describe each key and each compile error.

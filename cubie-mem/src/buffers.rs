@@ -20,8 +20,27 @@ pub trait GpuBuffers: Sized {
     /// The allocation requests for `dims`.
     fn requests(dims: &Self::Dims) -> RequestSet;
 
-    /// Builds the struct from an allocation response holding every label.
-    fn from_response(response: ArrayResponse) -> Result<Self, MemError>;
+    /// Builds the struct of buffer set `set` from an allocation response
+    /// holding every label, taking that set's arrays out of it (see
+    /// [`ArrayResponse::take_set`]): a chunkable buffer's own array in that
+    /// set, or the one array of an unchunkable buffer, which every set shares.
+    fn from_response_set(response: &mut ArrayResponse, set: usize) -> Result<Self, MemError>;
+
+    /// Builds the struct from an allocation response holding every label:
+    /// its buffer set 0, the only set unless the requests have a pipeline
+    /// depth above 1.
+    fn from_response(mut response: ArrayResponse) -> Result<Self, MemError> {
+        Self::from_response_set(&mut response, 0)
+    }
+
+    /// Builds the struct of every buffer set of an allocation response, in
+    /// set order: `response.buffer_sets` structs (at least one), where
+    /// struct `i` holds set `i`'s arrays.
+    fn sets_from_response(mut response: ArrayResponse) -> Result<Vec<Self>, MemError> {
+        (0..response.buffer_sets.max(1))
+            .map(|set| Self::from_response_set(&mut response, set))
+            .collect()
+    }
 
     /// A registration preset in [`GpuBuffers::STREAM_GROUP`], so that an
     /// instance holding these buffers cannot land in the wrong group.
@@ -31,35 +50,67 @@ pub trait GpuBuffers: Sized {
 }
 
 /// Buffers allocated by [`MemoryManager::allocate_buffers`], with the chunk
-/// plan they were laid out for. Dereferences to the buffer struct.
+/// plan they were laid out for: one buffer struct per buffer set of the plan
+/// ([`ChunkPlan::buffer_sets`]). Dereferences to the struct of set 0.
 #[derive(Debug)]
 pub struct Allocated<B> {
-    buffers: B,
+    /// One struct per buffer set, in set order; never empty.
+    sets: Vec<B>,
     plan: ChunkPlan,
 }
 
 impl<B> Allocated<B> {
+    /// `sets` laid out for `plan`; an error when there is no set.
+    fn new(sets: Vec<B>, plan: ChunkPlan) -> Result<Self, MemError> {
+        if sets.is_empty() {
+            return Err(MemError::SetOutOfRange {
+                label: String::new(),
+                set: 0,
+                buffer_sets: 0,
+            });
+        }
+        Ok(Allocated { sets, plan })
+    }
+
     /// The chunk plan the arrays follow.
     pub fn plan(&self) -> &ChunkPlan {
         &self.plan
     }
 
-    /// The buffer struct.
+    /// The buffer struct of every set, in set order (never empty): struct
+    /// `i` holds set `i`'s arrays. The chunk pipeline computes each chunk in
+    /// the set that holds it.
+    pub fn sets(&self) -> &[B] {
+        &self.sets
+    }
+
+    /// The buffer structs of every set, in set order (never empty).
+    pub fn into_sets(self) -> Vec<B> {
+        self.sets
+    }
+
+    /// The buffer struct of set 0 (the others are dropped; their arrays
+    /// stay allocated in the manager).
     pub fn into_inner(self) -> B {
-        self.buffers
+        let mut sets = self.sets;
+        sets.truncate(1);
+        // `new` refuses an empty list, so there is a set 0.
+        sets.swap_remove(0)
     }
 }
 
 impl<B> Deref for Allocated<B> {
     type Target = B;
     fn deref(&self) -> &B {
-        &self.buffers
+        // `new` refuses an empty list, so there is a set 0.
+        &self.sets[0]
     }
 }
 
 impl MemoryManager {
     /// Queues `B`'s requests for `dims` on `instance`, allocates its stream
-    /// group's queue, and returns the typed buffers with their chunk plan.
+    /// group's queue, and returns the typed buffers of every buffer set with
+    /// their chunk plan.
     ///
     /// The instance must be in `B::STREAM_GROUP` (register it with
     /// [`GpuBuffers::registration`]).
@@ -71,10 +122,7 @@ impl MemoryManager {
         self.queue_buffers::<B>(instance, dims)?;
         let response = self.allocate_queue_for(instance)?;
         let plan = response.plan;
-        Ok(Allocated {
-            buffers: B::from_response(response)?,
-            plan,
-        })
+        Allocated::new(B::sets_from_response(response)?, plan)
     }
 
     /// Queues `B`'s requests for `dims` on `instance` without allocating, so
@@ -82,7 +130,8 @@ impl MemoryManager {
     /// the next `allocate_buffers` (or `allocate_queue`) in the group serves
     /// them all with one chunk plan, and this instance receives its response
     /// through its `on_allocation_ready` hook (build `B` from it with
-    /// [`GpuBuffers::from_response`]).
+    /// [`GpuBuffers::from_response`], or every set with
+    /// [`GpuBuffers::sets_from_response`]).
     ///
     /// The instance must be in `B::STREAM_GROUP`.
     pub fn queue_buffers<B: GpuBuffers>(

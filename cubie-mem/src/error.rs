@@ -176,14 +176,17 @@ pub enum MemError {
         withheld: Bytes,
     },
 
-    /// Not even one run fits beside the unchunkable arrays.
+    /// Not even one run (in each buffer set) fits beside the unchunkable arrays.
     #[error(
-        "cannot fit a single run: one run needs {per_run} of chunkable arrays, {room} is left after {unchunkable} of \
-         unchunkable arrays ({withheld} withheld as reserve); free memory or shrink the per-run arrays"
+        "cannot fit a single run: one run needs {per_run} of chunkable arrays{}, {room} is left after {unchunkable} of \
+         unchunkable arrays ({withheld} withheld as reserve); free memory or shrink the per-run arrays{}",
+        depth_need(*.depth), depth_fix(*.depth)
     )]
     SingleRunTooLarge {
-        /// Chunkable bytes per run (rounded up).
+        /// Chunkable bytes per run in one buffer set (rounded up).
         per_run: Bytes,
+        /// The pipeline depth: buffer sets that each need room for a run.
+        depth: usize,
         /// Bytes left for chunkable arrays.
         room: Bytes,
         /// Bytes of the unchunkable arrays.
@@ -223,7 +226,7 @@ pub enum MemError {
     #[error(
         "stream group '{group}' is held to its caps in active limit mode: its members' proportion {proportion:.4} \
          gives caps of {caps}, {held} of which are in use, so {allowed} can be allocated, but the batch needs \
-         at least {needed} (its unchunkable arrays and one run); the device has {free} free: give the instances \
+         at least {needed} (its unchunkable arrays and one run in each buffer set); the device has {free} free: give the instances \
          a larger proportion (set_manual_proportion) or use LimitMode::Passive"
     )]
     CapLimited {
@@ -237,7 +240,8 @@ pub enum MemError {
         held: Bytes,
         /// What the plan may allocate under the caps.
         allowed: Bytes,
-        /// The least the batch needs: unchunkable bytes and one run.
+        /// The least the batch needs: unchunkable bytes and one run per
+        /// buffer set.
         needed: Bytes,
         /// Free device memory, with what the requesters hold.
         free: Bytes,
@@ -529,6 +533,51 @@ pub enum MemError {
         /// Which host allocation failed (e.g. "a pageable host array").
         what: &'static str,
     },
+
+    /// A buffer set past the response's last set.
+    #[error(
+        "buffer set {set} of array '{label}' is out of range: the response has {buffer_sets} buffer set(s), \
+         indices 0..{buffer_sets}; take sets below ArrayResponse::buffer_sets, or raise the requests' \
+         pipeline_depth for more sets"
+    )]
+    SetOutOfRange {
+        /// The array's label.
+        label: String,
+        /// The set asked for.
+        set: usize,
+        /// The response's number of buffer sets.
+        buffer_sets: usize,
+    },
+
+    /// Batch sizes with a pipeline depth of 0, given to the planner by hand.
+    #[error(
+        "the batch has a pipeline depth of 0 ({chunkable} chunkable, {unchunkable} unchunkable); a pipeline has at \
+         least one buffer set: set BatchSizes::depth to 1 or more, or measure the requests with BatchSizes::measure"
+    )]
+    ZeroDepth {
+        /// Bytes of the chunkable requests.
+        chunkable: Bytes,
+        /// Bytes of the unchunkable requests.
+        unchunkable: Bytes,
+    },
+}
+
+/// What a run needs beyond one buffer set, for `SingleRunTooLarge`.
+fn depth_need(depth: usize) -> String {
+    if depth > 1 {
+        format!(" in each of {depth} buffer sets (pipeline depth {depth})")
+    } else {
+        String::new()
+    }
+}
+
+/// The fix a depth above 1 offers, for `SingleRunTooLarge`.
+fn depth_fix(depth: usize) -> &'static str {
+    if depth > 1 {
+        ", or lower the pipeline depth (ArrayRequest::pipeline_depth)"
+    } else {
+        ""
+    }
 }
 
 impl MemError {

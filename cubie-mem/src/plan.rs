@@ -29,7 +29,8 @@ pub const DEFAULT_ALLOCATION_GRANULE: u64 = 32 << 20;
 /// A request larger than this multiple of free memory logs a warning.
 pub const OVERSIZE_WARNING_FACTOR: u64 = 20;
 
-/// The byte totals of a set of requests, and the batch's run count.
+/// The byte totals of a set of requests, the batch's run count and its
+/// pipeline depth.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchSizes {
     /// The batch's run count: the largest `total_runs` among the requests (at least 1).
@@ -38,23 +39,31 @@ pub struct BatchSizes {
     pub chunkable_bytes: u64,
     /// Bytes of the unchunkable requests (`U`).
     pub unchunkable_bytes: u64,
+    /// The pipeline depth `d`: the largest depth among the chunkable requests
+    /// (1 when there are none). A chunked plan shares the chunkable budget
+    /// among `d` buffer sets.
+    pub depth: usize,
 }
 
 impl BatchSizes {
     /// Measures requests, checking that each is valid and that every
-    /// chunkable request has the batch's run count on its chunk axis.
+    /// chunkable request has the batch's run count on its chunk axis. The
+    /// depth is the largest among the chunkable requests: an unchunkable
+    /// array has one buffer for every set, so its depth does not count.
     pub fn measure<'a>(
         requests: impl IntoIterator<Item = (&'a str, &'a ArrayRequest)> + Clone,
     ) -> Result<Self, MemError> {
         let mut total_runs = 1usize;
         for (label, request) in requests.clone() {
             request.check_runs(label)?;
+            request.check_depth(label)?;
             total_runs = total_runs.max(request.runs());
         }
         let mut sizes = BatchSizes {
             total_runs,
             chunkable_bytes: 0,
             unchunkable_bytes: 0,
+            depth: 1,
         };
         for (label, request) in requests {
             let bytes = request.checked_nbytes(label)?;
@@ -69,6 +78,7 @@ impl BatchSizes {
                             total_runs,
                         });
                     }
+                    sizes.depth = sizes.depth.max(request.depth());
                     &mut sizes.chunkable_bytes
                 }
                 None => &mut sizes.unchunkable_bytes,
@@ -189,6 +199,12 @@ pub struct ChunkPlan {
     pub allocatable: u64,
     /// Bytes withheld as reserve (fragmentation share and granule).
     pub withheld: u64,
+    /// Buffer sets the manager allocates for every chunkable array, one per
+    /// chunk in flight: 1 for a single chunk, else `min(d, chunks)` for the
+    /// batch's pipeline depth `d` (for a reused partition, fewer when that
+    /// many would not fit). Unchunkable arrays have one buffer, shared by
+    /// every set.
+    pub buffer_sets: usize,
 }
 
 impl Default for ChunkPlan {
@@ -201,6 +217,7 @@ impl Default for ChunkPlan {
             unchunkable_bytes: 0,
             allocatable: 0,
             withheld: 0,
+            buffer_sets: 1,
         }
     }
 }
@@ -208,9 +225,10 @@ impl Default for ChunkPlan {
 impl ChunkPlan {
     /// Checks that the plan's figures are consistent: at least one run, one
     /// chunk and one run per chunk; the chunks cover every run
-    /// (`chunks * chunk_length >= total_runs`); and neither the chunk count
-    /// nor the chunk length exceeds the run count. A reused partition may end
-    /// with empty chunks (10 runs in 6 chunks of 2) and is valid.
+    /// (`chunks * chunk_length >= total_runs`); neither the chunk count
+    /// nor the chunk length exceeds the run count; and there are between 1
+    /// and `chunks` buffer sets. A reused partition may end with empty chunks
+    /// (10 runs in 6 chunks of 2) and is valid.
     ///
     /// ```
     /// use cubie_mem::{ChunkPlan, MemError};
@@ -219,6 +237,12 @@ impl ChunkPlan {
     /// assert!(plan.validate().is_ok());
     /// let short = ChunkPlan { chunks: 4, ..plan };
     /// assert!(matches!(short.validate(), Err(MemError::InvalidPlan { chunks: 4, .. })));
+    /// let pipelined = ChunkPlan { buffer_sets: 2, ..plan };
+    /// assert!(pipelined.validate().is_ok());
+    /// let no_sets = ChunkPlan { buffer_sets: 0, ..plan };
+    /// assert!(no_sets.validate().is_err());
+    /// let too_many = ChunkPlan { buffer_sets: 7, ..plan }; // more sets than chunks
+    /// assert!(too_many.validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<(), MemError> {
         let reason = if self.total_runs == 0 {
@@ -237,6 +261,10 @@ impl ChunkPlan {
             .is_some_and(|covered| covered < self.total_runs)
         {
             "the chunks do not cover every run"
+        } else if self.buffer_sets == 0 {
+            "a plan has at least one buffer set"
+        } else if self.buffer_sets > self.chunks {
+            "there are more buffer sets than chunks"
         } else {
             return Ok(());
         };
@@ -283,27 +311,63 @@ impl ChunkPlan {
     /// This plan with the partition `(chunk_length, chunks)` instead, when
     /// that partition covers the batch (`ceil(total_runs / chunks) == chunk_length`)
     /// and is at least as fine as this plan's. The chunk count is capped at
-    /// the run count (only a partition of one-run chunks can exceed it), so
-    /// the plan stays [valid](Self::validate).
+    /// the run count (only a partition of one-run chunks can exceed it), and
+    /// the buffer sets at the new chunk count: no more sets than this plan's,
+    /// each of chunks no longer than this plan's, so they fit where this
+    /// plan's sets did, and the plan stays [valid](Self::validate).
     pub fn with_partition(&self, chunk_length: usize, chunks: usize) -> Option<ChunkPlan> {
         let covers = chunks > 0 && self.total_runs.div_ceil(chunks) == chunk_length;
+        let chunks = chunks.min(self.total_runs);
         (covers && chunk_length <= self.chunk_length).then_some(ChunkPlan {
-            chunks: chunks.min(self.total_runs),
+            chunks,
             chunk_length,
+            buffer_sets: self.buffer_sets.clamp(1, chunks),
             ..*self
         })
+    }
+}
+
+impl ChunkPlan {
+    /// This plan with the buffer sets a pipeline of `depth` gets on its
+    /// partition: `min(depth, chunks)`, lowered to what its figures fit
+    /// (`sets * C * chunk_length <= total_runs * (allocatable - U)`, exactly),
+    /// and never below 1 nor below the sets it has (which fit already).
+    /// One chunk has one set.
+    pub(crate) fn sets_for(self, depth: usize) -> ChunkPlan {
+        let wanted = depth.min(self.chunks).max(1);
+        let per_set = u128::from(self.chunkable_bytes) * self.chunk_length as u128;
+        let room = self.total_runs as u128
+            * u128::from(self.allocatable.saturating_sub(self.unchunkable_bytes));
+        let fits = room
+            .checked_div(per_set)
+            .map_or(wanted, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        ChunkPlan {
+            buffer_sets: wanted
+                .min(fits)
+                .max(self.buffer_sets.min(self.chunks))
+                .max(1),
+            ..self
+        }
     }
 }
 
 /// Plans a batch from measured sizes and a budget.
 ///
 /// `R == 0` gives one chunk before any other check (even on a full device).
-/// `R < alloc` gives one chunk. Otherwise the run axis is split evenly so that
-/// the chunkable bytes of one chunk plus the unchunkable bytes fit in `alloc`,
-/// using exact integer arithmetic. Hand-made sizes with 0 runs are an error.
+/// `R < alloc` gives one chunk (one buffer set). Otherwise the run axis is
+/// split evenly so that the chunkable bytes of one chunk in each of the `d`
+/// buffer sets, plus the unchunkable bytes, fit in `alloc`:
+/// `max_chunk = floor(total_runs * (alloc - U) / (d * C))`, in exact integer
+/// arithmetic. Hand-made sizes with 0 runs or depth 0 are an error.
 pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, MemError> {
     if sizes.total_runs == 0 {
         return Err(MemError::ZeroRuns {
+            chunkable: Bytes(sizes.chunkable_bytes),
+            unchunkable: Bytes(sizes.unchunkable_bytes),
+        });
+    }
+    if sizes.depth == 0 {
+        return Err(MemError::ZeroDepth {
             chunkable: Bytes(sizes.chunkable_bytes),
             unchunkable: Bytes(sizes.unchunkable_bytes),
         });
@@ -317,6 +381,7 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
         unchunkable_bytes: sizes.unchunkable_bytes,
         allocatable,
         withheld,
+        buffer_sets: 1,
     };
     if total == 0 {
         let figures = budget.allocatable().unwrap_or((0, budget.limit()));
@@ -344,13 +409,15 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
     // alloc > U here, or U == 0 (and alloc may be 0: no run fits below).
     let room = alloc.saturating_sub(sizes.unchunkable_bytes);
     let chunkable = u128::from(sizes.chunkable_bytes);
-    // usize is at most 64 bits, so the product is below 2^128.
+    // usize is at most 64 bits, so both products are below 2^128.
     let runs = sizes.total_runs as u128;
-    let max_chunk = runs * u128::from(room) / chunkable;
+    let depth = sizes.depth as u128;
+    let max_chunk = runs * u128::from(room) / (depth * chunkable);
     if max_chunk == 0 {
         let per_run = chunkable.div_ceil(runs);
         return Err(MemError::SingleRunTooLarge {
             per_run: Bytes(u64::try_from(per_run).unwrap_or(u64::MAX)),
+            depth: sizes.depth,
             room: Bytes(room),
             unchunkable: Bytes(sizes.unchunkable_bytes),
             withheld: Bytes(withheld),
@@ -360,6 +427,8 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
     let max_chunk = usize::try_from(max_chunk.min(runs)).unwrap_or(sizes.total_runs);
     plan.chunks = sizes.total_runs.div_ceil(max_chunk);
     plan.chunk_length = sizes.total_runs.div_ceil(plan.chunks);
+    // One chunk (chunks == 1) needs one set.
+    plan.buffer_sets = sizes.depth.min(plan.chunks);
     Ok(plan)
 }
 
@@ -372,6 +441,8 @@ pub fn plan<'a>(
 }
 
 mod chunks;
+#[cfg(test)]
+mod depth_tests;
 #[cfg(test)]
 mod tests;
 

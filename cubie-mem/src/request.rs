@@ -36,6 +36,7 @@ pub struct ArrayRequest {
     chunk_axis: Option<usize>,
     unchunkable: bool,
     total_runs: usize,
+    depth: usize,
 }
 
 impl ArrayRequest {
@@ -48,6 +49,7 @@ impl ArrayRequest {
             chunk_axis: Some(DEFAULT_CHUNK_AXIS),
             unchunkable: false,
             total_runs: 1,
+            depth: 1,
         }
     }
 
@@ -78,6 +80,38 @@ impl ArrayRequest {
     pub fn total_runs(mut self, runs: usize) -> Self {
         self.total_runs = runs;
         self
+    }
+
+    /// Sets the pipeline depth: the number of chunks in flight that the chunk
+    /// pipeline overlaps, each in its own set of device buffers (default 1,
+    /// at least 1, checked when queued).
+    ///
+    /// Depth 2 overlaps the uploads and downloads with compute when the inputs
+    /// and outputs are separate arrays (chunk k computes in one set while the
+    /// other set is filled and emptied); depth 3 is needed when an array is
+    /// both read and written, so that the upload of chunk k+1 and the
+    /// download of chunk k-1 each have a set of their own. With depth `d > 1`
+    /// the planner shares the chunkable budget among `d` sets (chunks are
+    /// about `d` times shorter) and the manager allocates `d` buffers per
+    /// chunkable array; an unchunkable array is allocated once. The batch's
+    /// depth is the largest depth among its chunkable requests.
+    ///
+    /// ```
+    /// use cubie_mem::ArrayRequest;
+    ///
+    /// let state = ArrayRequest::of::<f64>([10, 3, 1000]).total_runs(1000).pipeline_depth(2);
+    /// assert_eq!(state.depth(), 2);
+    /// assert_eq!(ArrayRequest::of::<f64>([3]).depth(), 1);
+    /// assert!(ArrayRequest::of::<f64>([3]).pipeline_depth(0).validate("x").is_err());
+    /// ```
+    pub fn pipeline_depth(mut self, depth: usize) -> Self {
+        self.depth = depth;
+        self
+    }
+
+    /// The pipeline depth: chunks in flight, each with its own buffer set.
+    pub fn depth(&self) -> usize {
+        self.depth
     }
 
     /// The element type.
@@ -171,11 +205,24 @@ impl ArrayRequest {
             .map(move |(i, &d)| if Some(i) == axis { chunk_length } else { d })
     }
 
-    /// Checks what can be checked of a request on its own: `total_runs >= 1`
-    /// and a byte size that fits in 64 bits.
+    /// Checks what can be checked of a request on its own: `total_runs >= 1`,
+    /// a pipeline depth of at least 1, and a byte size that fits in 64 bits.
     pub fn validate(&self, label: &str) -> Result<(), MemError> {
         self.check_runs(label)?;
+        self.check_depth(label)?;
         self.checked_nbytes(label).map(drop)
+    }
+
+    /// `depth >= 1`, or an error naming `label`.
+    pub(crate) fn check_depth(&self, label: &str) -> Result<(), MemError> {
+        if self.depth == 0 {
+            return Err(MemError::invalid_request(
+                label,
+                "pipeline depth is 0; it must be at least 1 (one buffer set per chunk in flight): \
+                 use .pipeline_depth(1) for no overlap, 2 to overlap copies with compute",
+            ));
+        }
+        Ok(())
     }
 
     /// `total_runs >= 1`, or an error naming `label`.
@@ -329,6 +376,22 @@ mod tests {
         let huge = ArrayRequest::of::<f64>([usize::MAX, 4]);
         assert!(huge.validate("y").is_err());
         assert!(huge.nbytes().is_err());
+    }
+
+    #[test]
+    fn depth_defaults_to_one_and_zero_is_rejected() {
+        let r = ArrayRequest::of::<f32>([4, 5, 6]);
+        assert_eq!(r.depth(), 1);
+        assert_eq!(r.clone().pipeline_depth(3).depth(), 3);
+        let error = r.pipeline_depth(0).validate("state").unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, MemError::InvalidRequest { .. }));
+        assert!(
+            message.contains("'state'")
+                && message.contains("at least 1")
+                && message.contains(".pipeline_depth(1)"),
+            "{message}"
+        );
     }
 
     #[test]

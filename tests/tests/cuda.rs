@@ -378,11 +378,11 @@ impl GpuBuffers for SolverBuffers {
         .collect()
     }
 
-    fn from_response(mut response: ArrayResponse) -> Result<Self, MemError> {
+    fn from_response_set(response: &mut ArrayResponse, set: usize) -> Result<Self, MemError> {
         Ok(SolverBuffers {
-            state: response.take("state")?,
-            status: response.take_pinned("status")?,
-            initial: response.take("initial")?,
+            state: response.take_set("state", set)?,
+            status: response.take_pinned_set("status", set)?,
+            initial: response.take_set("initial", set)?,
         })
     }
 }

@@ -119,6 +119,7 @@ const PLAN: ChunkPlan = ChunkPlan {
     unchunkable_bytes: 0,
     allocatable: 0,
     withheld: 0,
+    buffer_sets: 1,
 };
 
 /// One chunk's device array `label` of 2 f64 for `instance`.

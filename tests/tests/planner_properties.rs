@@ -18,11 +18,13 @@ proptest! {
         unchunkable in 0u64..1_000_000,
         free in 0u64..2_000_000_000,
         granule in prop_oneof![Just(0u64), 1u64..1_000_000],
+        depth in prop_oneof![Just(1usize), 1usize..5],
     ) {
         let sizes = BatchSizes {
             total_runs,
             chunkable_bytes: bytes_per_run * total_runs as u64,
             unchunkable_bytes: unchunkable,
+            depth,
         };
         let budget = Budget::passive(free).with_granule(granule);
         match plan_chunks(&sizes, &budget) {
@@ -32,11 +34,13 @@ proptest! {
                 prop_assert!(plan.chunk_length * (plan.chunks - 1) < total_runs, "no empty chunk");
                 prop_assert_eq!(plan.iter_chunks().map(|c| c.len()).sum::<usize>(), total_runs);
                 if plan.chunks > 1 {
-                    // One chunk's arrays fit in what may be allocated.
-                    let chunk_bytes = bytes_per_run * plan.chunk_length as u64 + unchunkable;
+                    // One chunk's arrays in each of the d sets fit in what may be allocated.
+                    let chunk_bytes = depth as u64 * bytes_per_run * plan.chunk_length as u64 + unchunkable;
                     prop_assert!(chunk_bytes <= plan.allocatable, "{chunk_bytes} > {}", plan.allocatable);
+                    prop_assert_eq!(plan.buffer_sets, depth.min(plan.chunks));
                 } else {
                     prop_assert!(sizes.total_bytes() <= plan.allocatable);
+                    prop_assert_eq!(plan.buffer_sets, 1);
                 }
                 prop_assert_eq!(plan.allocatable + plan.withheld, free);
             }
@@ -45,9 +49,10 @@ proptest! {
                 let (alloc, _) = budget.allocatable().unwrap();
                 prop_assert!(alloc <= unchunkable);
             }
-            Err(MemError::SingleRunTooLarge { .. }) => {
+            Err(MemError::SingleRunTooLarge { depth: d, .. }) => {
                 let (alloc, _) = budget.allocatable().unwrap();
-                prop_assert!(alloc - unchunkable < bytes_per_run);
+                prop_assert_eq!(d, depth);
+                prop_assert!(alloc - unchunkable < depth as u64 * bytes_per_run);
             }
             Err(other) => prop_assert!(false, "unexpected error {other}"),
         }
@@ -60,11 +65,43 @@ proptest! {
         free in 1_000u64..500_000_000,
         extra in 0u64..500_000_000,
     ) {
-        let sizes = BatchSizes { total_runs, chunkable_bytes: bytes_per_run * total_runs as u64, unchunkable_bytes: 0 };
+        let sizes = BatchSizes { total_runs, chunkable_bytes: bytes_per_run * total_runs as u64, unchunkable_bytes: 0, depth: 1 };
         let small = plan_chunks(&sizes, &Budget::passive(free).with_granule(0));
         let large = plan_chunks(&sizes, &Budget::passive(free + extra).with_granule(0));
         if let (Ok(small), Ok(large)) = (small, large) {
             prop_assert!(large.chunks <= small.chunks);
+        }
+    }
+
+    #[test]
+    fn a_deeper_pipeline_never_means_longer_chunks(
+        total_runs in 1usize..50_000,
+        bytes_per_run in 1u64..4_000,
+        unchunkable in 0u64..100_000,
+        free in 1_000u64..500_000_000,
+        depth in 1usize..6,
+    ) {
+        let sizes = |depth| BatchSizes {
+            total_runs,
+            chunkable_bytes: bytes_per_run * total_runs as u64,
+            unchunkable_bytes: unchunkable,
+            depth,
+        };
+        let budget = Budget::passive(free).with_granule(0);
+        let shallow = plan_chunks(&sizes(depth), &budget);
+        let deep = plan_chunks(&sizes(depth + 1), &budget);
+        match (shallow, deep) {
+            (Ok(shallow), Ok(deep)) => {
+                prop_assert!(deep.chunk_length <= shallow.chunk_length);
+                prop_assert!(deep.buffer_sets >= shallow.buffer_sets);
+                prop_assert!(deep.buffer_sets <= depth + 1);
+            }
+            // What does not fit shallower does not fit deeper.
+            (Err(_), deep) => prop_assert!(deep.is_err()),
+            (Ok(_), Err(error)) => {
+                let is_single_run = matches!(error, MemError::SingleRunTooLarge { .. });
+                prop_assert!(is_single_run, "{error}");
+            }
         }
     }
 }
@@ -98,10 +135,12 @@ proptest! {
         c in edge_u64(),
         u in edge_u64(),
         budget in edge_budget(),
+        depth in prop_oneof![Just(1usize), edge_usize()],
     ) {
-        let sizes = BatchSizes { total_runs, chunkable_bytes: c, unchunkable_bytes: u };
+        let sizes = BatchSizes { total_runs, chunkable_bytes: c, unchunkable_bytes: u, depth };
         let r = u128::from(c) + u128::from(u);
         let runs = total_runs as u128;
+        let d = depth as u128;
         match plan_chunks(&sizes, &budget) {
             Ok(plan) => {
                 prop_assert_eq!(plan.validate(), Ok(()));
@@ -116,17 +155,32 @@ proptest! {
                 prop_assert_eq!(plan.chunk_runs(plan.chunks - 1).map(|r| r.end), Some(total_runs));
                 let last = plan.iter_chunks().next_back().unwrap();
                 prop_assert!(!last.is_empty() && last.runs.end == total_runs);
-                // One chunk's chunkable bytes plus U fit in alloc:
-                // C * chunk_length / total_runs <= alloc - U, exactly.
+                // One chunk's chunkable bytes in each set plus U fit in alloc:
+                // s * C * chunk_length / total_runs <= alloc - U, exactly.
                 let alloc = u128::from(plan.allocatable);
+                let sets = plan.buffer_sets as u128;
+                prop_assert!(plan.buffer_sets >= 1 && plan.buffer_sets <= depth.min(plan.chunks));
+                if plan.chunks == 1 {
+                    prop_assert_eq!(plan.buffer_sets, 1);
+                } else {
+                    prop_assert_eq!(plan.buffer_sets, depth.min(plan.chunks));
+                }
                 if r == 0 {
                     prop_assert_eq!(plan.chunks, 1);
-                } else {
+                } else if plan.chunks == 1 {
                     prop_assert!(u128::from(u) <= alloc);
                     prop_assert!(u128::from(c) * length <= runs * (alloc - u128::from(u)));
+                } else {
+                    // A split plan budgets all d sets, of which it keeps s <= d.
+                    prop_assert!(u128::from(u) <= alloc);
+                    let room = runs * (alloc - u128::from(u));
+                    let per_set = u128::from(c) * length;
+                    prop_assert!(per_set.checked_mul(d).is_some_and(|all| all <= room));
+                    prop_assert!(per_set.checked_mul(sets).is_some_and(|used| used <= room));
                 }
             }
             Err(MemError::ZeroRuns { .. }) => prop_assert_eq!(total_runs, 0),
+            Err(MemError::ZeroDepth { .. }) => prop_assert!(total_runs > 0 && depth == 0),
             Err(error) => {
                 prop_assert!(total_runs > 0 && r > 0, "{error}");
                 match budget.allocatable() {
@@ -142,10 +196,12 @@ proptest! {
                             MemError::UnchunkableTooLarge { .. } => {
                                 prop_assert!(c > 0 && u > 0 && alloc <= u128::from(u));
                             }
-                            MemError::SingleRunTooLarge { room, .. } => {
+                            MemError::SingleRunTooLarge { room, depth: e, .. } => {
                                 let room = u128::from(room.0);
+                                prop_assert_eq!(e, depth);
                                 prop_assert_eq!(room, alloc - u128::from(u).min(alloc));
-                                prop_assert!(c > 0 && runs * room < u128::from(c));
+                                // d * C < 2^128: exact.
+                                prop_assert!(c > 0 && runs * room < d * u128::from(c));
                             }
                             other => prop_assert!(false, "unexpected error {other}"),
                         }

@@ -14,19 +14,40 @@ use crate::{Element, MemError, MemoryKind};
 ///
 /// Participants that queued nothing receive a response with no arrays and the
 /// same `chunks` and `chunk_length`. The default (empty) response has one
-/// chunk of one run.
+/// chunk of one run, and one buffer set.
+///
+/// With a pipeline depth above 1 the response holds `buffer_sets` sets: each
+/// chunkable array has a buffer of its own in every set
+/// ([`take_set`](Self::take_set)), and an unchunkable array is one buffer
+/// that every set can take.
 #[derive(Clone)]
 pub struct ArrayResponse {
     /// Number of chunks the batch is split into.
     pub chunks: usize,
     /// Runs per chunk (the last chunk may be shorter).
     pub chunk_length: usize,
-    /// The allocated shape of every array, by label.
+    /// Number of buffer sets (chunks in flight): each chunkable array has
+    /// this many buffers, sets `0..buffer_sets`.
+    pub buffer_sets: usize,
+    /// The allocated shape of every array, by label (the same in every set).
     pub chunked_shapes: BTreeMap<String, Vec<usize>>,
     /// The full plan, with the byte figures it was made from.
     pub plan: ChunkPlan,
-    /// The arrays not yet taken, untyped; each knows its label.
-    arrays: Vec<Arc<Slot>>,
+    /// Every array, in insertion order, with the sets not yet taken.
+    arrays: Vec<Held>,
+}
+
+/// One array of a response: per set, its buffer until taken.
+#[derive(Clone)]
+struct Held {
+    label: Arc<str>,
+    sets: Vec<Option<Arc<Slot>>>,
+}
+
+impl Held {
+    fn untaken(&self) -> bool {
+        self.sets.iter().any(Option::is_some)
+    }
 }
 
 impl Default for ArrayResponse {
@@ -40,6 +61,7 @@ impl ArrayResponse {
         ArrayResponse {
             chunks: plan.chunks,
             chunk_length: plan.chunk_length,
+            buffer_sets: plan.buffer_sets,
             chunked_shapes: BTreeMap::new(),
             plan,
             arrays: Vec::new(),
@@ -53,52 +75,128 @@ impl ArrayResponse {
         response
     }
 
-    /// Adds `slot`, allocated for `label` with `chunked_shape`.
-    pub(crate) fn insert(&mut self, label: String, chunked_shape: Vec<usize>, slot: Arc<Slot>) {
+    /// Adds the array `label` with `chunked_shape`: `slots` holds its buffer
+    /// in each set, or one buffer shared by every set (an unchunkable array).
+    pub(crate) fn insert(
+        &mut self,
+        label: String,
+        chunked_shape: Vec<usize>,
+        slots: Vec<Arc<Slot>>,
+    ) {
+        let Some(first) = slots.first() else {
+            return;
+        };
+        let label_arc = Arc::clone(first.label());
+        let sets = match <[Arc<Slot>; 1]>::try_from(slots) {
+            Ok([shared]) => vec![Some(shared); self.buffer_sets.max(1)],
+            Err(slots) => slots.into_iter().map(Some).collect(),
+        };
         self.chunked_shapes.insert(label, chunked_shape);
-        self.arrays.push(slot);
+        self.arrays.push(Held {
+            label: label_arc,
+            sets,
+        });
     }
 
-    /// Takes the device array under `label`; an unknown label, a label
-    /// already taken, or a different element type or memory kind is an error.
+    /// Takes the device array under `label` (of set 0); an unknown label, a
+    /// label already taken, or a different element type or memory kind is an
+    /// error.
     pub fn take<T: Element>(&mut self, label: &str) -> Result<DeviceArray<T>, MemError> {
-        self.take_slot::<T>(label, MemoryKind::Device)
+        self.take_set::<T>(label, 0)
+    }
+
+    /// Takes the pinned array under `label` (of set 0), as [`ArrayResponse::take`] does.
+    pub fn take_pinned<T: Element>(&mut self, label: &str) -> Result<PinnedArray<T>, MemError> {
+        self.take_pinned_set::<T>(label, 0)
+    }
+
+    /// Takes buffer set `set`'s device array under `label`: a chunkable
+    /// array's own buffer in that set, or for an unchunkable array a handle
+    /// to its one buffer (each set can take it once). A set at or past
+    /// [`buffer_sets`](Self::buffer_sets) is [`MemError::SetOutOfRange`];
+    /// otherwise the errors of [`take`](Self::take).
+    ///
+    /// ```
+    /// use cubie_mem::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
+    ///
+    /// let mgr = MemoryManager::with_config(
+    ///     SimBackend::new(1 << 30).with_free(8_000),
+    ///     ManagerConfig { allocation_granule_bytes: 0, ..Default::default() },
+    /// );
+    /// let solver = mgr.register(Registration::new().on_invalidate(|| {}))?;
+    /// mgr.queue_request(&solver, [
+    ///     ("state", ArrayRequest::of::<f64>([10, 100]).chunk_axis(1).total_runs(100).pipeline_depth(2)),
+    ///     ("params", ArrayRequest::of::<f64>([4]).unchunkable()),
+    /// ])?;
+    /// let mut response = mgr.allocate_queue_for(&solver)?;
+    /// assert_eq!(response.buffer_sets, 2);
+    /// let state: Vec<_> = (0..2).map(|set| response.take_set::<f64>("state", set)).collect::<Result<_, _>>()?;
+    /// assert_ne!(state[0].with_device_ptr(|p| p)?, state[1].with_device_ptr(|p| p)?); // a buffer per set
+    /// let p0 = response.take_set::<f64>("params", 0)?;
+    /// let p1 = response.take_set::<f64>("params", 1)?;
+    /// assert_eq!(p0.with_device_ptr(|p| p)?, p1.with_device_ptr(|p| p)?); // one buffer for every set
+    /// assert!(response.take_set::<f64>("state", 2).is_err());
+    /// # Ok::<(), cubie_mem::MemError>(())
+    /// ```
+    pub fn take_set<T: Element>(
+        &mut self,
+        label: &str,
+        set: usize,
+    ) -> Result<DeviceArray<T>, MemError> {
+        self.take_slot::<T>(label, set, MemoryKind::Device)
             .map(DeviceArray::from_slot)
     }
 
-    /// Takes the pinned array under `label`, as [`ArrayResponse::take`] does.
-    pub fn take_pinned<T: Element>(&mut self, label: &str) -> Result<PinnedArray<T>, MemError> {
-        self.take_slot::<T>(label, MemoryKind::Pinned)
+    /// Takes buffer set `set`'s pinned array under `label`, as
+    /// [`ArrayResponse::take_set`] does.
+    pub fn take_pinned_set<T: Element>(
+        &mut self,
+        label: &str,
+        set: usize,
+    ) -> Result<PinnedArray<T>, MemError> {
+        self.take_slot::<T>(label, set, MemoryKind::Pinned)
             .map(PinnedArray::from_slot)
     }
 
-    /// Labels of the arrays not yet taken.
+    /// Labels of the arrays with a set not yet taken.
     pub fn labels(&self) -> impl Iterator<Item = &str> {
-        self.arrays.iter().map(|slot| &**slot.label())
+        self.arrays
+            .iter()
+            .filter(|held| held.untaken())
+            .map(|held| &*held.label)
     }
 
-    /// Whether the response holds no arrays (a notary's response, or all taken).
+    /// Whether the response holds no arrays (a notary's response, or every
+    /// set of every array taken).
     pub fn is_empty(&self) -> bool {
-        self.arrays.is_empty()
+        !self.arrays.iter().any(Held::untaken)
     }
 
     fn take_slot<T: Element>(
         &mut self,
         label: &str,
+        set: usize,
         kind: MemoryKind,
     ) -> Result<Arc<Slot>, MemError> {
-        let Some(index) = self.arrays.iter().position(|slot| &**slot.label() == label) else {
-            if self.chunked_shapes.contains_key(label) {
-                return Err(MemError::AlreadyTaken {
-                    label: label.to_owned(),
-                });
-            }
+        let Some(index) = self.arrays.iter().position(|held| &*held.label == label) else {
             return Err(MemError::UnknownLabel {
                 label: label.to_owned(),
                 available: self.labels().collect::<Vec<_>>().join(", "),
             });
         };
-        let slot = &self.arrays[index];
+        let buffer_sets = self.buffer_sets;
+        let Some(entry) = self.arrays[index].sets.get_mut(set) else {
+            return Err(MemError::SetOutOfRange {
+                label: label.to_owned(),
+                set,
+                buffer_sets,
+            });
+        };
+        let Some(slot) = entry else {
+            return Err(MemError::AlreadyTaken {
+                label: label.to_owned(),
+            });
+        };
         if slot.dtype() != T::DTYPE || slot.kind() != kind {
             let requested = match kind {
                 MemoryKind::Device => format!("DeviceArray<{}>", T::DTYPE),
@@ -110,7 +208,9 @@ impl ArrayResponse {
                 found: slot.describe(),
             });
         }
-        Ok(self.arrays.remove(index))
+        entry.take().ok_or_else(|| MemError::AlreadyTaken {
+            label: label.to_owned(),
+        })
     }
 }
 
@@ -119,13 +219,25 @@ impl fmt::Debug for ArrayResponse {
         f.debug_struct("ArrayResponse")
             .field("chunks", &self.chunks)
             .field("chunk_length", &self.chunk_length)
+            .field("buffer_sets", &self.buffer_sets)
             .field("chunked_shapes", &self.chunked_shapes)
             .field(
                 "arrays",
                 &self
                     .arrays
                     .iter()
-                    .map(|slot| (&**slot.label(), slot.describe()))
+                    .filter(|held| held.untaken())
+                    .map(|held| {
+                        let sets: Vec<String> = held
+                            .sets
+                            .iter()
+                            .map(|slot| {
+                                slot.as_ref()
+                                    .map_or_else(|| "taken".to_owned(), |s| s.describe())
+                            })
+                            .collect();
+                        (&*held.label, sets)
+                    })
                     .collect::<Vec<_>>(),
             )
             .finish()

@@ -7,6 +7,10 @@
 //! whatever happens after): it allocates only new memory, beside the arrays
 //! the participants hold. [`Inner::commit`] cannot fail: it retires replaced
 //! arrays, hands reused buffers to their new arrays and builds the responses.
+//!
+//! A chunkable array has a buffer in each of the plan's buffer sets, an
+//! unchunkable one a single buffer; arrays are matched with what the
+//! participant holds by (label, set).
 
 use std::sync::Arc;
 
@@ -23,9 +27,6 @@ use crate::registration::ReadyHook;
 use crate::stats::UsageStats;
 use crate::streams::OwnedStream;
 use crate::{ArrayRequest, ArrayResponse, Bytes, DType, MemError, MemoryKind};
-
-/// Fraction of a group's caps above which active mode warns.
-const CAP_WARNING_FRACTION: f64 = 0.95;
 
 /// What a call produced: hooks to run (always), and the trigger's response.
 pub(crate) struct Outcome {
@@ -50,17 +51,28 @@ impl Batch {
     }
 }
 
-/// Where one requested array comes from. Placements follow the order of
-/// the taken requests.
+/// Where one requested array's buffer in one set comes from. Placements
+/// follow the order of the taken requests, and each request's sets in order.
 enum Placement {
-    /// The array held under the label has the same type and shape: kept,
-    /// and its handles stay valid.
+    /// The array held under the (label, set) has the same type and shape:
+    /// kept, and its handles stay valid.
     Keep(Arc<Slot>),
-    /// The buffer held under the label is large enough: reused for the new
-    /// type and shape.
+    /// The buffer held under the (label, set) is large enough: reused for
+    /// the new type and shape.
     Reuse,
-    /// New memory, replacing what the label held (if anything) on commit.
+    /// New memory, replacing what the (label, set) held (if anything) on
+    /// commit.
     Fresh(Arc<Slot>),
+}
+
+/// The buffers `request` has under `plan`: one per buffer set when it is
+/// chunkable, else one shared by every set.
+fn sets_of(plan: &ChunkPlan, request: &ArrayRequest) -> usize {
+    if request.is_chunkable() {
+        plan.buffer_sets.max(1)
+    } else {
+        1
+    }
 }
 
 impl Inner {
@@ -155,8 +167,8 @@ impl Inner {
             budget.effective_free = budget.effective_free.saturating_add(released);
         }
         let plan = plan_chunks(&sizes, &budget)
-            .map_err(|error| self.explain_caps(s, error, batch, &sizes, &budget))?;
-        let plan = reuse_partition(s, batch, plan);
+            .map_err(|error| self.explain_caps(s, error, &batch.group, &sizes, &budget))?;
+        let plan = reuse_partition(s, batch, plan, sizes.depth);
         tracing::debug!(
             group = %batch.group,
             owner = %s.named_owner(batch.owner),
@@ -167,6 +179,7 @@ impl Inner {
             cap_headroom = ?headroom.map(Bytes),
             chunks = plan.chunks,
             chunk_length = plan.chunk_length,
+            buffer_sets = plan.buffer_sets,
             "planned a batch"
         );
         let stream = s.groups.stream_of(batch.trigger, &self.backend)?;
@@ -174,56 +187,52 @@ impl Inner {
         Ok((plan, placed))
     }
 
-    /// Decides where every requested array comes from, given the arrays
-    /// `held` under the requested labels, and allocates the new ones. All or
-    /// nothing: on failure the new memory is freed (dropped).
+    /// Decides where every requested array's buffer in every set comes
+    /// from, given the buffers `held` under the requested labels, and
+    /// allocates the new ones. All or nothing: on failure the new memory is
+    /// freed (dropped).
     fn place(
         &self,
         s: &mut State,
         batch: &Batch,
-        held: Vec<Option<Arc<Slot>>>,
+        held: Vec<Vec<Arc<Slot>>>,
         plan: &ChunkPlan,
         stream: &Arc<OwnedStream>,
         free_before: u64,
     ) -> Result<Vec<Placement>, MemError> {
         let mut placed = Vec::with_capacity(held.len());
-        for ((label, request), old) in batch.requests().zip(held) {
+        for ((label, request), old_sets) in batch.requests().zip(held) {
             let bytes = plan.chunked_bytes(request);
-            let old = old.filter(|old| old.kind() == request.memory_kind());
-            placed.push(match old {
-                Some(old)
-                    if old.dtype() == request.dtype()
-                        && request
-                            .chunked_dims(plan.chunk_length)
-                            .eq(old.shape().iter().copied()) =>
-                {
-                    Placement::Keep(old)
-                }
-                Some(old) if old.bytes() >= bytes => Placement::Reuse,
-                Some(old) => {
-                    let label = Arc::clone(old.label());
-                    self.fresh(
+            let label = old_sets
+                .first()
+                .map_or_else(|| Arc::from(label), |old| Arc::clone(old.label()));
+            let mut old_sets = old_sets.into_iter();
+            for _ in 0..sets_of(plan, request) {
+                let old = old_sets
+                    .next()
+                    .filter(|old| old.kind() == request.memory_kind());
+                placed.push(match old {
+                    Some(old)
+                        if old.dtype() == request.dtype()
+                            && request
+                                .chunked_dims(plan.chunk_length)
+                                .eq(old.shape().iter().copied()) =>
+                    {
+                        Placement::Keep(old)
+                    }
+                    Some(old) if old.bytes() >= bytes => Placement::Reuse,
+                    _ => self.fresh(
                         s,
                         batch.owner,
-                        label,
+                        Arc::clone(&label),
                         request,
                         bytes,
                         plan,
                         stream,
                         free_before,
-                    )?
-                }
-                None => self.fresh(
-                    s,
-                    batch.owner,
-                    Arc::from(label),
-                    request,
-                    bytes,
-                    plan,
-                    stream,
-                    free_before,
-                )?,
-            });
+                    )?,
+                });
+            }
         }
         Ok(placed)
     }
@@ -306,12 +315,22 @@ impl Inner {
                     .iter_mut()
                     .find(|(id, _, _)| *id == instance)
                     .and_then(|(_, _, response)| response.as_mut());
-                for ((label, request), placement) in queued.set.into_iter().zip(placed.by_ref()) {
+                for (label, request) in queued.set {
                     let dtype = request.dtype();
+                    let sets = sets_of(&plan, &request);
                     let shape = request.into_chunked_shape(plan.chunk_length);
-                    let slot = apply(s, usage, instance, &label, dtype, &shape, placement);
-                    if let (Some(response), Some(slot)) = (response.as_deref_mut(), slot) {
-                        response.insert(label, shape, slot);
+                    let mut slots = Vec::with_capacity(sets);
+                    for (set, placement) in placed.by_ref().take(sets).enumerate() {
+                        let at = At {
+                            instance,
+                            label: &label,
+                            set,
+                        };
+                        slots.extend(apply(s, usage, at, dtype, &shape, placement));
+                    }
+                    retire_sets_from(s, usage, instance, &label, sets);
+                    if let Some(response) = response.as_deref_mut() {
+                        response.insert(label, shape, slots);
                     }
                 }
             }
@@ -337,112 +356,27 @@ impl Inner {
         }
         own
     }
-
-    /// Fills an out-of-memory error with the label, the idle bytes this
-    /// manager holds and the limit that applied.
-    fn explain_failure(
-        &self,
-        s: &mut State,
-        error: MemError,
-        label: &str,
-        bytes: u64,
-        plan: &ChunkPlan,
-        free_before: u64,
-    ) -> MemError {
-        match error {
-            MemError::OutOfMemory { free, .. } => MemError::OutOfMemory {
-                label: label.to_owned(),
-                requested: Bytes(bytes),
-                free: if free.0 == 0 {
-                    Bytes(free_before)
-                } else {
-                    free
-                },
-                idle_held: Bytes(self.idle_bytes(s)),
-                limit: Bytes(plan.allocatable.saturating_add(plan.withheld)),
-            },
-            other => other,
-        }
-    }
-
-    /// When active-mode caps, not the device, kept the batch from fitting,
-    /// says so with the caps, the proportion and the fix.
-    fn explain_caps(
-        &self,
-        s: &State,
-        error: MemError,
-        batch: &Batch,
-        sizes: &BatchSizes,
-        budget: &Budget,
-    ) -> MemError {
-        let caps_bind = budget
-            .cap_headroom
-            .is_some_and(|h| h < budget.effective_free);
-        let planner_error = matches!(
-            error,
-            MemError::AllUnchunkable { .. }
-                | MemError::UnchunkableTooLarge { .. }
-                | MemError::SingleRunTooLarge { .. }
-        );
-        if !(caps_bind && planner_error) {
-            return error;
-        }
-        let (caps, held) = s.group_caps_and_use(&batch.group, self.total);
-        let proportion: f64 = s
-            .groups
-            .get(&batch.group)
-            .map(|g| g.members().filter_map(|m| s.shares.proportion(m)).sum())
-            .unwrap_or(0.0);
-        let per_run = sizes
-            .chunkable_bytes
-            .div_ceil(u64::try_from(sizes.total_runs).unwrap_or(u64::MAX).max(1));
-        MemError::CapLimited {
-            group: batch.group.to_string(),
-            proportion,
-            caps: Bytes(caps),
-            held: Bytes(held),
-            allowed: Bytes(budget.allocatable().map_or(0, |(alloc, _)| alloc)),
-            needed: Bytes(sizes.unchunkable_bytes.saturating_add(per_run)),
-            free: Bytes(budget.effective_free),
-        }
-    }
-
-    fn warn_cap_usage(&self, s: &mut State, group: &Arc<str>) {
-        let (caps, used) = s.group_caps_and_use(group, self.total);
-        let over = caps > 0 && used as f64 > CAP_WARNING_FRACTION * caps as f64;
-        let Some(g) = s.groups.get_mut(group) else {
-            return;
-        };
-        if over && !g.cap_warned {
-            tracing::warn!(
-                %group,
-                used = %Bytes(used),
-                caps = %Bytes(caps),
-                "stream group has used over 95% of its caps"
-            );
-        }
-        g.cap_warned = over;
-    }
 }
 
-/// The array each participant holds under each label it requests (in the
-/// order of the taken requests), looked up once for the whole call.
-fn held_arrays(s: &State, batch: &Batch) -> Vec<Option<Arc<Slot>>> {
+/// The buffers (one per set held) each participant holds under each label
+/// it requests (in the order of the taken requests), looked up once for the
+/// whole call.
+fn held_arrays(s: &State, batch: &Batch) -> Vec<Vec<Arc<Slot>>> {
     let mut held = Vec::with_capacity(batch.requests().count());
     for (id, queued) in &batch.taken {
         let allocations = s.instances.get(id).map(|i| &i.allocations);
-        held.extend(
-            queued
-                .set
-                .labels()
-                .map(|label| allocations.and_then(|a| a.get(label)).cloned()),
-        );
+        held.extend(queued.set.labels().map(|label| {
+            allocations
+                .and_then(|a| a.get(label))
+                .cloned()
+                .unwrap_or_default()
+        }));
     }
     held
 }
 
-/// Device bytes of the `held` arrays: those about to be replaced.
-fn replaced_bytes(held: &[Option<Arc<Slot>>]) -> u64 {
+/// Device bytes of the `held` arrays, every set: those about to be replaced.
+fn replaced_bytes(held: &[Vec<Arc<Slot>>]) -> u64 {
     held.iter()
         .flatten()
         .filter(|slot| slot.kind() == MemoryKind::Device)
@@ -451,8 +385,9 @@ fn replaced_bytes(held: &[Option<Arc<Slot>>]) -> u64 {
 
 /// Keeps the remembered partition of the owner in this group when one of
 /// its notaries holds arrays and the partition still covers the batch and
-/// fits, so the notary's arrays stay valid.
-fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan) -> ChunkPlan {
+/// fits, so the notary's arrays stay valid. The reused plan has the sets of
+/// the batch's `depth` that fit its chunks (see [`ChunkPlan::sets_for`]).
+fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan, depth: usize) -> ChunkPlan {
     let notary_holds = batch.participants.iter().any(|id| {
         !batch.taken.iter().any(|(t, _)| t == id)
             && s.instances
@@ -464,29 +399,41 @@ fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan) -> ChunkPlan {
         .get(&batch.group)
         .and_then(|g| g.partitions.get(&batch.owner));
     match remembered {
-        Some(&(length, chunks)) if notary_holds => {
-            plan.with_partition(length, chunks).unwrap_or(plan)
-        }
+        Some(&(length, chunks)) if notary_holds => plan
+            .with_partition(length, chunks)
+            .map_or(plan, |reused| reused.sets_for(depth)),
         _ => plan,
     }
 }
 
-/// Applies one placement for `instance`'s array `label`, counting it in
-/// `usage` (its group's counters); returns the array it holds now.
+/// Which buffer a placement is for: `instance`'s array `label` in buffer
+/// set `set`.
+struct At<'a> {
+    instance: InstanceId,
+    label: &'a str,
+    set: usize,
+}
+
+/// Applies one placement at `at`, counting it in `usage` (its group's
+/// counters); returns the array it holds now.
 fn apply(
     s: &mut State,
     usage: &mut UsageStats,
-    instance: InstanceId,
-    label: &str,
+    at: At,
     dtype: DType,
     shape: &[usize],
     placement: Placement,
 ) -> Option<Arc<Slot>> {
+    let At {
+        instance,
+        label,
+        set,
+    } = at;
     match placement {
         Placement::Keep(slot) => Some(slot),
         Placement::Reuse => {
             let instance_state = s.instances.get_mut(&instance)?;
-            let entry = instance_state.allocations.get_mut(label)?;
+            let entry = instance_state.allocations.get_mut(label)?.get_mut(set)?;
             let new = match Arc::get_mut(entry) {
                 // No handle refers to the array: reshape it where it is.
                 Some(unique) => {
@@ -504,7 +451,15 @@ fn apply(
         }
         Placement::Fresh(slot) => {
             let allocations = &mut s.instances.get_mut(&instance)?.allocations;
-            let old = allocations.insert(Arc::clone(slot.label()), Arc::clone(&slot));
+            let sets = allocations.entry(Arc::clone(slot.label())).or_default();
+            // Sets are placed in order, so a new set comes right after the last.
+            let old = match sets.get_mut(set) {
+                Some(held) => Some(std::mem::replace(held, Arc::clone(&slot))),
+                None => {
+                    sets.push(Arc::clone(&slot));
+                    None
+                }
+            };
             s.count_allocation(instance, usage, &slot);
             if let Some(old) = old {
                 if let Err(error) = s.release_slot(instance, usage, &old, ReleaseReason::Replaced) {
@@ -512,6 +467,30 @@ fn apply(
                 }
             }
             Some(slot)
+        }
+    }
+}
+
+/// Releases the buffers `instance` holds under `label` in sets `keep` and
+/// above: a plan with fewer sets replaced them.
+fn retire_sets_from(
+    s: &mut State,
+    usage: &mut UsageStats,
+    instance: InstanceId,
+    label: &str,
+    keep: usize,
+) {
+    let Some(sets) = s
+        .instances
+        .get_mut(&instance)
+        .and_then(|i| i.allocations.get_mut(label))
+    else {
+        return;
+    };
+    let retired = sets.split_off(keep.min(sets.len()));
+    for old in retired {
+        if let Err(error) = s.release_slot(instance, usage, &old, ReleaseReason::Replaced) {
+            tracing::warn!(label = %old.label(), %error, "freeing a replaced buffer set failed");
         }
     }
 }

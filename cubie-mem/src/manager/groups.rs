@@ -85,6 +85,7 @@ impl MemoryManager {
                     state
                         .allocations
                         .values()
+                        .flatten()
                         .for_each(|slot| slot.set_stream(&stream));
                 }
             }

@@ -4,9 +4,9 @@
 //! The state and its rules live in [`state`]; the public API is split by
 //! concern: [`registry`] (registering, owners, spill settings), [`shares`]
 //! (proportions, caps, limit modes), [`groups`] (stream groups and streams),
-//! [`queue`] (queueing and serving requests, with [`allocate`] and
-//! [`evict`]), [`release`] (freeing), [`work`] (busy owners) and [`usage`]
-//! (statistics).
+//! [`queue`] (queueing and serving requests, with [`allocate`],
+//! [`explain`] and [`evict`]), [`release`] (freeing), [`work`] (busy
+//! owners) and [`usage`] (statistics).
 //!
 //! # Locks
 //!
@@ -43,6 +43,7 @@
 
 mod allocate;
 mod evict;
+mod explain;
 mod groups;
 mod handles;
 mod hooks;

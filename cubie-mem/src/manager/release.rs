@@ -7,16 +7,24 @@ use crate::ids::InstanceId;
 use crate::{MemError, MemoryManager};
 
 impl MemoryManager {
-    /// Frees the instance's array `label`; returns whether it existed. The
-    /// memory goes at once, or when the last access in progress ends.
+    /// Frees the instance's array `label`, in every buffer set; returns
+    /// whether it existed. The memory goes at once, or when the last access
+    /// in progress ends.
     pub fn free(&self, instance: &Instance, label: &str) -> Result<bool, MemError> {
         let mut s = self.inner.lock();
         let group = s.group_of(instance.id)?;
-        let Some(slot) = s.instance_mut(instance.id)?.allocations.remove(label) else {
+        let Some(slots) = s.instance_mut(instance.id)?.allocations.remove(label) else {
             return Ok(false);
         };
         s.with_group_usage(&group, |s, usage| {
-            s.release_slot(instance.id, usage, &slot, ReleaseReason::Freed)
+            // Every set is released (and counted) even when one fails.
+            let mut first_error = None;
+            for slot in &slots {
+                if let Err(error) = s.release_slot(instance.id, usage, slot, ReleaseReason::Freed) {
+                    first_error.get_or_insert(error);
+                }
+            }
+            first_error.map_or(Ok(()), Err)
         })?;
         Ok(true)
     }

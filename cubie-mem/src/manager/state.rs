@@ -29,7 +29,10 @@ pub(crate) struct Queued {
 pub(crate) struct InstanceState {
     pub(crate) owner: OwnerId,
     pub(crate) name: Option<Arc<str>>,
-    pub(crate) allocations: FxHashMap<Arc<str>, Arc<Slot>>,
+    /// The arrays held, by label: the buffer of each buffer set in set
+    /// order (`[set 0, set 1, ..]`), one for an unchunkable array or a plan
+    /// of one set. Never an empty list.
+    pub(crate) allocations: FxHashMap<Arc<str>, Vec<Arc<Slot>>>,
     pub(crate) queued: Option<Queued>,
     pub(crate) on_invalidate: Option<InvalidateHook>,
     pub(crate) on_ready: Option<ReadyHook>,
@@ -42,6 +45,7 @@ impl InstanceState {
     pub(crate) fn device_bytes(&self) -> u64 {
         self.allocations
             .values()
+            .flatten()
             .filter(|s| s.kind() == MemoryKind::Device)
             .fold(0, |sum, s| sum.saturating_add(s.bytes()))
     }
@@ -262,6 +266,7 @@ impl State {
             instance
                 .allocations
                 .values()
+                .flatten()
                 .for_each(|slot| slot.set_stream(stream));
         }
         let usage = instance.usage;
@@ -371,7 +376,7 @@ impl State {
         };
         self.with_group_usage(&group, |s, usage| {
             let mut freed = 0u64;
-            for slot in slots.values() {
+            for slot in slots.values().flatten() {
                 match s.release_slot(instance, usage, slot, reason) {
                     Ok(bytes) => freed = freed.saturating_add(bytes),
                     Err(error) => tracing::warn!(

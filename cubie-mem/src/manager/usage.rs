@@ -21,6 +21,7 @@ impl MemoryManager {
             .map_or(0, |i| {
                 i.allocations
                     .values()
+                    .flatten()
                     .fold(0u64, |sum, s| sum.saturating_add(s.bytes()))
             })
     }

@@ -4,11 +4,13 @@
 use super::*;
 use crate::{DType, MemoryKind};
 
-fn sizes(total_runs: usize, c: u64, u: u64) -> BatchSizes {
+/// Hand-made sizes at depth 1.
+pub(super) fn sizes(total_runs: usize, c: u64, u: u64) -> BatchSizes {
     BatchSizes {
         total_runs,
         chunkable_bytes: c,
         unchunkable_bytes: u,
+        depth: 1,
     }
 }
 
@@ -197,6 +199,7 @@ fn no_room_and_no_unchunkable_bytes_is_a_single_run_error() {
         error,
         MemError::SingleRunTooLarge {
             per_run: Bytes(5),
+            depth: 1,
             room: Bytes(0),
             unchunkable: Bytes(0),
             withheld: Bytes(100),
@@ -274,15 +277,17 @@ fn the_default_plan_is_one_chunk_of_one_run() {
             p.chunkable_bytes,
             p.unchunkable_bytes,
             p.allocatable,
-            p.withheld
+            p.withheld,
+            p.buffer_sets
         ),
-        (0, 0, 0, 0)
+        (0, 0, 0, 0, 1)
     );
     assert!(p.validate().is_ok());
     assert!(p.iter_chunks().map(|c| c.runs).eq(std::iter::once(0..1)));
 }
 
-fn partition(total_runs: usize, chunks: usize, chunk_length: usize) -> ChunkPlan {
+/// A hand-made plan of `chunks` chunks of `chunk_length` runs.
+pub(super) fn partition(total_runs: usize, chunks: usize, chunk_length: usize) -> ChunkPlan {
     ChunkPlan {
         total_runs,
         chunks,

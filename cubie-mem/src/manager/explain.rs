@@ -1,0 +1,102 @@
+//! What `allocate_queue` says when a batch does not fit: out-of-memory
+//! errors filled with the manager's figures, the caps that bind in active
+//! mode, and the warning of a group near its caps.
+
+use std::sync::Arc;
+
+use super::Inner;
+use super::state::State;
+use crate::plan::{BatchSizes, Budget, ChunkPlan};
+use crate::{Bytes, MemError};
+
+/// Fraction of a group's caps above which active mode warns.
+const CAP_WARNING_FRACTION: f64 = 0.95;
+
+impl Inner {
+    /// Fills an out-of-memory error with the label, the idle bytes this
+    /// manager holds and the limit that applied.
+    pub(super) fn explain_failure(
+        &self,
+        s: &mut State,
+        error: MemError,
+        label: &str,
+        bytes: u64,
+        plan: &ChunkPlan,
+        free_before: u64,
+    ) -> MemError {
+        match error {
+            MemError::OutOfMemory { free, .. } => MemError::OutOfMemory {
+                label: label.to_owned(),
+                requested: Bytes(bytes),
+                free: if free.0 == 0 {
+                    Bytes(free_before)
+                } else {
+                    free
+                },
+                idle_held: Bytes(self.idle_bytes(s)),
+                limit: Bytes(plan.allocatable.saturating_add(plan.withheld)),
+            },
+            other => other,
+        }
+    }
+
+    /// When active-mode caps, not the device, kept the batch from fitting,
+    /// says so with the caps, the proportion and the fix.
+    pub(super) fn explain_caps(
+        &self,
+        s: &State,
+        error: MemError,
+        group: &str,
+        sizes: &BatchSizes,
+        budget: &Budget,
+    ) -> MemError {
+        let caps_bind = budget
+            .cap_headroom
+            .is_some_and(|h| h < budget.effective_free);
+        let planner_error = matches!(
+            error,
+            MemError::AllUnchunkable { .. }
+                | MemError::UnchunkableTooLarge { .. }
+                | MemError::SingleRunTooLarge { .. }
+        );
+        if !(caps_bind && planner_error) {
+            return error;
+        }
+        let (caps, held) = s.group_caps_and_use(group, self.total);
+        let proportion: f64 = s
+            .groups
+            .get(group)
+            .map(|g| g.members().filter_map(|m| s.shares.proportion(m)).sum())
+            .unwrap_or(0.0);
+        let per_run = sizes
+            .chunkable_bytes
+            .div_ceil(u64::try_from(sizes.total_runs).unwrap_or(u64::MAX).max(1))
+            .saturating_mul(u64::try_from(sizes.depth).unwrap_or(u64::MAX));
+        MemError::CapLimited {
+            group: group.to_owned(),
+            proportion,
+            caps: Bytes(caps),
+            held: Bytes(held),
+            allowed: Bytes(budget.allocatable().map_or(0, |(alloc, _)| alloc)),
+            needed: Bytes(sizes.unchunkable_bytes.saturating_add(per_run)),
+            free: Bytes(budget.effective_free),
+        }
+    }
+
+    pub(super) fn warn_cap_usage(&self, s: &mut State, group: &Arc<str>) {
+        let (caps, used) = s.group_caps_and_use(group, self.total);
+        let over = caps > 0 && used as f64 > CAP_WARNING_FRACTION * caps as f64;
+        let Some(g) = s.groups.get_mut(group) else {
+            return;
+        };
+        if over && !g.cap_warned {
+            tracing::warn!(
+                %group,
+                used = %Bytes(used),
+                caps = %Bytes(caps),
+                "stream group has used over 95% of its caps"
+            );
+        }
+        g.cap_warned = over;
+    }
+}
