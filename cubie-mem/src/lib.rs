@@ -31,6 +31,7 @@ pub mod array;
 pub mod backend;
 mod block;
 mod buffers;
+mod bytes;
 mod config;
 mod default;
 mod dtype;
@@ -51,13 +52,14 @@ pub use array::{ArrayResponse, DeviceArray, PinnedArray, PinnedMut, PinnedRef, R
 pub use backend::sim::SimBackend;
 pub use backend::{Backend, MemInfo};
 pub use buffers::{Allocated, GpuBuffers};
+pub use bytes::Bytes;
 pub use config::{DEFAULT_PINNED_MAX_BYTES, LimitMode, ManagerConfig, parse_size};
 pub use default::{
     SIM_DEFAULT_FREE, SIM_DEFAULT_TOTAL, SIM_FREE_ENV, SIM_TOTAL_ENV, default_memmgr,
     sim_backend_from_env,
 };
 pub use dtype::{DType, Element, Precision};
-pub use error::{Bytes, MemError};
+pub use error::MemError;
 pub use host::{
     AnyHostArray, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType,
     STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,

@@ -20,7 +20,7 @@
 //!   ([`Backend::copy_to_device_async`], [`Backend::copy_from_device_async`]),
 //!   queued on the stream and returned at once, done when an event recorded
 //!   after them fires.
-//! - **Kernels**: the manager's host kernels ([`KernelBody::Host`]) run only
+//! - **Kernels**: the manager's host kernels ([`KernelBody::Host`](super::KernelBody::Host)) run only
 //!   on the simulated device; CUDA kernels are launched with
 //!   [`CudaBackend::launch`] on a stream group's stream.
 //!
@@ -46,6 +46,7 @@
 //!
 //! [`default_memmgr`]: crate::default_memmgr
 
+mod device;
 mod driver;
 mod kernels;
 mod pinned;
@@ -59,14 +60,12 @@ pub use driver::PoolUsage;
 pub use kernels::{CudaModule, EULER_DECAY_PTX, EulerDecay};
 
 use cust::sys as cu;
-use driver::{
-    DeviceContext, NAME, RawEvent, RawStream, check, failure, is_out_of_memory, mem_error,
-};
+use driver::{DeviceContext, RawEvent, RawStream, check, mem_error};
 use pinned::PinnedPool;
 
 use super::{
-    Backend, BackendError, DevicePtr, EventHandle, HandleKind, KernelBody, KernelLaunch, MemInfo,
-    MemorySpace, PinnedBlock, StreamHandle, byte_range,
+    Backend, BackendError, DevicePtr, EventHandle, HandleKind, MemInfo, MemorySpace, StreamHandle,
+    byte_range,
 };
 use crate::{Bytes, MemError};
 
@@ -415,276 +414,9 @@ impl fmt::Debug for CudaBackend {
     }
 }
 
-impl Backend for CudaBackend {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    /// Driver free memory plus what the pool holds idle, and the total.
-    fn mem_info(&self) -> Result<MemInfo, BackendError> {
-        let (free, total) = self.shared.context.raw_mem_info()?;
-        let idle = self.shared.context.pool_usage()?.idle();
-        Ok(MemInfo {
-            free: free.saturating_add(idle).min(total),
-            total,
-        })
-    }
-
-    fn create_stream(&self) -> Result<StreamHandle, BackendError> {
-        let stream = Arc::new(RawStream::create(&self.shared.context)?);
-        let mut h = self.handles();
-        let id = h.next_stream;
-        h.next_stream += 1;
-        h.streams.insert(id, stream);
-        Ok(StreamHandle(id))
-    }
-
-    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
-        let removed = self.handles().streams.remove(&stream.0);
-        match removed {
-            // Dropped outside the lock; the driver finishes pending work first.
-            Some(raw) => {
-                drop(raw);
-                Ok(())
-            }
-            None => Err(BackendError::unknown_stream("destroy stream", stream)),
-        }
-    }
-
-    fn synchronize(&self, stream: StreamHandle) -> Result<(), BackendError> {
-        self.stream(stream, "synchronize")?.synchronize()
-    }
-
-    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, BackendError> {
-        let raw = self.stream(stream, "record event")?;
-        let event = Arc::new(RawEvent::record(&raw)?);
-        let mut h = self.handles();
-        let id = h.next_event;
-        h.next_event += 1;
-        h.events.insert(id, event);
-        Ok(EventHandle(id))
-    }
-
-    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError> {
-        let raw_stream = self.stream(stream, "order streams")?;
-        self.event(event, "order streams")?.make_wait(&raw_stream)
-    }
-
-    fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError> {
-        self.event(event, "query event")?.complete()
-    }
-
-    /// `cuEventSynchronize`: blocks this thread (not the streams) until the
-    /// work before the event completed.
-    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError> {
-        self.event(event, "wait for event")?.synchronize()
-    }
-
-    fn destroy_event(&self, event: EventHandle) -> Result<(), BackendError> {
-        let removed = self.handles().events.remove(&event.0);
-        drop(removed);
-        Ok(())
-    }
-
-    /// `cuMemAllocAsync` from the device's pool; when the pool cannot grow,
-    /// every stream is synchronised once (memory freed on another stream then
-    /// becomes reusable) before reporting out of memory.
-    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError> {
-        let raw = self.stream(stream, "allocate")?;
-        let Ok(size) = usize::try_from(bytes.max(1)) else {
-            return Err(self.out_of_memory(bytes));
-        };
-        let address = {
-            let _guard = self.shared.context.enter()?;
-            match self.try_alloc(size, &raw) {
-                Err(error) if is_out_of_memory(error) => {
-                    self.synchronize_all_streams();
-                    self.try_alloc(size, &raw)
-                }
-                other => other,
-            }
-        };
-        match address {
-            Ok(address) => {
-                self.handles().allocations.insert(
-                    address,
-                    Allocation {
-                        bytes,
-                        stream: stream.0,
-                    },
-                );
-                Ok(DevicePtr(address))
-            }
-            Err(error) if is_out_of_memory(error) => Err(self.out_of_memory(bytes)),
-            Err(error) => Err(failure("allocate", error)),
-        }
-    }
-
-    /// `cuMemFreeAsync` on `stream`: the memory returns to the pool once the
-    /// work queued before it completed, on `stream` and on the stream it was
-    /// allocated on. The driver does not need `bytes`; it is checked against
-    /// the size allocated, and a mismatch frees nothing.
-    fn free_device(
-        &self,
-        ptr: DevicePtr,
-        bytes: u64,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        const OPERATION: &str = "free";
-        let raw = self.stream(stream, OPERATION)?;
-        let allocation = {
-            let mut h = self.handles();
-            let Some(&allocation) = h.allocations.get(&ptr.0) else {
-                return Err(unknown_allocation(OPERATION, ptr));
-            };
-            if allocation.bytes != bytes {
-                return Err(BackendError::OutOfBounds {
-                    operation: OPERATION,
-                    offset: 0,
-                    end: bytes,
-                    size: allocation.bytes,
-                });
-            }
-            h.allocations.remove(&ptr.0);
-            allocation
-        };
-        let freed = self.order_after(allocation, stream, &raw).and_then(|()| {
-            let _guard = self.shared.context.enter()?;
-            // SAFETY: the address is a live allocation of this backend,
-            // removed from the map so that it is freed once; the stream is
-            // live and ordered after the allocation's own stream.
-            check(unsafe { cu::cuMemFreeAsync(ptr.0, raw.raw()) }, OPERATION)
-        });
-        if freed.is_err() {
-            self.handles().allocations.insert(ptr.0, allocation);
-        }
-        freed
-    }
-
-    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
-        self.shared.pinned.allocate(bytes)
-    }
-
-    fn copy_to_device(
-        &self,
-        dst: DevicePtr,
-        offset: u64,
-        src: &[u8],
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        const OPERATION: &str = "copy to device";
-        let Some((raw, address)) = self.prepare_copy(dst, offset, src.len(), stream, OPERATION)?
-        else {
-            return Ok(());
-        };
-        let _guard = self.shared.context.enter()?;
-        // SAFETY: `src` is a live host slice of `src.len()` bytes and the
-        // device range was checked to lie inside a live allocation; the
-        // stream is synchronised below, before `src` can be released.
-        check(
-            unsafe { cu::cuMemcpyHtoDAsync_v2(address, src.as_ptr().cast(), src.len(), raw.raw()) },
-            OPERATION,
-        )?;
-        raw.synchronize()
-    }
-
-    fn copy_from_device(
-        &self,
-        dst: &mut [u8],
-        src: DevicePtr,
-        offset: u64,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        const OPERATION: &str = "copy from device";
-        let Some((raw, address)) = self.prepare_copy(src, offset, dst.len(), stream, OPERATION)?
-        else {
-            return Ok(());
-        };
-        let _guard = self.shared.context.enter()?;
-        // SAFETY: `dst` is a live, exclusively borrowed host slice of
-        // `dst.len()` bytes and the device range lies inside a live
-        // allocation; the stream is synchronised below, before `dst` can be
-        // used or released.
-        check(
-            unsafe {
-                cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), address, dst.len(), raw.raw())
-            },
-            OPERATION,
-        )?;
-        raw.synchronize()
-    }
-
-    /// `cuMemcpyHtoDAsync` on `stream`, after the allocation's own stream;
-    /// returns once queued, without synchronising.
-    unsafe fn copy_to_device_async(
-        &self,
-        dst: DevicePtr,
-        offset: u64,
-        src: *const u8,
-        len: usize,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        const OPERATION: &str = "asynchronous copy to device";
-        let Some((raw, address)) = self.prepare_copy(dst, offset, len, stream, OPERATION)? else {
-            return Ok(());
-        };
-        let _guard = self.shared.context.enter()?;
-        // SAFETY: the device range was checked to lie inside a live
-        // allocation, and the copy is queued after the allocation's stream,
-        // so the memory exists in `stream`'s order; a later free on `stream`
-        // runs after the copy, and `free_device`'s contract makes a free on
-        // another stream wait for `stream`'s work first. The caller
-        // guarantees that `src..src + len` is page-locked memory of this
-        // backend, left allocated and unwritten until the copy completed; the
-        // driver reads it only while the copy runs and keeps no reference
-        // afterwards. `raw` keeps the stream alive for the call; destroyed
-        // later, it still completes the queued copy.
-        check(
-            unsafe { cu::cuMemcpyHtoDAsync_v2(address, src.cast(), len, raw.raw()) },
-            OPERATION,
-        )
-    }
-
-    /// `cuMemcpyDtoHAsync` on `stream`, after the allocation's own stream;
-    /// returns once queued, without synchronising.
-    unsafe fn copy_from_device_async(
-        &self,
-        dst: *mut u8,
-        len: usize,
-        src: DevicePtr,
-        offset: u64,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        const OPERATION: &str = "asynchronous copy from device";
-        let Some((raw, address)) = self.prepare_copy(src, offset, len, stream, OPERATION)? else {
-            return Ok(());
-        };
-        let _guard = self.shared.context.enter()?;
-        // SAFETY: the device range was checked to lie inside a live
-        // allocation and the copy is ordered after its stream, as for
-        // `copy_to_device_async`. The caller guarantees that `dst..dst + len`
-        // is page-locked memory of this backend that stays allocated and that
-        // nobody reads or writes until the copy completed, so the driver's
-        // write into it races with nothing; no Rust reference to those bytes
-        // is made here.
-        check(
-            unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), address, len, raw.raw()) },
-            OPERATION,
-        )
-    }
-
-    /// Host kernels run only on the simulated device: always
-    /// [`BackendError::Unsupported`], with nothing queued or checked. Launch
-    /// CUDA kernels with [`CudaBackend::launch`] on the group's stream.
-    fn launch(&self, launch: KernelLaunch<'_>, _stream: StreamHandle) -> Result<(), BackendError> {
-        match launch.body {
-            KernelBody::Host { .. } => Err(host_kernel_unsupported(launch.name)),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::driver::NAME;
     use super::*;
 
     #[test]
