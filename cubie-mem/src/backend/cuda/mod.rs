@@ -20,9 +20,10 @@
 //!   ([`Backend::copy_to_device_async`], [`Backend::copy_from_device_async`]),
 //!   queued on the stream and returned at once, done when an event recorded
 //!   after them fires.
-//! - **Kernels**: the manager's host kernels ([`KernelBody::Host`](super::KernelBody::Host)) run only
-//!   on the simulated device; CUDA kernels are launched with
-//!   [`CudaBackend::launch`] on a stream group's stream.
+//! - **Kernels**: the manager's host kernels
+//!   ([`KernelBody::Host`](super::KernelBody::Host)) run only on the
+//!   simulated device; CUDA kernels are launched with [`CudaBackend::launch`]
+//!   on a stream group's stream.
 //!
 //! Without a device (or driver), [`CudaBackend::new`] fails with
 //! [`MemError::NoDevice`] naming the cause. The [`Backend`] methods report
