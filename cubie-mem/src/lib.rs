@@ -61,8 +61,8 @@ pub use default::{
 pub use dtype::{DType, Element, Precision};
 pub use error::MemError;
 pub use host::{
-    AnyHostArray, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType,
-    STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,
+    AnyHostArray, AsyncCopyError, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType,
+    PendingCopy, STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs};

@@ -95,7 +95,7 @@ pub(super) trait Move {
 ///
 /// `src` is page-locked memory of `backend` that stays allocated and
 /// unwritten until the work queued on `stream` is done.
-unsafe fn queue_upload<T: Element>(
+pub(super) unsafe fn queue_upload<T: Element>(
     backend: &dyn Backend,
     device: &DeviceMemory,
     label: &str,
@@ -118,7 +118,7 @@ unsafe fn queue_upload<T: Element>(
 ///
 /// `dst` is page-locked memory of `backend` that stays allocated and that
 /// no one reads or writes until the work queued on `stream` is done.
-unsafe fn queue_download<T: Element>(
+pub(super) unsafe fn queue_download<T: Element>(
     backend: &dyn Backend,
     device: &DeviceMemory,
     label: &str,

@@ -5,6 +5,10 @@
 //!   pageable, or spilled to a memory-mapped temporary file
 //!   ([`MemoryManager::create_host_array`](crate::MemoryManager::create_host_array),
 //!   [`choose_host_memory_type`](crate::MemoryManager::choose_host_memory_type)).
+//! - [`PendingCopy`]: an asynchronous copy between a page-locked host array
+//!   and a device array ([`DeviceArray::upload_async`](crate::DeviceArray::upload_async),
+//!   [`download_async`](crate::DeviceArray::download_async)), holding the
+//!   host array until the copy is done.
 //! - [`StagingPool`]: pinned buffers that pageable and spilled arrays pass
 //!   through, reused by (label, shape, element type) and bounded by RAM.
 //! - [`ChunkStreamer`]: copies one chunk of a host array to a device array
@@ -18,6 +22,7 @@ mod array;
 mod choose;
 mod lane;
 mod layout;
+mod pending;
 mod pipeline;
 mod ram;
 mod spill;
@@ -28,6 +33,7 @@ mod transfer;
 pub use array::{AnyHostArray, HostArray};
 pub use choose::HostMemoryType;
 pub use layout::ChunkLayout;
+pub use pending::{AsyncCopyError, PendingCopy};
 pub use pipeline::ChunkPipeline;
 pub use ram::{DEFAULT_SPILL_PERCENT, STAGING_RAM_FLOOR_PERCENT, SystemMemory};
 pub use spill::SPILL_FILE_PREFIX;

@@ -37,6 +37,11 @@ impl Event {
             .on(&*self.backend)
     }
 
+    /// Whether the work before the event is done (does not block).
+    pub(super) fn is_complete(&self) -> Result<bool, MemError> {
+        self.backend.event_complete(self.handle).on(&*self.backend)
+    }
+
     /// Blocks the host until the work before the event is done.
     pub(super) fn wait(&self) -> Result<(), MemError> {
         self.backend
