@@ -233,6 +233,40 @@ fn an_access_on_another_stream_without_an_event_is_a_hazard() {
 }
 
 #[test]
+fn a_write_over_memory_another_stream_still_reads_is_a_hazard() {
+    let sim = SimBackend::new(1 << 20);
+    let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
+    let ptr = sim.alloc_device(64, a).unwrap();
+    let allocated = sim.record_event(a).unwrap();
+    sim.wait_event(b, allocated).unwrap();
+    let block = sim.alloc_pinned(64).unwrap();
+    kernel(&sim, b, &[arg(ptr, 64, Access::ReadWrite)], 1, |_| {}).unwrap();
+    let written = sim.record_event(b).unwrap();
+    sim.wait_event(a, written).unwrap();
+    // Stream a reads what b wrote (ordered), then b overwrites it unordered.
+    kernel(&sim, a, &[arg(ptr, 64, Access::Read)], 1, |_| {}).unwrap();
+    let error = kernel(&sim, b, &[arg(ptr, 64, Access::Write)], 1, |_| {}).unwrap_err();
+    assert!(
+        matches!(error, BackendError::StreamHazard { accessed_on, earlier_on, .. }
+            if accessed_on == b.0 && earlier_on == a.0),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("read by earlier work"),
+        "{error}"
+    );
+    // So is a copy into it; once b waits for a's read, both are fine.
+    // SAFETY: the block outlives the copy; the test synchronises below.
+    let copy = unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 64, b) };
+    assert!(matches!(copy, Err(BackendError::StreamHazard { .. })));
+    let read = sim.record_event(a).unwrap();
+    sim.wait_event(b, read).unwrap();
+    // SAFETY: as above.
+    unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 64, b) }.unwrap();
+    sim.synchronize(b).unwrap();
+}
+
+#[test]
 fn a_page_locked_block_in_flight_cannot_be_reused_by_another_stream() {
     let sim = SimBackend::new(1 << 20);
     let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
