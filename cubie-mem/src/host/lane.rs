@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use super::HostArray;
 use super::layout::ChunkLayout;
-use super::stage::Stage;
+use super::stage::{Stage, queue_download, queue_upload};
 use super::transfer::direct_range;
 use crate::array::slot::DeviceMemory;
-use crate::backend::{Backend, BackendResult, StreamHandle};
+use crate::backend::{Backend, StreamHandle};
 use crate::plan::Chunk;
 use crate::streams::OwnedStream;
 use crate::{Element, MemError};
@@ -87,51 +87,6 @@ pub(super) trait Move {
     /// staged results are scattered into the host array before it returns.
     fn download(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle)
     -> Result<(), MemError>;
-}
-
-/// Queues a copy of `src` into `device` at element `offset`.
-///
-/// # Safety
-///
-/// `src` is page-locked memory of `backend` that stays allocated and
-/// unwritten until the work queued on `stream` is done.
-pub(super) unsafe fn queue_upload<T: Element>(
-    backend: &dyn Backend,
-    device: &DeviceMemory,
-    label: &str,
-    offset: usize,
-    src: &[T],
-    stream: StreamHandle,
-) -> Result<(), MemError> {
-    let bytes: &[u8] = bytemuck::cast_slice(src);
-    let offset = (offset as u64).saturating_mul(size_of::<T>() as u64);
-    // SAFETY: passed on from the caller.
-    unsafe {
-        backend.copy_to_device_async(device.ptr(), offset, bytes.as_ptr(), bytes.len(), stream)
-    }
-    .for_array(backend, label)
-}
-
-/// Queues a copy of `device` at element `offset` into `dst`.
-///
-/// # Safety
-///
-/// `dst` is page-locked memory of `backend` that stays allocated and that
-/// no one reads or writes until the work queued on `stream` is done.
-pub(super) unsafe fn queue_download<T: Element>(
-    backend: &dyn Backend,
-    device: &DeviceMemory,
-    label: &str,
-    offset: usize,
-    dst: &mut [T],
-    stream: StreamHandle,
-) -> Result<(), MemError> {
-    let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
-    let offset = (offset as u64).saturating_mul(size_of::<T>() as u64);
-    let len = bytes.len();
-    // SAFETY: passed on from the caller.
-    unsafe { backend.copy_from_device_async(bytes.as_mut_ptr(), len, device.ptr(), offset, stream) }
-        .for_array(backend, label)
 }
 
 fn host_range_error(label: &str, range: &Range<usize>, len: usize) -> MemError {

@@ -10,8 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::lane::{queue_download, queue_upload};
-use super::stage::Event;
+use super::stage::{Event, queue_download, queue_upload};
 use super::{HostArray, HostMemoryType};
 use crate::array::slot::DeviceMemory;
 use crate::backend::Backend;

@@ -1,6 +1,7 @@
 //! What keeps page-locked memory safe while asynchronous copies use it.
 //!
-//! An [`Event`] is a recorded backend event, destroyed when dropped. A
+//! [`queue_upload`] and [`queue_download`] queue the copies themselves. An
+//! [`Event`] is a recorded backend event, destroyed when dropped. A
 //! [`Stage`] is a staging buffer with the event of the last copy that used
 //! it: the host waits for that event before touching the buffer again, and
 //! before the buffer goes back to its pool, so neither the host nor the next
@@ -9,8 +10,54 @@
 use std::sync::Arc;
 
 use super::transfer::Stager;
+use crate::array::slot::DeviceMemory;
 use crate::backend::{Backend, BackendResult, EventHandle, StreamHandle};
 use crate::{Element, MemError};
+
+/// Queues a copy of `src` into `device` at element `offset`.
+///
+/// # Safety
+///
+/// `src` is page-locked memory of `backend` that stays allocated and
+/// unwritten until the work queued on `stream` is done.
+pub(super) unsafe fn queue_upload<T: Element>(
+    backend: &dyn Backend,
+    device: &DeviceMemory,
+    label: &str,
+    offset: usize,
+    src: &[T],
+    stream: StreamHandle,
+) -> Result<(), MemError> {
+    let bytes: &[u8] = bytemuck::cast_slice(src);
+    let offset = (offset as u64).saturating_mul(size_of::<T>() as u64);
+    // SAFETY: passed on from the caller.
+    unsafe {
+        backend.copy_to_device_async(device.ptr(), offset, bytes.as_ptr(), bytes.len(), stream)
+    }
+    .for_array(backend, label)
+}
+
+/// Queues a copy of `device` at element `offset` into `dst`.
+///
+/// # Safety
+///
+/// `dst` is page-locked memory of `backend` that stays allocated and that
+/// no one reads or writes until the work queued on `stream` is done.
+pub(super) unsafe fn queue_download<T: Element>(
+    backend: &dyn Backend,
+    device: &DeviceMemory,
+    label: &str,
+    offset: usize,
+    dst: &mut [T],
+    stream: StreamHandle,
+) -> Result<(), MemError> {
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+    let offset = (offset as u64).saturating_mul(size_of::<T>() as u64);
+    let len = bytes.len();
+    // SAFETY: passed on from the caller.
+    unsafe { backend.copy_from_device_async(bytes.as_mut_ptr(), len, device.ptr(), offset, stream) }
+        .for_array(backend, label)
+}
 
 /// A recorded event; destroyed when dropped.
 pub(super) struct Event {
