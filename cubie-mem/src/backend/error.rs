@@ -92,6 +92,24 @@ pub enum BackendError {
         message: String,
     },
 
+    /// An earlier failure left the device context unusable (a fault in a
+    /// kernel, say): the driver fails every later call the same way, and
+    /// only a new process can use the device again.
+    #[error(
+        "{operation} failed: the device context is unusable since {during} failed with {message} \
+         (code {code}); every later call fails the same way: restart the process"
+    )]
+    ContextLost {
+        /// What was being done now.
+        operation: &'static str,
+        /// The call whose failure made the context unusable.
+        during: &'static str,
+        /// The driver's result code then.
+        code: u32,
+        /// The code's name.
+        message: String,
+    },
+
     /// A handle this backend does not know (destroyed, or another backend's).
     #[error("{operation}: {kind} {handle:#x} does not exist on this backend")]
     UnknownHandle {

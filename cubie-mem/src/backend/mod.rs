@@ -201,6 +201,13 @@ pub trait Backend: Send + Sync + 'static {
     /// that cannot run the launch's kind of body reports
     /// [`BackendError::Unsupported`].
     fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError>;
+
+    /// The backend as [`Any`](std::any::Any), so that a backend's own API
+    /// can recognise the arrays and streams it made (the CUDA backend's
+    /// kernel interop does). `None`, the default, opts out.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// Turns a backend's results into the crate's errors.

@@ -2,7 +2,9 @@
 
 use super::handles::Instance;
 use crate::backend::{BackendResult, StreamHandle};
-use crate::streams::{CurrentStream, DEFAULT_STREAM_GROUP};
+use std::sync::Arc;
+
+use crate::streams::{CurrentStream, DEFAULT_STREAM_GROUP, OwnedStream};
 use crate::{MemError, MemoryManager};
 
 impl MemoryManager {
@@ -38,31 +40,27 @@ impl MemoryManager {
 
     /// The stream of the instance's group (created on first use).
     pub fn stream(&self, instance: &Instance) -> Result<StreamHandle, MemError> {
-        let mut s = self.inner.lock();
-        Ok(s.groups
-            .stream_of(instance.id, &self.inner.backend)?
-            .handle())
+        Ok(self.group_stream(instance)?.handle())
+    }
+
+    /// The stream of the instance's group, kept alive by the result.
+    pub(crate) fn group_stream(&self, instance: &Instance) -> Result<Arc<OwnedStream>, MemError> {
+        self.inner
+            .lock()
+            .groups
+            .stream_of(instance.id, &self.inner.backend)
     }
 
     /// Binds the instance's group stream as this thread's current stream
     /// until the guard drops (cubie's `current_cupy_stream`). The guard keeps
     /// the stream alive.
     pub fn bind_stream(&self, instance: &Instance) -> Result<CurrentStream, MemError> {
-        let stream = self
-            .inner
-            .lock()
-            .groups
-            .stream_of(instance.id, &self.inner.backend)?;
-        Ok(CurrentStream::bind(stream))
+        Ok(CurrentStream::bind(self.group_stream(instance)?))
     }
 
     /// Blocks until the work queued on the instance's group stream completed.
     pub fn synchronize(&self, instance: &Instance) -> Result<(), MemError> {
-        let stream = self
-            .inner
-            .lock()
-            .groups
-            .stream_of(instance.id, &self.inner.backend)?;
+        let stream = self.group_stream(instance)?;
         let backend = &*self.inner.backend;
         backend.synchronize(stream.handle()).on(backend)
     }

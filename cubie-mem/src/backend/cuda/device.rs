@@ -1,15 +1,17 @@
 //! The [`Backend`] contract on the CUDA driver: the calls the manager makes.
 
+use std::any::Any;
 use std::sync::Arc;
 
-use cust::sys as cu;
-
-use super::driver::{NAME, RawEvent, RawStream, check, failure, is_out_of_memory};
+use super::driver::NAME;
+use super::stream::{RawEvent, RawStream};
+use super::sys::{self, CuResult};
 use super::{Allocation, CudaBackend, host_kernel_unsupported, unknown_allocation};
 use crate::backend::{
     Backend, BackendError, DevicePtr, EventHandle, KernelBody, KernelLaunch, MemInfo, PinnedBlock,
     StreamHandle,
 };
+use crate::timeline::Activity;
 
 impl Backend for CudaBackend {
     fn name(&self) -> &'static str {
@@ -35,10 +37,14 @@ impl Backend for CudaBackend {
         Ok(StreamHandle(id))
     }
 
+    /// Forgets the stream. The driver stream itself lives on while a live
+    /// allocation made on it holds it, so that work on other streams can
+    /// still be ordered after it (`order_after`); the last holder destroys
+    /// it, and the driver finishes its pending work first.
     fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
         let removed = self.handles().streams.remove(&stream.0);
         match removed {
-            // Dropped outside the lock; the driver finishes pending work first.
+            // Dropped outside the lock.
             Some(raw) => {
                 drop(raw);
                 Ok(())
@@ -82,37 +88,47 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    /// `cuMemAllocAsync` from the device's pool; when the pool cannot grow,
-    /// every stream is synchronised once (memory freed on another stream then
-    /// becomes reusable) before reporting out of memory.
+    /// `cuMemAllocFromPoolAsync` from the backend's pool. When the pool
+    /// cannot grow, every stream is synchronised (memory freed on another
+    /// stream then returns to the pool) and the pool's idle memory is given
+    /// back to the driver (`cuMemPoolTrimTo(pool, 0)`, for allocations the
+    /// idle blocks cannot serve), then the allocation is tried once more
+    /// before reporting out of memory.
     fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError> {
-        let raw = self.stream(stream, "allocate")?;
+        const OPERATION: &str = "allocate";
+        let raw = self.stream(stream, OPERATION)?;
         let Ok(size) = usize::try_from(bytes.max(1)) else {
             return Err(self.out_of_memory(bytes));
         };
-        let address = {
-            let _guard = self.shared.context.enter()?;
-            match self.try_alloc(size, &raw) {
-                Err(error) if is_out_of_memory(error) => {
-                    self.synchronize_all_streams();
-                    self.try_alloc(size, &raw)
-                }
-                other => other,
+        let mut result = self.try_alloc(size, &raw)?;
+        if result.is_err_and(|code| code == CuResult::OUT_OF_MEMORY) {
+            self.synchronize_all_streams();
+            if let Err(error) = self.shared.context.trim_pool(0) {
+                tracing::warn!(%error, "trimming the memory pool before retrying an allocation failed");
             }
-        };
-        match address {
+            result = self.try_alloc(size, &raw)?;
+        }
+        match result {
             Ok(address) => {
+                self.shared
+                    .recorder
+                    .mark((stream.0, &raw), Activity::Alloc, bytes);
                 self.handles().allocations.insert(
                     address,
                     Allocation {
                         bytes,
                         stream: stream.0,
+                        origin: raw,
                     },
                 );
                 Ok(DevicePtr(address))
             }
-            Err(error) if is_out_of_memory(error) => Err(self.out_of_memory(bytes)),
-            Err(error) => Err(failure("allocate", error)),
+            Err(CuResult::OUT_OF_MEMORY) => Err(self.out_of_memory(bytes)),
+            Err(code) => self
+                .shared
+                .context
+                .check(code, OPERATION)
+                .and(Err(self.out_of_memory(bytes))),
         }
     }
 
@@ -130,7 +146,7 @@ impl Backend for CudaBackend {
         let raw = self.stream(stream, OPERATION)?;
         let allocation = {
             let mut h = self.handles();
-            let Some(&allocation) = h.allocations.get(&ptr.0) else {
+            let Some(allocation) = h.allocations.get(&ptr.0).cloned() else {
                 return Err(unknown_allocation(OPERATION, ptr));
             };
             if allocation.bytes != bytes {
@@ -144,12 +160,17 @@ impl Backend for CudaBackend {
             h.allocations.remove(&ptr.0);
             allocation
         };
-        let freed = self.order_after(allocation, stream, &raw).and_then(|()| {
-            let _guard = self.shared.context.enter()?;
+        let freed = self.order_after(&allocation, stream, &raw).and_then(|()| {
+            let context = &self.shared.context;
+            let _guard = context.enter(OPERATION)?;
             // SAFETY: the address is a live allocation of this backend,
             // removed from the map so that it is freed once; the stream is
             // live and ordered after the allocation's own stream.
-            check(unsafe { cu::cuMemFreeAsync(ptr.0, raw.raw()) }, OPERATION)
+            context.check(unsafe { sys::cuMemFreeAsync(ptr.0, raw.raw()) }, OPERATION)?;
+            self.shared
+                .recorder
+                .mark((stream.0, &raw), Activity::Free, bytes);
+            Ok(())
         });
         if freed.is_err() {
             self.handles().allocations.insert(ptr.0, allocation);
@@ -173,14 +194,26 @@ impl Backend for CudaBackend {
         else {
             return Ok(());
         };
-        let _guard = self.shared.context.enter()?;
+        let context = &self.shared.context;
+        let _guard = context.enter(OPERATION)?;
         // SAFETY: `src` is a live host slice of `src.len()` bytes and the
         // device range was checked to lie inside a live allocation; the
         // stream is synchronised below, before `src` can be released.
-        check(
-            unsafe { cu::cuMemcpyHtoDAsync_v2(address, src.as_ptr().cast(), src.len(), raw.raw()) },
+        let started = self.shared.recorder.start(&raw);
+        let queued = context.check(
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(address, src.as_ptr().cast(), src.len(), raw.raw())
+            },
             OPERATION,
-        )?;
+        );
+        self.shared.recorder.finish(
+            started,
+            (stream.0, &raw),
+            Activity::HostToDevice,
+            Activity::HostToDevice.category(),
+            src.len() as u64,
+        );
+        queued?;
         raw.synchronize()
     }
 
@@ -196,17 +229,27 @@ impl Backend for CudaBackend {
         else {
             return Ok(());
         };
-        let _guard = self.shared.context.enter()?;
+        let context = &self.shared.context;
+        let _guard = context.enter(OPERATION)?;
         // SAFETY: `dst` is a live, exclusively borrowed host slice of
         // `dst.len()` bytes and the device range lies inside a live
         // allocation; the stream is synchronised below, before `dst` can be
         // used or released.
-        check(
+        let started = self.shared.recorder.start(&raw);
+        let queued = context.check(
             unsafe {
-                cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), address, dst.len(), raw.raw())
+                sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), address, dst.len(), raw.raw())
             },
             OPERATION,
-        )?;
+        );
+        self.shared.recorder.finish(
+            started,
+            (stream.0, &raw),
+            Activity::DeviceToHost,
+            Activity::DeviceToHost.category(),
+            dst.len() as u64,
+        );
+        queued?;
         raw.synchronize()
     }
 
@@ -224,7 +267,8 @@ impl Backend for CudaBackend {
         let Some((raw, address)) = self.prepare_copy(dst, offset, len, stream, OPERATION)? else {
             return Ok(());
         };
-        let _guard = self.shared.context.enter()?;
+        let context = &self.shared.context;
+        let _guard = context.enter(OPERATION)?;
         // SAFETY: the device range was checked to lie inside a live
         // allocation, and the copy is queued after the allocation's stream,
         // so the memory exists in `stream`'s order; a later free on `stream`
@@ -235,10 +279,19 @@ impl Backend for CudaBackend {
         // driver reads it only while the copy runs and keeps no reference
         // afterwards. `raw` keeps the stream alive for the call; destroyed
         // later, it still completes the queued copy.
-        check(
-            unsafe { cu::cuMemcpyHtoDAsync_v2(address, src.cast(), len, raw.raw()) },
+        let started = self.shared.recorder.start(&raw);
+        let queued = context.check(
+            unsafe { sys::cuMemcpyHtoDAsync_v2(address, src.cast(), len, raw.raw()) },
             OPERATION,
-        )
+        );
+        self.shared.recorder.finish(
+            started,
+            (stream.0, &raw),
+            Activity::HostToDevice,
+            Activity::HostToDevice.category(),
+            len as u64,
+        );
+        queued
     }
 
     /// `cuMemcpyDtoHAsync` on `stream`, after the allocation's own stream;
@@ -255,7 +308,8 @@ impl Backend for CudaBackend {
         let Some((raw, address)) = self.prepare_copy(src, offset, len, stream, OPERATION)? else {
             return Ok(());
         };
-        let _guard = self.shared.context.enter()?;
+        let context = &self.shared.context;
+        let _guard = context.enter(OPERATION)?;
         // SAFETY: the device range was checked to lie inside a live
         // allocation and the copy is ordered after its stream, as for
         // `copy_to_device_async`. The caller guarantees that `dst..dst + len`
@@ -263,18 +317,32 @@ impl Backend for CudaBackend {
         // nobody reads or writes until the copy completed, so the driver's
         // write into it races with nothing; no Rust reference to those bytes
         // is made here.
-        check(
-            unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), address, len, raw.raw()) },
+        let started = self.shared.recorder.start(&raw);
+        let queued = context.check(
+            unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), address, len, raw.raw()) },
             OPERATION,
-        )
+        );
+        self.shared.recorder.finish(
+            started,
+            (stream.0, &raw),
+            Activity::DeviceToHost,
+            Activity::DeviceToHost.category(),
+            len as u64,
+        );
+        queued
     }
 
     /// Host kernels run only on the simulated device: always
     /// [`BackendError::Unsupported`], with nothing queued or checked. Launch
-    /// CUDA kernels with [`CudaBackend::launch`] on the group's stream.
+    /// CUDA kernels with [`CudaStream::launch`](super::CudaStream::launch)
+    /// on the group's stream.
     fn launch(&self, launch: KernelLaunch<'_>, _stream: StreamHandle) -> Result<(), BackendError> {
         match launch.body {
             KernelBody::Host { .. } => Err(host_kernel_unsupported(launch.name)),
         }
+    }
+
+    fn as_any(&self) -> Option<&dyn Any> {
+        Some(self)
     }
 }

@@ -4,14 +4,24 @@
 //!   retained when the backend is created (which [`default_memmgr`] does on
 //!   first use) and made current on whichever thread calls, for the duration
 //!   of the call.
-//! - **Device memory**: stream-ordered `cuMemAllocAsync` / `cuMemFreeAsync`
-//!   on the group's stream, drawn from the device's default memory pool. The
-//!   pool's release threshold ([`CudaConfig::release_threshold`], unlimited
-//!   by default) keeps freed memory cached, so repeated batches do not give
+//! - **Driver calls**: every call goes through the backend's own
+//!   declarations of the driver API, whose results are plain integers, so a
+//!   code newer than this build is reported by number instead of being
+//!   undefined behaviour. A failure that leaves the context unusable (a
+//!   kernel fault, an assert, a contained error) is remembered, and every
+//!   later call fails with [`BackendError::ContextLost`] naming it.
+//! - **Device memory**: stream-ordered `cuMemAllocFromPoolAsync` /
+//!   `cuMemFreeAsync` on the group's stream, from a memory pool the backend
+//!   creates and owns, so the pool it measures is the pool it allocates
+//!   from, and its settings touch no other library's memory. The pool's
+//!   release threshold ([`CudaConfig::release_threshold`], unlimited by
+//!   default) keeps freed memory cached, so repeated batches do not give
 //!   memory back to the driver between solves; the free memory reported to
-//!   the planner counts what the pool holds idle.
-//! - **Pinned host memory**: page-locked blocks (cust's `LockedBuffer`),
-//!   released blocks cached for reuse up to [`CudaConfig::pinned_cache_bytes`].
+//!   the planner counts what the pool holds idle, and an allocation that
+//!   fails for want of memory synchronises, trims the pool and tries once
+//!   more.
+//! - **Pinned host memory**: page-locked blocks (`cuMemHostAlloc`), released
+//!   blocks cached for reuse up to [`CudaConfig::pinned_cache_bytes`].
 //! - **Streams and events**: non-blocking streams (never the null stream) and
 //!   events without timing for completion tracking.
 //! - **Copies**: from and to pageable slices, asynchronous on the stream and
@@ -22,8 +32,9 @@
 //!   after them fires.
 //! - **Kernels**: the manager's host kernels
 //!   ([`KernelBody::Host`](super::KernelBody::Host)) run only on the
-//!   simulated device; CUDA kernels are launched with [`CudaBackend::launch`]
-//!   on a stream group's stream.
+//!   simulated device; load your CUDA kernels with [`CudaModule`] and launch
+//!   them on a stream group's [`CudaStream`], over the arrays'
+//!   [`CudaSlice`]s (cust's `DeviceSlice`).
 //!
 //! Without a device (or driver), [`CudaBackend::new`] fails with
 //! [`MemError::NoDevice`] naming the cause. The [`Backend`] methods report
@@ -47,22 +58,32 @@
 //!
 //! [`default_memmgr`]: crate::default_memmgr
 
+mod context;
 mod device;
 mod driver;
-mod kernels;
+mod interop;
+mod module;
 mod pinned;
+mod record;
+mod stream;
+mod sys;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use cust;
-pub use driver::PoolUsage;
-pub use kernels::{CudaModule, EULER_DECAY_PTX, EulerDecay};
+pub use context::PoolUsage;
+pub use interop::{
+    BlockSize, CudaSlice, CudaStream, DeviceCopy, DevicePointer, DeviceSlice, GridSize,
+};
+pub use module::{CudaFunction, CudaModule};
 
-use cust::sys as cu;
-use driver::{DeviceContext, RawEvent, RawStream, check, mem_error};
+use context::DeviceContext;
+use driver::{NAME, describe, mem_error};
 use pinned::PinnedPool;
+use record::Recorder;
+use stream::{RawEvent, RawStream};
+use sys::CuResult;
 
 use super::{
     Backend, BackendError, DevicePtr, EventHandle, HandleKind, MemInfo, MemorySpace, StreamHandle,
@@ -73,12 +94,12 @@ use crate::{Bytes, MemError};
 /// Settings of the CUDA backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaConfig {
-    /// Idle bytes the device's memory pool keeps when a stream synchronises,
-    /// instead of returning them to the driver. `u64::MAX` (the default)
-    /// keeps everything, so a batch reuses the memory of the one before;
-    /// lower it to share the device with other processes. The pool is the
-    /// device's default pool, shared with any other user of stream-ordered
-    /// allocation in this process.
+    /// Idle bytes the backend's memory pool keeps when a stream
+    /// synchronises, instead of returning them to the driver. `u64::MAX`
+    /// (the default) keeps everything, so a batch reuses the memory of the
+    /// one before; lower it to share the device with other processes. The
+    /// pool is the backend's own: the device's default pool, which other
+    /// libraries allocate from, is left as it is.
     pub release_threshold: u64,
     /// Most bytes of released pinned blocks kept for reuse (1 GiB by
     /// default); blocks beyond it are unpinned and freed.
@@ -104,6 +125,7 @@ pub struct CudaBackend {
 
 struct Shared {
     handles: Mutex<Handles>,
+    recorder: Recorder,
     pinned: Arc<PinnedPool>,
     context: Arc<DeviceContext>,
 }
@@ -119,12 +141,16 @@ struct Handles {
 }
 
 /// A live device allocation.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Allocation {
     bytes: u64,
-    /// The stream it was allocated on: the memory is usable in that
-    /// stream's order.
+    /// The handle of the stream it was allocated on: the memory is usable in
+    /// that stream's order.
     stream: u64,
+    /// That stream, kept alive while the allocation lives even when its
+    /// handle is destroyed, so that work on other streams can still be
+    /// ordered after it.
+    origin: Arc<RawStream>,
 }
 
 impl CudaBackend {
@@ -150,6 +176,7 @@ impl CudaBackend {
                     next_event: 1,
                     ..Handles::default()
                 }),
+                recorder: Recorder::default(),
                 pinned: PinnedPool::new(Arc::clone(&context), config.pinned_cache_bytes),
                 context,
             }),
@@ -166,13 +193,8 @@ impl CudaBackend {
         self.shared.context.name()
     }
 
-    /// The cust device, for queries cust offers (attributes, compute capability).
-    pub fn device(&self) -> cust::device::Device {
-        self.shared.context.device()
-    }
-
     /// Makes the backend's primary context current on this thread (and
-    /// leaves it so), for code that calls cust directly.
+    /// leaves it so), for code that calls the driver (or cust) directly.
     pub fn make_current(&self) -> Result<(), MemError> {
         self.shared.context.make_current().map_err(mem_error)
     }
@@ -197,8 +219,8 @@ impl CudaBackend {
             .map_err(mem_error)
     }
 
-    /// Gives idle pool memory back to the driver until at most `keep_bytes`
-    /// stay reserved.
+    /// Gives idle pool memory back to the driver, keeping at least
+    /// `keep_bytes` reserved (memory in use is never released).
     pub fn trim_pool(&self, keep_bytes: u64) -> Result<(), MemError> {
         self.shared.context.trim_pool(keep_bytes).map_err(mem_error)
     }
@@ -211,6 +233,27 @@ impl CudaBackend {
     /// Unpins and frees the cached pinned blocks.
     pub fn clear_pinned_cache(&self) {
         self.shared.pinned.clear();
+    }
+
+    /// Starts recording a timeline of the device's work (from empty), or
+    /// stops: every copy, kernel launched through a [`CudaStream`],
+    /// allocation and free gets timed events around it on its stream, which
+    /// costs a little per operation; off by default.
+    pub fn record_timeline(&self, on: bool) {
+        self.shared.recorder.set(on);
+    }
+
+    /// The timeline recorded since [`record_timeline`](Self::record_timeline)
+    /// was turned on, in the format the simulated device gives (waits for
+    /// the device to reach the last recorded event). Spans start at 0.
+    pub fn timeline(&self) -> Result<crate::timeline::Timeline, MemError> {
+        self.shared.recorder.timeline().map_err(mem_error)
+    }
+
+    /// The CUDA version the driver supports, as `major * 1000 + minor * 10`
+    /// (12080 for CUDA 12.8).
+    pub fn driver_version(&self) -> u32 {
+        self.shared.context.driver_version()
     }
 
     /// Blocks until all work on the device's primary context completed.
@@ -269,29 +312,26 @@ impl CudaBackend {
             .handles()
             .allocations
             .get(&ptr.0)
-            .copied()
+            .cloned()
             .ok_or_else(|| unknown_allocation(operation, ptr))?;
         let range = byte_range(operation, offset, len, allocation.bytes)?;
         Ok((ptr.0 + range.start, allocation))
     }
 
     /// Makes work queued next on `stream` wait for the work queued so far on
-    /// the stream `allocation` was made on, when that is another live stream
-    /// (the memory may not exist yet, or be in use, in `stream`'s order).
+    /// the stream `allocation` was made on, when that is another stream (the
+    /// memory may not exist yet, or be in use, in `stream`'s order), even
+    /// one whose handle was destroyed since.
     fn order_after(
         &self,
-        allocation: Allocation,
+        allocation: &Allocation,
         stream_id: StreamHandle,
         stream: &RawStream,
     ) -> Result<(), BackendError> {
         if allocation.stream == stream_id.0 {
             return Ok(());
         }
-        let origin = self.handles().streams.get(&allocation.stream).cloned();
-        match origin {
-            Some(origin) => RawEvent::record(&origin)?.make_wait(stream),
-            None => Ok(()),
-        }
+        RawEvent::record(&allocation.origin)?.make_wait(stream)
     }
 
     /// Checks a copy of `len` bytes at `ptr + offset` on `stream` and orders
@@ -310,7 +350,7 @@ impl CudaBackend {
         if len == 0 {
             return Ok(None);
         }
-        self.order_after(allocation, stream, &raw)?;
+        self.order_after(&allocation, stream, &raw)?;
         Ok(Some((raw, address)))
     }
 
@@ -325,14 +365,26 @@ impl CudaBackend {
         }
     }
 
-    fn try_alloc(&self, bytes: usize, stream: &RawStream) -> Result<u64, cu::CUresult> {
-        let mut address: cu::CUdeviceptr = 0;
-        // SAFETY: the out-pointer is a live CUdeviceptr; the stream is live
-        // and the caller made its context current.
-        match unsafe { cu::cuMemAllocAsync(&mut address, bytes, stream.raw()) } {
-            cu::CUresult::CUDA_SUCCESS => Ok(address),
-            error => Err(error),
-        }
+    /// One `cuMemAllocFromPoolAsync` of `bytes` from the backend's pool on
+    /// `stream`: the address, or the driver's code.
+    fn try_alloc(
+        &self,
+        bytes: usize,
+        stream: &RawStream,
+    ) -> Result<Result<u64, CuResult>, BackendError> {
+        let context = &self.shared.context;
+        let _guard = context.enter("allocate")?;
+        let mut address: sys::CuDevicePtr = 0;
+        // SAFETY: the out-pointer is a live CUdeviceptr; the pool and the
+        // stream are live handles of this context, which is current.
+        let result = unsafe {
+            sys::cuMemAllocFromPoolAsync(&mut address, bytes, context.pool(), stream.raw())
+        };
+        Ok(if result == CuResult::SUCCESS {
+            Ok(address)
+        } else {
+            Err(result)
+        })
     }
 
     /// Out of device memory for `bytes`, with the free memory when the
@@ -361,8 +413,8 @@ fn host_kernel_unsupported(kernel: &str) -> BackendError {
         operation: "launch",
         reason: format!(
             "kernel '{kernel}' is a host kernel, which only the simulated device runs; on the cuda \
-             backend launch your own CUDA kernel on the group's stream (MemoryManager::stream, then \
-             CudaBackend::launch or EulerDecay::step; see docs/cuda.md)"
+             backend load your CUDA kernel with CudaModule and launch it on the group's CudaStream \
+             (see docs/cuda.md)"
         ),
     }
 }
@@ -389,15 +441,15 @@ impl Drop for Shared {
                 tracing::warn!(%error, "synchronising a stream at shutdown failed");
             }
         }
-        let Ok(_guard) = self.context.enter() else {
+        let Ok(_guard) = self.context.enter("free at shutdown") else {
             return;
         };
         for &address in handles.allocations.keys() {
             // SAFETY: the address is a live allocation of this context, its
             // streams have finished, and nothing uses it after this point.
-            let result = unsafe { cu::cuMemFree_v2(address) };
-            if let Err(error) = check(result, "free at shutdown") {
-                tracing::warn!(%error, "freeing a leftover device allocation failed");
+            let result = unsafe { sys::cuMemFree_v2(address) };
+            if result != CuResult::SUCCESS {
+                tracing::warn!(error = %describe(result), "freeing a leftover device allocation failed");
             }
         }
     }
@@ -436,7 +488,7 @@ mod tests {
         assert_eq!(*operation, "launch");
         assert!(reason.contains("'decay'"), "{reason}");
         assert!(
-            reason.contains("group's stream") && reason.contains("docs/cuda.md"),
+            reason.contains("CudaStream") && reason.contains("docs/cuda.md"),
             "{reason}"
         );
         let message = MemError::backend(NAME, error).to_string();
@@ -458,6 +510,7 @@ mod tests {
     fn the_backend_is_shareable_across_threads() {
         fn assert_send_sync<T: Send + Sync + 'static>() {}
         assert_send_sync::<CudaBackend>();
-        assert_send_sync::<EulerDecay>();
+        assert_send_sync::<CudaModule>();
+        assert_send_sync::<CudaStream>();
     }
 }

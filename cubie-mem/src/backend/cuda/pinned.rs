@@ -4,13 +4,80 @@
 //! calls).
 
 use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cust::memory::LockedBuffer;
-
-use super::driver::{DeviceContext, describe, failure};
+use super::context::DeviceContext;
+use super::driver::describe;
+use super::sys::{self, CuResult};
 use crate::Bytes;
 use crate::backend::{BackendError, MemorySpace, PinnedBlock};
+
+/// `CU_MEMHOSTALLOC_PORTABLE`: the pages are page-locked for every context.
+const HOST_ALLOC_PORTABLE: u32 = 1;
+
+/// Page-locked host pages from `cuMemHostAlloc`, freed with `cuMemFreeHost`
+/// (its context current) when dropped.
+pub(super) struct HostPages {
+    ptr: NonNull<u8>,
+    capacity: usize,
+    context: Arc<DeviceContext>,
+}
+
+// SAFETY: the pages are plain host memory owned by this value alone.
+unsafe impl Send for HostPages {}
+// SAFETY: shared access only reads through `&self`.
+unsafe impl Sync for HostPages {}
+
+impl HostPages {
+    /// `capacity` zeroed page-locked bytes (at least one).
+    fn allocate(context: &Arc<DeviceContext>, capacity: usize) -> Result<Self, BackendError> {
+        const OPERATION: &str = "allocate pinned memory";
+        let _guard = context.enter(OPERATION)?;
+        let mut host: *mut c_void = ptr::null_mut();
+        // SAFETY: the out-pointer is a live slot; the context is current.
+        let result = unsafe { sys::cuMemHostAlloc(&mut host, capacity, HOST_ALLOC_PORTABLE) };
+        if result == CuResult::OUT_OF_MEMORY {
+            return Err(page_locking_failed(capacity));
+        }
+        context.check(result, OPERATION)?;
+        let ptr = NonNull::new(host.cast::<u8>()).ok_or_else(|| page_locking_failed(capacity))?;
+        // SAFETY: the driver returned `capacity` writable bytes at `ptr`.
+        unsafe { ptr::write_bytes(ptr.as_ptr(), 0, capacity) };
+        Ok(HostPages {
+            ptr,
+            capacity,
+            context: Arc::clone(context),
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.capacity
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `capacity` initialised bytes live at `ptr` while `self` does.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.capacity) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `bytes`, and `&mut self` makes the access unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.capacity) }
+    }
+}
+
+impl Drop for HostPages {
+    fn drop(&mut self) {
+        let _guard = self.context.enter("free pinned memory");
+        // SAFETY: the pages came from cuMemHostAlloc and are freed once; no
+        // copy uses them any more (the manager waits for its copies).
+        let result = unsafe { sys::cuMemFreeHost(self.ptr.as_ptr().cast::<c_void>()) };
+        if result != CuResult::SUCCESS {
+            tracing::debug!(error = %describe(result), "freeing page-locked host memory failed");
+        }
+    }
+}
 
 /// Pinned blocks are allocated in whole pages, so that similar sizes share
 /// blocks.
@@ -79,7 +146,7 @@ impl<B> BlockCache<B> {
 /// The page-locked blocks of one device context, in use and cached.
 pub(super) struct PinnedPool {
     context: Arc<DeviceContext>,
-    cache: Mutex<BlockCache<LockedBuffer<u8>>>,
+    cache: Mutex<BlockCache<HostPages>>,
 }
 
 impl PinnedPool {
@@ -91,7 +158,7 @@ impl PinnedPool {
         })
     }
 
-    fn cache(&self) -> MutexGuard<'_, BlockCache<LockedBuffer<u8>>> {
+    fn cache(&self) -> MutexGuard<'_, BlockCache<HostPages>> {
         // The cache is consistent after every statement.
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -105,7 +172,7 @@ impl PinnedPool {
         let cached = self.cache().take(len);
         let buffer = match cached {
             Some((_, mut buffer)) => {
-                if let Some(used) = buffer.get_mut(..len) {
+                if let Some(used) = buffer.bytes_mut().get_mut(..len) {
                     used.fill(0);
                 }
                 buffer
@@ -120,39 +187,34 @@ impl PinnedPool {
     }
 
     /// A new zero-filled block of at least `len` bytes, in whole pages.
-    fn allocate_new(&self, len: usize) -> Result<LockedBuffer<u8>, BackendError> {
+    fn allocate_new(&self, len: usize) -> Result<HostPages, BackendError> {
         let capacity = len
             .max(1)
             .checked_next_multiple_of(PAGE)
             .ok_or_else(|| out_of_page_locked_memory(len as u64))?;
-        let _guard = self.context.enter()?;
-        match LockedBuffer::new(&0u8, capacity) {
-            Ok(buffer) => Ok(buffer),
-            Err(first) => {
+        match HostPages::allocate(&self.context, capacity) {
+            Err(first) if first.is_out_of_memory() => {
                 // Idle cached blocks may be what stands in the way.
                 let released = self.cache().drain();
                 if released.is_empty() {
-                    return Err(pinned_failure(len, &first));
+                    return Err(first);
                 }
                 drop(released);
-                LockedBuffer::new(&0u8, capacity).map_err(|e| pinned_failure(len, &e))
+                HostPages::allocate(&self.context, capacity)
             }
+            other => other,
         }
     }
 
     /// Takes a block back into the cache, or frees it when the cache is full.
-    fn release(&self, buffer: LockedBuffer<u8>) {
+    fn release(&self, buffer: HostPages) {
         let refused = self.cache().put(buffer.len(), buffer);
-        if let Some(buffer) = refused {
-            let _guard = self.context.enter();
-            drop(buffer);
-        }
+        drop(refused);
     }
 
     /// Frees every cached block.
     pub(super) fn clear(&self) {
         let blocks = self.cache().drain();
-        let _guard = self.context.enter();
         drop(blocks);
     }
 
@@ -177,24 +239,18 @@ fn out_of_page_locked_memory(bytes: u64) -> BackendError {
     }
 }
 
-/// Page-locking `len` bytes failed with `error`: out of page-locked memory
-/// when the driver says so, a driver failure otherwise.
-fn pinned_failure(len: usize, error: &cust::error::CudaError) -> BackendError {
-    if *error == cust::error::CudaError::OutOfMemory {
-        tracing::debug!(
-            bytes = len,
-            error = %describe(error),
-            "page-locking host memory failed; lowering ManagerConfig::pinned_max_bytes makes large host arrays use pageable memory"
-        );
-        out_of_page_locked_memory(len as u64)
-    } else {
-        failure("allocate pinned memory", *error)
-    }
+/// Page-locking `bytes` failed for want of memory.
+fn page_locking_failed(bytes: usize) -> BackendError {
+    tracing::debug!(
+        bytes,
+        "page-locking host memory failed; lowering ManagerConfig::pinned_max_bytes makes large host arrays use pageable memory"
+    );
+    out_of_page_locked_memory(bytes as u64)
 }
 
 /// A page-locked block handed to the manager; returns to the cache on drop.
 struct CudaPinnedBlock {
-    buffer: Option<LockedBuffer<u8>>,
+    buffer: Option<HostPages>,
     len: usize,
     pool: Arc<PinnedPool>,
 }
@@ -202,16 +258,16 @@ struct CudaPinnedBlock {
 impl PinnedBlock for CudaPinnedBlock {
     fn bytes(&self) -> &[u8] {
         self.buffer
-            .as_deref()
-            .and_then(|b| b.get(..self.len))
+            .as_ref()
+            .and_then(|b| b.bytes().get(..self.len))
             .unwrap_or(&[])
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.len;
         self.buffer
-            .as_deref_mut()
-            .and_then(|b| b.get_mut(..len))
+            .as_mut()
+            .and_then(|b| b.bytes_mut().get_mut(..len))
             .unwrap_or(&mut [])
     }
 }
@@ -227,27 +283,6 @@ impl Drop for CudaPinnedBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn page_locking_failures_are_out_of_memory_only_when_the_driver_says_so() {
-        use cust::error::CudaError;
-        assert_eq!(
-            pinned_failure(5000, &CudaError::OutOfMemory),
-            BackendError::OutOfMemory {
-                space: MemorySpace::PageLocked,
-                requested: Bytes(5000),
-                free: None,
-            }
-        );
-        assert!(matches!(
-            pinned_failure(5000, &CudaError::InvalidContext),
-            BackendError::Driver {
-                operation: "allocate pinned memory",
-                code: 201,
-                ..
-            }
-        ));
-    }
 
     #[test]
     fn a_released_block_serves_the_next_request_of_similar_size() {

@@ -1,0 +1,348 @@
+//! An opened device: the driver initialised, the device's retained primary
+//! context, the memory pool the backend owns, and the guard that makes the
+//! context current for the length of one call.
+//!
+//! The backend allocates from a pool of its own (`cuMemPoolCreate`), not
+//! from the device's default pool: the pool it measures (free memory, idle
+//! bytes) is the pool it allocates from (`cuMemAllocFromPoolAsync`), and its
+//! release threshold and trims touch no other library's memory.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr;
+use std::sync::Arc;
+
+use super::driver::{Health, describe, unusable};
+use super::sys::{self, CuContext, CuDevice, CuMemoryPool, CuResult};
+use crate::MemError;
+use crate::backend::BackendError;
+
+/// Figures of the backend's memory pool, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Device memory the pool holds from the driver (in use or idle).
+    pub reserved: u64,
+    /// Of that, memory handed out to live allocations.
+    pub used: u64,
+}
+
+impl PoolUsage {
+    /// Memory the pool holds idle: reusable without asking the driver.
+    pub fn idle(&self) -> u64 {
+        self.reserved.saturating_sub(self.used)
+    }
+}
+
+/// An opened device: the retained primary context and the backend's pool.
+pub(super) struct DeviceContext {
+    ordinal: u32,
+    name: String,
+    device: CuDevice,
+    context: CuContext,
+    pool: CuMemoryPool,
+    driver_version: u32,
+    health: Health,
+}
+
+// SAFETY: the context and pool are opaque driver handles; the driver API is
+// thread-safe, and every call that needs the context current goes through
+// `enter`, which makes it current on the calling thread.
+unsafe impl Send for DeviceContext {}
+// SAFETY: as for Send; the handles are never changed after `open`, and
+// `Health` is a `OnceLock`.
+unsafe impl Sync for DeviceContext {}
+
+impl DeviceContext {
+    /// Initialises the driver, finds device `ordinal`, checks that it
+    /// supports stream-ordered allocation, retains its primary context,
+    /// creates the backend's memory pool and checks that the context
+    /// answers. Every failure is [`MemError::NoDevice`] naming the step and
+    /// the driver's real code.
+    pub(super) fn open(ordinal: u32) -> Result<Arc<Self>, MemError> {
+        // SAFETY: cuInit takes flags (0) and may be called any number of times.
+        let result = unsafe { sys::cuInit(0) };
+        opening(result, "initialising the CUDA driver (cuInit)")?;
+        let mut count: c_int = 0;
+        // SAFETY: the out-pointer is a live c_int.
+        opening(
+            unsafe { sys::cuDeviceGetCount(&mut count) },
+            "counting CUDA devices",
+        )?;
+        let count = u32::try_from(count).unwrap_or(0);
+        let mut version: c_int = 0;
+        // SAFETY: the out-pointer is a live c_int.
+        let result = unsafe { sys::cuDriverGetVersion(&mut version) };
+        opening(result, "querying the driver's CUDA version")?;
+        if ordinal >= count {
+            return Err(MemError::NoDevice {
+                cause: format!(
+                    "device {ordinal} was requested but the driver reports {count} device(s); \
+                     choose an ordinal below {count} or check CUDA_VISIBLE_DEVICES"
+                ),
+            });
+        }
+        let mut device: CuDevice = 0;
+        // SAFETY: the out-pointer is a live CUdevice; the ordinal is below the count.
+        let result = unsafe { sys::cuDeviceGet(&mut device, ordinal as c_int) };
+        opening(result, format_args!("opening device {ordinal}"))?;
+        let name = device_name(device).unwrap_or_else(|| format!("device {ordinal}"));
+        let mut pools: c_int = 0;
+        // SAFETY: the out-pointer is a live c_int; the device came from the driver.
+        let result = unsafe {
+            sys::cuDeviceGetAttribute(
+                &mut pools,
+                sys::DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+                device,
+            )
+        };
+        opening(
+            result,
+            format_args!("querying memory pool support of device {ordinal} ({name})"),
+        )?;
+        if pools == 0 {
+            return Err(MemError::NoDevice {
+                cause: format!(
+                    "device {ordinal} ({name}) does not support stream-ordered allocation \
+                     (memory pools); the cuda backend needs a device and driver with CUDA 11.2 or later"
+                ),
+            });
+        }
+        let mut context: CuContext = ptr::null_mut();
+        // SAFETY: the out-pointer is a live context slot; the device is valid.
+        let result = unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) };
+        opening(
+            result,
+            format_args!("retaining the primary context of device {ordinal} ({name})"),
+        )?;
+        // From here on, dropping `opened` releases the context (and the pool).
+        let mut opened = DeviceContext {
+            ordinal,
+            name,
+            device,
+            context,
+            pool: ptr::null_mut(),
+            driver_version: u32::try_from(version).unwrap_or(0),
+            health: Health::default(),
+        };
+        opened.pool = opened.create_pool().map_err(|error| MemError::NoDevice {
+            cause: format!(
+                "creating a memory pool on device {ordinal} ({}) failed: {error}",
+                opened.name
+            ),
+        })?;
+        opened.raw_mem_info().map_err(|error| MemError::NoDevice {
+            cause: format!(
+                "the primary context of device {ordinal} ({}) does not answer: {error}",
+                opened.name
+            ),
+        })?;
+        Ok(Arc::new(opened))
+    }
+
+    fn create_pool(&self) -> Result<CuMemoryPool, BackendError> {
+        let _guard = self.enter("create the memory pool")?;
+        let props = sys::CuMemPoolProps {
+            alloc_type: sys::MEM_ALLOCATION_TYPE_PINNED,
+            handle_types: sys::MEM_HANDLE_TYPE_NONE,
+            location: sys::CuMemLocation {
+                kind: sys::MEM_LOCATION_TYPE_DEVICE,
+                id: self.device,
+            },
+            win32_security_attributes: ptr::null_mut(),
+            reserved: [0; 64],
+        };
+        let mut pool: CuMemoryPool = ptr::null_mut();
+        // SAFETY: both pointers are live; the properties are fully initialised.
+        let result = unsafe { sys::cuMemPoolCreate(&mut pool, &props) };
+        self.check(result, "create the memory pool")?;
+        Ok(pool)
+    }
+
+    /// The device ordinal.
+    pub(super) fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// The device's name.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The CUDA version the driver supports (`major * 1000 + minor * 10`).
+    pub(super) fn driver_version(&self) -> u32 {
+        self.driver_version
+    }
+
+    /// The backend's memory pool.
+    pub(super) fn pool(&self) -> CuMemoryPool {
+        self.pool
+    }
+
+    /// `Ok` for success, else the failure of `operation`; a failure that
+    /// leaves the context unusable is remembered and refuses later calls.
+    pub(super) fn check(
+        &self,
+        result: CuResult,
+        operation: &'static str,
+    ) -> Result<(), BackendError> {
+        self.health.check(result, operation)
+    }
+
+    /// Makes the primary context current on this thread until the guard
+    /// drops (a different context that was current is restored then), or
+    /// refuses `operation` when the context is unusable.
+    pub(super) fn enter(&self, operation: &'static str) -> Result<ContextGuard, BackendError> {
+        self.health.usable(operation)?;
+        let mut current: CuContext = ptr::null_mut();
+        // SAFETY: the out-pointer is a live context slot.
+        let result = unsafe { sys::cuCtxGetCurrent(&mut current) };
+        self.check(result, "query the current context")?;
+        if current == self.context {
+            return Ok(ContextGuard { restore: None });
+        }
+        // SAFETY: the context is the primary context this struct retains.
+        let result = unsafe { sys::cuCtxSetCurrent(self.context) };
+        self.check(result, "make the device context current")?;
+        Ok(ContextGuard {
+            restore: (!current.is_null()).then_some(current),
+        })
+    }
+
+    /// Makes the primary context current on this thread and leaves it so.
+    pub(super) fn make_current(&self) -> Result<(), BackendError> {
+        self.health.usable("make the device context current")?;
+        // SAFETY: the context is the primary context this struct retains.
+        let result = unsafe { sys::cuCtxSetCurrent(self.context) };
+        self.check(result, "make the device context current")
+    }
+
+    /// Free and total device memory as the driver reports them (memory the
+    /// pool holds idle counts as used here).
+    pub(super) fn raw_mem_info(&self) -> Result<(u64, u64), BackendError> {
+        let _guard = self.enter("query free memory")?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: both out-pointers are live usizes; the context is current.
+        let result = unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) };
+        self.check(result, "query free memory")?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// The pool's reserved and used bytes.
+    pub(super) fn pool_usage(&self) -> Result<PoolUsage, BackendError> {
+        Ok(PoolUsage {
+            reserved: self.pool_attribute(sys::MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+            used: self.pool_attribute(sys::MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+        })
+    }
+
+    fn pool_attribute(&self, attribute: c_int) -> Result<u64, BackendError> {
+        let _guard = self.enter("query the memory pool")?;
+        let mut value: u64 = 0;
+        // SAFETY: the reserved/used attributes are cuuint64_t values, so the
+        // out-pointer to a live u64 has the size the driver writes; the
+        // pool is this context's.
+        let result = unsafe {
+            sys::cuMemPoolGetAttribute(self.pool, attribute, (&raw mut value).cast::<c_void>())
+        };
+        self.check(result, "query the memory pool")?;
+        Ok(value)
+    }
+
+    /// Sets how many idle bytes the pool keeps when a stream synchronises.
+    pub(super) fn set_release_threshold(&self, bytes: u64) -> Result<(), BackendError> {
+        let _guard = self.enter("set the memory pool's release threshold")?;
+        let mut value: u64 = bytes;
+        // SAFETY: the release threshold is a cuuint64_t attribute; the
+        // pointer is to a live u64 the driver only reads.
+        let result = unsafe {
+            sys::cuMemPoolSetAttribute(
+                self.pool,
+                sys::MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&raw mut value).cast::<c_void>(),
+            )
+        };
+        self.check(result, "set the memory pool's release threshold")
+    }
+
+    /// Returns idle pool memory to the driver, keeping at least `keep` bytes
+    /// reserved (memory in use is never released).
+    pub(super) fn trim_pool(&self, keep: u64) -> Result<(), BackendError> {
+        let _guard = self.enter("trim the memory pool")?;
+        let keep = usize::try_from(keep).unwrap_or(usize::MAX);
+        // SAFETY: the pool is this context's, and the context is current.
+        let result = unsafe { sys::cuMemPoolTrimTo(self.pool, keep) };
+        self.check(result, "trim the memory pool")
+    }
+
+    /// Blocks until all work on the device's primary context completed.
+    pub(super) fn synchronize(&self) -> Result<(), BackendError> {
+        let _guard = self.enter("synchronize the device")?;
+        // SAFETY: the context is current on this thread.
+        let result = unsafe { sys::cuCtxSynchronize() };
+        self.check(result, "synchronize the device")
+    }
+}
+
+impl Drop for DeviceContext {
+    fn drop(&mut self) {
+        if !self.pool.is_null() {
+            if let Ok(_guard) = self.enter("destroy the memory pool") {
+                // SAFETY: the pool is this context's and is destroyed once;
+                // allocations still out are released by the driver when
+                // they are freed.
+                let result = unsafe { sys::cuMemPoolDestroy(self.pool) };
+                if result != CuResult::SUCCESS {
+                    tracing::debug!(error = %describe(result), "destroying the memory pool failed");
+                }
+            }
+        }
+        // SAFETY: the primary context was retained once by `open`.
+        let result = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+        if result != CuResult::SUCCESS {
+            tracing::debug!(error = %describe(result), "releasing the primary context failed");
+        }
+    }
+}
+
+/// `Ok` for success, else a [`MemError::NoDevice`] naming `step`.
+fn opening(result: CuResult, step: impl std::fmt::Display) -> Result<(), MemError> {
+    if result == CuResult::SUCCESS {
+        Ok(())
+    } else {
+        Err(unusable(step, result))
+    }
+}
+
+/// The device's name, when the driver gives one.
+fn device_name(device: CuDevice) -> Option<String> {
+    let mut buffer = [0 as c_char; 256];
+    // SAFETY: the buffer is live and its length is passed; the driver
+    // writes a NUL-terminated name into it.
+    let result = unsafe { sys::cuDeviceGetName(buffer.as_mut_ptr(), 256, device) };
+    if result != CuResult::SUCCESS {
+        return None;
+    }
+    let bytes: Vec<u8> = buffer
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The primary context bound to this thread for the duration of one call.
+pub(super) struct ContextGuard {
+    restore: Option<CuContext>,
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        if let Some(previous) = self.restore {
+            // SAFETY: `previous` was current on this thread when the guard
+            // was made; the code that made it current keeps it alive.
+            let result = unsafe { sys::cuCtxSetCurrent(previous) };
+            if result != CuResult::SUCCESS {
+                tracing::debug!(error = %describe(result), "restoring the previous CUDA context failed");
+            }
+        }
+    }
+}

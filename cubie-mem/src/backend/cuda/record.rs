@@ -1,0 +1,133 @@
+//! The CUDA backend's timeline: while recording is on, every copy, kernel,
+//! allocation and free gets timed events around it on its stream, and
+//! [`Recorder::timeline`] turns them into the same [`Timeline`] (and Chrome
+//! trace) the simulated device gives.
+//!
+//! Recording is diagnostics: a failure to record an event is logged and
+//! the span left out, never the operation's failure. Event timestamps
+//! have a resolution of about half a microsecond. Spans on
+//! one engine may overlap (copies of several streams share an engine's
+//! bandwidth on a GPU), so a busy time is the sum of its spans.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::stream::{RawEvent, RawStream};
+use crate::backend::BackendError;
+use crate::timeline::{Activity, Span, Timeline};
+
+/// A span whose events the device has not necessarily reached yet.
+#[derive(Clone)]
+struct Pending {
+    activity: Activity,
+    name: String,
+    stream: u64,
+    bytes: u64,
+    start: Arc<RawEvent>,
+    end: Arc<RawEvent>,
+}
+
+/// Collects timed spans while recording is on.
+#[derive(Default)]
+pub(super) struct Recorder {
+    on: AtomicBool,
+    spans: Mutex<Vec<Pending>>,
+}
+
+/// The start of a span being recorded; [`Recorder::finish`] closes it.
+pub(super) struct Started {
+    start: Arc<RawEvent>,
+}
+
+impl Recorder {
+    fn spans(&self) -> MutexGuard<'_, Vec<Pending>> {
+        // The list is consistent after every statement.
+        self.spans.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Turns recording on (from an empty timeline) or off.
+    pub(super) fn set(&self, on: bool) {
+        self.spans().clear();
+        self.on.store(on, Ordering::Relaxed);
+    }
+
+    /// Records the start of a span on `stream`, when recording is on.
+    pub(super) fn start(&self, stream: &RawStream) -> Option<Started> {
+        if !self.on.load(Ordering::Relaxed) {
+            return None;
+        }
+        match RawEvent::record_timed(stream) {
+            Ok(event) => Some(Started {
+                start: Arc::new(event),
+            }),
+            Err(error) => {
+                tracing::warn!(%error, "recording a timeline event failed; the span is left out");
+                None
+            }
+        }
+    }
+
+    /// Closes a span started on `stream` with [`Recorder::start`] after the
+    /// work it times was queued.
+    pub(super) fn finish(
+        &self,
+        started: Option<Started>,
+        stream: (u64, &RawStream),
+        activity: Activity,
+        name: impl Into<String>,
+        bytes: u64,
+    ) {
+        let Some(Started { start }) = started else {
+            return;
+        };
+        match RawEvent::record_timed(stream.1) {
+            Ok(end) => self.spans().push(Pending {
+                activity,
+                name: name.into(),
+                stream: stream.0,
+                bytes,
+                start,
+                end: Arc::new(end),
+            }),
+            Err(error) => {
+                tracing::warn!(%error, "recording a timeline event failed; the span is left out");
+            }
+        }
+    }
+
+    /// Records an instant (an allocation or a free) on `stream`.
+    pub(super) fn mark(&self, stream: (u64, &RawStream), activity: Activity, bytes: u64) {
+        let started = self.start(stream.1);
+        self.finish(started, stream, activity, activity.category(), bytes);
+    }
+
+    /// The spans recorded so far, once the device reached them, in
+    /// nanoseconds from the earliest start.
+    pub(super) fn timeline(&self) -> Result<Timeline, BackendError> {
+        // Cloned out, so that the waits below hold no lock.
+        let pending: Vec<Pending> = self.spans().clone();
+        let mut timeline = Timeline::default();
+        let Some(origin) = pending.first().map(|p| Arc::clone(&p.start)) else {
+            return Ok(timeline);
+        };
+        let mut timed = Vec::with_capacity(pending.len());
+        for span in pending {
+            span.end.synchronize()?;
+            let from = f64::from(span.start.elapsed_ms(&origin)?) * 1e6;
+            let to = f64::from(span.end.elapsed_ms(&origin)?) * 1e6;
+            timed.push((span, from, to.max(from)));
+        }
+        let base = timed.iter().map(|t| t.1).fold(0f64, f64::min);
+        for (span, from, to) in timed {
+            timeline.push(Span {
+                activity: span.activity,
+                name: span.name,
+                stream: span.stream,
+                bytes: span.bytes,
+                start_ns: (from - base).round() as u64,
+                end_ns: (to - base).round() as u64,
+            });
+        }
+        Ok(timeline)
+    }
+}
