@@ -1,42 +1,73 @@
 //! Measures the CUDA backend on the device, each figure beside a reference
-//! taken in the same run:
+//! taken in the same run (medians of several rounds, after a warm-up):
 //!
-//! - allocation latency: a stream-ordered allocation and free from the
-//!   device's pool (what the manager does) against plain `cuMemAlloc` /
-//!   `cuMemFree` through cust;
-//! - pinned bandwidth: host to device and device to host copies between the
-//!   manager's `PinnedArray` and `DeviceArray` against the same copies made
-//!   directly with cust (`LockedBuffer` and `DeviceBuffer`); the backend's
-//!   asynchronous copies from and to a page-locked block (queued back to back,
-//!   one event waited for per round instead of a synchronise per copy) and
-//!   pageable copies through the manager are shown for comparison.
+//! - allocation: a warm pooled allocation and free of one 1 MiB device array
+//!   through the backend, and through the manager (queue, allocate, free),
+//!   against `cuMemAlloc` / `cuMemFree` of the same size (goals: at most
+//!   2 µs through the backend, at least 10x faster than `cuMemAlloc`);
+//! - bandwidth: asynchronous copies of 256 MiB between a page-locked host
+//!   array and a device array (`upload_async`, `download_async`) against a
+//!   plain driver copy of the same bytes (goal: at least 90%);
+//! - overlap: the chunk pipeline over 32 equal chunks with three buffer
+//!   sets, the examples' Euler kernel sized to take about as long as a
+//!   chunk's upload, recorded as a timeline through CUDA events: the
+//!   makespan against the busiest of the copy and compute engines (goal: at
+//!   most 1.1x). `--trace FILE` writes that timeline as a Chrome trace.
 //!
 //! ```text
-//! cargo run --release -p cubie-mem-examples --features cuda --bin gpu_bench
+//! cargo run --release -p cubie-mem-examples --features cuda --bin gpu_bench [-- --trace FILE]
 //! ```
-//!
-//! Each figure is the median of several timed rounds, after a warm-up.
 
 use std::error::Error;
+use std::ffi::c_void;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use cubie_mem::backend::cuda::CudaBackend;
-use cubie_mem::backend::cuda::cust::memory::{
-    CopyDestination, DeviceBuffer, LockedBuffer, cuda_free, cuda_malloc,
+use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
+use cubie_mem::timeline::{Activity, Timeline};
+use cubie_mem::{
+    ArrayRequest, Backend, ChunkPlan, DeviceArray, HostMemoryType, ManagerConfig, MemoryManager,
+    Registration,
 };
-use cubie_mem::{ArrayRequest, Backend, MemoryKind, MemoryManager, Registration};
+use cubie_mem_examples::euler_decay::EulerDecay;
+
+/// The raw driver calls the references make, outside the backend.
+mod driver {
+    use std::ffi::c_void;
+
+    unsafe extern "C" {
+        pub fn cuMemAlloc_v2(address: *mut u64, bytes: usize) -> u32;
+        pub fn cuMemFree_v2(address: u64) -> u32;
+        pub fn cuMemcpyHtoD_v2(destination: u64, source: *const c_void, bytes: usize) -> u32;
+        pub fn cuMemcpyDtoH_v2(destination: *mut c_void, source: u64, bytes: usize) -> u32;
+    }
+
+    /// `Ok` for `CUDA_SUCCESS`, else an error naming the call and the code.
+    pub fn check(code: u32, call: &str) -> Result<(), String> {
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(format!("{call} failed with CUDA error code {code}"))
+        }
+    }
+}
 
 /// Timed rounds per figure (the median is reported).
 const ROUNDS: usize = 7;
 /// Allocation and free pairs per latency round.
-const PAIRS: usize = 1000;
-/// Allocation sizes measured.
-const ALLOCATION_SIZES: [u64; 3] = [4 << 10, 1 << 20, 64 << 20];
+const PAIRS: u32 = 1000;
+/// A host array that a failed copy kept.
+const LOST: &str = "the host array was lost in a failed copy";
+/// The allocation measured.
+const ALLOCATION_BYTES: usize = 1 << 20;
 /// Elements (f32) of the bandwidth copies: 256 MiB.
 const COPY_ELEMENTS: usize = 64 << 20;
-/// Copies per bandwidth round.
-const COPIES: usize = 4;
+/// Chunks of the pipeline, and runs (f64) per chunk: 8 MiB per array.
+const CHUNKS: usize = 32;
+const CHUNK_RUNS: usize = 1 << 20;
+
+type BenchResult<T = ()> = Result<T, Box<dyn Error>>;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -51,18 +82,33 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), Box<dyn Error>> {
+fn trace_path() -> BenchResult<Option<PathBuf>> {
+    let mut args = std::env::args().skip(1);
+    match (args.next().as_deref(), args.next(), args.next()) {
+        (None, ..) => Ok(None),
+        (Some("--trace"), Some(path), None) => Ok(Some(path.into())),
+        _ => Err("usage: gpu_bench [--trace FILE]".into()),
+    }
+}
+
+fn run() -> BenchResult {
+    let trace = trace_path()?;
     let cuda = CudaBackend::new(0)?;
-    println!("device {} ({})", cuda.ordinal(), cuda.device_name());
-    allocation_latency(&cuda)?;
+    println!(
+        "device {} ({}), driver CUDA {}.{}",
+        cuda.ordinal(),
+        cuda.device_name(),
+        cuda.driver_version() / 1000,
+        cuda.driver_version() % 1000 / 10
+    );
+    allocation(&cuda)?;
     bandwidth(&cuda)?;
+    overlap(&cuda, trace)?;
     Ok(())
 }
 
 /// The median of `ROUNDS` timings of `round`, after one untimed call.
-fn median(
-    mut round: impl FnMut() -> Result<Duration, Box<dyn Error>>,
-) -> Result<Duration, Box<dyn Error>> {
+fn median(mut round: impl FnMut() -> BenchResult<Duration>) -> BenchResult<Duration> {
     round()?;
     let mut times = (0..ROUNDS)
         .map(|_| round())
@@ -71,45 +117,88 @@ fn median(
     Ok(times[ROUNDS / 2])
 }
 
-fn allocation_latency(cuda: &CudaBackend) -> Result<(), Box<dyn Error>> {
-    println!("\nallocation + free, per pair (median of {ROUNDS} rounds of {PAIRS}):");
-    println!(
-        "{:>12} {:>16} {:>20} {:>8}",
-        "size", "pooled async", "cuMemAlloc/Free", "speedup"
-    );
+fn micros(time: Duration) -> f64 {
+    time.as_secs_f64() * 1e6
+}
+
+fn allocation(cuda: &CudaBackend) -> BenchResult {
+    let bytes = ALLOCATION_BYTES as u64;
     let stream = cuda.create_stream()?;
-    for bytes in ALLOCATION_SIZES {
-        let pooled = median(|| {
-            let start = Instant::now();
-            for _ in 0..PAIRS {
-                let ptr = cuda.alloc_device(bytes, stream)?;
-                cuda.free_device(ptr, bytes, stream)?;
-            }
-            cuda.synchronize(stream)?;
-            Ok(start.elapsed() / PAIRS as u32)
-        })?;
-        cuda.make_current()?;
-        let plain = median(|| {
-            let start = Instant::now();
-            for _ in 0..PAIRS {
-                // SAFETY: the context is current on this thread; the memory
-                // is freed at once and never accessed.
-                unsafe {
-                    let ptr = cuda_malloc::<u8>(bytes as usize)?;
-                    cuda_free(ptr)?;
-                }
-            }
-            Ok(start.elapsed() / PAIRS as u32)
-        })?;
-        println!(
-            "{:>12} {:>13.2} us {:>17.2} us {:>7.1}x",
-            cubie_mem::Bytes(bytes).to_string(),
-            pooled.as_secs_f64() * 1e6,
-            plain.as_secs_f64() * 1e6,
-            plain.as_secs_f64() / pooled.as_secs_f64()
-        );
-    }
+    let backend = median(|| {
+        let start = Instant::now();
+        for _ in 0..PAIRS {
+            let ptr = cuda.alloc_device(bytes, stream)?;
+            cuda.free_device(ptr, bytes, stream)?;
+        }
+        let per_pair = start.elapsed() / PAIRS;
+        cuda.synchronize(stream)?;
+        Ok(per_pair)
+    })?;
     cuda.destroy_stream(stream)?;
+
+    let mgr = MemoryManager::with_config(
+        cuda.clone(),
+        ManagerConfig {
+            allocation_granule_bytes: 0,
+            ..Default::default()
+        },
+    );
+    let solver = mgr.register(
+        Registration::new()
+            .stream_group("bench")
+            .on_invalidate(|| {}),
+    )?;
+    let manager = median(|| {
+        let start = Instant::now();
+        for _ in 0..PAIRS {
+            mgr.queue_request(
+                &solver,
+                [(
+                    "x",
+                    ArrayRequest::of::<u8>([ALLOCATION_BYTES]).unchunkable(),
+                )],
+            )?;
+            let array = mgr.allocate_queue_for(&solver)?.take::<u8>("x")?;
+            mgr.free(&solver, "x")?;
+            drop(array);
+        }
+        let per_pair = start.elapsed() / PAIRS;
+        mgr.synchronize(&solver)?;
+        Ok(per_pair)
+    })?;
+
+    cuda.make_current()?;
+    let plain = median(|| {
+        let start = Instant::now();
+        for _ in 0..PAIRS {
+            let mut address = 0u64;
+            // SAFETY: the context is current on this thread; the memory is
+            // freed at once and never accessed.
+            unsafe {
+                driver::check(
+                    driver::cuMemAlloc_v2(&mut address, ALLOCATION_BYTES),
+                    "cuMemAlloc",
+                )?;
+                driver::check(driver::cuMemFree_v2(address), "cuMemFree")?;
+            }
+        }
+        Ok(start.elapsed() / PAIRS)
+    })?;
+    println!("\nallocation + free of 1 MiB, per pair (median of {ROUNDS} rounds of {PAIRS}):");
+    println!(
+        "  backend (pooled, stream-ordered)  {:>8.2} us  {:>6.1}x faster than cuMemAlloc  (goals: <= 2 us, >= 10x)",
+        micros(backend),
+        plain.as_secs_f64() / backend.as_secs_f64()
+    );
+    println!(
+        "  manager (queue, allocate, free)   {:>8.2} us  {:>6.1}x faster than cuMemAlloc",
+        micros(manager),
+        plain.as_secs_f64() / manager.as_secs_f64()
+    );
+    println!(
+        "  cuMemAlloc + cuMemFree            {:>8.2} us",
+        micros(plain)
+    );
     Ok(())
 }
 
@@ -117,13 +206,8 @@ fn gib_per_s(bytes: usize, time: Duration) -> f64 {
     bytes as f64 / time.as_secs_f64() / (1u64 << 30) as f64
 }
 
-fn bandwidth(cuda: &CudaBackend) -> Result<(), Box<dyn Error>> {
+fn bandwidth(cuda: &CudaBackend) -> BenchResult {
     let bytes = COPY_ELEMENTS * size_of::<f32>();
-    println!(
-        "\ncopies of {} (median of {ROUNDS} rounds of {COPIES}):",
-        cubie_mem::Bytes(bytes as u64)
-    );
-
     let mgr = MemoryManager::new(cuda.clone());
     let bench = mgr.register(
         Registration::new()
@@ -132,151 +216,218 @@ fn bandwidth(cuda: &CudaBackend) -> Result<(), Box<dyn Error>> {
     )?;
     mgr.queue_request(
         &bench,
-        [
-            (
-                "device",
-                ArrayRequest::of::<f32>([COPY_ELEMENTS]).unchunkable(),
-            ),
-            (
-                "host",
-                ArrayRequest::of::<f32>([COPY_ELEMENTS])
-                    .memory(MemoryKind::Pinned)
-                    .unchunkable(),
-            ),
-        ],
+        [(
+            "device",
+            ArrayRequest::of::<f32>([COPY_ELEMENTS]).unchunkable(),
+        )],
     )?;
-    let mut response = mgr.allocate_queue_for(&bench)?;
-    let device = response.take::<f32>("device")?;
-    let host = response.take_pinned::<f32>("host")?;
-    host.write()?
-        .iter_mut()
-        .enumerate()
-        .for_each(|(i, x)| *x = i as f32);
-    let mut pageable = vec![1.0f32; COPY_ELEMENTS];
-
+    let device = mgr.allocate_queue_for(&bench)?.take::<f32>("device")?;
+    let values: Vec<f32> = (0..COPY_ELEMENTS).map(|i| i as f32).collect();
+    let mut host = Some(mgr.create_host_array(
+        [COPY_ELEMENTS],
+        HostMemoryType::Pinned,
+        Some(&values),
+        &bench,
+    )?);
     let ours_h2d = median(|| {
-        let source = host.read()?;
+        let array = host.take().ok_or(LOST)?;
         let start = Instant::now();
-        for _ in 0..COPIES {
-            device.copy_from_host(&source)?;
-        }
-        Ok(start.elapsed() / COPIES as u32)
+        let back = device.upload_async(array)?.wait()?;
+        let time = start.elapsed();
+        host = Some(back);
+        Ok(time)
     })?;
     let ours_d2h = median(|| {
-        let mut target = host.write()?;
+        let array = host.take().ok_or(LOST)?;
         let start = Instant::now();
-        for _ in 0..COPIES {
-            device.copy_to_host(&mut target)?;
-        }
-        Ok(start.elapsed() / COPIES as u32)
+        let back = device.download_async(array)?.wait()?;
+        let time = start.elapsed();
+        host = Some(back);
+        Ok(time)
     })?;
-    let pageable_h2d = median(|| {
-        let start = Instant::now();
-        for _ in 0..COPIES {
-            device.copy_from_host(&pageable)?;
-        }
-        Ok(start.elapsed() / COPIES as u32)
-    })?;
-    let pageable_d2h = median(|| {
-        let start = Instant::now();
-        for _ in 0..COPIES {
-            device.copy_to_host(&mut pageable)?;
-        }
-        Ok(start.elapsed() / COPIES as u32)
-    })?;
+    let host = host.take().ok_or(LOST)?;
+    if host.as_slice() != values {
+        return Err("the round trip through the device changed the data".into());
+    }
 
-    let (async_h2d, async_d2h) = async_bandwidth(cuda, bytes)?;
-
+    let stream = CudaStream::of(&mgr, &bench)?;
+    let slice = stream.slice(&device)?;
+    let address = slice.device_ptr().as_raw();
+    stream.synchronize()?;
     cuda.make_current()?;
-    let mut locked = LockedBuffer::new(&1.0f32, COPY_ELEMENTS)?;
-    let mut reference = DeviceBuffer::<f32>::zeroed(COPY_ELEMENTS)?;
-    let cust_h2d = median(|| {
+    let source = host.as_slice().as_ptr().cast::<c_void>();
+    let plain_h2d = median(|| {
         let start = Instant::now();
-        for _ in 0..COPIES {
-            reference.copy_from(&locked)?;
-        }
-        Ok(start.elapsed() / COPIES as u32)
+        // SAFETY: the host array is page-locked and `bytes` long, the device
+        // array as long and idle (its stream is synchronised).
+        unsafe {
+            driver::check(
+                driver::cuMemcpyHtoD_v2(address, source, bytes),
+                "cuMemcpyHtoD",
+            )?
+        };
+        Ok(start.elapsed())
     })?;
-    let cust_d2h = median(|| {
+    let mut host = host;
+    let target = host.as_mut_slice().as_mut_ptr().cast::<c_void>();
+    let plain_d2h = median(|| {
         let start = Instant::now();
-        for _ in 0..COPIES {
-            reference.copy_to(&mut locked)?;
-        }
-        Ok(start.elapsed() / COPIES as u32)
+        // SAFETY: as above; nothing else touches the host array meanwhile.
+        unsafe {
+            driver::check(
+                driver::cuMemcpyDtoH_v2(target, address, bytes),
+                "cuMemcpyDtoH",
+            )?
+        };
+        Ok(start.elapsed())
     })?;
+    drop(slice);
 
     println!(
-        "{:>22} {:>14} {:>14} {:>8}",
-        "", "cubie-mem", "cust direct", "ratio"
+        "\npage-locked copies of {} (median of {ROUNDS}):",
+        cubie_mem::Bytes(bytes as u64)
     );
-    for (name, ours, direct) in [
-        ("pinned host to device", ours_h2d, cust_h2d),
-        ("pinned device to host", ours_d2h, cust_d2h),
-        ("async pinned to device", async_h2d, cust_h2d),
-        ("async pinned from dev.", async_d2h, cust_d2h),
+    for (name, ours, plain) in [
+        ("host to device", ours_h2d, plain_h2d),
+        ("device to host", ours_d2h, plain_d2h),
     ] {
         println!(
-            "{name:>22} {:>9.2} GiB/s {:>9.2} GiB/s {:>8.3}",
+            "  {name}: upload/download_async {:>7.2} GiB/s, plain driver copy {:>7.2} GiB/s: {:>5.1}% (goal >= 90%)",
             gib_per_s(bytes, ours),
-            gib_per_s(bytes, direct),
-            direct.as_secs_f64() / ours.as_secs_f64()
+            gib_per_s(bytes, plain),
+            100.0 * plain.as_secs_f64() / ours.as_secs_f64()
         );
     }
-    println!(
-        "{:>22} {:>9.2} GiB/s\n{:>22} {:>9.2} GiB/s",
-        "pageable host to dev.",
-        gib_per_s(bytes, pageable_h2d),
-        "pageable dev. to host",
-        gib_per_s(bytes, pageable_d2h)
-    );
-    println!(
-        "device free memory now: {}",
-        cubie_mem::Bytes(cuda.mem_info()?.free)
-    );
     Ok(())
 }
 
-/// Asynchronous copies of `bytes` through the backend between one page-locked
-/// block and device memory: `COPIES` queued back to back on one stream, then
-/// one event waited for; the median time per copy, host to device and back.
-fn async_bandwidth(
+/// One buffer set of the pipeline: the state (in and out) and the rates.
+struct Set {
+    y: DeviceArray<f64>,
+    k: DeviceArray<f64>,
+}
+
+/// Runs the pipeline with `steps` kernel steps per chunk, recording its
+/// timeline.
+fn pipeline(
     cuda: &CudaBackend,
-    bytes: usize,
-) -> Result<(Duration, Duration), Box<dyn Error>> {
-    let stream = cuda.create_stream()?;
-    let device = cuda.alloc_device(bytes as u64, stream)?;
-    let mut block = cuda.alloc_pinned(bytes as u64)?;
-    block.bytes_mut().fill(1);
-    let host = block.bytes_mut().as_mut_ptr();
-    let queued = |upload: bool| {
-        median(|| {
-            let start = Instant::now();
-            for _ in 0..COPIES {
-                // SAFETY: `host` is the whole page-locked block of this
-                // backend; it is not touched until the event below has been
-                // waited for, and not dropped before the stream is
-                // synchronised (also when a round fails).
-                unsafe {
-                    if upload {
-                        cuda.copy_to_device_async(device, 0, host.cast_const(), bytes, stream)?;
-                    } else {
-                        cuda.copy_from_device_async(host, bytes, device, 0, stream)?;
-                    }
-                }
-            }
-            let done = cuda.record_event(stream)?;
-            cuda.synchronize_event(done)?;
-            cuda.destroy_event(done)?;
-            Ok(start.elapsed() / COPIES as u32)
-        })
+    mgr: &MemoryManager,
+    sets: &[Set],
+    steps: usize,
+) -> BenchResult<Timeline> {
+    let solver = mgr.register(
+        Registration::new()
+            .stream_group("pipeline")
+            .on_invalidate(|| {}),
+    )?;
+    let runs = CHUNKS * CHUNK_RUNS;
+    let y0: Vec<f64> = (0..runs).map(|i| 1.0 + (i % 97) as f64 / 97.0).collect();
+    let rates: Vec<f64> = (0..runs).map(|i| 0.1 + (i % 13) as f64 * 0.7).collect();
+    let mut y = mgr.create_host_array([runs], HostMemoryType::Pinned, Some(&y0), &solver)?;
+    let k = mgr.create_host_array([runs], HostMemoryType::Pinned, Some(&rates), &solver)?;
+    let plan = ChunkPlan {
+        total_runs: runs,
+        chunks: CHUNKS,
+        chunk_length: CHUNK_RUNS,
+        ..Default::default()
     };
-    let figures = queued(true).and_then(|h2d| Ok((h2d, queued(false)?)));
-    // No copy may still use the block when it drops.
-    let drained = cuda.synchronize(stream);
-    cuda.free_device(device, bytes as u64, stream)?;
-    cuda.synchronize(stream)?;
-    cuda.destroy_stream(stream)?;
-    drained?;
-    drop(block);
-    figures
+    let kernel = EulerDecay::load(cuda)?;
+    let stream = CudaStream::of(mgr, &solver)?;
+    cuda.record_timeline(true);
+    let streamer = mgr.chunk_streamer(&solver, &plan)?;
+    let ran = streamer
+        .pipeline_sets(sets)
+        .inout_with(&mut y, |set| &set.y, 0)
+        .input_with(&k, |set| &set.k, 0)
+        .run(|_, set| {
+            for _ in 0..steps {
+                kernel.step(&stream, &set.y, &set.k, 1e-3)?;
+            }
+            Ok::<_, cubie_mem::MemError>(())
+        });
+    let timeline = cuda.timeline();
+    cuda.record_timeline(false);
+    ran?;
+    Ok(timeline?)
+}
+
+fn mean_ns(timeline: &Timeline, activity: Activity) -> f64 {
+    let spans = timeline
+        .spans()
+        .iter()
+        .filter(|s| s.activity == activity)
+        .count();
+    timeline.busy_ns(activity) as f64 / spans.max(1) as f64
+}
+
+fn overlap(cuda: &CudaBackend, trace: Option<PathBuf>) -> BenchResult {
+    let mgr = MemoryManager::new(cuda.clone());
+    let holder = mgr.register(
+        Registration::new()
+            .stream_group("pipeline")
+            .on_invalidate(|| {}),
+    )?;
+    let depth = 3;
+    let labels: Vec<(String, String)> = (0..depth)
+        .map(|s| (format!("y{s}"), format!("k{s}")))
+        .collect();
+    mgr.queue_request(
+        &holder,
+        labels.iter().flat_map(|(y, k)| {
+            [
+                (
+                    y.clone(),
+                    ArrayRequest::of::<f64>([CHUNK_RUNS]).unchunkable(),
+                ),
+                (
+                    k.clone(),
+                    ArrayRequest::of::<f64>([CHUNK_RUNS]).unchunkable(),
+                ),
+            ]
+        }),
+    )?;
+    let mut response = mgr.allocate_queue_for(&holder)?;
+    let sets = labels
+        .iter()
+        .map(|(y, k)| {
+            Ok(Set {
+                y: response.take(y)?,
+                k: response.take(k)?,
+            })
+        })
+        .collect::<BenchResult<Vec<_>>>()?;
+
+    // One kernel step per chunk first, to size the kernel to an upload.
+    let probe = pipeline(cuda, &mgr, &sets, 1)?;
+    let upload = mean_ns(&probe, Activity::HostToDevice) * 2.0;
+    let step = mean_ns(&probe, Activity::Kernel);
+    let steps = (upload / step.max(1.0)).round().clamp(1.0, 10_000.0) as usize;
+    let timeline = pipeline(cuda, &mgr, &sets, steps)?;
+
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let (h2d, d2h, kernels) = (
+        timeline.busy_ns(Activity::HostToDevice),
+        timeline.busy_ns(Activity::DeviceToHost),
+        timeline.busy_ns(Activity::Kernel),
+    );
+    let (makespan, busiest) = (timeline.makespan_ns(), timeline.busiest_engine_ns());
+    println!(
+        "\npipeline of {CHUNKS} chunks x {} in {depth} buffer sets, {steps} kernel steps per chunk:",
+        cubie_mem::Bytes((CHUNK_RUNS * 8) as u64)
+    );
+    println!(
+        "  busy: h2d {:.3} ms, kernels {:.3} ms, d2h {:.3} ms; makespan {:.3} ms = {:.3}x the busiest engine (goal <= 1.1x), {:.3}x the sum",
+        ms(h2d),
+        ms(kernels),
+        ms(d2h),
+        ms(makespan),
+        makespan as f64 / busiest.max(1) as f64,
+        makespan as f64 / (h2d + d2h + kernels).max(1) as f64
+    );
+    if let Some(path) = trace {
+        let file = std::fs::File::create(&path)?;
+        timeline.write_chrome_trace(std::io::BufWriter::new(file))?;
+        println!("  timeline written to {}", path.display());
+    }
+    Ok(())
 }

@@ -1,8 +1,9 @@
 //! End to end on a CUDA device: the manager allocates a batch's buffers on
 //! its stream group's stream, the initial state goes up from pinned host
-//! memory, a hand-written PTX kernel takes explicit Euler steps of
-//! `y' = -k y` on the device, and the result comes back into pinned memory,
-//! checked against the same steps computed on the host.
+//! memory, a hand-written PTX kernel (the user's own, loaded with
+//! `CudaModule` and launched on the group's `CudaStream`) takes explicit
+//! Euler steps of `y' = -k y` on the device, and the result comes back into
+//! pinned memory, checked against the same steps computed on the host.
 //!
 //! ```text
 //! cargo run -p cubie-mem-examples --features cuda --bin gpu_kernel
@@ -13,8 +14,9 @@
 use std::error::Error;
 use std::process::ExitCode;
 
-use cubie_mem::backend::cuda::{CudaBackend, EulerDecay};
+use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
 use cubie_mem::{ArrayRequest, MemoryKind, MemoryManager, Registration};
+use cubie_mem_examples::euler_decay::EulerDecay;
 
 /// Runs in the batch.
 const RUNS: usize = 1 << 20;
@@ -48,9 +50,11 @@ fn run() -> Result<(), Box<dyn Error>> {
     let cuda = CudaBackend::new(0)?;
     let mgr = MemoryManager::new(cuda.clone());
     println!(
-        "device {} ({}): {} free of {}",
+        "device {} ({}, driver CUDA {}.{}): {} free of {}",
         cuda.ordinal(),
         cuda.device_name(),
+        cuda.driver_version() / 1000,
+        cuda.driver_version() % 1000 / 10,
         cubie_mem::Bytes(mgr.get_memory_info()?.free),
         cubie_mem::Bytes(mgr.get_memory_info()?.total),
     );
@@ -82,17 +86,14 @@ fn run() -> Result<(), Box<dyn Error>> {
         .for_each(|(run, y)| *y = initial_state(run));
     let kernel = EulerDecay::load(&cuda)?;
 
-    // Copies and launches inside the guard are ordered on the group's stream.
+    // The group's stream: the copies and the kernels are ordered on it.
+    let stream = CudaStream::of(&mgr, &solver)?;
     let current = mgr.bind_stream(&solver)?;
-    let work = mgr.begin_work(&solver)?;
     y.copy_from_host(&y_host.read()?)?;
     k.copy_from_host(&rates)?;
     for _ in 0..STEPS {
-        // SAFETY: y and k belong to `solver`, which stays busy (cannot be
-        // evicted) until `work` finishes, and are freed on this same stream.
-        unsafe { kernel.step(current.stream(), &y, &k, DT)? };
+        kernel.step(&stream, &y, &k, DT)?;
     }
-    work.finish()?;
     y.copy_to_host(&mut y_host.write()?)?;
     drop(current);
 

@@ -1,147 +1,7 @@
-//! The CUDA backend, on whatever this machine has.
-//!
-//! Without a usable device (no GPU, or the stub driver of `ci/cuda-stub`)
-//! every test checks the no-device path: `CudaBackend::new` fails with
-//! `MemError::NoDevice` naming the cause, and the default manager falls back
-//! to the simulated device. With a device the same tests exercise it:
-//! allocation and free on streams, copy round trips for every element type,
-//! chunked allocation of a buffer struct, eviction of an idle owner, the
-//! pool's reuse across batches, pinned block reuse, asynchronous copies
-//! between page-locked blocks and the device ordered by events, and the
-//! example kernel.
-//!
-//! `CUBIE_REQUIRE_GPU=1` makes the no-device path a failure (the GPU bundle
-//! sets it, so that a device run cannot pass by skipping the device), and
-//! `CUBIE_CUDA_STUB=1` (set by `ci/cuda-check.sh`) pins the exact message the
-//! stub driver must produce.
-#![cfg(feature = "cuda")]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Device memory: streams, events, allocations and copies; buffer structs
+//! in chunks; eviction; the pool's reuse; page-locked block reuse.
 
-use std::error::Error;
-use std::fmt::Debug;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use cubie_mem::backend::cuda::{CudaBackend, EulerDecay};
-use cubie_mem::backend::{
-    Access, BackendError, DevicePtr, HandleKind, KernelArg, KernelBody, KernelLaunch, PinnedBlock,
-    StreamHandle,
-};
-use cubie_mem::{
-    ArrayRequest, ArrayResponse, Backend, DeviceArray, Element, GpuBuffers, LimitMode,
-    ManagerConfig, MemError, MemoryKind, MemoryManager, PinnedArray, Registration, ReleaseReason,
-    RequestSet, SimBackend, default_memmgr,
-};
-
-/// What a device test returns: the manager's errors and the backend's.
-type TestResult<T = ()> = Result<T, Box<dyn Error + Send + Sync>>;
-
-const REQUIRE_GPU_ENV: &str = "CUBIE_REQUIRE_GPU";
-const STUB_ENV: &str = "CUBIE_CUDA_STUB";
-
-/// The device's pool figures are process-wide: one device test at a time.
-static DEVICE: Mutex<()> = Mutex::new(());
-
-fn env_flag(name: &str) -> bool {
-    std::env::var_os(name).is_some_and(|v| v == "1")
-}
-
-/// Checks that `error` is the clear no-device error, and that no device was
-/// required.
-fn check_no_device(error: &MemError) {
-    assert!(
-        !env_flag(REQUIRE_GPU_ENV),
-        "{REQUIRE_GPU_ENV}=1 but the CUDA device cannot be used: {error}"
-    );
-    let MemError::NoDevice { cause } = error else {
-        panic!("expected MemError::NoDevice, got {error:?}");
-    };
-    assert!(
-        error.to_string().starts_with("no CUDA device available: ") && cause.contains("failed"),
-        "{error}"
-    );
-    if env_flag(STUB_ENV) {
-        assert_eq!(
-            cause,
-            "initialising the CUDA driver (cuInit) failed: NoDevice (code 100): no CUDA-capable device is \
-             detected; check that the NVIDIA driver is loaded and CUDA_VISIBLE_DEVICES"
-        );
-    }
-}
-
-/// Runs `test` on device 0 when it answers; otherwise checks the no-device
-/// error.
-fn on_device(test: impl FnOnce(CudaBackend) -> TestResult) {
-    let _one_at_a_time = DEVICE.lock().unwrap_or_else(|p| p.into_inner());
-    match CudaBackend::new(0) {
-        Ok(cuda) => test(cuda).unwrap(),
-        Err(error) => check_no_device(&error),
-    }
-}
-
-fn manager(cuda: &CudaBackend) -> MemoryManager {
-    MemoryManager::with_config(
-        cuda.clone(),
-        ManagerConfig {
-            allocation_granule_bytes: 0,
-            ..Default::default()
-        },
-    )
-}
-
-/// Counts calls of an invalidate hook.
-#[derive(Clone, Default)]
-struct Counter(Arc<AtomicUsize>);
-
-impl Counter {
-    fn hook(&self) -> impl FnMut() + Send + 'static {
-        let count = Arc::clone(&self.0);
-        move || {
-            count.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-    fn get(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-#[test]
-fn the_default_manager_uses_the_device_only_when_it_answers() {
-    let _one_at_a_time = DEVICE.lock().unwrap_or_else(|p| p.into_inner());
-    let mgr = default_memmgr().unwrap();
-    match CudaBackend::new(0) {
-        Ok(cuda) => {
-            assert_eq!(mgr.backend().name(), "cuda");
-            assert_eq!(
-                mgr.get_memory_info().unwrap().total,
-                cuda.mem_info().unwrap().total
-            );
-            assert!(!cuda.device_name().is_empty());
-        }
-        Err(error) => {
-            check_no_device(&error);
-            assert_eq!(mgr.backend().name(), "simulated");
-        }
-    }
-}
-
-#[test]
-fn a_missing_device_ordinal_is_a_clear_error() {
-    let _one_at_a_time = DEVICE.lock().unwrap_or_else(|p| p.into_inner());
-    let error = CudaBackend::new(4096).unwrap_err();
-    let MemError::NoDevice { cause } = &error else {
-        panic!("expected MemError::NoDevice, got {error:?}");
-    };
-    if CudaBackend::new(0).is_ok() {
-        assert!(
-            cause.starts_with("device 4096 was requested but the driver reports "),
-            "{cause}"
-        );
-    } else {
-        check_no_device(&error);
-    }
-}
+use super::*;
 
 #[test]
 fn streams_events_allocation_and_copies_on_the_backend() {
@@ -562,229 +422,62 @@ fn released_pinned_blocks_are_reused() {
 }
 
 /// The pattern byte `i` of round `round` holds.
-fn pattern(round: u8, i: usize) -> u8 {
-    (i as u8)
-        .wrapping_mul(31)
-        .wrapping_add(round.wrapping_mul(7))
-        ^ (i >> 8) as u8
-}
-
-/// Asynchronous copies of `len` bytes between page-locked blocks and device
-/// memory: an upload on one stream, an event that a second stream waits for,
-/// a download on that stream, and one `synchronize_event` for both copies;
-/// then a partial upload and download at an offset on one stream, again
-/// waited for once. No stream is synchronised between the copies.
-fn async_round_trip(backend: &dyn Backend, len: usize) -> TestResult {
-    let streams = (backend.create_stream()?, backend.create_stream()?);
-    let mut source = backend.alloc_pinned(len as u64)?;
-    let mut target = backend.alloc_pinned(len as u64)?;
-    let result = async_copies(backend, len, streams, &mut *source, &mut *target);
-    // Whatever happened, no copy may still use the blocks when they drop.
-    let drained = backend
-        .synchronize(streams.0)
-        .and(backend.synchronize(streams.1));
-    backend.destroy_stream(streams.0)?;
-    backend.destroy_stream(streams.1)?;
-    drop((source, target));
-    result?;
-    Ok(drained?)
-}
-
-/// The copies of [`async_round_trip`] on the streams `(a, b)`.
-fn async_copies(
-    backend: &dyn Backend,
-    len: usize,
-    (a, b): (StreamHandle, StreamHandle),
-    source: &mut dyn PinnedBlock,
-    target: &mut dyn PinnedBlock,
-) -> TestResult {
-    assert!(len > 4096);
-    let device = backend.alloc_device(len as u64, a)?;
-    source
-        .bytes_mut()
-        .iter_mut()
-        .enumerate()
-        .for_each(|(i, byte)| *byte = pattern(1, i));
-
-    // SAFETY: both ranges are whole page-locked blocks of this backend; they
-    // are not touched until `downloaded` has been waited for (the download is
-    // ordered after the upload by `uploaded`), and the caller synchronises
-    // the streams before dropping them.
-    unsafe { backend.copy_to_device_async(device, 0, source.bytes().as_ptr(), len, a)? };
-    let uploaded = backend.record_event(a)?;
-    backend.wait_event(b, uploaded)?;
-    // SAFETY: as above.
-    unsafe {
-        backend.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0, b)?;
-    }
-    let downloaded = backend.record_event(b)?;
-    backend.synchronize_event(downloaded)?;
-    assert!(backend.event_complete(uploaded)?);
-    assert!(backend.event_complete(downloaded)?);
-    let mismatch = (0..len).find(|&i| target.bytes()[i] != pattern(1, i));
-    assert_eq!(mismatch, None, "first differing byte of the round trip");
-
-    // A window at an odd offset, up and the whole allocation down, on one stream.
-    let (offset, window) = (4099usize, len - 4099 - 17);
-    source.bytes_mut()[..window]
-        .iter_mut()
-        .enumerate()
-        .for_each(|(i, byte)| *byte = pattern(2, i));
-    target.bytes_mut().fill(0);
-    // SAFETY: the ranges lie in the blocks, which are left alone until
-    // `done` has been waited for.
-    unsafe {
-        backend.copy_to_device_async(device, offset as u64, source.bytes().as_ptr(), window, b)?;
-        backend.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0, b)?;
-    }
-    let done = backend.record_event(b)?;
-    backend.synchronize_event(done)?;
-    let expected: Vec<u8> = (0..len)
-        .map(|i| match i.checked_sub(offset) {
-            Some(j) if j < window => pattern(2, j),
-            _ => pattern(1, i),
-        })
-        .collect();
-    assert!(target.bytes() == expected.as_slice(), "the window landed");
-
-    // Out of bounds and unknown handles are refused before anything is queued.
-    // SAFETY: the calls fail their checks, so nothing reads or writes the blocks.
-    unsafe {
-        assert!(matches!(
-            backend.copy_to_device_async(device, 1, source.bytes().as_ptr(), len, b),
-            Err(BackendError::OutOfBounds { .. })
-        ));
-        assert!(matches!(
-            backend.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 1, b),
-            Err(BackendError::OutOfBounds { .. })
-        ));
-        assert!(matches!(
-            backend.copy_to_device_async(device, 0, source.bytes().as_ptr(), 8, StreamHandle(9999)),
-            Err(BackendError::UnknownHandle {
-                kind: HandleKind::Stream,
-                ..
-            })
-        ));
-    }
-
-    backend.free_device(device, len as u64, b)?;
-    for event in [uploaded, downloaded, done] {
-        backend.destroy_event(event)?;
-    }
-    Ok(())
-}
 
 #[test]
-fn async_copies_round_trip_on_the_simulated_device() {
-    // The same steps the device runs below, checked on every machine.
-    async_round_trip(&SimBackend::new(1 << 30), (4 << 20) + 13).unwrap();
-}
-
-/// With a device: the asynchronous copies round-trip through page-locked
-/// blocks. Without one (the stub driver): the backend cannot be created and
-/// says why, as the synchronous path does.
-#[test]
-fn async_copies_round_trip_through_page_locked_blocks() {
+fn allocations_show_in_the_backends_pool() {
     on_device(|cuda| {
-        async_round_trip(&cuda, (64 << 20) + 13)?;
-        async_round_trip(&cuda, (4 << 20) + 13)
-    });
-}
-
-/// Host kernels stand in for CUDA kernels on the simulated device only: the
-/// cuda backend refuses them, whatever the stream and arguments, without
-/// running the body.
-#[test]
-fn a_host_kernel_launch_is_refused_with_advice() {
-    on_device(|cuda| {
-        let mut ran = false;
-        let mut body = |_: &mut [&mut [u8]]| ran = true;
-        let args = [KernelArg {
-            ptr: DevicePtr(0x1000),
-            bytes: 64,
-            access: Access::ReadWrite,
-        }];
-        let launch = KernelLaunch {
-            name: "decay",
-            args: &args,
-            body: KernelBody::Host {
-                duration: Duration::from_micros(5),
-                run: &mut body,
-            },
-        };
-        let error = Backend::launch(&cuda, launch, StreamHandle(9999)).unwrap_err();
-        let BackendError::Unsupported { reason, .. } = &error else {
-            panic!("expected Unsupported, got {error:?}");
-        };
-        assert!(reason.contains("group's stream"), "{reason}");
-        assert!(!ran, "the host body did not run");
+        let stream = cuda.create_stream()?;
+        let before = cuda.pool_usage()?.used;
+        let bytes = 96 << 20;
+        let ptr = cuda.alloc_device(bytes, stream)?;
+        let during = cuda.pool_usage()?;
+        assert!(
+            during.used >= before + bytes,
+            "pool used {} B after allocating {bytes} B (was {before} B)",
+            during.used
+        );
+        assert!(during.reserved >= during.used);
+        cuda.free_device(ptr, bytes, stream)?;
+        cuda.synchronize(stream)?;
+        assert!(cuda.pool_usage()?.used <= before);
+        cuda.destroy_stream(stream)?;
         Ok(())
     });
 }
 
 #[test]
-fn the_example_kernel_matches_the_host_computation() {
+fn memory_the_pool_holds_idle_is_given_back_for_a_larger_allocation() {
+    const GIB: u64 = 1 << 30;
     on_device(|cuda| {
-        let mgr = manager(&cuda);
-        let solver = mgr.register(
-            Registration::new()
-                .stream_group("cuda-kernel")
-                .on_invalidate(|| {}),
-        )?;
-        let n = 100_003;
-        mgr.queue_request(
-            &solver,
-            [
-                ("y", ArrayRequest::of::<f64>([n]).unchunkable()),
-                ("k", ArrayRequest::of::<f64>([n]).unchunkable()),
-            ],
-        )?;
-        let mut r = mgr.allocate_queue_for(&solver)?;
-        let (y, k) = (r.take::<f64>("y")?, r.take::<f64>("k")?);
-        let initial: Vec<f64> = (0..n).map(|i| 1.0 + (i % 97) as f64 / 97.0).collect();
-        let mut expected = initial.clone();
-        let rates: Vec<f64> = (0..n).map(|i| 0.1 + (i % 13) as f64 * 0.7).collect();
-        y.copy_from_host(&initial)?;
-        k.copy_from_host(&rates)?;
-
-        let kernel = EulerDecay::load(&cuda)?;
-        let stream = mgr.stream(&solver)?;
-        let (dt, steps) = (0.01, 25);
-        let work = mgr.begin_work(&solver)?;
-        for _ in 0..steps {
-            // SAFETY: y and k belong to `solver`, which is busy until
-            // `work` finishes, and are freed on this same group stream.
-            unsafe { kernel.step(stream, &y, &k, dt)? };
-        }
-        work.finish()?;
-        let device = y.to_vec()?;
-
-        for _ in 0..steps {
-            for (y, k) in expected.iter_mut().zip(&rates) {
-                *y += dt * -(k * *y);
+        let stream = cuda.create_stream()?;
+        let total = cuda.mem_info()?.total;
+        // Fill the device with 1 GiB blocks, then free them all.
+        let mut blocks = Vec::new();
+        loop {
+            match cuda.alloc_device(GIB, stream) {
+                Ok(ptr) => blocks.push(ptr),
+                Err(error) if error.is_out_of_memory() => break,
+                Err(error) => return Err(error.into()),
             }
+            assert!(blocks.len() < 4096, "the device never ran out of memory");
         }
-        let worst = device
-            .iter()
-            .zip(&expected)
-            .map(|(d, h)| ((d - h) / h).abs())
-            .fold(0.0f64, f64::max);
-        assert!(worst <= 1e-15, "largest relative difference {worst:e}");
         assert!(
-            device.iter().zip(&initial).all(|(d, i)| d < i),
-            "the state decayed"
+            blocks.len() as u64 * GIB >= total / 2,
+            "only {} GiB of {total} B could be allocated",
+            blocks.len()
         );
-
-        let short = mgr.register(
-            Registration::new()
-                .stream_group("cuda-kernel")
-                .on_invalidate(|| {}),
-        )?;
-        mgr.queue_request(&short, [("k", ArrayRequest::of::<f64>([10]).unchunkable())])?;
-        let short_k = mgr.allocate_queue_for(&short)?.take::<f64>("k")?;
-        // SAFETY: the launch is refused before anything is queued.
-        let error = unsafe { kernel.step(stream, &y, &short_k, dt) }.unwrap_err();
-        assert!(matches!(error, MemError::LengthMismatch { .. }), "{error}");
+        for ptr in blocks {
+            cuda.free_device(ptr, GIB, stream)?;
+        }
+        cuda.synchronize(stream)?;
+        // The pool holds that memory idle in 1 GiB pieces; one allocation
+        // of three quarters of the device needs it back from the driver.
+        let large = total / 4 * 3;
+        let ptr = cuda.alloc_device(large, stream)?;
+        cuda.free_device(ptr, large, stream)?;
+        cuda.synchronize(stream)?;
+        cuda.trim_pool(0)?;
+        cuda.destroy_stream(stream)?;
         Ok(())
     });
 }
