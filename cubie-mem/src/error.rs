@@ -5,6 +5,24 @@
 
 use crate::{Bytes, DType};
 
+/// Which array of a host-device pair an error is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArraySide {
+    /// The host array (the whole batch).
+    Host,
+    /// The device array (one chunk).
+    Device,
+}
+
+impl std::fmt::Display for ArraySide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ArraySide::Host => "host",
+            ArraySide::Device => "device",
+        })
+    }
+}
+
 /// Every failure of cubie-mem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -128,7 +146,8 @@ pub enum MemError {
     /// Everything requested is unchunkable and does not fit.
     #[error(
         "all {requested} requested are unchunkable, but only {available} can be allocated ({withheld} withheld as reserve); \
-         make a request chunkable or free memory"
+         make a request chunkable or free memory{}",
+        misaxed_hint(axis_out_of_range)
     )]
     AllUnchunkable {
         /// Bytes requested.
@@ -137,6 +156,9 @@ pub enum MemError {
         available: Bytes,
         /// Bytes withheld for fragmentation and the granule.
         withheld: Bytes,
+        /// Requests of several runs that are unchunkable only because their
+        /// chunk axis lies beyond their shape: `'label' (shape [..], axis a)`.
+        axis_out_of_range: Vec<String>,
     },
 
     /// The unchunkable requests alone leave no room for any run.
@@ -399,15 +421,16 @@ pub enum MemError {
 
     /// A host or device array whose shape does not fit the chunk plan.
     #[error(
-        "'{label}': the {side} array has shape {found:?}, but chunk axis {axis} of this plan needs {expected:?}; \
+        "'{label}': the {side} array has shape {found:?}, but chunk axis {axis} of this plan needs {expected:?}{}; \
          host arrays hold the whole batch ({total_runs} runs on the chunk axis) and device arrays one chunk \
-         ({chunk_length} runs, the plan's chunked shape)"
+         ({chunk_length} runs, the plan's chunked shape)",
+        runs_axis_hint(*runs_axis, *total_runs)
     )]
     ChunkShapeMismatch {
         /// The device array's label.
         label: String,
-        /// Which array is wrong: `"host"` or `"device"`.
-        side: &'static str,
+        /// Which array is wrong.
+        side: ArraySide,
         /// The shape found.
         found: Vec<usize>,
         /// The shape the plan needs.
@@ -418,6 +441,10 @@ pub enum MemError {
         total_runs: usize,
         /// The plan's chunk length.
         chunk_length: usize,
+        /// Another axis of the array that matches the plan (the host array's
+        /// run count, the device array's chunk length): likely the axis
+        /// meant.
+        runs_axis: Option<usize>,
     },
 
     /// A run range that does not fit a chunk layout.
@@ -537,6 +564,29 @@ pub enum MemError {
         /// Bytes of the unchunkable requests.
         unchunkable: Bytes,
     },
+}
+
+/// The axis to bind instead, for `ChunkShapeMismatch`.
+fn runs_axis_hint(runs_axis: Option<usize>, total_runs: usize) -> String {
+    match runs_axis {
+        Some(axis) => format!(
+            " (axis {axis} holds the batch's {total_runs} runs: bind the array with chunk axis {axis})"
+        ),
+        None => String::new(),
+    }
+}
+
+/// The fix for requests left unchunkable by their chunk axis, for `AllUnchunkable`.
+fn misaxed_hint(requests: &[String]) -> String {
+    if requests.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; {} would be chunkable but the chunk axis lies beyond the shape (the default axis {} is \
+         cubie's 3-D layout): set ArrayRequest::chunk_axis to the axis that holds the runs",
+        requests.join(", "),
+        crate::DEFAULT_CHUNK_AXIS
+    )
 }
 
 /// What a run needs beyond one buffer set, for `SingleRunTooLarge`.

@@ -59,7 +59,7 @@ pub use default::{
     sim_backend_from_env,
 };
 pub use dtype::{DType, Element, Precision};
-pub use error::MemError;
+pub use error::{ArraySide, MemError};
 pub use host::{
     AnyHostArray, AsyncCopyError, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType,
     PendingCopy, STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,

@@ -397,6 +397,7 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
             requested: Bytes(total),
             available: Bytes(alloc),
             withheld: Bytes(withheld),
+            axis_out_of_range: Vec::new(),
         });
     }
     if sizes.unchunkable_bytes > 0 && alloc <= sizes.unchunkable_bytes {

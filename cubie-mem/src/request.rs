@@ -162,6 +162,15 @@ impl ArrayRequest {
         }
     }
 
+    /// The chunk axis, when it is the only reason a request of a batch of
+    /// several runs is unchunkable: not flagged unchunkable, but the axis
+    /// lies beyond the shape (a 2-D array left on the default axis
+    /// [`DEFAULT_CHUNK_AXIS`], cubie's 3-D layout, say).
+    pub fn axis_out_of_range(&self) -> Option<usize> {
+        let axis = self.chunk_axis?;
+        (!self.unchunkable && self.total_runs > 1 && axis >= self.shape.len()).then_some(axis)
+    }
+
     /// Number of elements, or `None` when the product overflows.
     pub fn elements(&self) -> Option<u64> {
         self.shape

@@ -403,6 +403,35 @@ fn the_granule_is_withheld_and_below_it_nothing_is_allocated() {
 }
 
 #[test]
+fn a_request_unchunkable_only_by_its_axis_is_warned_about_and_named() {
+    let (mgr, _) = manager(1 << 30, 1000);
+    let a = mgr.register(queuing()).unwrap();
+    // 2-D, 100 runs, left on the default axis 2 (cubie's 3-D layout).
+    let state = ArrayRequest::of::<u8>([20, 100]).total_runs(100);
+    assert_eq!(state.axis_out_of_range(), Some(2));
+    assert_eq!(state.clone().chunk_axis(1).axis_out_of_range(), None);
+    mgr.queue_request(&a, [("state", state)]).unwrap();
+    let (result, logs) = capture_logs(|| mgr.allocate_queue(&a));
+    let error = result.unwrap_err();
+    assert!(
+        matches!(&error, MemError::AllUnchunkable { axis_out_of_range, .. }
+            if axis_out_of_range == &["'state' (shape [20, 100], axis 2)"]),
+        "{error}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("'state' (shape [20, 100], axis 2) would be chunkable")
+            && message.contains("ArrayRequest::chunk_axis"),
+        "{message}"
+    );
+    assert!(
+        logs.contains("WARN")
+            && logs.contains("request 'state' is unchunkable only because its chunk axis 2"),
+        "{logs}"
+    );
+}
+
+#[test]
 fn planner_errors_reach_the_caller_with_figures() {
     let (mgr, _) = manager(1 << 30, 1000);
     let a = mgr.register(queuing()).unwrap();

@@ -6,7 +6,8 @@
 mod common;
 
 use cubie_mem::{
-    ArrayRequest, Bytes, ChunkPlan, HostMemoryType, Instance, MemError, MemoryManager, SimBackend,
+    ArrayRequest, ArraySide, Bytes, ChunkPlan, HostMemoryType, Instance, MemError, MemoryManager,
+    SimBackend,
 };
 
 /// A registration that may queue, on `mgr`.
@@ -205,7 +206,7 @@ fn wrong_shapes_and_indices_are_clear_errors() {
     let error = streamer.copy_in(&wrong_runs, &device, 1, 0).unwrap_err();
     assert!(matches!(
         &error,
-        MemError::ChunkShapeMismatch { side: "host", found, expected, .. }
+        MemError::ChunkShapeMismatch { side: ArraySide::Host, found, expected, .. }
             if found == &[2, 9] && expected == &[2, 10]
     ));
     let message = error.to_string();
@@ -214,10 +215,18 @@ fn wrong_shapes_and_indices_are_clear_errors() {
         "{message}"
     );
 
+    // The run count sits on axis 1: binding axis 0 says so.
+    let error = streamer.copy_in(&host, &device, 0, 0).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("axis 1 holds the batch's 10 runs: bind the array with chunk axis 1"),
+        "{message}"
+    );
+
     let error = streamer.copy_in(&host, &wrong_device, 1, 0).unwrap_err();
     assert!(matches!(
         &error,
-        MemError::ChunkShapeMismatch { side: "device", found, expected, .. }
+        MemError::ChunkShapeMismatch { side: ArraySide::Device, found, expected, .. }
             if found == &[3, 4] && expected == &[2, 4]
     ));
 

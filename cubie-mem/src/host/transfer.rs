@@ -16,7 +16,7 @@ use super::staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
 use super::{HostArray, HostMemoryType};
 use crate::plan::Chunks;
 use crate::streams::CurrentStream;
-use crate::{ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
+use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
 
 /// Moves chunks of host arrays to and from device arrays of one chunk, for
 /// one instance and one chunk plan. Made by [`MemoryManager::chunk_streamer`].
@@ -134,14 +134,17 @@ impl<'a> ChunkStreamer<'a> {
         device: &DeviceArray<T>,
         axis: usize,
     ) -> Result<ChunkLayout, MemError> {
-        let mismatch = |side, found: &[usize], expected: Vec<usize>| MemError::ChunkShapeMismatch {
-            label: device.label().to_owned(),
-            side,
-            found: found.to_vec(),
-            expected,
-            axis,
-            total_runs: self.plan.total_runs,
-            chunk_length: self.plan.chunk_length,
+        let mismatch = |side, found: &[usize], expected: Vec<usize>, runs: usize| {
+            MemError::ChunkShapeMismatch {
+                label: device.label().to_owned(),
+                side,
+                found: found.to_vec(),
+                expected,
+                axis,
+                total_runs: self.plan.total_runs,
+                chunk_length: self.plan.chunk_length,
+                runs_axis: other_axis_of_length(found, axis, runs),
+            }
         };
         let mut expected_host = host_shape.to_vec();
         match expected_host.get_mut(axis) {
@@ -154,12 +157,22 @@ impl<'a> ChunkStreamer<'a> {
             }
         }
         if expected_host != host_shape {
-            return Err(mismatch("host", host_shape, expected_host));
+            return Err(mismatch(
+                ArraySide::Host,
+                host_shape,
+                expected_host,
+                self.plan.total_runs,
+            ));
         }
         let layout = ChunkLayout::new(host_shape, axis, self.plan.chunk_length)?;
         let expected_device = layout.chunk_shape();
         if device.shape() != expected_device {
-            return Err(mismatch("device", device.shape(), expected_device));
+            return Err(mismatch(
+                ArraySide::Device,
+                device.shape(),
+                expected_device,
+                self.plan.chunk_length,
+            ));
         }
         Ok(layout)
     }
@@ -228,6 +241,14 @@ impl<T: Element> Stager<T> {
         }
         Ok(self.buffer.as_deref_mut())
     }
+}
+
+/// The one axis of `shape` other than `axis` of length `len`, if exactly one
+/// has it: the chunk axis the caller likely meant.
+fn other_axis_of_length(shape: &[usize], axis: usize, len: usize) -> Option<usize> {
+    let mut matching = (0..shape.len()).filter(|&a| a != axis && shape[a] == len);
+    let first = matching.next()?;
+    matching.next().is_none().then_some(first)
 }
 
 /// The host range a pinned host array's chunk can be copied from directly.

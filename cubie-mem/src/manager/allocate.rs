@@ -65,6 +65,47 @@ enum Placement {
     Fresh(Arc<Slot>),
 }
 
+/// The requests of a batch of several runs left unchunkable only by a
+/// chunk axis beyond their shape, each warned about (through tracing) and
+/// described for the error that may follow.
+fn misaxed_requests<'a>(
+    requests: impl Iterator<Item = (&'a str, &'a ArrayRequest)>,
+) -> Vec<String> {
+    requests
+        .filter_map(|(label, request)| {
+            let axis = request.axis_out_of_range()?;
+            tracing::warn!(
+                label,
+                shape = ?request.shape(),
+                axis,
+                total_runs = request.runs(),
+                "request '{label}' is unchunkable only because its chunk axis {axis} lies beyond its \
+                 {} dimensions; set ArrayRequest::chunk_axis to the axis that holds the runs",
+                request.shape().len()
+            );
+            Some(format!("'{label}' (shape {:?}, axis {axis})", request.shape()))
+        })
+        .collect()
+}
+
+/// Names the misaxed requests in an all-unchunkable error.
+fn with_misaxed(error: MemError, misaxed: Vec<String>) -> MemError {
+    match error {
+        MemError::AllUnchunkable {
+            requested,
+            available,
+            withheld,
+            ..
+        } => MemError::AllUnchunkable {
+            requested,
+            available,
+            withheld,
+            axis_out_of_range: misaxed,
+        },
+        other => other,
+    }
+}
+
 /// The buffers `request` has under `plan`: one per buffer set when it is
 /// chunkable, else one shared by every set.
 fn sets_of(plan: &ChunkPlan, request: &ArrayRequest) -> usize {
@@ -136,6 +177,7 @@ impl Inner {
         hooks: &mut Hooks,
     ) -> Result<(ChunkPlan, Vec<Placement>), MemError> {
         let sizes = BatchSizes::measure(batch.requests())?;
+        let misaxed = misaxed_requests(batch.requests());
         let requested = sizes.total_bytes();
         let held = held_arrays(s, batch);
         let (free, replaced) = if requested == 0 {
@@ -167,6 +209,7 @@ impl Inner {
             budget.effective_free = budget.effective_free.saturating_add(released);
         }
         let plan = plan_chunks(&sizes, &budget)
+            .map_err(|error| with_misaxed(error, misaxed))
             .map_err(|error| self.explain_caps(s, error, &batch.group, &sizes, &budget))?;
         let plan = reuse_partition(s, batch, plan, sizes.depth);
         tracing::debug!(
