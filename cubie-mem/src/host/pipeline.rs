@@ -250,6 +250,14 @@ impl<'p, S> ChunkPipeline<'p, S> {
             sets,
             bindings,
         } = self;
+        let _span = tracing::debug_span!(
+            "pipeline",
+            instance = %streamer.instance.id(),
+            chunks = streamer.plan().chunks,
+            chunk_length = streamer.plan().chunk_length,
+            sets = sets.len(),
+        )
+        .entered();
         let mut labels = HashSet::new();
         for binding in &bindings {
             if !labels.insert(binding.label().to_owned()) {
@@ -403,6 +411,7 @@ impl Schedule {
             }
         }
         self.events(chunk.index).uploaded = Some(Event::record(&self.backend, stream)?);
+        tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set, "queued a chunk's upload");
         Ok(())
     }
 
@@ -421,6 +430,7 @@ impl Schedule {
         }
         self.events(chunk.index).downloaded = Some(Event::record(&self.backend, stream)?);
         self.downloaded = chunk.index + 1;
+        tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set, "queued a chunk's download");
         Ok(())
     }
 
@@ -433,6 +443,7 @@ impl Schedule {
             uploaded.order(self.compute)?;
         }
         self.after_previous_use(chunk.index, self.compute, |e| &e.downloaded)?;
+        tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set = chunk.index % self.sets, "computing a chunk");
         compute(chunk, chunk.index % self.sets)?;
         self.events(chunk.index).computed = Some(Event::record(&self.backend, self.compute)?);
         // Later steps refer back at most `d` chunks.

@@ -120,6 +120,7 @@ impl Inner {
     /// Serves `trigger`'s owner in its group. `want_response`: the caller
     /// takes the trigger's response.
     pub(crate) fn allocate_queue(&self, trigger: InstanceId, want_response: bool) -> Outcome {
+        let _span = tracing::debug_span!("allocate_queue", trigger = %trigger).entered();
         let mut hooks = Hooks::default();
         let result = self.serve(&mut self.lock(), trigger, want_response, &mut hooks);
         Outcome { hooks, result }
@@ -216,14 +217,22 @@ impl Inner {
             group = %batch.group,
             owner = %s.named_owner(batch.owner),
             requested = %Bytes(requested),
+            chunkable = %Bytes(sizes.chunkable_bytes),
+            unchunkable = %Bytes(sizes.unchunkable_bytes),
+            total_runs = sizes.total_runs,
+            depth = sizes.depth,
             free = %Bytes(free),
             replaced = %Bytes(replaced),
             effective_free = %Bytes(budget.effective_free),
             cap_headroom = ?headroom.map(Bytes),
+            allocatable = %Bytes(plan.allocatable),
+            withheld = %Bytes(plan.withheld),
             chunks = plan.chunks,
             chunk_length = plan.chunk_length,
             buffer_sets = plan.buffer_sets,
-            "planned a batch"
+            "planned a batch: {} chunk(s) of {} run(s)",
+            plan.chunks,
+            plan.chunk_length
         );
         let stream = s.groups.stream_of(batch.trigger, &self.backend)?;
         let placed = self.place(s, batch, held, &plan, &stream, free)?;
@@ -250,11 +259,11 @@ impl Inner {
                 .first()
                 .map_or_else(|| Arc::from(label), |old| Arc::clone(old.label()));
             let mut old_sets = old_sets.into_iter();
-            for _ in 0..sets_of(plan, request) {
+            for set in 0..sets_of(plan, request) {
                 let old = old_sets
                     .next()
                     .filter(|old| old.kind() == request.memory_kind());
-                placed.push(match old {
+                let placement = match old {
                     Some(old)
                         if old.dtype() == request.dtype()
                             && request
@@ -274,7 +283,20 @@ impl Inner {
                         stream,
                         free_before,
                     )?,
-                });
+                };
+                tracing::debug!(
+                    label = %label,
+                    set,
+                    bytes = %Bytes(bytes),
+                    shape = ?plan.chunked_shape(request),
+                    memory = match placement {
+                        Placement::Keep(_) => "kept",
+                        Placement::Reuse => "reused",
+                        Placement::Fresh(_) => "allocated",
+                    },
+                    "placed an array"
+                );
+                placed.push(placement);
             }
         }
         Ok(placed)

@@ -54,9 +54,11 @@ impl Inner {
             released = released.saturating_add(freed);
             tracing::info!(
                 owner = %s.named_owner(owner),
+                for_owner = %s.named_owner(protected),
                 freed = %Bytes(freed),
                 needed = %Bytes(needed),
-                "evicted an idle owner to make room for a batch that does not fit the free memory"
+                "evicted an idle owner (no work in flight, least recently used first) to make room \
+                 for a batch that does not fit the free memory"
             );
         }
         released

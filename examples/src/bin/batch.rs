@@ -334,7 +334,7 @@ fn run() -> Result<(), MemError> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt().with_target(false).init();
+    cubie_mem_examples::init_logging();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

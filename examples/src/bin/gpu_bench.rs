@@ -70,9 +70,7 @@ const CHUNK_RUNS: usize = 1 << 20;
 type BenchResult<T = ()> = Result<T, Box<dyn Error>>;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .init();
+    cubie_mem_examples::init_logging();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -26,9 +26,7 @@ const STEPS: usize = 50;
 const DT: f64 = 0.01;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .init();
+    cubie_mem_examples::init_logging();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
