@@ -162,11 +162,15 @@ fn run() -> Result<(), MemError> {
     let plan = *buffers.plan();
 
     let batch_bytes = plan.chunkable_bytes + plan.unchunkable_bytes;
+    let state_bytes = (dims.n_runs * dims.n_states * dims.n_saves * size_of::<f64>()) as u64;
     println!(
-        "batch: {} runs x {} states x {} saves = {} on a device with {} free ({:.1}x)",
+        "batch: {} of state ({} runs x {} states x {} saves) and {} of other arrays, {} in all, \
+         on a device with {} free ({:.1}x)",
+        Bytes(state_bytes),
         dims.n_runs,
         dims.n_states,
         dims.n_saves,
+        Bytes(batch_bytes - state_bytes),
         Bytes(batch_bytes),
         Bytes(96 * MIB),
         batch_bytes as f64 / (96 * MIB) as f64
