@@ -29,6 +29,8 @@
 
 pub mod array;
 pub mod backend;
+#[cfg(any(doc, doctest))]
+pub mod guide;
 mod block;
 mod buffers;
 mod bytes;

@@ -16,7 +16,8 @@
 //!   [`ChunkPipeline`] runs the whole batch with the next chunk staged while
 //!   the current one computes.
 //!
-//! The user guide page `docs/host-memory.md` walks through a whole batch.
+//! The guide page [host memory](crate::guide::host_memory) walks through a
+//! whole batch.
 
 mod array;
 mod choose;

@@ -44,8 +44,8 @@ impl MemoryManager {
     /// owners are neither served nor notified; what they queued stays
     /// queued. With nothing queued, returns at once without calling a hook.
     ///
-    /// The rules, with the figures they use, are in the guide page
-    /// `docs/memory-manager.md`.
+    /// The rules, with the figures they use, are in the guide:
+    /// [queueing and allocating](crate::guide::memory_manager#queueing-and-allocating).
     pub fn allocate_queue(&self, trigger: &Instance) -> Result<(), MemError> {
         let outcome = self.inner.allocate_queue(trigger.id, false);
         outcome.hooks.run();

@@ -1,0 +1,39 @@
+#![doc = include_str!("../docs/index.md")]
+//!
+//! In the API documentation the pages are this module's submodules, and
+//! their code blocks run as the crate's doctests (the `cuda` page with the
+//! feature `cuda`).
+
+#[doc = include_str!("../docs/default-manager.md")]
+pub mod default_manager {}
+
+#[doc = include_str!("../docs/memory-manager.md")]
+pub mod memory_manager {}
+
+#[doc = include_str!("../docs/array-request.md")]
+pub mod array_request {}
+
+#[doc = include_str!("../docs/planner.md")]
+pub mod planner {}
+
+#[doc = include_str!("../docs/array-response.md")]
+pub mod array_response {}
+
+#[doc = include_str!("../docs/stream-groups.md")]
+pub mod stream_groups {}
+
+#[doc = include_str!("../docs/current-stream.md")]
+pub mod current_stream {}
+
+#[doc = include_str!("../docs/derive.md")]
+pub mod derive {}
+
+#[doc = include_str!("../docs/host-memory.md")]
+pub mod host_memory {}
+
+#[doc = include_str!("../docs/device-model.md")]
+pub mod device_model {}
+
+#[cfg(feature = "cuda")]
+#[doc = include_str!("../docs/cuda.md")]
+pub mod cuda {}
