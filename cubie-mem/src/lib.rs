@@ -29,8 +29,6 @@
 
 pub mod array;
 pub mod backend;
-#[cfg(any(doc, doctest))]
-pub mod guide;
 mod block;
 mod buffers;
 mod bytes;
@@ -38,6 +36,8 @@ mod config;
 mod default;
 mod dtype;
 mod error;
+#[cfg(any(doc, doctest))]
+pub mod guide;
 pub mod host;
 mod ids;
 mod kernel;
