@@ -6,7 +6,7 @@ use quote::ToTokens;
 use syn::{Data, DeriveInput, Fields, GenericArgument, Generics, Ident, PathArguments, Type};
 
 use crate::attr::{self, BufferAttrs, ContainerAttrs, Placement};
-use crate::ctxt::Ctxt;
+use crate::ctxt::{Ctxt, Reported};
 
 /// The struct being derived.
 pub(crate) struct Container<'a> {
@@ -16,8 +16,9 @@ pub(crate) struct Container<'a> {
     pub(crate) generics: &'a Generics,
     /// The struct-level attributes.
     pub(crate) attrs: ContainerAttrs,
-    /// The fields, empty when the input is not a struct with named fields.
-    pub(crate) fields: Vec<Field<'a>>,
+    /// The fields, or the error reported when the input is not a struct
+    /// with named fields, or has none.
+    pub(crate) fields: Result<Vec<Field<'a>>, Reported>,
 }
 
 /// One field of the struct.
@@ -26,9 +27,9 @@ pub(crate) struct Field<'a> {
     pub(crate) ident: &'a Ident,
     /// The field's type as written.
     pub(crate) ty: &'a Type,
-    /// The buffer the type declares, or `None` when it is not a buffer type
-    /// (already reported).
-    pub(crate) array: Option<ArrayType<'a>>,
+    /// The buffer the type declares, or the error reported when it is not a
+    /// buffer type.
+    pub(crate) array: Result<ArrayType<'a>, Reported>,
     /// The field's `#[buffer(..)]` attributes.
     pub(crate) attrs: BufferAttrs,
 }
@@ -46,62 +47,7 @@ impl<'a> Container<'a> {
     /// buffer fields.
     pub(crate) fn from_ast(cx: &Ctxt, input: &'a DeriveInput) -> Self {
         let attrs = attr::container(cx, &input.attrs);
-        let fields = match &input.data {
-            Data::Struct(data) => match &data.fields {
-                Fields::Named(named) => named
-                    .named
-                    .iter()
-                    .filter_map(|field| {
-                        let ident = field.ident.as_ref()?;
-                        let array = array_type(&field.ty);
-                        if array.is_none() {
-                            cx.error_spanned_by(
-                                &field.ty,
-                                format!(
-                                    "field `{ident}` is not a buffer: declare it as `DeviceArray<T>` (device memory) \
-                                     or `PinnedArray<T>` (pinned host memory)"
-                                ),
-                            );
-                        }
-                        Some(Field {
-                            ident,
-                            ty: &field.ty,
-                            array,
-                            attrs: attr::buffer(cx, &field.attrs),
-                        })
-                    })
-                    .collect(),
-                Fields::Unnamed(unnamed) => {
-                    cx.error_spanned_by(
-                        unnamed,
-                        "GpuBuffers needs named fields: name each buffer field (its name is the buffer's default label), \
-                         e.g. `struct Outputs { state: DeviceArray<f64> }`",
-                    );
-                    Vec::new()
-                }
-                Fields::Unit => Vec::new(),
-            },
-            Data::Enum(data) => {
-                cx.error_spanned_by(
-                    data.enum_token,
-                    "GpuBuffers derives on a struct with named fields: an enum holds one variant at a time, \
-                     but a buffer struct holds all its buffers; write a struct",
-                );
-                Vec::new()
-            }
-            Data::Union(data) => {
-                cx.error_spanned_by(
-                    data.union_token,
-                    "GpuBuffers derives on a struct with named fields, not on a union; write a struct",
-                );
-                Vec::new()
-            }
-        };
-        let no_fields = matches!(
-            &input.data,
-            Data::Struct(data) if data.fields.is_empty() && !matches!(data.fields, Fields::Unnamed(_))
-        );
-        if no_fields {
+        let no_buffers = || {
             cx.error_spanned_by(
                 &input.ident,
                 format!(
@@ -109,14 +55,63 @@ impl<'a> Container<'a> {
                      each with `#[buffer(shape = [..], ..)]`",
                     input.ident
                 ),
-            );
-        }
+            )
+        };
+        let fields = match &input.data {
+            Data::Struct(data) => match &data.fields {
+                Fields::Named(named) if named.named.is_empty() => Err(no_buffers()),
+                Fields::Named(named) => Ok(named
+                    .named
+                    .iter()
+                    .filter_map(|field| Field::from_ast(cx, field))
+                    .collect()),
+                Fields::Unnamed(unnamed) => Err(cx.error_spanned_by(
+                    unnamed,
+                    "GpuBuffers needs named fields: name each buffer field (its name is the buffer's default label), \
+                     e.g. `struct Outputs { state: DeviceArray<f64> }`",
+                )),
+                Fields::Unit => Err(no_buffers()),
+            },
+            Data::Enum(data) => Err(cx.error_spanned_by(
+                data.enum_token,
+                "GpuBuffers derives on a struct with named fields: an enum holds one variant at a time, \
+                 but a buffer struct holds all its buffers; write a struct",
+            )),
+            Data::Union(data) => Err(cx.error_spanned_by(
+                data.union_token,
+                "GpuBuffers derives on a struct with named fields, not on a union; write a struct",
+            )),
+        };
         Container {
             ident: &input.ident,
             generics: &input.generics,
             attrs,
             fields,
         }
+    }
+}
+
+impl<'a> Field<'a> {
+    /// Models a named field, recording in `cx` a type that is not a buffer
+    /// and the mistakes of its `#[buffer(..)]` attributes; `None` for a
+    /// field without a name, which a struct with named fields does not have.
+    fn from_ast(cx: &Ctxt, field: &'a syn::Field) -> Option<Self> {
+        let ident = field.ident.as_ref()?;
+        let array = array_type(&field.ty).ok_or_else(|| {
+            cx.error_spanned_by(
+                &field.ty,
+                format!(
+                    "field `{ident}` is not a buffer: declare it as `DeviceArray<T>` (device memory) \
+                     or `PinnedArray<T>` (pinned host memory)"
+                ),
+            )
+        });
+        Some(Field {
+            ident,
+            ty: &field.ty,
+            array,
+            attrs: attr::buffer(cx, &field.attrs),
+        })
     }
 }
 
@@ -150,6 +145,16 @@ fn array_type(ty: &Type) -> Option<ArrayType<'_>> {
     }
 }
 
+/// An identifier without a raw prefix, as a name (`r#type` is `type`): the
+/// default label of a field, the registration name of a struct.
+pub(crate) fn unraw(ident: &Ident) -> String {
+    let name = ident.to_string();
+    match name.strip_prefix("r#") {
+        Some(stripped) => stripped.to_owned(),
+        None => name,
+    }
+}
+
 /// Tokens as a person writes them: `DeviceArray<f64>`, `crate::RunDims`,
 /// `P: Precision`.
 pub(crate) fn source_text(tokens: &impl ToTokens) -> String {
@@ -158,6 +163,7 @@ pub(crate) fn source_text(tokens: &impl ToTokens) -> String {
     text.trim_end().to_owned()
 }
 
+/// Appends `stream` to `text`, spaced as a person writes it.
 fn write_tokens(stream: TokenStream, text: &mut String) {
     // Whether the last token was a word, which a following word is spaced from.
     let mut after_word = false;

@@ -5,11 +5,15 @@
 //! Use it through `cubie_mem::GpuBuffers` (feature `derive`, on by default);
 //! the guide is `docs/derive.md` in the repository.
 //!
-//! The crate follows serde_derive's layout: `attr` parses the attributes,
-//! `ast` models the struct, `check` checks it field by field and across
-//! fields, and `expand` generates the impl. Every mistake is recorded in a
-//! `ctxt::Ctxt` with its span and all of them are reported together, beside
-//! a fallback impl so that rustc adds no secondary errors.
+//! The crate follows serde_derive's layout: `attr` parses the attributes
+//! (each attribute's keys an enum, matched exhaustively), `ast` models the
+//! struct, `check` checks it field by field and across fields into a
+//! complete `check::Checked` model, and `expand` generates the impl from it,
+//! inside a `const _: () = { .. };` block that reaches cubie-mem through one
+//! `use` and calls the helpers of its hidden `__private` module. Every
+//! mistake is recorded in a `ctxt::Ctxt` with its span and all of them are
+//! reported together, beside a fallback impl so that rustc adds no
+//! secondary errors, neither in the impl nor in the code using the struct.
 
 mod ast;
 mod attr;
@@ -56,6 +60,10 @@ use syn::{DeriveInput, parse_macro_input};
 /// chunk_axis = <index or dim> | unchunkable, precision = T, memory = device |
 /// pinned, label = "..")]`. The `cubie_mem` documentation of `GpuBuffers`
 /// and `docs/derive.md` describe each key and each compile error.
+///
+/// The generated `registration()` presets the struct's name and its stream
+/// group, and no invalidate hook: a holder adds `.on_invalidate(..)`, as
+/// above, because the manager may evict its buffers.
 #[proc_macro_derive(GpuBuffers, attributes(buffers, buffer, stream_group))]
 pub fn derive_gpu_buffers(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

@@ -1,15 +1,29 @@
-//! "Did you mean" suggestions for misspelt keys.
+//! "Did you mean" suggestions for misspelt keys and keywords.
 
-/// The known word closest to `word`, when it is close enough to be a typo
-/// (an edit distance of at most a third of its length, and at least 1).
-pub(crate) fn did_you_mean<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+/// The known item whose name is closest to `word`, when it is close enough
+/// to be a typo (an edit distance of at most a third of its length, and at
+/// least 1) and no other item is as close: a suggestion is also what a
+/// misspelt key is read as, so an ambiguous one is not made.
+pub(crate) fn did_you_mean<T: Copy>(
+    word: &str,
+    known: &[T],
+    name: impl Fn(T) -> &'static str,
+) -> Option<T> {
     let allowed = (word.chars().count() / 3).max(1);
-    known
+    let mut close = known
         .iter()
-        .map(|candidate| (edit_distance(word, candidate), *candidate))
-        .filter(|(distance, _)| *distance <= allowed)
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, candidate)| candidate)
+        .map(|item| (edit_distance(word, name(*item)), *item))
+        .filter(|(distance, _)| *distance <= allowed);
+    let (mut best_distance, mut best) = close.next()?;
+    let mut tied = false;
+    for (distance, item) in close {
+        if distance < best_distance {
+            (best_distance, best, tied) = (distance, item, false);
+        } else if distance == best_distance {
+            tied = true;
+        }
+    }
+    (!tied).then_some(best)
 }
 
 /// Edit distance between two words in characters, counting an insertion,
@@ -61,9 +75,17 @@ mod tests {
             "memory",
             "label",
         ];
-        assert_eq!(did_you_mean("shpe", &keys), Some("shape"));
-        assert_eq!(did_you_mean("chunkaxis", &keys), Some("chunk_axis"));
-        assert_eq!(did_you_mean("lable", &keys), Some("label"));
-        assert_eq!(did_you_mean("dtype", &keys), None);
+        let suggest = |word| did_you_mean(word, &keys, |key| key);
+        assert_eq!(suggest("shpe"), Some("shape"));
+        assert_eq!(suggest("chunkaxis"), Some("chunk_axis"));
+        assert_eq!(suggest("lable"), Some("label"));
+        assert_eq!(suggest("dtype"), None);
+    }
+
+    #[test]
+    fn a_tie_suggests_nothing() {
+        let keys = ["abc", "abd"];
+        assert_eq!(did_you_mean("abx", &keys, |key| key), None);
+        assert_eq!(did_you_mean("abcc", &keys, |key| key), Some("abc"));
     }
 }

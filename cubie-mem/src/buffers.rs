@@ -11,7 +11,11 @@ use crate::{ArrayResponse, Instance, MemError, MemoryManager, Registration, Requ
 /// how to take its arrays out of a response.
 pub trait GpuBuffers: Sized {
     /// The dimensions the shapes refer to (number of states, saves, runs...).
-    type Dims;
+    ///
+    /// It may be unsized: the impl `#[derive(GpuBuffers)]` emits beside the
+    /// compile errors of a declaration without a dims type uses `dyn Any`,
+    /// so that the code passing dims to the struct reports nothing more.
+    type Dims: ?Sized;
     /// The stream group instances holding these buffers belong to.
     const STREAM_GROUP: &'static str;
     /// The labels of the arrays, in declaration order.
@@ -43,7 +47,14 @@ pub trait GpuBuffers: Sized {
     }
 
     /// A registration preset in [`GpuBuffers::STREAM_GROUP`], so that an
-    /// instance holding these buffers cannot land in the wrong group.
+    /// instance holding these buffers cannot land in the wrong group; the
+    /// derive also names it after the struct.
+    ///
+    /// It has no invalidate hook: add [`Registration::on_invalidate`] before
+    /// allocating. The manager may evict the buffers under memory pressure,
+    /// and refuses to queue requests for an instance without a hook
+    /// ([`MemError::NoInvalidateHook`]); what to do on eviction is the
+    /// holder's choice.
     fn registration() -> Registration {
         Registration::new().stream_group(Self::STREAM_GROUP)
     }

@@ -27,6 +27,9 @@
 //! assert_eq!(response.chunked_shapes["state"], [16, 8, 820]);
 //! ```
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 pub mod array;
 pub mod backend;
 mod block;

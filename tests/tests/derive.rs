@@ -5,8 +5,8 @@
 use std::sync::mpsc;
 
 use cubie_mem::{
-    ArrayResponse, DType, DeviceArray, GpuBuffers, ManagerConfig, MemError, MemoryKind,
-    MemoryManager, PinnedArray, Precision, Registration, SimBackend,
+    ArrayResponse, DEFAULT_STREAM_GROUP, DType, DeviceArray, GpuBuffers, ManagerConfig, MemError,
+    MemoryKind, MemoryManager, PinnedArray, Precision, Registration, SimBackend,
 };
 
 pub struct RunDims {
@@ -259,6 +259,50 @@ fn from_response_reports_a_missing_buffer() {
     let error = Inputs::from_response(response).unwrap_err();
     assert!(
         matches!(&error, MemError::UnknownLabel { label, .. } if label == "bounds"),
+        "{error}"
+    );
+}
+
+/// A struct without `#[stream_group]`.
+#[derive(Debug, GpuBuffers)]
+#[buffers(dims = RunDims)]
+pub struct Scratch {
+    #[buffer(shape = [n_runs], chunk_axis = n_runs)]
+    error: DeviceArray<f64>,
+}
+
+#[test]
+fn registration_presets_the_struct_name_and_its_stream_group() {
+    let mgr = manager(1 << 30);
+    let outputs = mgr
+        .register(Outputs::<f64>::registration().on_invalidate(|| {}))
+        .unwrap();
+    assert_eq!(outputs.name(), Some("Outputs"));
+    assert_eq!(mgr.stream_group(&outputs), "integrators");
+
+    let scratch = mgr
+        .register(Scratch::registration().on_invalidate(|| {}))
+        .unwrap();
+    assert_eq!(Scratch::STREAM_GROUP, DEFAULT_STREAM_GROUP);
+    assert_eq!(mgr.stream_group(&scratch), DEFAULT_STREAM_GROUP);
+    let buffers = mgr.allocate_buffers::<Scratch>(&scratch, &DIMS).unwrap();
+    assert_eq!(buffers.error.shape(), [DIMS.n_runs]);
+
+    let renamed = mgr
+        .register(Scratch::registration().name("errors").on_invalidate(|| {}))
+        .unwrap();
+    assert_eq!(renamed.name(), Some("errors"));
+}
+
+#[test]
+fn the_preset_leaves_the_invalidate_hook_to_the_holder() {
+    let mgr = manager(1 << 30);
+    let careless = mgr.register(Scratch::registration()).unwrap();
+    let error = mgr
+        .allocate_buffers::<Scratch>(&careless, &DIMS)
+        .unwrap_err();
+    assert!(
+        matches!(error, MemError::NoInvalidateHook { ref instance } if instance.starts_with("'Scratch'")),
         "{error}"
     );
 }

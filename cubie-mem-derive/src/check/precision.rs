@@ -1,0 +1,144 @@
+//! `precision = ..` against the field's element type, and the pipeline
+//! depth.
+
+use syn::{Expr, ExprLit, Lit, Type};
+
+use crate::ast::source_text;
+use crate::ctxt::{Ctxt, Reported};
+
+/// The floating-point types `precision = ..` accepts.
+const PRECISIONS: &[&str] = &["f32", "f64"];
+
+/// Rust's primitive scalar names: a type written as one of these is known to
+/// the macro without resolving it.
+const PRIMITIVES: &[&str] = &[
+    "f16", "f32", "f64", "f128", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16", "u32",
+    "u64", "u128", "usize", "bool", "char",
+];
+
+/// How the macro sees a type written in `precision = ..` or as an element.
+#[derive(PartialEq, Eq)]
+enum TypeName {
+    /// A primitive scalar (`f32`, `i32`, `bool`, ...).
+    Primitive(String),
+    /// One of the struct's type parameters.
+    Parameter(String),
+    /// Anything else (an alias, a path, an associated type): only rustc can
+    /// tell what it is.
+    Unknown,
+}
+
+impl TypeName {
+    /// How the macro sees `ty`, given the names of the struct's type
+    /// parameters.
+    fn of(ty: &Type, parameters: &[String]) -> Self {
+        let Type::Path(path) = ty else {
+            return TypeName::Unknown;
+        };
+        let Some(ident) = path.path.get_ident().filter(|_| path.qself.is_none()) else {
+            return TypeName::Unknown;
+        };
+        let name = ident.to_string();
+        if parameters.contains(&name) {
+            TypeName::Parameter(name)
+        } else if PRIMITIVES.contains(&name.as_str()) {
+            TypeName::Primitive(name)
+        } else {
+            TypeName::Unknown
+        }
+    }
+}
+
+/// Compares `precision = ..` with the element type where the macro can tell
+/// them apart (primitives and the struct's type parameters); returns the
+/// precision when the generated code must assert it instead (a type
+/// parameter must still be bounded by `Precision`; an alias or path must be a
+/// precision and the element type).
+pub(super) fn check<'a>(
+    cx: &Ctxt,
+    precision: &'a Type,
+    element: &Type,
+    field_type: &Type,
+    parameters: &[String],
+) -> Result<Option<&'a Type>, Reported> {
+    let precision_name = TypeName::of(precision, parameters);
+    if let TypeName::Primitive(name) = &precision_name {
+        if !PRECISIONS.contains(&name.as_str()) {
+            return Err(cx.error_spanned_by(
+                precision,
+                format!(
+                    "`precision = {name}`: a precision is a floating-point type, `f32` or `f64`; \
+                     leave `precision` out for a buffer of integers"
+                ),
+            ));
+        }
+    }
+    let element_name = TypeName::of(element, parameters);
+    if precision_name == TypeName::Unknown || element_name == TypeName::Unknown {
+        return Ok(Some(precision));
+    }
+    if precision_name != element_name {
+        let written = source_text(precision);
+        let field = source_text(field_type);
+        let element = source_text(element);
+        let why = match (&precision_name, &element_name) {
+            (_, TypeName::Parameter(parameter)) => format!(
+                " (its element type `{parameter}` is a type parameter, chosen where the struct is used)"
+            ),
+            (TypeName::Parameter(parameter), _) => format!(
+                " (`{parameter}` is a type parameter, chosen where the struct is used, and may differ from `{element}`)"
+            ),
+            _ => String::new(),
+        };
+        return Err(cx.error_spanned_by(
+            precision,
+            format!(
+                "`precision = {written}` contradicts the field type `{field}`{why}: write `precision = {element}`, \
+                 or change the element type to `{written}`"
+            ),
+        ));
+    }
+    Ok(matches!(precision_name, TypeName::Parameter(_)).then_some(precision))
+}
+
+/// The pipeline depth `pipeline_depth = ..` gives: an integer literal of at
+/// least 1 (unsuffixed or `usize`); `None` when the key is absent (the
+/// requests then keep depth 1). Anything else is reported at the value.
+pub(super) fn pipeline_depth(cx: &Ctxt, value: Option<&Expr>) -> Result<Option<usize>, Reported> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let Expr::Lit(ExprLit {
+        lit: Lit::Int(lit), ..
+    }) = value
+    else {
+        return Err(cx.error_spanned_by(
+            value,
+            "expected the pipeline depth as an integer literal, the number of chunks in flight: \
+             write `pipeline_depth = 2` (or 3 when a buffer is both uploaded and downloaded)",
+        ));
+    };
+    if !matches!(lit.suffix(), "" | "usize") {
+        return Err(cx.error(
+            lit.span(),
+            format!(
+                "the pipeline depth is a `usize`: write `{}` without the `{}` suffix",
+                lit.base10_digits(),
+                lit.suffix()
+            ),
+        ));
+    }
+    match lit.base10_parse::<usize>() {
+        Ok(0) => Err(cx.error(
+            lit.span(),
+            "a pipeline depth of 0 leaves no buffer set to compute in: give at least 1 \
+             (depth 1 runs the chunks one after another, 2 overlaps copies with compute), \
+             or leave `pipeline_depth` out for depth 1",
+        )),
+        Ok(depth) => Ok(Some(depth)),
+        Err(error) => Err(cx.error(
+            lit.span(),
+            format!("the pipeline depth does not fit a `usize`: {error}"),
+        )),
+    }
+}

@@ -1,0 +1,255 @@
+//! Code generation: the `GpuBuffers` impl of a checked struct, or, when the
+//! input has mistakes, the errors with a fallback impl that keeps rustc from
+//! reporting secondary errors at every use of the struct.
+//!
+//! Either impl sits in `const _: () = { use <crate> as _cubie_mem; .. };`,
+//! as serde's do: the generated code reaches cubie-mem through one import,
+//! resolved once, and nothing it declares enters the user's namespace. The
+//! helpers it calls live in cubie-mem's hidden `__private` module.
+
+mod docs;
+mod fallback;
+#[cfg(test)]
+mod tests;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{DeriveInput, Generics, Ident, parse_quote_spanned};
+
+use crate::ast::{Container, source_text, unraw};
+use crate::attr::Placement;
+use crate::check::{self, Buffer, Checked, Chunking, Length, StreamGroup};
+use crate::ctxt::Ctxt;
+
+/// Expands `#[derive(GpuBuffers)]` on `input`.
+pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
+    let cx = Ctxt::new();
+    let container = Container::from_ast(&cx, input);
+    let checked = check::check(&cx, &container);
+    match cx.finish(checked) {
+        Ok(checked) => implementation(&checked),
+        Err(errors) => {
+            let mut tokens = errors.to_compile_error();
+            tokens.extend(fallback::fallback(&container));
+            tokens
+        }
+    }
+}
+
+/// The name the generated code reaches cubie-mem by, bound by the `use` at
+/// the top of the `const _` block.
+fn import_name(span: Span) -> Ident {
+    Ident::new("_cubie_mem", span)
+}
+
+/// `const _: () = { use <krate> as _cubie_mem; <items> };`.
+fn wrap(krate: &syn::Path, items: TokenStream) -> TokenStream {
+    let cubie_mem = import_name(Span::call_site());
+    quote! {
+        const _: () = {
+            use #krate as #cubie_mem;
+            #items
+        };
+    }
+}
+
+/// The impl of a struct that passed every check.
+fn implementation(checked: &Checked) -> TokenStream {
+    let cubie_mem = import_name(Span::call_site());
+    let ident = checked.ident;
+    let generics = with_element_bounds(checked);
+    let (impl_generics, type_generics, where_clause) = generics.split_for_impl();
+    let dims = checked.dims;
+    let group = match &checked.stream_group {
+        StreamGroup::Default => quote!(#cubie_mem::DEFAULT_STREAM_GROUP),
+        StreamGroup::Named(name) => quote!(#name),
+    };
+    let name = unraw(ident);
+    let labels = checked.buffers.iter().map(|buffer| &buffer.label);
+
+    let (generic_assertions, item_assertions): (Vec<_>, Vec<_>) = checked
+        .buffers
+        .iter()
+        .filter_map(|buffer| Some((buffer.precision.as_ref()?, buffer.element)))
+        .partition(|(assertion, _)| assertion.uses_parameters);
+    let item_assertions = item_assertions.into_iter().map(|(assertion, element)| {
+        let precision = assertion.precision;
+        let cubie_mem = import_name(precision.span());
+        quote_spanned! {precision.span()=>
+            const _: () = #cubie_mem::__private::assert_precision::<#precision, #element>();
+        }
+    });
+    let generic_assertions = generic_assertions.into_iter().map(|(assertion, element)| {
+        let precision = assertion.precision;
+        let cubie_mem = import_name(precision.span());
+        quote_spanned! {precision.span()=>
+            #cubie_mem::__private::assert_precision::<#precision, #element>();
+        }
+    });
+    let dim_bindings = dim_bindings(&checked.buffers);
+    let depth = checked
+        .pipeline_depth
+        .map(|depth| quote!(.pipeline_depth(#depth)));
+    let requests = checked
+        .buffers
+        .iter()
+        .map(|buffer| request(buffer, depth.as_ref()));
+    let takes = checked.buffers.iter().map(|buffer| {
+        let field = buffer.field;
+        let element = buffer.element;
+        let label = &buffer.label;
+        let take = match buffer.placement {
+            Placement::Device => quote!(take_set),
+            Placement::Pinned => quote!(take_pinned_set),
+        };
+        quote_spanned! {element.span()=> #field: response.#take::<#element>(#label, set)?}
+    });
+
+    let docs = docs::Docs::new(checked);
+    let (impl_doc, dims_doc, group_doc, labels_doc) =
+        (&docs.implementation, &docs.dims, &docs.group, &docs.labels);
+    let (requests_doc, from_response_doc, registration_doc) =
+        (&docs.requests, &docs.from_response, &docs.registration);
+    wrap(
+        &checked.krate,
+        quote! {
+            #(#item_assertions)*
+
+            #[doc = #impl_doc]
+            #[automatically_derived]
+            #[allow(unused_qualifications)]
+            impl #impl_generics #cubie_mem::GpuBuffers for #ident #type_generics #where_clause {
+                #[doc = #dims_doc]
+                type Dims = #dims;
+                #[doc = #group_doc]
+                const STREAM_GROUP: &'static str = #group;
+                #[doc = #labels_doc]
+                const LABELS: &'static [&'static str] = &[#(#labels),*];
+
+                #[doc = #requests_doc]
+                fn requests(dims: &Self::Dims) -> #cubie_mem::RequestSet {
+                    #(#generic_assertions)*
+                    #dim_bindings
+                    #cubie_mem::RequestSet::new()
+                        #(#requests)*
+                }
+
+                #[doc = #from_response_doc]
+                fn from_response_set(
+                    response: &mut #cubie_mem::ArrayResponse,
+                    set: usize,
+                ) -> ::core::result::Result<Self, #cubie_mem::MemError> {
+                    ::core::result::Result::Ok(Self { #(#takes,)* })
+                }
+
+                #[doc = #registration_doc]
+                fn registration() -> #cubie_mem::Registration {
+                    #cubie_mem::Registration::new()
+                        .name(#name)
+                        .stream_group(<Self as #cubie_mem::GpuBuffers>::STREAM_GROUP)
+                }
+            }
+        },
+    )
+}
+
+/// The struct's generics with `T: Element` added to the where clause for
+/// each distinct element type, spanned on its first mention.
+///
+/// This is the element check: for a concrete type the bound is checked where
+/// the impl is declared, so an unsupported type is reported on the user's
+/// token with `Element`'s list of supported types; for a type parameter the
+/// bound is assumed, leaving the one error of the field's own type (whose
+/// `DeviceArray<T: Element>` bound rustc checks) instead of one per use.
+fn with_element_bounds(checked: &Checked) -> Generics {
+    let mut generics = checked.generics.clone();
+    let mut bounded: Vec<String> = Vec::new();
+    for buffer in &checked.buffers {
+        let element = buffer.element;
+        let text = source_text(element);
+        if bounded.contains(&text) {
+            continue;
+        }
+        bounded.push(text);
+        let span = element.span();
+        let cubie_mem = import_name(span);
+        generics
+            .make_where_clause()
+            .predicates
+            .push(parse_quote_spanned! {span=> #element: #cubie_mem::Element});
+    }
+    generics
+}
+
+/// The local variable holding a dims field's value.
+fn dim_variable(field: &Ident) -> Ident {
+    format_ident!("dim_{}", field, span = Span::call_site())
+}
+
+/// Reads each dims field the shapes use into a `usize` local, once, with the
+/// read spanned on the field's first mention: a missing field or one of
+/// another type is reported there.
+fn dim_bindings(buffers: &[Buffer]) -> TokenStream {
+    let mut seen: Vec<&Ident> = Vec::new();
+    for buffer in buffers {
+        for length in &buffer.shape {
+            if let Length::Field(field) = length {
+                if !seen.contains(field) {
+                    seen.push(field);
+                }
+            }
+        }
+    }
+    let bindings = seen.iter().map(|field| {
+        let variable = dim_variable(field);
+        let cubie_mem = import_name(field.span());
+        quote_spanned! {field.span()=>
+            let #variable = #cubie_mem::__private::DimLength::length((*dims).#field);
+        }
+    });
+    quote!(#(#bindings)*)
+}
+
+/// `.with(label, ArrayRequest::of::<T>(shape).memory(..)...)` for one buffer.
+fn request(buffer: &Buffer, depth: Option<&TokenStream>) -> TokenStream {
+    let cubie_mem = import_name(Span::call_site());
+    let label = &buffer.label;
+    let element = buffer.element;
+    let shape = buffer.shape.iter().map(|length| length_value(*length));
+    let of = {
+        let cubie_mem = import_name(element.span());
+        quote_spanned! {element.span()=> #cubie_mem::ArrayRequest::of::<#element>}
+    };
+    let memory = match buffer.placement {
+        Placement::Device => quote!(#cubie_mem::MemoryKind::Device),
+        Placement::Pinned => quote!(#cubie_mem::MemoryKind::Pinned),
+    };
+    let chunking = match buffer.chunking {
+        Chunking::Axis { index, runs } => {
+            let runs = length_value(runs);
+            quote!(.chunk_axis(#index).total_runs(#runs))
+        }
+        Chunking::Whole => quote!(.unchunkable()),
+    };
+    quote! {
+        .with(
+            #label,
+            #of([#(#shape),*])
+                .memory(#memory)
+                #chunking
+                #depth,
+        )
+    }
+}
+
+/// A length as a `usize` expression.
+fn length_value(length: Length) -> TokenStream {
+    match length {
+        Length::Field(field) => {
+            let variable = dim_variable(field);
+            quote!(#variable)
+        }
+        Length::Literal(lit, value) => quote_spanned!(lit.span()=> #value),
+    }
+}
