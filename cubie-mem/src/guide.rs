@@ -28,6 +28,9 @@ pub mod current_stream {}
 #[doc = include_str!("../docs/derive.md")]
 pub mod derive {}
 
+#[doc = include_str!("../docs/derive-errors.md")]
+pub mod derive_errors {}
+
 #[doc = include_str!("../docs/host-memory.md")]
 pub mod host_memory {}
 
