@@ -4,8 +4,8 @@
 #
 #   ci/gpu/check.sh build [BUNDLE_DIR]
 #       Here (no GPU, Rust installed): builds the release test binaries of
-#       cubie-mem (unit tests, feature cuda) and of the `cuda` and
-#       `host_cuda` integration tests, and every `gpu_*` example, linked
+#       cubie-mem (unit tests, feature cuda) and of the `cuda` integration
+#       tests, and every `gpu_*` example, linked
 #       against the stub driver of ci/cuda-stub (they load the real
 #       libcuda.so.1 on the GPU machine), into BUNDLE_DIR (default
 #       target/gpu-bundle) with this script and a MANIFEST; prints the
@@ -67,7 +67,7 @@ build() {
         --message-format=json-render-diagnostics | executables)
     echo "== building the cuda integration tests"
     integration=$(cargo test --release -p cubie-mem-tests --features cuda \
-        --test cuda --test host_cuda --no-run --message-format=json-render-diagnostics | executables)
+        --test cuda --no-run --message-format=json-render-diagnostics | executables)
     echo "== building the GPU examples: ${examples[*]}"
     built=$(cargo build --release -p cubie-mem-examples --features cuda "${examples[@]}" \
         --message-format=json-render-diagnostics | executables)
@@ -81,9 +81,7 @@ build() {
         name=$(basename "$test")
         cp "$test" "$bundle/tests/${name%-*}" # cuda-0123abcd -> cuda
     done
-    for test in cuda host_cuda; do
-        [ -f "$bundle/tests/$test" ] || { echo "gpu: the $test test binary was not built" >&2; exit 1; }
-    done
+    [ -f "$bundle/tests/cuda" ] || { echo "gpu: the cuda test binary was not built" >&2; exit 1; }
     for name in $built; do
         cp "$name" "$bundle/examples/"
     done

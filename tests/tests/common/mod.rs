@@ -77,29 +77,51 @@ pub fn runs_request(bytes_per_run: usize, runs: usize) -> ArrayRequest {
         .total_runs(runs)
 }
 
-/// Captures the `tracing` output of `f` on this thread.
-pub fn capture_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buffer {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+thread_local! {
+    /// The log output captured on this thread, while a capture runs.
+    static CAPTURED: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Writes the process-wide subscriber's output into this thread's capture,
+/// if one runs, and drops it otherwise.
+struct ThreadCapture;
+
+impl Write for ThreadCapture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        CAPTURED.with(|captured| {
+            if let Some(buffer) = captured.borrow_mut().as_mut() {
+                buffer.extend_from_slice(bytes);
+            }
+        });
+        Ok(bytes.len())
     }
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
-    let result = tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-    (result, text)
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Captures the `tracing` output (debug and up) of `f` on this thread.
+///
+/// One process-wide subscriber writes every thread's events into that
+/// thread's capture: a subscriber per test (`with_default`) would race
+/// the process-wide interest cache of the callsites against other tests'
+/// threads.
+pub fn capture_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let installed = tracing_subscriber::fmt()
+            .with_writer(|| ThreadCapture)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .try_init();
+        assert!(installed.is_ok(), "another global subscriber is installed");
+    });
+    CAPTURED.with(|captured| *captured.borrow_mut() = Some(Vec::new()));
+    let result = f();
+    let bytes = CAPTURED
+        .with(|captured| captured.borrow_mut().take())
+        .unwrap_or_default();
+    (result, String::from_utf8(bytes).unwrap())
 }
 
 /// Queues one f64 `request` under `label` for `instance`, allocates, and

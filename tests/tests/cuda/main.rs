@@ -20,6 +20,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod copies;
+mod host;
 mod kernels;
 mod memory;
 

@@ -1,8 +1,7 @@
 //! Host arrays and chunked streaming on the CUDA backend: the round trips of
-//! `host.rs` on a real device. Without a usable device the test checks that
-//! the backend says so (and fails when `CUBIE_REQUIRE_GPU=1`).
-#![cfg(feature = "cuda")]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! the integration tests' `host` module on a real device. Without a usable
+//! device the test checks that the backend says so (and fails when
+//! `CUBIE_REQUIRE_GPU=1`).
 
 use cubie_mem::backend::cuda::CudaBackend;
 use cubie_mem::{

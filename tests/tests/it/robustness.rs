@@ -1,16 +1,14 @@
 //! The manager under hostile conditions: accesses in progress while arrays
 //! are freed or evicted, calls that fail after evicting, panicking hooks,
 //! and figures at the edge of their types.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common;
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use common::{Counter, Inbox, allocate_f64, capture_logs, manager, queuing, runs_request};
+use crate::common::{Counter, Inbox, allocate_f64, capture_logs, manager, queuing, runs_request};
 use cubie_mem::{
     ArrayRequest, LimitMode, ManagerConfig, MemoryKind, MemoryManager, Registration, ReleaseReason,
     SimBackend,

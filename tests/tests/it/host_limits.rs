@@ -1,10 +1,8 @@
 //! Host-side limits and errors: inconsistent chunk plans are refused,
 //! enormous valid plans stream lazily, memory the host cannot provide is an
 //! error (never an abort), and wrong shapes and indices are clear errors.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common;
 use cubie_mem::{
     ArrayRequest, ArraySide, Bytes, ChunkPlan, HostMemoryType, Instance, MemError, MemoryManager,
     SimBackend,

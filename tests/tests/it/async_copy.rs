@@ -1,10 +1,8 @@
 //! Asynchronous copies between page-locked host arrays and device arrays:
 //! they return at once, hold their host array until done, and overlap on
 //! the modelled device's two copy engines.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common;
 use std::time::Duration;
 
 use cubie_mem::timeline::Activity;

@@ -1,9 +1,6 @@
 //! Eviction of idle owners under physical memory pressure.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Counter, manager, queuing, runs_request};
+use crate::common::{Counter, manager, queuing, runs_request};
 use cubie_mem::{LimitMode, MemError, Registration, ReleaseReason};
 
 /// Allocates `runs * 8` device bytes for `instance` and returns the handle.

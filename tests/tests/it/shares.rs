@@ -1,9 +1,6 @@
 //! VRAM shares: the manual and auto pools, caps, and moving between pools.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{capture_logs, manager};
+use crate::common::{capture_logs, manager};
 use cubie_mem::{MIN_AUTOPOOL_SIZE, MemError, Registration};
 
 const GIB: u64 = 1 << 30;

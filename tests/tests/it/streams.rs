@@ -1,9 +1,6 @@
 //! Stream groups and the current-stream guard.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{allocate_f64, logged_manager, manager, queuing, runs_request};
+use crate::common::{allocate_f64, logged_manager, manager, queuing, runs_request};
 use cubie_mem::Registration;
 use cubie_mem::streams::DEFAULT_STREAM_GROUP;
 

@@ -1,13 +1,11 @@
 //! The order in which a chunk pipeline talks to the device: every upload of
 //! chunk k before its computation, every download after it, and nothing of
 //! chunk k + 1 reaching the device before chunk k's results are back.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common;
 use std::sync::Arc;
 
-use common::Logged;
+use crate::common::Logged;
 use cubie_mem::{
     ArrayRequest, ChunkPlan, HostMemoryType, ManagerConfig, MemoryManager, Registration, SimBackend,
 };

@@ -1,6 +1,5 @@
 //! Derived buffer structs allocated on the simulated device: one chunk,
 //! several chunks, several structs planned together, and generic precision.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::mpsc;
 

@@ -1,7 +1,6 @@
 //! The staging pool: reuse by (label, shape, element type), growth bounded by
 //! RAM with one buffer per label always granted, blocking acquires woken by
 //! releases, clear. Every wait is bounded so that a failure cannot hang.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::sync::mpsc;

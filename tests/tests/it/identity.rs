@@ -1,10 +1,7 @@
 //! Who is who: handles of one manager given to another, names in every
 //! message, resources that stay bounded, and the edge figures of responses.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{allocate_f64, capture_logs, manager, queuing, runs_request};
+use crate::common::{allocate_f64, capture_logs, manager, queuing, runs_request};
 use cubie_mem::{
     ArrayRequest, ArrayResponse, Backend, DType, HostMemoryType, LimitMode, ManagerConfig,
     MemError, MemoryManager, Registration, SimBackend,

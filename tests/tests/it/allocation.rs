@@ -1,10 +1,7 @@
 //! `queue_request` and `allocate_queue`: participants, sizes, the planner's
 //! rules as the manager applies them, notaries and remembered partitions.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Counter, Inbox, capture_logs, manager, queuing, runs_request};
+use crate::common::{Counter, Inbox, capture_logs, manager, queuing, runs_request};
 use cubie_mem::{
     ArrayRequest, DType, LimitMode, ManagerConfig, MemError, MemoryKind, MemoryManager,
     Registration, ReleaseReason, SimBackend,

@@ -1,9 +1,6 @@
 //! Typed array handles: copies, release, and freeing through the manager.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Counter, allocate_f64, manager, queuing, runs_request};
+use crate::common::{Counter, allocate_f64, manager, queuing, runs_request};
 use cubie_mem::{ArrayRequest, MemError, MemoryKind, Registration, ReleaseReason};
 
 #[test]

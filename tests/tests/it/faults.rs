@@ -1,11 +1,9 @@
 //! Fault injection: every allocation inside one `allocate_queue` made to fail
 //! in turn. The error is clear, nothing stays allocated, the queue is intact,
 //! and the same call succeeds once the fault is lifted.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Inbox, manager, queuing, runs_request};
+use crate::common;
+use crate::common::{Inbox, manager, queuing, runs_request};
 use cubie_mem::{ArrayRequest, MemError, MemoryKind};
 
 /// Two participants, five arrays (device and pinned) in one group.

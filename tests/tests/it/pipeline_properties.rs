@@ -2,10 +2,8 @@
 //! chunk axes, chunk lengths, buffer sets, staging windows and host memory
 //! kinds, the results equal what a plain loop over the batch computes, and
 //! the strict simulated device reports no hazard on the way.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common;
 use std::time::Duration;
 
 use cubie_mem::{

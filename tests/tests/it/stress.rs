@@ -2,15 +2,12 @@
 //! and dropping on one manager at once, with accesses and guards held across
 //! manager calls. Every thread must finish within a deadline: a deadlock
 //! fails the test instead of hanging CI.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{manager, runs_request};
+use crate::common::{manager, runs_request};
 use cubie_mem::{ArrayRequest, Instance, MemError, MemoryKind, MemoryManager, Registration};
 
 const THREADS: usize = 8;

@@ -1,6 +1,5 @@
 //! Host arrays and chunked transfers: round trips through the simulated
 //! device along every chunk axis, for every element type and memory kind.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::ops::Range;
 

@@ -1,9 +1,6 @@
 //! Properties of the pure planner over random batches and budgets.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{edge_u64, edge_usize};
+use crate::common::{edge_u64, edge_usize};
 use cubie_mem::plan::{BatchSizes, Budget, plan_chunks};
 use cubie_mem::{ArrayRequest, ChunkPlan, DType, MemError};
 use proptest::prelude::*;

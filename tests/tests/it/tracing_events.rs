@@ -2,10 +2,8 @@
 //! captured. A process of its own: tracing's interest in a callsite is
 //! process-wide, and other tests on other threads, with no subscriber,
 //! would race this one's.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common;
 use cubie_mem::{ArrayRequest, HostMemoryType, Registration};
 
 #[test]

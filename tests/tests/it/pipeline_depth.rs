@@ -2,11 +2,9 @@
 //! `d` buffer sets, and the manager allocates a buffer per set for every
 //! chunkable array (one for an unchunkable array), replacing, freeing and
 //! counting every set.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Inbox, manager, queuing};
+use crate::common;
+use crate::common::{Inbox, manager, queuing};
 use cubie_mem::plan::Budget;
 use cubie_mem::{
     ArrayRequest, ArrayResponse, DeviceArray, GpuBuffers, Instance, LimitMode, ManagerConfig,

@@ -2,10 +2,8 @@
 //! clock is deterministic: a batch whose upload, kernel and download take
 //! equal time per chunk runs in about `(n + 2)` steps with two buffer sets,
 //! against about `2n` with one and `3n` when nothing overlaps.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common;
 use std::time::Duration;
 
 use cubie_mem::timeline::Activity;

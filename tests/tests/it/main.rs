@@ -1,0 +1,30 @@
+//! The integration tests of cubie-mem, as one test binary (one link)
+//! with a module per subject. Tests that need a process of their own
+//! (environment variables, the process-wide manager, killed child
+//! processes), the trybuild suite and the cuda tests are binaries of their
+//! own beside it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod allocation;
+mod async_copy;
+mod derive;
+mod eviction;
+mod faults;
+mod handles;
+mod host;
+mod host_limits;
+mod host_pipeline;
+mod identity;
+mod overlap;
+mod pipeline_depth;
+mod pipeline_properties;
+mod planner_properties;
+mod robustness;
+mod shares;
+mod staging;
+mod streams;
+mod stress;
+mod tracing_events;
