@@ -12,6 +12,7 @@ use crate::{Bytes, LimitMode, MemoryKind};
 /// Counters for one scope (an instance, a group, or the whole manager).
 /// Every counter saturates instead of overflowing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UsageStats {
     /// Bytes allocated now, device and pinned.
     pub current_bytes: u64,
@@ -102,6 +103,7 @@ impl UsageStats {
 
 /// One registered instance's figures.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct InstanceStats {
     /// The instance's id.
     pub instance: InstanceId,
@@ -129,6 +131,7 @@ impl InstanceStats {
 
 /// A snapshot of the manager's statistics.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct MemoryStats {
     /// The backend's name.
     pub backend: &'static str,
