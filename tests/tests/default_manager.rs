@@ -13,7 +13,7 @@ fn environment_sizes_the_simulated_device() {
         std::env::set_var(SIM_FREE_ENV, "0.25 GiB");
     }
     let mgr = default_memmgr().unwrap();
-    let info = mgr.get_memory_info().unwrap();
+    let info = mgr.mem_info().unwrap();
     assert_eq!(info.total, 512 << 20);
     assert_eq!(info.free, 256 << 20);
     assert_eq!(mgr.backend().name(), "simulated");

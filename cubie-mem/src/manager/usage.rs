@@ -6,8 +6,9 @@ use crate::stats::{InstanceStats, MemoryStats};
 use crate::{MemError, MemoryManager};
 
 impl MemoryManager {
-    /// Free and total device memory.
-    pub fn get_memory_info(&self) -> Result<MemInfo, MemError> {
+    /// Free and total device memory, as the backend reports them
+    /// ([`Backend::mem_info`](crate::Backend::mem_info)).
+    pub fn mem_info(&self) -> Result<MemInfo, MemError> {
         self.inner.backend.mem_info().on(&*self.inner.backend)
     }
 

@@ -53,8 +53,8 @@ fn run() -> Result<(), Box<dyn Error>> {
         cuda.device_name(),
         cuda.driver_version() / 1000,
         cuda.driver_version() % 1000 / 10,
-        cubie_mem::Bytes(mgr.get_memory_info()?.free),
-        cubie_mem::Bytes(mgr.get_memory_info()?.total),
+        cubie_mem::Bytes(mgr.mem_info()?.free),
+        cubie_mem::Bytes(mgr.mem_info()?.total),
     );
 
     let solver = mgr.register(

@@ -123,7 +123,7 @@ fn the_default_manager_uses_the_device_only_when_it_answers() {
         Ok(cuda) => {
             assert_eq!(mgr.backend().name(), "cuda");
             assert_eq!(
-                mgr.get_memory_info().unwrap().total,
+                mgr.mem_info().unwrap().total,
                 cuda.mem_info().unwrap().total
             );
             assert!(!cuda.device_name().is_empty());

@@ -252,7 +252,7 @@ fn a_buffer_struct_too_large_for_its_share_is_allocated_in_chunks() {
     on_device(|cuda| {
         let mgr = manager(&cuda);
         mgr.set_limit_mode(LimitMode::Active);
-        let total = mgr.get_memory_info()?.total;
+        let total = mgr.mem_info()?.total;
         // A 256 MiB share for a batch of about 1 GiB.
         let share = (256u64 << 20) as f64 / total as f64;
         let solver = mgr.register(
@@ -298,7 +298,7 @@ fn a_buffer_struct_too_large_for_its_share_is_allocated_in_chunks() {
 fn an_idle_owner_is_evicted_when_the_device_is_short() {
     on_device(|cuda| {
         let mgr = MemoryManager::new(cuda.clone());
-        let free = mgr.get_memory_info()?.free;
+        let free = mgr.mem_info()?.free;
         let batch = free / 10 * 6;
         let evicted = Counter::default();
         let idle = mgr.register(
@@ -390,7 +390,7 @@ fn a_second_identical_batch_reuses_the_pool_without_growing_driver_memory() {
             "driver free memory fell from {driver_free_first} to {driver_free_second}"
         );
         assert!(
-            mgr.get_memory_info()?.free >= cuda.driver_mem_info()?.free + batch_bytes,
+            mgr.mem_info()?.free >= cuda.driver_mem_info()?.free + batch_bytes,
             "idle pool memory counts as free for the planner"
         );
         Ok(())
