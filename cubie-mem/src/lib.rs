@@ -74,7 +74,7 @@ pub use kernel::{HostKernel, KernelArgs};
 pub use manager::{Instance, MemoryManager, Owner, Work};
 pub use plan::{Chunk, ChunkPlan, Chunks};
 pub use pools::MIN_AUTOPOOL_SIZE;
-pub use registration::{AsOwner, Registration};
+pub use registration::{AsOwner, Registration, SpillSettings};
 pub use request::{ArrayRequest, DEFAULT_CHUNK_AXIS, MemoryKind, RequestSet};
 pub use stats::{MemoryReport, MemoryStats, UsageStats};
 pub use streams::{CurrentStream, DEFAULT_STREAM_GROUP};

@@ -67,11 +67,16 @@ impl<F: ?Sized> Hook<F> {
     }
 }
 
-/// Where host arrays of an instance or owner spill, when set.
+/// Where host arrays spill to a file, and above what size: an instance's
+/// or owner's own settings, or those that apply to an instance
+/// ([`MemoryManager::spill_settings`](crate::MemoryManager::spill_settings)).
+/// `None` where nothing is set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct SpillSettings {
-    pub(crate) threshold: Option<u64>,
-    pub(crate) directory: Option<PathBuf>,
+pub struct SpillSettings {
+    /// Host arrays above this many bytes spill.
+    pub threshold: Option<u64>,
+    /// The directory spill files go to.
+    pub directory: Option<PathBuf>,
 }
 
 pub(crate) mod sealed {

@@ -35,8 +35,8 @@ impl MemoryManager {
     /// of total RAM. Where RAM cannot be measured and nothing is set, arrays
     /// never spill (`u64::MAX`).
     pub fn host_spill_threshold(&self, instance: &Instance) -> u64 {
-        let (threshold, _) = self.spill_settings(instance);
-        threshold
+        self.spill_settings(instance)
+            .threshold
             .or_else(|| SystemMemory::read().map(|ram| ram.default_spill_threshold()))
             .unwrap_or(u64::MAX)
     }
@@ -48,8 +48,10 @@ impl MemoryManager {
     /// an error (it is not created, so that a typo cannot scatter files).
     pub fn spill_directory(&self, instance: &Instance) -> Result<PathBuf, MemError> {
         self.check_registered(instance)?;
-        let (_, directory) = self.spill_settings(instance);
-        let directory = directory.unwrap_or_else(std::env::temp_dir);
+        let directory = self
+            .spill_settings(instance)
+            .directory
+            .unwrap_or_else(std::env::temp_dir);
         if directory.is_dir() {
             Ok(directory)
         } else {

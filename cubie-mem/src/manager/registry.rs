@@ -6,8 +6,7 @@ use std::sync::Arc;
 use super::handles::{Instance, Owner};
 use super::shares::warn_share;
 use crate::ids::{InstanceId, OwnerId};
-use crate::registration::SpillSettings;
-use crate::{MemError, MemoryManager, Registration};
+use crate::{MemError, MemoryManager, Registration, SpillSettings};
 
 impl MemoryManager {
     /// Registers an instance. On error nothing is registered.
@@ -69,23 +68,25 @@ impl MemoryManager {
     /// The spill settings that apply to `instance`: its own, else its owner's,
     /// else the manager's (`None` where nothing is set at any level, or for
     /// an instance this manager does not know).
-    pub fn spill_settings(&self, instance: &Instance) -> (Option<u64>, Option<PathBuf>) {
+    pub fn spill_settings(&self, instance: &Instance) -> SpillSettings {
         let s = self.inner.lock();
         let Some(own) = s.instances.get(&instance.id) else {
-            return (None, None);
+            return SpillSettings::default();
         };
         let owner = s.owners.get(&own.owner).map(|o| &o.spill);
         let config = &self.inner.config;
-        (
-            own.spill
+        SpillSettings {
+            threshold: own
+                .spill
                 .threshold
                 .or(owner.and_then(|o| o.threshold))
                 .or(config.host_spill_threshold),
-            own.spill
+            directory: own
+                .spill
                 .directory
                 .clone()
                 .or_else(|| owner.and_then(|o| o.directory.clone()))
                 .or_else(|| config.spill_directory.clone()),
-        )
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Typed array handles: copies, release, and freeing through the manager.
 
 use crate::common::{Counter, allocate_f64, manager, queuing, runs_request};
-use cubie_mem::{ArrayRequest, MemError, MemoryKind, Registration, ReleaseReason};
+use cubie_mem::{ArrayRequest, MemError, MemoryKind, Registration, ReleaseReason, SpillSettings};
 
 #[test]
 fn device_arrays_round_trip_every_element_type() {
@@ -210,15 +210,27 @@ fn spill_settings_resolve_instance_then_owner_then_manager() {
     let child = mgr.register(Registration::new().owner(&parent)).unwrap();
     assert_eq!(
         mgr.spill_settings(&plain),
-        (Some(300), Some("/manager".into()))
+        SpillSettings {
+            threshold: Some(300),
+            directory: Some("/manager".into())
+        }
     );
     assert_eq!(
         mgr.spill_settings(&owned),
-        (Some(200), Some("/manager".into()))
+        SpillSettings {
+            threshold: Some(200),
+            directory: Some("/manager".into())
+        }
     );
-    assert_eq!(mgr.spill_settings(&own), (Some(100), Some("/own".into())));
     assert_eq!(
-        mgr.spill_settings(&child).0,
+        mgr.spill_settings(&own),
+        SpillSettings {
+            threshold: Some(100),
+            directory: Some("/own".into())
+        }
+    );
+    assert_eq!(
+        mgr.spill_settings(&child).threshold,
         Some(50),
         "inherited from the owning instance"
     );

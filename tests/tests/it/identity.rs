@@ -4,7 +4,7 @@
 use crate::common::{allocate_f64, capture_logs, manager, queuing, runs_request};
 use cubie_mem::{
     ArrayRequest, ArrayResponse, Backend, DType, HostMemoryType, LimitMode, ManagerConfig,
-    MemError, MemoryManager, Registration, SimBackend,
+    MemError, MemoryManager, Registration, SimBackend, SpillSettings,
 };
 
 #[test]
@@ -33,7 +33,7 @@ fn a_foreign_instance_is_unknown_not_a_local_one_of_the_same_number() {
     assert!(!second.is_grouped(&foreign));
     assert!(!second.has_queued(&foreign));
     assert_eq!(second.allocated_bytes(&foreign), 0);
-    assert_eq!(second.spill_settings(&foreign), (None, None));
+    assert_eq!(second.spill_settings(&foreign), SpillSettings::default());
 
     // Calls that can fail say so, and change nothing.
     let unknown = |result: Result<(), MemError>| {
