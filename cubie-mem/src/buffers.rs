@@ -38,10 +38,10 @@ pub trait GpuBuffers: Sized {
     }
 
     /// Builds the struct of every buffer set of an allocation response, in
-    /// set order: `response.buffer_sets` structs (at least one), where
+    /// set order: `response.buffer_sets()` structs (at least one), where
     /// struct `i` holds set `i`'s arrays.
     fn sets_from_response(mut response: ArrayResponse) -> Result<Vec<Self>, MemError> {
-        (0..response.buffer_sets.max(1))
+        (0..response.buffer_sets().max(1))
             .map(|set| Self::from_response_set(&mut response, set))
             .collect()
     }
@@ -132,7 +132,7 @@ impl MemoryManager {
     ) -> Result<Allocated<B>, MemError> {
         self.queue_buffers::<B>(instance, dims)?;
         let response = self.allocate_queue_for(instance)?;
-        let plan = response.plan;
+        let plan = *response.plan();
         Allocated::new(B::sets_from_response(response)?, plan)
     }
 

@@ -16,7 +16,8 @@ use crate::{Element, MemError, MemoryKind};
 /// same `chunks` and `chunk_length`. The default (empty) response has one
 /// chunk of one run, and one buffer set.
 ///
-/// With a pipeline depth above 1 the response holds `buffer_sets` sets: each
+/// With a pipeline depth above 1 the response holds
+/// [`buffer_sets`](Self::buffer_sets) sets: each
 /// chunkable array has a buffer of its own in every set
 /// ([`take_set`](Self::take_set)), and an unchunkable array is one buffer
 /// that every set can take.
@@ -26,13 +27,10 @@ pub struct ArrayResponse {
     pub chunks: usize,
     /// Runs per chunk (the last chunk may be shorter).
     pub chunk_length: usize,
-    /// Number of buffer sets (chunks in flight): each chunkable array has
-    /// this many buffers, sets `0..buffer_sets`.
-    pub buffer_sets: usize,
     /// The allocated shape of every array, by label (the same in every set).
     pub chunked_shapes: BTreeMap<String, Vec<usize>>,
     /// The full plan, with the byte figures it was made from.
-    pub plan: ChunkPlan,
+    plan: ChunkPlan,
     /// Every array, in insertion order, with the sets not yet taken.
     arrays: Vec<Held>,
 }
@@ -61,11 +59,23 @@ impl ArrayResponse {
         ArrayResponse {
             chunks: plan.chunks,
             chunk_length: plan.chunk_length,
-            buffer_sets: plan.buffer_sets,
             chunked_shapes: BTreeMap::new(),
             plan,
             arrays: Vec::new(),
         }
+    }
+
+    /// The chunk plan the arrays were laid out for, with the byte figures
+    /// it was made from (hand it to
+    /// [`chunk_streamer`](crate::MemoryManager::chunk_streamer)).
+    pub fn plan(&self) -> &ChunkPlan {
+        &self.plan
+    }
+
+    /// Number of buffer sets (chunks in flight): each chunkable array has
+    /// this many buffers, sets `0..buffer_sets()`.
+    pub fn buffer_sets(&self) -> usize {
+        self.plan.buffer_sets
     }
 
     /// An empty response with room for `arrays` arrays.
@@ -88,7 +98,7 @@ impl ArrayResponse {
         };
         let label_arc = Arc::clone(first.label());
         let sets = match <[Arc<Slot>; 1]>::try_from(slots) {
-            Ok([shared]) => vec![Some(shared); self.buffer_sets.max(1)],
+            Ok([shared]) => vec![Some(shared); self.buffer_sets().max(1)],
             Err(slots) => slots.into_iter().map(Some).collect(),
         };
         self.chunked_shapes.insert(label, chunked_shape);
@@ -129,7 +139,7 @@ impl ArrayResponse {
     ///     ("params", ArrayRequest::of::<f64>([4]).unchunkable()),
     /// ])?;
     /// let mut response = mgr.allocate_queue_for(&solver)?;
-    /// assert_eq!(response.buffer_sets, 2);
+    /// assert_eq!(response.buffer_sets(), 2);
     /// let state: Vec<_> = (0..2).map(|set| response.take_set::<f64>("state", set)).collect::<Result<_, _>>()?;
     /// assert_ne!(state[0].with_device_ptr(|p| p)?, state[1].with_device_ptr(|p| p)?); // a buffer per set
     /// let p0 = response.take_set::<f64>("params", 0)?;
@@ -184,7 +194,7 @@ impl ArrayResponse {
                 available: self.labels().collect::<Vec<_>>().join(", "),
             });
         };
-        let buffer_sets = self.buffer_sets;
+        let buffer_sets = self.buffer_sets();
         let Some(entry) = self.arrays[index].sets.get_mut(set) else {
             return Err(MemError::SetOutOfRange {
                 label: label.to_owned(),
@@ -219,7 +229,7 @@ impl fmt::Debug for ArrayResponse {
         f.debug_struct("ArrayResponse")
             .field("chunks", &self.chunks)
             .field("chunk_length", &self.chunk_length)
-            .field("buffer_sets", &self.buffer_sets)
+            .field("buffer_sets", &self.buffer_sets())
             .field("chunked_shapes", &self.chunked_shapes)
             .field(
                 "arrays",

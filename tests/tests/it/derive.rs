@@ -153,7 +153,7 @@ fn structs_of_one_stream_group_share_one_plan() {
         .allocate_buffers::<Outputs<f64>>(&outputs_holder, &DIMS)
         .unwrap();
     let response = inputs_response.try_recv().unwrap();
-    let plan = response.plan;
+    let plan = *response.plan();
     let inputs = Inputs::from_response(response).unwrap();
 
     assert_eq!(plan, *outputs.plan());

@@ -303,7 +303,7 @@ fn a_plan_from_the_manager_streams_a_batch_larger_than_the_device() {
     let data: Vec<f64> = (0..12 * runs).map(|i| i as f64).collect();
     let host_in = mgr.new_host_array(shape, Some(&data), &solver).unwrap();
     let mut host_out = mgr.new_host_array::<f64>(shape, None, &solver).unwrap();
-    mgr.chunk_streamer(&solver, &response.plan)
+    mgr.chunk_streamer(&solver, response.plan())
         .unwrap()
         .pipeline()
         .input(&host_in, &device_in, 2)

@@ -61,15 +61,15 @@ fn depth_two_halves_the_chunk_and_gives_each_set_its_own_buffers() {
     let (alloc, _) = Budget::passive(FREE).with_granule(0).allocatable().unwrap();
     assert_eq!(alloc, 3528);
     assert_eq!(
-        (shallow.chunks, shallow.chunk_length, shallow.buffer_sets),
+        (shallow.chunks, shallow.chunk_length, shallow.buffer_sets()),
         (2, 50, 1)
     );
     assert_eq!(
-        (deep.chunks, deep.chunk_length, deep.buffer_sets),
+        (deep.chunks, deep.chunk_length, deep.buffer_sets()),
         (4, 25, 2)
     );
-    assert_eq!(deep.plan.buffer_sets, 2);
-    assert_eq!(deep.plan.chunk_length * 2, shallow.plan.chunk_length);
+    assert_eq!(deep.plan().buffer_sets, 2);
+    assert_eq!(deep.plan().chunk_length * 2, shallow.plan().chunk_length);
     assert_eq!(deep.chunked_shapes["state"], [8, 25]);
     assert_eq!(deep.chunked_shapes["params"], [16]);
 
@@ -177,7 +177,7 @@ fn re_allocating_with_the_same_or_another_depth_replaces_every_set_without_a_lea
     let (mgr, sim, solver) = capped();
     let mut first = allocate(&mgr, &solver, 2);
     assert_eq!(
-        (first.chunks, first.chunk_length, first.buffer_sets),
+        (first.chunks, first.chunk_length, first.buffer_sets()),
         (4, 25, 2)
     );
     let old: Vec<_> = (0..2)
@@ -188,7 +188,7 @@ fn re_allocating_with_the_same_or_another_depth_replaces_every_set_without_a_lea
 
     // The same depth: every set is kept, and its handles stay valid.
     let again = allocate(&mgr, &solver, 2);
-    assert_eq!(again.buffer_sets, 2);
+    assert_eq!(again.buffer_sets(), 2);
     assert_eq!(sim.live_allocations(), 3);
     assert!(old.iter().all(|a| a.release_reason().is_none()));
     assert_eq!(mgr.stats().instances[0].usage.device_bytes, 3328);
@@ -197,7 +197,7 @@ fn re_allocating_with_the_same_or_another_depth_replaces_every_set_without_a_lea
     // Sets 0 and 1 reuse the larger buffers, set 2 is new; params is kept.
     let mut deeper = allocate(&mgr, &solver, 3);
     assert_eq!(
-        (deeper.chunks, deeper.chunk_length, deeper.buffer_sets),
+        (deeper.chunks, deeper.chunk_length, deeper.buffer_sets()),
         (7, 15, 3)
     );
     assert!(
@@ -218,7 +218,7 @@ fn re_allocating_with_the_same_or_another_depth_replaces_every_set_without_a_lea
     // Depth 1: one set of 50 runs, new memory; sets 1 and 2 go.
     let shallow = allocate(&mgr, &solver, 1);
     assert_eq!(
-        (shallow.chunks, shallow.chunk_length, shallow.buffer_sets),
+        (shallow.chunks, shallow.chunk_length, shallow.buffer_sets()),
         (2, 50, 1)
     );
     assert!(
@@ -293,7 +293,7 @@ fn a_failed_deeper_allocation_leaves_every_set_as_it_was() {
 
     sim.set_fail_allocations_after(None);
     let response = mgr.allocate_queue_for(&solver).unwrap();
-    assert_eq!(response.buffer_sets, 3);
+    assert_eq!(response.buffer_sets(), 3);
     assert_eq!(sim.live_allocations(), 4);
 }
 
@@ -337,7 +337,7 @@ fn a_reused_partition_keeps_a_valid_number_of_sets() {
     )
     .unwrap();
     let r = mgr.allocate_queue_for(&holder).unwrap();
-    assert_eq!((r.chunk_length, r.chunks, r.buffer_sets), (3, 4, 2));
+    assert_eq!((r.chunk_length, r.chunks, r.buffer_sets()), (3, 4, 2));
 
     // A small batch at depth 3 would fit whole, but the holder's partition
     // is reused: its chunks of 3 runs get the 3 sets, which fit.
@@ -347,8 +347,8 @@ fn a_reused_partition_keeps_a_valid_number_of_sets() {
     )
     .unwrap();
     let mut r = mgr.allocate_queue_for(&other).unwrap();
-    assert_eq!((r.chunk_length, r.chunks, r.buffer_sets), (3, 4, 3));
-    assert_eq!(r.plan.validate(), Ok(()));
+    assert_eq!((r.chunk_length, r.chunks, r.buffer_sets()), (3, 4, 3));
+    assert_eq!(r.plan().validate(), Ok(()));
     let y: Vec<_> = (0..3)
         .map(|set| r.take_set::<f64>("y", set).unwrap())
         .collect();
@@ -436,7 +436,7 @@ fn a_queued_struct_is_built_per_set_from_its_hook_response() {
     mgr.queue_buffers::<Pipelined>(&holder, &DIMS).unwrap();
     mgr.allocate_queue(&holder).unwrap();
     let response = inbox.take().pop().unwrap();
-    assert_eq!(response.buffer_sets, 2);
+    assert_eq!(response.buffer_sets(), 2);
     let sets = Pipelined::sets_from_response(response.clone()).unwrap();
     assert_eq!(sets.len(), 2);
     assert_ne!(ptr(&sets[0].state), ptr(&sets[1].state));

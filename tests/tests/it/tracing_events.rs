@@ -27,7 +27,7 @@ fn debug_events_explain_registration_planning_eviction_placement_and_transfers()
         mgr.queue_request(&solver, [("x", common::runs_request(800, 5))])
             .unwrap();
         let response = mgr.allocate_queue_for(&solver).unwrap();
-        let plan = response.plan;
+        let plan = *response.plan();
         let x = { response }.take::<f64>("x").unwrap();
         let host = mgr
             .create_host_array::<f64>([100, 5], HostMemoryType::Pageable, None, &solver)
