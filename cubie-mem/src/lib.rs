@@ -66,7 +66,7 @@ pub use default::{
 pub use dtype::{DType, Element, Precision};
 pub use error::{ArraySide, MemError};
 pub use host::{
-    AnyHostArray, AsyncCopyError, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryType,
+    AnyHostArray, AsyncCopyError, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryKind,
     PendingCopy, STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};

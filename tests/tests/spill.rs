@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use cubie_mem::host::SPILL_FILE_PREFIX;
 use cubie_mem::{
-    ArrayRequest, ChunkPlan, HostMemoryType, Instance, ManagerConfig, MemError, MemoryManager,
+    ArrayRequest, ChunkPlan, HostMemoryKind, Instance, ManagerConfig, MemError, MemoryManager,
     Registration, SimBackend,
 };
 
@@ -58,9 +58,9 @@ fn spill_file_is_unlinked_once_mapped_and_round_trips() {
     let (mgr, solver) = manager_spilling_to(dir.path());
     let data: Vec<u64> = (0..1000).collect();
     let mut array = mgr
-        .create_host_array([10, 100], HostMemoryType::Spilled, Some(&data), &solver)
+        .create_host_array([10, 100], HostMemoryKind::Spilled, Some(&data), &solver)
         .unwrap();
-    assert_eq!(array.kind(), HostMemoryType::Spilled);
+    assert_eq!(array.kind(), HostMemoryKind::Spilled);
     // Where the file was made: in the spill directory, under the prefix...
     let path = array.spill_path().unwrap().to_path_buf();
     assert_eq!(path.parent(), Some(dir.path()));
@@ -96,13 +96,13 @@ fn zero_byte_spilled_arrays_work() {
     let dir = tempfile::tempdir().unwrap();
     let (mgr, solver) = manager_spilling_to(dir.path());
     let mut array = mgr
-        .create_host_array::<f64>([0, 4], HostMemoryType::Spilled, Some(&[][..]), &solver)
+        .create_host_array::<f64>([0, 4], HostMemoryKind::Spilled, Some(&[][..]), &solver)
         .unwrap();
     assert!(array.is_empty());
     assert!(array.as_mut_slice().is_empty());
     assert_eq!(array.spill_path().unwrap().parent(), Some(dir.path()));
     let untyped = mgr
-        .create_host_array_dyn(cubie_mem::DType::F32, [0], HostMemoryType::Spilled, &solver)
+        .create_host_array_dyn(cubie_mem::DType::F32, [0], HostMemoryKind::Spilled, &solver)
         .unwrap();
     assert_eq!(untyped.nbytes(), 0);
     assert_eq!(entries(dir.path()), Vec::<String>::new());
@@ -114,7 +114,7 @@ fn close_unmaps_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (mgr, solver) = manager_spilling_to(dir.path());
     let array = mgr
-        .create_host_array::<f32>([1 << 16], HostMemoryType::Spilled, None, &solver)
+        .create_host_array::<f32>([1 << 16], HostMemoryKind::Spilled, None, &solver)
         .unwrap();
     let path = array.spill_path().unwrap().to_path_buf();
     #[cfg(target_os = "linux")]
@@ -133,10 +133,10 @@ fn nothing_is_left_when_a_transfer_panics() {
     let shape = [4, 3, 50];
     let data: Vec<f64> = (0..600).map(f64::from).collect();
     let input = mgr
-        .create_host_array(shape, HostMemoryType::Spilled, Some(&data), &solver)
+        .create_host_array(shape, HostMemoryKind::Spilled, Some(&data), &solver)
         .unwrap();
     let output = mgr
-        .create_host_array::<f64>(shape, HostMemoryType::Spilled, None, &solver)
+        .create_host_array::<f64>(shape, HostMemoryKind::Spilled, None, &solver)
         .unwrap();
     let paths: Vec<PathBuf> = [&input, &output]
         .iter()
@@ -192,7 +192,7 @@ fn missing_spill_directory_is_an_error_naming_it() {
     let missing = dir.path().join("not-there");
     let (mgr, solver) = manager_spilling_to(&missing);
     let error = mgr
-        .create_host_array::<u8>([8], HostMemoryType::Spilled, None, &solver)
+        .create_host_array::<u8>([8], HostMemoryKind::Spilled, None, &solver)
         .unwrap_err();
     assert!(matches!(error, MemError::Io { .. }));
     let message = error.to_string();
@@ -201,7 +201,7 @@ fn missing_spill_directory_is_an_error_naming_it() {
         "{message}"
     );
     // Pageable and pinned arrays do not need the directory.
-    mgr.create_host_array::<u8>([8], HostMemoryType::Pageable, None, &solver)
+    mgr.create_host_array::<u8>([8], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
 }
 
@@ -223,7 +223,7 @@ fn spill_directory_resolves_instance_owner_manager_then_temp() {
     assert_eq!(mgr.spill_directory(&own).unwrap(), dirs[2].path());
     for (instance, dir) in [(&plain, &dirs[0]), (&inherits, &dirs[1]), (&own, &dirs[2])] {
         let array = mgr
-            .create_host_array::<u8>([4], HostMemoryType::Spilled, None, instance)
+            .create_host_array::<u8>([4], HostMemoryKind::Spilled, None, instance)
             .unwrap();
         assert_eq!(array.spill_path().unwrap().parent(), Some(dir.path()));
     }
@@ -280,7 +280,7 @@ fn spill_child_process() {
             assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) }, 0);
 
             let error = mgr
-                .create_host_array::<u8>([TOO_LARGE_BYTES], HostMemoryType::Spilled, None, &solver)
+                .create_host_array::<u8>([TOO_LARGE_BYTES], HostMemoryKind::Spilled, None, &solver)
                 .unwrap_err();
             println!("{ERROR_LINE}{error}");
             assert!(matches!(error, MemError::Io { .. }), "{error:?}");
@@ -299,7 +299,7 @@ fn spill_child_process() {
             assert_eq!(entries(&dir), Vec::<String>::new());
             // An array that fits under the limit is reserved and works.
             let mut fits = mgr
-                .create_host_array::<u8>([64 << 10], HostMemoryType::Spilled, None, &solver)
+                .create_host_array::<u8>([64 << 10], HostMemoryKind::Spilled, None, &solver)
                 .unwrap();
             fits.as_mut_slice().fill(0xA5);
             assert!(fits.as_slice().iter().all(|&b| b == 0xA5));
@@ -310,7 +310,7 @@ fn spill_child_process() {
         HOLD => {
             let data: Vec<u64> = (0..1 << 20).collect();
             let array = mgr
-                .create_host_array([1 << 20], HostMemoryType::Spilled, Some(&data), &solver)
+                .create_host_array([1 << 20], HostMemoryKind::Spilled, Some(&data), &solver)
                 .unwrap();
             println!("{READY_LINE}{}", array.spill_path().unwrap().display());
             // Until killed; a parent that never kills fails on its timeout.

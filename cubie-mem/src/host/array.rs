@@ -5,7 +5,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::path::Path;
 
-use super::HostMemoryType;
+use super::HostMemoryKind;
 use super::spill::SpillFile;
 use crate::backend::{Backend, BackendError, PinnedBlock};
 use crate::block::HostBlock;
@@ -35,11 +35,11 @@ impl Storage {
         }
     }
 
-    fn kind(&self) -> HostMemoryType {
+    fn kind(&self) -> HostMemoryKind {
         match self {
-            Storage::Pinned(_) => HostMemoryType::Pinned,
-            Storage::Pageable(_) => HostMemoryType::Pageable,
-            Storage::Spilled(_) => HostMemoryType::Spilled,
+            Storage::Pinned(_) => HostMemoryKind::Pinned,
+            Storage::Pageable(_) => HostMemoryKind::Pageable,
+            Storage::Spilled(_) => HostMemoryKind::Spilled,
         }
     }
 }
@@ -109,7 +109,7 @@ impl<T: Element> HostArray<T> {
     }
 
     /// The kind of memory the array lives in.
-    pub fn kind(&self) -> HostMemoryType {
+    pub fn kind(&self) -> HostMemoryKind {
         self.storage.kind()
     }
 
@@ -199,7 +199,7 @@ impl AnyHostArray {
     }
 
     /// The kind of memory the array lives in.
-    pub fn kind(&self) -> HostMemoryType {
+    pub fn kind(&self) -> HostMemoryKind {
         self.storage.kind()
     }
 
@@ -254,20 +254,20 @@ impl MemoryManager {
     /// instance's [`spill_directory`](Self::spill_directory).
     ///
     /// ```
-    /// use cubie_mem::{HostMemoryType, MemoryManager, Registration, SimBackend};
+    /// use cubie_mem::{HostMemoryKind, MemoryManager, Registration, SimBackend};
     ///
     /// let mgr = MemoryManager::new(SimBackend::new(1 << 30));
     /// let solver = mgr.register(Registration::new()).unwrap();
     /// let data: Vec<f32> = (0..24).map(|i| i as f32).collect();
-    /// let host = mgr.create_host_array([2, 3, 4], HostMemoryType::Pageable, Some(&data), &solver).unwrap();
+    /// let host = mgr.create_host_array([2, 3, 4], HostMemoryKind::Pageable, Some(&data), &solver).unwrap();
     /// assert_eq!(host.as_slice(), &data[..]);
-    /// let zeros = mgr.create_host_array::<f64>([5], HostMemoryType::Pinned, None, &solver).unwrap();
+    /// let zeros = mgr.create_host_array::<f64>([5], HostMemoryKind::Pinned, None, &solver).unwrap();
     /// assert_eq!(zeros.as_slice(), [0.0; 5]);
     /// ```
     pub fn create_host_array<T: Element>(
         &self,
         shape: impl Into<Vec<usize>>,
-        kind: HostMemoryType,
+        kind: HostMemoryKind,
         like: Option<&[T]>,
         instance: &Instance,
     ) -> Result<HostArray<T>, MemError> {
@@ -295,7 +295,7 @@ impl MemoryManager {
         Ok(array)
     }
 
-    /// A host array whose kind [`choose_host_memory_type`](Self::choose_host_memory_type)
+    /// A host array whose kind [`choose_host_memory_kind`](Self::choose_host_memory_kind)
     /// picks (pinned allowed), holding a copy of `like` or zeros.
     pub fn new_host_array<T: Element>(
         &self,
@@ -305,7 +305,7 @@ impl MemoryManager {
     ) -> Result<HostArray<T>, MemError> {
         let shape = shape.into();
         let (_, bytes) = shape_size(&shape, size_of::<T>())?;
-        let kind = self.choose_host_memory_type(bytes as u64, instance, true);
+        let kind = self.choose_host_memory_kind(bytes as u64, instance, true);
         self.create_host_array(shape, kind, like, instance)
     }
 
@@ -314,7 +314,7 @@ impl MemoryManager {
         &self,
         dtype: DType,
         shape: impl Into<Vec<usize>>,
-        kind: HostMemoryType,
+        kind: HostMemoryKind,
         instance: &Instance,
     ) -> Result<AnyHostArray, MemError> {
         let shape = shape.into();
@@ -330,21 +330,21 @@ impl MemoryManager {
         &self,
         shape: &[usize],
         dtype: DType,
-        kind: HostMemoryType,
+        kind: HostMemoryKind,
         instance: &Instance,
     ) -> Result<Storage, MemError> {
         self.check_registered(instance)?;
         let (_, bytes) = shape_size(shape, dtype.size_bytes())?;
         Ok(match kind {
-            HostMemoryType::Pinned => Storage::Pinned(
+            HostMemoryKind::Pinned => Storage::Pinned(
                 self.backend()
                     .alloc_pinned(bytes as u64)
                     .map_err(|error| host_pinned_error(&**self.backend(), error))?,
             ),
-            HostMemoryType::Pageable => {
+            HostMemoryKind::Pageable => {
                 Storage::Pageable(HostBlock::zeroed(bytes, "a pageable host array")?)
             }
-            HostMemoryType::Spilled => {
+            HostMemoryKind::Spilled => {
                 Storage::Spilled(SpillFile::create(&self.spill_directory(instance)?, bytes)?)
             }
         })

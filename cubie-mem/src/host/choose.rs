@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use super::SystemMemory;
 use crate::{Instance, MemError, MemoryManager};
 
-/// The kinds of host memory a [`HostArray`](super::HostArray) lives in.
+/// The kinds of host memory a [`HostArray`](super::HostArray) lives in: the
+/// host side of the family whose device side is [`MemoryKind`](crate::MemoryKind)
+/// (where a request's array is allocated).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HostMemoryType {
+pub enum HostMemoryKind {
     /// Page-locked memory from the backend: the device copies it directly.
     Pinned,
     /// Ordinary memory; it moves through pinned staging buffers.
@@ -18,12 +20,12 @@ pub enum HostMemoryType {
     Spilled,
 }
 
-impl fmt::Display for HostMemoryType {
+impl fmt::Display for HostMemoryKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            HostMemoryType::Pinned => "pinned",
-            HostMemoryType::Pageable => "pageable",
-            HostMemoryType::Spilled => "spilled",
+            HostMemoryKind::Pinned => "pinned",
+            HostMemoryKind::Pageable => "pageable",
+            HostMemoryKind::Spilled => "spilled",
         })
     }
 }
@@ -71,30 +73,30 @@ impl MemoryManager {
     /// when `allow_pinned` and `nbytes <= pinned_max_bytes`; else pageable.
     ///
     /// ```
-    /// use cubie_mem::{HostMemoryType, ManagerConfig, MemoryManager, Registration, SimBackend};
+    /// use cubie_mem::{HostMemoryKind, ManagerConfig, MemoryManager, Registration, SimBackend};
     ///
     /// let mgr = MemoryManager::with_config(
     ///     SimBackend::new(1 << 30),
     ///     ManagerConfig { pinned_max_bytes: 1 << 20, ..Default::default() },
     /// );
     /// let solver = mgr.register(Registration::new().host_spill_threshold(1 << 30)).unwrap();
-    /// assert_eq!(mgr.choose_host_memory_type(1 << 20, &solver, true), HostMemoryType::Pinned);
-    /// assert_eq!(mgr.choose_host_memory_type(1 << 20, &solver, false), HostMemoryType::Pageable);
-    /// assert_eq!(mgr.choose_host_memory_type(2 << 20, &solver, true), HostMemoryType::Pageable);
-    /// assert_eq!(mgr.choose_host_memory_type(2 << 30, &solver, true), HostMemoryType::Spilled);
+    /// assert_eq!(mgr.choose_host_memory_kind(1 << 20, &solver, true), HostMemoryKind::Pinned);
+    /// assert_eq!(mgr.choose_host_memory_kind(1 << 20, &solver, false), HostMemoryKind::Pageable);
+    /// assert_eq!(mgr.choose_host_memory_kind(2 << 20, &solver, true), HostMemoryKind::Pageable);
+    /// assert_eq!(mgr.choose_host_memory_kind(2 << 30, &solver, true), HostMemoryKind::Spilled);
     /// ```
-    pub fn choose_host_memory_type(
+    pub fn choose_host_memory_kind(
         &self,
         nbytes: u64,
         instance: &Instance,
         allow_pinned: bool,
-    ) -> HostMemoryType {
+    ) -> HostMemoryKind {
         if nbytes > self.host_spill_threshold(instance) {
-            HostMemoryType::Spilled
+            HostMemoryKind::Spilled
         } else if allow_pinned && nbytes <= self.config().pinned_max_bytes {
-            HostMemoryType::Pinned
+            HostMemoryKind::Pinned
         } else {
-            HostMemoryType::Pageable
+            HostMemoryKind::Pageable
         }
     }
 }

@@ -4,7 +4,7 @@
 //! - [`HostArray`]: a batch's inputs or results in host memory, pinned,
 //!   pageable, or spilled to a memory-mapped temporary file
 //!   ([`MemoryManager::create_host_array`](crate::MemoryManager::create_host_array),
-//!   [`choose_host_memory_type`](crate::MemoryManager::choose_host_memory_type)).
+//!   [`choose_host_memory_kind`](crate::MemoryManager::choose_host_memory_kind)).
 //! - [`PendingCopy`]: an asynchronous copy between a page-locked host array
 //!   and a device array ([`DeviceArray::upload_async`](crate::DeviceArray::upload_async),
 //!   [`download_async`](crate::DeviceArray::download_async)), holding the
@@ -32,7 +32,7 @@ mod staging;
 mod transfer;
 
 pub use array::{AnyHostArray, HostArray};
-pub use choose::HostMemoryType;
+pub use choose::HostMemoryKind;
 pub use layout::ChunkLayout;
 pub use pending::{AsyncCopyError, PendingCopy};
 pub use pipeline::ChunkPipeline;

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::stage::{Event, queue_download, queue_upload};
-use super::{HostArray, HostMemoryType};
+use super::{HostArray, HostMemoryKind};
 use crate::array::slot::DeviceMemory;
 use crate::backend::Backend;
 use crate::streams::OwnedStream;
@@ -141,7 +141,7 @@ enum Way {
 
 impl<T: Element> DeviceArray<T> {
     /// Queues a copy of the page-locked `host` array (as many elements as
-    /// this array, [`HostMemoryType::Pinned`]) into this array and returns
+    /// this array, [`HostMemoryKind::Pinned`]) into this array and returns
     /// at once, without waiting for the device.
     ///
     /// The copy is queued on the thread's current stream (see
@@ -153,7 +153,7 @@ impl<T: Element> DeviceArray<T> {
     /// error gives it back.
     ///
     /// ```
-    /// use cubie_mem::{ArrayRequest, HostMemoryType, MemoryManager, Registration, SimBackend};
+    /// use cubie_mem::{ArrayRequest, HostMemoryKind, MemoryManager, Registration, SimBackend};
     ///
     /// let mgr = MemoryManager::new(SimBackend::new(1 << 30));
     /// let solver = mgr.register(Registration::new().on_invalidate(|| {}))?;
@@ -161,7 +161,7 @@ impl<T: Element> DeviceArray<T> {
     /// let y = mgr.allocate_queue_for(&solver)?.take::<f32>("y")?;
     ///
     /// let values: Vec<f32> = (0..1024).map(|i| i as f32).collect();
-    /// let host = mgr.create_host_array([1024], HostMemoryType::Pinned, Some(&values), &solver)?;
+    /// let host = mgr.create_host_array([1024], HostMemoryKind::Pinned, Some(&values), &solver)?;
     /// let upload = y.upload_async(host)?; // returns at once
     /// // ... queue other work, or fill another host array, meanwhile ...
     /// let host = upload.wait()?;
@@ -175,7 +175,7 @@ impl<T: Element> DeviceArray<T> {
     }
 
     /// Queues a copy of this array into the page-locked `host` array (as
-    /// many elements, [`HostMemoryType::Pinned`]) and returns at once; the
+    /// many elements, [`HostMemoryKind::Pinned`]) and returns at once; the
     /// host array comes back, holding the elements, from
     /// [`PendingCopy::wait`]. Streams and refusals as for
     /// [`upload_async`](Self::upload_async).
@@ -223,10 +223,10 @@ fn prepare<T: Element>(
     device: &DeviceArray<T>,
     host: &HostArray<T>,
 ) -> Result<(Arc<DeviceMemory>, Arc<OwnedStream>), MemError> {
-    if host.kind() != HostMemoryType::Pinned {
+    if host.kind() != HostMemoryKind::Pinned {
         return Err(MemError::WrongArrayType {
             label: device.label().to_owned(),
-            requested: "a page-locked host array (HostMemoryType::Pinned) for an asynchronous copy"
+            requested: "a page-locked host array (HostMemoryKind::Pinned) for an asynchronous copy"
                 .into(),
             found: format!(
                 "a {:?} host array; copy it with copy_from_host or copy_to_host, which block",

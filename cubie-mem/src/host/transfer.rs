@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use super::layout::ChunkLayout;
 use super::staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
-use super::{HostArray, HostMemoryType};
+use super::{HostArray, HostMemoryKind};
 use crate::plan::Chunks;
 use crate::streams::CurrentStream;
 use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
@@ -258,8 +258,8 @@ pub(super) fn direct_range<T: Element>(
     runs: &Range<usize>,
 ) -> Option<Range<usize>> {
     match host.kind() {
-        HostMemoryType::Pinned => layout.contiguous_range(runs),
-        HostMemoryType::Pageable | HostMemoryType::Spilled => None,
+        HostMemoryKind::Pinned => layout.contiguous_range(runs),
+        HostMemoryKind::Pageable | HostMemoryKind::Spilled => None,
     }
 }
 

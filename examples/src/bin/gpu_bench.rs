@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
 use cubie_mem::timeline::{Activity, Timeline};
 use cubie_mem::{
-    ArrayRequest, Backend, ChunkPlan, DeviceArray, HostMemoryType, ManagerConfig, MemoryManager,
+    ArrayRequest, Backend, ChunkPlan, DeviceArray, HostMemoryKind, ManagerConfig, MemoryManager,
     Registration,
 };
 use cubie_mem_examples::euler_decay::EulerDecay;
@@ -223,7 +223,7 @@ fn bandwidth(cuda: &CudaBackend) -> BenchResult {
     let values: Vec<f32> = (0..COPY_ELEMENTS).map(|i| i as f32).collect();
     let mut host = Some(mgr.create_host_array(
         [COPY_ELEMENTS],
-        HostMemoryType::Pinned,
+        HostMemoryKind::Pinned,
         Some(&values),
         &bench,
     )?);
@@ -321,8 +321,8 @@ fn pipeline(
     let runs = CHUNKS * CHUNK_RUNS;
     let y0: Vec<f64> = (0..runs).map(|i| 1.0 + (i % 97) as f64 / 97.0).collect();
     let rates: Vec<f64> = (0..runs).map(|i| 0.1 + (i % 13) as f64 * 0.7).collect();
-    let mut y = mgr.create_host_array([runs], HostMemoryType::Pinned, Some(&y0), &solver)?;
-    let k = mgr.create_host_array([runs], HostMemoryType::Pinned, Some(&rates), &solver)?;
+    let mut y = mgr.create_host_array([runs], HostMemoryKind::Pinned, Some(&y0), &solver)?;
+    let k = mgr.create_host_array([runs], HostMemoryKind::Pinned, Some(&rates), &solver)?;
     let plan = ChunkPlan {
         total_runs: runs,
         chunks: CHUNKS,

@@ -5,11 +5,11 @@
 
 use cubie_mem::backend::cuda::CudaBackend;
 use cubie_mem::{
-    ArrayRequest, ChunkPlan, Element, HostMemoryType, ManagerConfig, MemError, MemoryManager,
+    ArrayRequest, ChunkPlan, Element, HostMemoryKind, ManagerConfig, MemError, MemoryManager,
     Registration,
 };
 
-fn round_trip<T: Element>(mgr: &MemoryManager, kind: HostMemoryType) -> Result<(), MemError> {
+fn round_trip<T: Element>(mgr: &MemoryManager, kind: HostMemoryKind) -> Result<(), MemError> {
     let solver = mgr.register(Registration::new().on_invalidate(|| {}))?;
     // 7, 5 and 6 runs in chunks of 3, 2 and 4: every last chunk is shorter.
     let shape = [7, 5, 6];
@@ -73,9 +73,9 @@ fn chunked_round_trips_on_the_cuda_device() {
                 },
             );
             for kind in [
-                HostMemoryType::Pinned,
-                HostMemoryType::Pageable,
-                HostMemoryType::Spilled,
+                HostMemoryKind::Pinned,
+                HostMemoryKind::Pageable,
+                HostMemoryKind::Spilled,
             ] {
                 round_trip::<f32>(&mgr, kind).unwrap();
                 round_trip::<f64>(&mgr, kind).unwrap();

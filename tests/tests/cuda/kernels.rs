@@ -178,7 +178,7 @@ fn ordering_survives_new_streams_and_freed_memory_reused_at_once() {
             }
             let _current = mgr.bind_stream(&solver)?;
             let host =
-                mgr.create_host_array::<f64>([RUNS], HostMemoryType::Pinned, None, &solver)?;
+                mgr.create_host_array::<f64>([RUNS], HostMemoryKind::Pinned, None, &solver)?;
             y.download_async(host)?
         };
         // Nothing has waited for the kernels: new streams, every array

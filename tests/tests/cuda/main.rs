@@ -36,7 +36,7 @@ use cubie_mem::backend::{
     StreamHandle,
 };
 use cubie_mem::{
-    ArrayRequest, ArrayResponse, Backend, DeviceArray, Element, GpuBuffers, HostMemoryType,
+    ArrayRequest, ArrayResponse, Backend, DeviceArray, Element, GpuBuffers, HostMemoryKind,
     LimitMode, ManagerConfig, MemError, MemoryKind, MemoryManager, PinnedArray, Registration,
     ReleaseReason, RequestSet, SimBackend, default_memmgr,
 };

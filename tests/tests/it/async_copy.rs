@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cubie_mem::timeline::Activity;
 use cubie_mem::{
-    ArrayRequest, DeviceArray, HostArray, HostMemoryType, Instance, MemError, MemoryManager,
+    ArrayRequest, DeviceArray, HostArray, HostMemoryKind, Instance, MemError, MemoryManager,
     Registration, SimBackend,
 };
 
@@ -42,7 +42,7 @@ fn values() -> Vec<f32> {
 fn host(
     mgr: &MemoryManager,
     solver: &Instance,
-    kind: HostMemoryType,
+    kind: HostMemoryKind,
     like: Option<&[f32]>,
 ) -> HostArray<f32> {
     mgr.create_host_array([LEN], kind, like, solver).unwrap()
@@ -57,7 +57,7 @@ fn an_upload_returns_at_once_and_the_host_array_comes_back_once_it_is_done() {
     let start = sim.now();
 
     let upload = y
-        .upload_async(host(&mgr, &solver, HostMemoryType::Pinned, Some(&data)))
+        .upload_async(host(&mgr, &solver, HostMemoryKind::Pinned, Some(&data)))
         .unwrap();
     assert_eq!(sim.now(), start, "the host did not wait");
     assert!(!upload.is_done().unwrap());
@@ -69,7 +69,7 @@ fn an_upload_returns_at_once_and_the_host_array_comes_back_once_it_is_done() {
         "an upload leaves the host array as it was"
     );
 
-    let mut back = host(&mgr, &solver, HostMemoryType::Pinned, None);
+    let mut back = host(&mgr, &solver, HostMemoryKind::Pinned, None);
     back.as_mut_slice().fill(-1.0);
     let back = y.download_async(back).unwrap().wait().unwrap();
     assert_eq!(back.as_slice(), data);
@@ -86,10 +86,10 @@ fn copies_on_two_groups_streams_overlap_on_the_two_copy_engines() {
     sim.clear_timeline();
 
     let upload = x
-        .upload_async(host(&mgr, &a, HostMemoryType::Pinned, Some(&data)))
+        .upload_async(host(&mgr, &a, HostMemoryKind::Pinned, Some(&data)))
         .unwrap();
     let download = y
-        .download_async(host(&mgr, &b, HostMemoryType::Pinned, None))
+        .download_async(host(&mgr, &b, HostMemoryKind::Pinned, None))
         .unwrap();
     let (_, back) = (upload.wait().unwrap(), download.wait().unwrap());
     let timeline = sim.timeline();
@@ -112,10 +112,10 @@ fn copies_on_one_stream_run_in_order() {
     let data = values();
     sim.clear_timeline();
     let upload = x
-        .upload_async(host(&mgr, &solver, HostMemoryType::Pinned, Some(&data)))
+        .upload_async(host(&mgr, &solver, HostMemoryKind::Pinned, Some(&data)))
         .unwrap();
     let second = y
-        .upload_async(host(&mgr, &solver, HostMemoryType::Pinned, Some(&data)))
+        .upload_async(host(&mgr, &solver, HostMemoryKind::Pinned, Some(&data)))
         .unwrap();
     drop(second);
     assert_eq!(
@@ -135,7 +135,7 @@ fn pageable_or_mismatched_host_arrays_are_refused_and_given_back() {
     let data = values();
     let before = sim.timeline().spans().len();
 
-    let pageable = host(&mgr, &solver, HostMemoryType::Pageable, Some(&data));
+    let pageable = host(&mgr, &solver, HostMemoryKind::Pageable, Some(&data));
     let refused = y.upload_async(pageable).unwrap_err();
     assert!(
         matches!(refused.error(), MemError::WrongArrayType { .. }),
@@ -146,7 +146,7 @@ fn pageable_or_mismatched_host_arrays_are_refused_and_given_back() {
     assert_eq!(pageable.as_slice(), data);
 
     let short = mgr
-        .create_host_array::<f32>([LEN - 1], HostMemoryType::Pinned, None, &solver)
+        .create_host_array::<f32>([LEN - 1], HostMemoryKind::Pinned, None, &solver)
         .unwrap();
     let (error, short) = y.download_async(short).unwrap_err().into_parts();
     assert!(
@@ -176,7 +176,7 @@ fn a_released_device_array_refuses_the_copy_and_gives_the_host_array_back() {
     let y = device(&mgr, &solver, "y");
     mgr.free(&solver, "y").unwrap();
     let refused = y
-        .upload_async(host(&mgr, &solver, HostMemoryType::Pinned, None))
+        .upload_async(host(&mgr, &solver, HostMemoryKind::Pinned, None))
         .unwrap_err();
     assert!(
         matches!(refused.error(), MemError::Released { .. }),
@@ -193,7 +193,7 @@ fn a_copy_keeps_its_device_array_allocated_until_it_is_done() {
     let data = values();
     y.copy_from_host(&data).unwrap();
     let download = y
-        .download_async(host(&mgr, &solver, HostMemoryType::Pinned, None))
+        .download_async(host(&mgr, &solver, HostMemoryKind::Pinned, None))
         .unwrap();
     mgr.free(&solver, "y").unwrap();
     assert!(!y.is_valid());

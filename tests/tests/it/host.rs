@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use cubie_mem::{
-    ArrayRequest, ChunkPlan, DType, DeviceArray, Element, HostArray, HostMemoryType, Instance,
+    ArrayRequest, ChunkPlan, DType, DeviceArray, Element, HostArray, HostMemoryKind, Instance,
     ManagerConfig, MemError, MemoryManager, Registration, SimBackend,
 };
 use proptest::prelude::*;
@@ -111,7 +111,7 @@ fn round_trip<T: Element>(
     shape: &[usize],
     axis: usize,
     chunk_length: usize,
-    kind: HostMemoryType,
+    kind: HostMemoryKind,
     staging_bytes: usize,
 ) -> Vec<T> {
     let mgr = manager();
@@ -151,9 +151,9 @@ fn round_trips_for<T: Element>() {
     for (axis, chunk_length) in [3, 2, 4].into_iter().enumerate() {
         let mut results = Vec::new();
         for kind in [
-            HostMemoryType::Pageable,
-            HostMemoryType::Spilled,
-            HostMemoryType::Pinned,
+            HostMemoryKind::Pageable,
+            HostMemoryKind::Spilled,
+            HostMemoryKind::Pinned,
         ] {
             // Whole chunks per staging buffer, and windows of 13 elements.
             for staging in [usize::MAX, 13 * size_of::<T>()] {
@@ -186,7 +186,7 @@ round_trip_tests!(
 /// Runs a batch through a pipeline whose computation maps `in` to `out`
 /// with `f` on the device; returns the host results.
 fn pipeline_batch(
-    kind: HostMemoryType,
+    kind: HostMemoryKind,
     axis: usize,
     staging_bytes: usize,
     f: impl Fn(f64) -> f64,
@@ -230,9 +230,9 @@ fn pipeline_batch(
 fn pipeline_computes_every_chunk_for_every_axis_and_kind() {
     for axis in 0..3 {
         for kind in [
-            HostMemoryType::Pageable,
-            HostMemoryType::Spilled,
-            HostMemoryType::Pinned,
+            HostMemoryKind::Pageable,
+            HostMemoryKind::Spilled,
+            HostMemoryKind::Pinned,
         ] {
             for staging in [usize::MAX, 7 * 8] {
                 let (data, out) = pipeline_batch(kind, axis, staging, |x| 2.0 * x + 1.0);
@@ -250,7 +250,7 @@ fn inout_pipeline_updates_the_host_array_in_place() {
     let shape = [3, 10];
     let data: Vec<i64> = (0..30).collect();
     let mut state = mgr
-        .create_host_array(shape, HostMemoryType::Pageable, Some(&data), &solver)
+        .create_host_array(shape, HostMemoryKind::Pageable, Some(&data), &solver)
         .unwrap();
     let plan = plan(10, 3);
     let (device, _) = device_pair::<i64>(&mgr, &solver, &[3, 3]);
@@ -325,7 +325,7 @@ fn pipeline_holds_the_owner_busy_so_it_is_not_evicted_mid_batch() {
     let streaming = solver(&mgr);
     let other = solver(&mgr);
     let host = mgr
-        .create_host_array::<u8>([600], HostMemoryType::Pageable, None, &streaming)
+        .create_host_array::<u8>([600], HostMemoryKind::Pageable, None, &streaming)
         .unwrap();
     mgr.queue_request(
         &streaming,
@@ -395,9 +395,9 @@ fn create_host_array_copies_like_or_zero_fills() {
     let mgr = manager();
     let solver = solver(&mgr);
     for kind in [
-        HostMemoryType::Pinned,
-        HostMemoryType::Pageable,
-        HostMemoryType::Spilled,
+        HostMemoryKind::Pinned,
+        HostMemoryKind::Pageable,
+        HostMemoryKind::Spilled,
     ] {
         let zeros = mgr
             .create_host_array::<u32>([3, 4], kind, None, &solver)
@@ -445,16 +445,16 @@ fn choose_follows_the_rule_and_resolution_order() {
     assert_eq!(mgr.host_spill_threshold(&inherits), 3000);
     assert_eq!(mgr.host_spill_threshold(&overrides), 4000);
 
-    use HostMemoryType::*;
-    assert_eq!(mgr.choose_host_memory_type(1000, &plain, true), Pinned);
-    assert_eq!(mgr.choose_host_memory_type(1000, &plain, false), Pageable);
-    assert_eq!(mgr.choose_host_memory_type(1001, &plain, true), Pageable);
-    assert_eq!(mgr.choose_host_memory_type(5000, &plain, true), Pageable);
-    assert_eq!(mgr.choose_host_memory_type(5001, &plain, true), Spilled);
-    assert_eq!(mgr.choose_host_memory_type(2001, &own, true), Spilled);
-    assert_eq!(mgr.choose_host_memory_type(3001, &inherits, false), Spilled);
+    use HostMemoryKind::*;
+    assert_eq!(mgr.choose_host_memory_kind(1000, &plain, true), Pinned);
+    assert_eq!(mgr.choose_host_memory_kind(1000, &plain, false), Pageable);
+    assert_eq!(mgr.choose_host_memory_kind(1001, &plain, true), Pageable);
+    assert_eq!(mgr.choose_host_memory_kind(5000, &plain, true), Pageable);
+    assert_eq!(mgr.choose_host_memory_kind(5001, &plain, true), Spilled);
+    assert_eq!(mgr.choose_host_memory_kind(2001, &own, true), Spilled);
+    assert_eq!(mgr.choose_host_memory_kind(3001, &inherits, false), Spilled);
     assert_eq!(
-        mgr.choose_host_memory_type(3001, &overrides, false),
+        mgr.choose_host_memory_kind(3001, &overrides, false),
         Pageable
     );
 }
@@ -483,9 +483,9 @@ fn new_host_array_picks_the_kind() {
     let small = mgr.new_host_array::<f64>([8], None, &solver).unwrap();
     let medium = mgr.new_host_array::<f64>([32], None, &solver).unwrap();
     let large = mgr.new_host_array::<f64>([33], None, &solver).unwrap();
-    assert_eq!(small.kind(), HostMemoryType::Pinned);
-    assert_eq!(medium.kind(), HostMemoryType::Pageable);
-    assert_eq!(large.kind(), HostMemoryType::Spilled);
+    assert_eq!(small.kind(), HostMemoryKind::Pinned);
+    assert_eq!(medium.kind(), HostMemoryKind::Pageable);
+    assert_eq!(large.kind(), HostMemoryKind::Spilled);
 }
 
 #[test]
@@ -493,7 +493,7 @@ fn element_type_and_length_mismatches_are_errors() {
     let mgr = manager();
     let solver = solver(&mgr);
     let any = mgr
-        .create_host_array_dyn(DType::F64, [2, 3], HostMemoryType::Pageable, &solver)
+        .create_host_array_dyn(DType::F64, [2, 3], HostMemoryKind::Pageable, &solver)
         .unwrap();
     assert_eq!(any.dtype(), DType::F64);
     assert_eq!(any.nbytes(), 48);
@@ -508,17 +508,17 @@ fn element_type_and_length_mismatches_are_errors() {
     assert!(error.to_string().contains("f32") && error.to_string().contains("f64"));
 
     let any = mgr
-        .create_host_array_dyn(DType::I32, [4], HostMemoryType::Spilled, &solver)
+        .create_host_array_dyn(DType::I32, [4], HostMemoryKind::Spilled, &solver)
         .unwrap();
     let typed: HostArray<i32> = any.into_typed().unwrap();
     assert_eq!(typed.as_slice(), [0; 4]);
     let back = cubie_mem::AnyHostArray::from(typed);
-    assert_eq!(back.kind(), HostMemoryType::Spilled);
+    assert_eq!(back.kind(), HostMemoryKind::Spilled);
 
     let error = mgr
         .create_host_array(
             [2, 3],
-            HostMemoryType::Pageable,
+            HostMemoryKind::Pageable,
             Some(&[1.0f32; 5]),
             &solver,
         )
@@ -533,16 +533,16 @@ fn element_type_and_length_mismatches_are_errors() {
     ));
 
     let error = mgr
-        .create_host_array::<u64>([usize::MAX, 2], HostMemoryType::Pageable, None, &solver)
+        .create_host_array::<u64>([usize::MAX, 2], HostMemoryKind::Pageable, None, &solver)
         .unwrap_err();
     assert!(matches!(error, MemError::HostArraySize { .. }));
 }
 
-fn kind_strategy() -> impl Strategy<Value = HostMemoryType> {
+fn kind_strategy() -> impl Strategy<Value = HostMemoryKind> {
     prop_oneof![
-        Just(HostMemoryType::Pageable),
-        Just(HostMemoryType::Pinned),
-        Just(HostMemoryType::Spilled),
+        Just(HostMemoryKind::Pageable),
+        Just(HostMemoryKind::Pinned),
+        Just(HostMemoryKind::Spilled),
     ]
 }
 

@@ -4,7 +4,7 @@
 
 use crate::common;
 use cubie_mem::{
-    ArrayRequest, ArraySide, Bytes, ChunkPlan, HostMemoryType, Instance, MemError, MemoryManager,
+    ArrayRequest, ArraySide, Bytes, ChunkPlan, HostMemoryKind, Instance, MemError, MemoryManager,
     SimBackend,
 };
 
@@ -69,10 +69,10 @@ fn a_reused_partition_with_an_empty_last_chunk_streams() {
         .unwrap();
     let data: Vec<u32> = (0..30).collect();
     let host = mgr
-        .create_host_array([3, 10], HostMemoryType::Pageable, Some(&data), &solver)
+        .create_host_array([3, 10], HostMemoryKind::Pageable, Some(&data), &solver)
         .unwrap();
     let mut back = mgr
-        .create_host_array::<u32>([3, 10], HostMemoryType::Pageable, None, &solver)
+        .create_host_array::<u32>([3, 10], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
     let mut lengths = Vec::new();
     let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
@@ -129,7 +129,7 @@ fn host_memory_the_machine_cannot_provide_is_an_error() {
     // 2^60 bytes: a valid size, but no machine has that much memory.
     let elements = 1usize << 57;
     let error = mgr
-        .create_host_array::<u64>([elements], HostMemoryType::Pageable, None, &solver)
+        .create_host_array::<u64>([elements], HostMemoryKind::Pageable, None, &solver)
         .unwrap_err();
     assert_eq!(
         error,
@@ -142,7 +142,7 @@ fn host_memory_the_machine_cannot_provide_is_an_error() {
     assert!(error.to_string().contains("spill"), "{error}");
 
     let error = mgr
-        .create_host_array::<u64>([elements], HostMemoryType::Pinned, None, &solver)
+        .create_host_array::<u64>([elements], HostMemoryKind::Pinned, None, &solver)
         .unwrap_err();
     assert_eq!(
         error,
@@ -154,7 +154,7 @@ fn host_memory_the_machine_cannot_provide_is_an_error() {
 
     // Nothing is left broken: a sane size still works.
     let small = mgr
-        .create_host_array::<u64>([8], HostMemoryType::Pageable, None, &solver)
+        .create_host_array::<u64>([8], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
     assert_eq!(small.as_slice(), [0; 8]);
 }
@@ -179,10 +179,10 @@ fn wrong_shapes_and_indices_are_clear_errors() {
     let solver = solver(&mgr);
     let plan = plan(10, 3, 4);
     let host = mgr
-        .create_host_array::<f32>([2, 10], HostMemoryType::Pageable, None, &solver)
+        .create_host_array::<f32>([2, 10], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
     let wrong_runs = mgr
-        .create_host_array::<f32>([2, 9], HostMemoryType::Pageable, None, &solver)
+        .create_host_array::<f32>([2, 9], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
     let (device, wrong_device) = {
         mgr.queue_request(
@@ -245,7 +245,7 @@ fn wrong_shapes_and_indices_are_clear_errors() {
     streamer.copy_in(&host, &device, 1, 2).unwrap();
 
     let mut out = mgr
-        .create_host_array::<f32>([2, 10], HostMemoryType::Pageable, None, &solver)
+        .create_host_array::<f32>([2, 10], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
     let error = streamer
         .pipeline()
@@ -273,7 +273,7 @@ fn pinned_allocation_failure_is_reported() {
     let mgr = MemoryManager::new(SimBackend::new(1 << 30).fail_allocations_after(0));
     let solver = solver(&mgr);
     let error = mgr
-        .create_host_array::<f32>([4], HostMemoryType::Pinned, None, &solver)
+        .create_host_array::<f32>([4], HostMemoryKind::Pinned, None, &solver)
         .unwrap_err();
     assert!(error.is_out_of_memory());
 }

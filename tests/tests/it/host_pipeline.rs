@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::common::Logged;
 use cubie_mem::{
-    ArrayRequest, ChunkPlan, HostMemoryType, ManagerConfig, MemoryManager, Registration, SimBackend,
+    ArrayRequest, ChunkPlan, HostMemoryKind, ManagerConfig, MemoryManager, Registration, SimBackend,
 };
 
 #[test]
@@ -41,10 +41,10 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
     let device_out = response.take::<u32>("out").unwrap();
     let data: Vec<u32> = (0..20).collect();
     let host_in = mgr
-        .create_host_array([2, 10], HostMemoryType::Pageable, Some(&data), &solver)
+        .create_host_array([2, 10], HostMemoryKind::Pageable, Some(&data), &solver)
         .unwrap();
     let mut host_out = mgr
-        .create_host_array::<u32>([2, 10], HostMemoryType::Pageable, None, &solver)
+        .create_host_array::<u32>([2, 10], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
     let plan = ChunkPlan {
         total_runs: 10,
@@ -166,13 +166,13 @@ fn every_owner_a_pipeline_binds_is_busy_for_the_run() {
     let host_params = mgr
         .create_host_array(
             [4],
-            HostMemoryType::Pageable,
+            HostMemoryKind::Pageable,
             Some(&[1.0, 2.0, 3.0, 4.0]),
             &solver,
         )
         .unwrap();
     let mut host_out = mgr
-        .create_host_array::<f64>([4], HostMemoryType::Pageable, None, &solver)
+        .create_host_array::<f64>([4], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
     mgr.chunk_streamer(&solver, &PLAN)
         .unwrap()
@@ -218,7 +218,7 @@ fn pipelines_whose_inputs_and_outputs_cross_share_a_pool_without_deadlock() {
         };
         let ((p1, q1), (p2, q2)) = (arrays(&first), arrays(&second));
         let host = |values: Option<&[f64]>, instance| {
-            mgr.create_host_array([4], HostMemoryType::Pageable, values, instance)
+            mgr.create_host_array([4], HostMemoryKind::Pageable, values, instance)
                 .unwrap()
         };
         let (in1, mut out1) = (
@@ -288,7 +288,7 @@ fn device_memory_a_chunk_did_not_upload_reads_as_poison() {
     let host = mgr
         .create_host_array(
             [3],
-            HostMemoryType::Pageable,
+            HostMemoryKind::Pageable,
             Some(&[1.0, 2.0, 3.0]),
             &solver,
         )

@@ -3,7 +3,7 @@
 
 use crate::common::{allocate_f64, capture_logs, manager, queuing, runs_request};
 use cubie_mem::{
-    ArrayRequest, ArrayResponse, Backend, DType, HostMemoryType, LimitMode, ManagerConfig,
+    ArrayRequest, ArrayResponse, Backend, DType, HostMemoryKind, LimitMode, ManagerConfig,
     MemError, MemoryManager, Registration, SimBackend, SpillSettings,
 };
 
@@ -47,7 +47,7 @@ fn a_foreign_instance_is_unknown_not_a_local_one_of_the_same_number() {
     unknown(second.stream(&foreign).map(drop));
     unknown(
         second
-            .create_host_array::<f64>([4], HostMemoryType::Pageable, None, &foreign)
+            .create_host_array::<f64>([4], HostMemoryKind::Pageable, None, &foreign)
             .map(drop),
     );
     unknown(second.spill_directory(&foreign).map(drop));

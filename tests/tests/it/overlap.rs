@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cubie_mem::timeline::Activity;
 use cubie_mem::{
-    ArrayRequest, ChunkPlan, DeviceArray, HostKernel, HostMemoryType, Instance, MemError,
+    ArrayRequest, ChunkPlan, DeviceArray, HostKernel, HostMemoryKind, Instance, MemError,
     MemoryManager, SimBackend,
 };
 
@@ -47,7 +47,7 @@ fn sets(mgr: &MemoryManager, solver: &Instance, count: usize) -> Vec<Set> {
 
 /// The timeline's figures for `chunks` chunks through `depth` buffer sets,
 /// with host arrays of `kind`: (makespan, busiest engine, sum of engines).
-fn stream_batch(chunks: usize, depth: usize, kind: HostMemoryType) -> (u64, u64, u64) {
+fn stream_batch(chunks: usize, depth: usize, kind: HostMemoryKind) -> (u64, u64, u64) {
     let sim = SimBackend::new(1 << 30).with_copy_bandwidth(1_000_000_000, 1_000_000_000);
     let mgr = common::manager_on(sim.clone());
     let solver = mgr
@@ -103,7 +103,7 @@ fn stream_batch(chunks: usize, depth: usize, kind: HostMemoryType) -> (u64, u64,
 fn two_buffer_sets_overlap_uploads_kernels_and_downloads() {
     let chunks = 32;
     let step = STEP.as_nanos() as u64;
-    for kind in [HostMemoryType::Pinned, HostMemoryType::Pageable] {
+    for kind in [HostMemoryKind::Pinned, HostMemoryKind::Pageable] {
         let (makespan, busiest, sum) = stream_batch(chunks, 2, kind);
         let (serial_makespan, _, _) = stream_batch(chunks, 1, kind);
         println!(
@@ -126,6 +126,6 @@ fn two_buffer_sets_overlap_uploads_kernels_and_downloads() {
 #[test]
 fn a_third_buffer_set_changes_nothing_when_two_suffice() {
     let step = STEP.as_nanos() as u64;
-    let (makespan, _, _) = stream_batch(8, 3, HostMemoryType::Pinned);
+    let (makespan, _, _) = stream_batch(8, 3, HostMemoryKind::Pinned);
     assert_eq!(makespan, 10 * step);
 }

@@ -7,7 +7,7 @@ use crate::common;
 use std::time::Duration;
 
 use cubie_mem::{
-    ArrayRequest, ChunkPlan, DeviceArray, HostKernel, HostMemoryType, MemError,
+    ArrayRequest, ChunkPlan, DeviceArray, HostKernel, HostMemoryKind, MemError,
     STAGING_BYTES_PER_TRANSFER, SimBackend,
 };
 use proptest::prelude::*;
@@ -35,7 +35,7 @@ struct Case {
     chunk_length: usize,
     sets: usize,
     staging_bytes: usize,
-    kind: HostMemoryType,
+    kind: HostMemoryKind,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -48,9 +48,9 @@ fn case() -> impl Strategy<Value = Case> {
                 1usize..=3,
                 prop_oneof![Just(4usize), Just(12), Just(STAGING_BYTES_PER_TRANSFER)],
                 prop_oneof![
-                    Just(HostMemoryType::Pinned),
-                    Just(HostMemoryType::Pageable),
-                    Just(HostMemoryType::Spilled),
+                    Just(HostMemoryKind::Pinned),
+                    Just(HostMemoryKind::Pageable),
+                    Just(HostMemoryKind::Spilled),
                 ],
             )
         })

@@ -4,7 +4,7 @@
 //! would race this one's.
 
 use crate::common;
-use cubie_mem::{ArrayRequest, HostMemoryType, Registration};
+use cubie_mem::{ArrayRequest, HostMemoryKind, Registration};
 
 #[test]
 fn debug_events_explain_registration_planning_eviction_placement_and_transfers() {
@@ -30,7 +30,7 @@ fn debug_events_explain_registration_planning_eviction_placement_and_transfers()
         let plan = *response.plan();
         let x = { response }.take::<f64>("x").unwrap();
         let host = mgr
-            .create_host_array::<f64>([100, 5], HostMemoryType::Pageable, None, &solver)
+            .create_host_array::<f64>([100, 5], HostMemoryKind::Pageable, None, &solver)
             .unwrap();
         mgr.chunk_streamer(&solver, &plan)
             .unwrap()
