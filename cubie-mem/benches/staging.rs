@@ -10,7 +10,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use cubie_mem::host::ChunkLayout;
+use cubie_mem::ChunkLayout;
 
 const SHAPE: [usize; 3] = [64, 32, 4096];
 

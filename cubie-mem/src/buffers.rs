@@ -3,7 +3,7 @@
 
 use std::ops::Deref;
 
-use crate::plan::ChunkPlan;
+use crate::ChunkPlan;
 use crate::{ArrayResponse, Instance, MemError, MemoryManager, Registration, RequestSet};
 
 /// A struct of device and pinned arrays declared once, usually through

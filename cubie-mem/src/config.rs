@@ -15,7 +15,7 @@ pub enum LimitMode {
 }
 
 /// Default largest pinned host array: 1 GiB.
-pub const DEFAULT_PINNED_MAX_BYTES: u64 = 1 << 30;
+pub(crate) const DEFAULT_PINNED_MAX_BYTES: u64 = 1 << 30;
 
 /// Settings of a [`MemoryManager`](crate::MemoryManager).
 ///
@@ -39,6 +39,11 @@ pub struct ManagerConfig {
     /// Where spill files go; `None` resolves per instance, then owner, then the
     /// system temporary directory.
     pub spill_directory: Option<PathBuf>,
+}
+
+impl ManagerConfig {
+    /// The default [`pinned_max_bytes`](Self::pinned_max_bytes): 1 GiB.
+    pub const DEFAULT_PINNED_MAX_BYTES: u64 = DEFAULT_PINNED_MAX_BYTES;
 }
 
 impl Default for ManagerConfig {

@@ -7,15 +7,26 @@ use crate::backend::sim::SimBackend;
 use crate::config::size_from_env;
 use crate::{ManagerConfig, MemError, MemoryManager};
 
-/// Environment variable overriding the simulated device's total memory.
-pub const SIM_TOTAL_ENV: &str = "CUBIE_SIM_TOTAL";
-/// Environment variable overriding the simulated device's free memory.
-pub const SIM_FREE_ENV: &str = "CUBIE_SIM_FREE";
+impl SimBackend {
+    /// Environment variable overriding the simulated device's total memory
+    /// (read by [`SimBackend::from_env`]).
+    pub const TOTAL_ENV: &str = "CUBIE_SIM_TOTAL";
+    /// Environment variable overriding the simulated device's free memory.
+    pub const FREE_ENV: &str = "CUBIE_SIM_FREE";
+    /// The default total memory (8 GiB), as cubie's simulator.
+    pub const DEFAULT_TOTAL: u64 = 8 << 30;
+    /// The default free memory (1 GiB), as cubie's simulator.
+    pub const DEFAULT_FREE: u64 = 1 << 30;
 
-/// The simulated device's default total memory (8 GiB), as cubie's simulator.
-pub const SIM_DEFAULT_TOTAL: u64 = 8 << 30;
-/// The simulated device's default free memory (1 GiB), as cubie's simulator.
-pub const SIM_DEFAULT_FREE: u64 = 1 << 30;
+    /// A simulated device sized by the environment ([`TOTAL_ENV`](Self::TOTAL_ENV)
+    /// and [`FREE_ENV`](Self::FREE_ENV), as sizes such as `512MiB`), else
+    /// the defaults: the device [`default_memmgr`] uses without a GPU.
+    pub fn from_env() -> Result<SimBackend, MemError> {
+        let total = size_from_env(Self::TOTAL_ENV)?.unwrap_or(Self::DEFAULT_TOTAL);
+        let free = size_from_env(Self::FREE_ENV)?.unwrap_or(Self::DEFAULT_FREE.min(total));
+        Ok(SimBackend::new(total).with_free(free))
+    }
+}
 
 static DEFAULT: OnceLock<Result<MemoryManager, MemError>> = OnceLock::new();
 
@@ -36,16 +47,9 @@ pub fn default_memmgr() -> Result<&'static MemoryManager, MemError> {
         .map_err(Clone::clone)
 }
 
-/// A simulated device sized by the environment (see [`default_memmgr`]).
-pub fn sim_backend_from_env() -> Result<SimBackend, MemError> {
-    let total = size_from_env(SIM_TOTAL_ENV)?.unwrap_or(SIM_DEFAULT_TOTAL);
-    let free = size_from_env(SIM_FREE_ENV)?.unwrap_or(SIM_DEFAULT_FREE.min(total));
-    Ok(SimBackend::new(total).with_free(free))
-}
-
 #[cfg(not(feature = "cuda"))]
 fn default_backend() -> Result<Arc<dyn Backend>, MemError> {
-    Ok(Arc::new(sim_backend_from_env()?))
+    Ok(Arc::new(SimBackend::from_env()?))
 }
 
 #[cfg(feature = "cuda")]
@@ -54,7 +58,7 @@ fn default_backend() -> Result<Arc<dyn Backend>, MemError> {
         Ok(cuda) => Ok(Arc::new(cuda)),
         Err(error) => {
             tracing::warn!(%error, "no usable CUDA device; the default manager runs on the simulated device");
-            Ok(Arc::new(sim_backend_from_env()?))
+            Ok(Arc::new(SimBackend::from_env()?))
         }
     }
 }

@@ -585,7 +585,7 @@ fn misaxed_hint(requests: &[String]) -> String {
         "; {} would be chunkable but the chunk axis lies beyond the shape (the default axis {} is \
          cubie's 3-D layout): set ArrayRequest::chunk_axis to the axis that holds the runs",
         requests.join(", "),
-        crate::DEFAULT_CHUNK_AXIS
+        crate::ArrayRequest::DEFAULT_CHUNK_AXIS
     )
 }
 

@@ -26,11 +26,25 @@
 //! assert_eq!(response.chunks, 5);
 //! assert_eq!(response.chunked_shapes["state"], [16, 8, 820]);
 //! ```
+//!
+//! # Where names live
+//!
+//! Every item has one path. What solver code names is at the crate root:
+//! the manager and its handles, registrations, requests and responses,
+//! device, pinned and host arrays, chunk plans and streaming, buffer
+//! structs, host kernels, errors, and the simulated device. Five modules
+//! hold the rest, and nothing in them is re-exported: [`backend`] (the
+//! device contract in detail, for backend authors and direct device work,
+//! and the CUDA backend), [`plan`] (the chunk planner on its own),
+//! [`stats`] (the statistics types), [`timeline`] (the device's timeline)
+//! and [`guide`] (the user guide). Constants live beside what they
+//! configure, as associated constants (`ArrayRequest::DEFAULT_CHUNK_AXIS`,
+//! `Registration::DEFAULT_STREAM_GROUP`, `SimBackend::POISON`, ...).
 
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
-pub mod array;
+mod array;
 pub mod backend;
 mod block;
 mod buffers;
@@ -41,7 +55,7 @@ mod dtype;
 mod error;
 #[cfg(any(doc, doctest))]
 pub mod guide;
-pub mod host;
+mod host;
 mod ids;
 mod kernel;
 mod manager;
@@ -50,34 +64,29 @@ mod pools;
 mod registration;
 mod request;
 pub mod stats;
-pub mod streams;
+mod streams;
 pub mod timeline;
 
 pub use array::{ArrayResponse, DeviceArray, PinnedArray, PinnedMut, PinnedRef, ReleaseReason};
 pub use backend::sim::SimBackend;
-pub use backend::{Backend, MemInfo};
 pub use buffers::{Allocated, GpuBuffers};
 pub use bytes::Bytes;
-pub use config::{DEFAULT_PINNED_MAX_BYTES, LimitMode, ManagerConfig, parse_size};
-pub use default::{
-    SIM_DEFAULT_FREE, SIM_DEFAULT_TOTAL, SIM_FREE_ENV, SIM_TOTAL_ENV, default_memmgr,
-    sim_backend_from_env,
-};
+pub use config::{LimitMode, ManagerConfig, parse_size};
+pub use default::default_memmgr;
 pub use dtype::{DType, Element, Precision};
 pub use error::{ArraySide, MemError};
 pub use host::{
-    AnyHostArray, AsyncCopyError, ChunkPipeline, ChunkStreamer, HostArray, HostMemoryKind,
-    PendingCopy, STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool, SystemMemory,
+    AnyHostArray, AsyncCopyError, ChunkLayout, ChunkPipeline, ChunkStreamer, HostArray,
+    HostMemoryKind, PendingCopy, StagingBuffer, StagingKey, StagingPool, SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs};
 pub use manager::{Instance, MemoryManager, Owner, Work};
-pub use plan::{Chunk, ChunkPlan, Chunks};
+pub use plan::chunks::{Chunk, ChunkPlan, Chunks};
 pub use pools::MIN_AUTOPOOL_SIZE;
 pub use registration::{AsOwner, Registration, SpillSettings};
-pub use request::{ArrayRequest, DEFAULT_CHUNK_AXIS, MemoryKind, RequestSet};
-pub use stats::{MemoryReport, MemoryStats, UsageStats};
-pub use streams::{CurrentStream, DEFAULT_STREAM_GROUP};
+pub use request::{ArrayRequest, MemoryKind, RequestSet};
+pub use streams::CurrentStream;
 
 #[cfg(feature = "derive")]
 pub use cubie_mem_derive::GpuBuffers;

@@ -15,8 +15,6 @@
 //! assert_eq!(p.iter_chunks().map(|c| c.len()).sum::<usize>(), 10_000);
 //! ```
 
-use std::ops::Range;
-
 use crate::{ArrayRequest, Bytes, MemError};
 
 /// Percentage of the available memory withheld against fragmentation.
@@ -180,177 +178,6 @@ impl Budget {
     }
 }
 
-/// How a batch is split along its run axis.
-///
-/// The default is the plan of an empty response: one chunk of one run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChunkPlan {
-    /// Runs in the whole batch.
-    pub total_runs: usize,
-    /// Number of chunks.
-    pub chunks: usize,
-    /// Runs per chunk (the last chunk may be shorter).
-    pub chunk_length: usize,
-    /// Bytes of the chunkable requests at full length.
-    pub chunkable_bytes: u64,
-    /// Bytes of the unchunkable requests.
-    pub unchunkable_bytes: u64,
-    /// Bytes the plan was allowed to allocate.
-    pub allocatable: u64,
-    /// Bytes withheld as reserve (fragmentation share and granule).
-    pub withheld: u64,
-    /// Buffer sets the manager allocates for every chunkable array, one per
-    /// chunk in flight: 1 for a single chunk, else `min(d, chunks)` for the
-    /// batch's pipeline depth `d` (for a reused partition, fewer when that
-    /// many would not fit). Unchunkable arrays have one buffer, shared by
-    /// every set.
-    pub buffer_sets: usize,
-}
-
-impl Default for ChunkPlan {
-    fn default() -> Self {
-        ChunkPlan {
-            total_runs: 1,
-            chunks: 1,
-            chunk_length: 1,
-            chunkable_bytes: 0,
-            unchunkable_bytes: 0,
-            allocatable: 0,
-            withheld: 0,
-            buffer_sets: 1,
-        }
-    }
-}
-
-impl ChunkPlan {
-    /// Checks that the plan's figures are consistent: at least one run, one
-    /// chunk and one run per chunk; the chunks cover every run
-    /// (`chunks * chunk_length >= total_runs`); neither the chunk count
-    /// nor the chunk length exceeds the run count; and there are between 1
-    /// and `chunks` buffer sets. A reused partition may end with empty chunks
-    /// (10 runs in 6 chunks of 2) and is valid.
-    ///
-    /// ```
-    /// use cubie_mem::{ChunkPlan, MemError};
-    ///
-    /// let plan = ChunkPlan { total_runs: 10, chunks: 6, chunk_length: 2, ..Default::default() };
-    /// assert!(plan.validate().is_ok());
-    /// let short = ChunkPlan { chunks: 4, ..plan };
-    /// assert!(matches!(short.validate(), Err(MemError::InvalidPlan { chunks: 4, .. })));
-    /// let pipelined = ChunkPlan { buffer_sets: 2, ..plan };
-    /// assert!(pipelined.validate().is_ok());
-    /// let no_sets = ChunkPlan { buffer_sets: 0, ..plan };
-    /// assert!(no_sets.validate().is_err());
-    /// let too_many = ChunkPlan { buffer_sets: 7, ..plan }; // more sets than chunks
-    /// assert!(too_many.validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<(), MemError> {
-        let reason = if self.total_runs == 0 {
-            "a batch has at least one run"
-        } else if self.chunks == 0 {
-            "a plan has at least one chunk"
-        } else if self.chunk_length == 0 {
-            "a chunk holds at least one run"
-        } else if self.chunks > self.total_runs {
-            "there are more chunks than runs"
-        } else if self.chunk_length > self.total_runs {
-            "a chunk is longer than the batch"
-        } else if self
-            .chunks
-            .checked_mul(self.chunk_length)
-            .is_some_and(|covered| covered < self.total_runs)
-        {
-            "the chunks do not cover every run"
-        } else if self.buffer_sets == 0 {
-            "a plan has at least one buffer set"
-        } else if self.buffer_sets > self.chunks {
-            "there are more buffer sets than chunks"
-        } else {
-            return Ok(());
-        };
-        Err(MemError::InvalidPlan {
-            total_runs: self.total_runs,
-            chunks: self.chunks,
-            chunk_length: self.chunk_length,
-            reason,
-        })
-    }
-
-    /// Whether the batch is split into more than one chunk.
-    pub fn is_chunked(&self) -> bool {
-        self.chunks > 1
-    }
-
-    /// The runs of chunk `index`, or `None` past the last chunk. Chunks
-    /// past the batch's end (possible for a reused partition) are empty.
-    pub fn chunk_runs(&self, index: usize) -> Option<Range<usize>> {
-        (index < self.chunks).then(|| self.runs_of(index))
-    }
-
-    fn runs_of(&self, index: usize) -> Range<usize> {
-        let start = index.saturating_mul(self.chunk_length).min(self.total_runs);
-        let end = start.saturating_add(self.chunk_length).min(self.total_runs);
-        start..end
-    }
-
-    /// The shape a request is allocated with under this plan.
-    pub fn chunked_shape(&self, request: &ArrayRequest) -> Vec<usize> {
-        request.chunked_shape(self.chunk_length)
-    }
-
-    /// Bytes allocated for a request under this plan, saturating at
-    /// `u64::MAX`.
-    pub fn chunked_bytes(&self, request: &ArrayRequest) -> u64 {
-        let to_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        request
-            .chunked_dims(self.chunk_length)
-            .fold(1u64, |bytes, d| bytes.saturating_mul(to_u64(d)))
-            .saturating_mul(to_u64(request.dtype().size_bytes()))
-    }
-
-    /// This plan with the partition `(chunk_length, chunks)` instead, when
-    /// that partition covers the batch (`ceil(total_runs / chunks) == chunk_length`)
-    /// and is at least as fine as this plan's. The chunk count is capped at
-    /// the run count (only a partition of one-run chunks can exceed it), and
-    /// the buffer sets at the new chunk count: no more sets than this plan's,
-    /// each of chunks no longer than this plan's, so they fit where this
-    /// plan's sets did, and the plan stays [valid](Self::validate).
-    pub fn with_partition(&self, chunk_length: usize, chunks: usize) -> Option<ChunkPlan> {
-        let covers = chunks > 0 && self.total_runs.div_ceil(chunks) == chunk_length;
-        let chunks = chunks.min(self.total_runs);
-        (covers && chunk_length <= self.chunk_length).then_some(ChunkPlan {
-            chunks,
-            chunk_length,
-            buffer_sets: self.buffer_sets.clamp(1, chunks),
-            ..*self
-        })
-    }
-}
-
-impl ChunkPlan {
-    /// This plan with the buffer sets a pipeline of `depth` gets on its
-    /// partition: `min(depth, chunks)`, lowered to what its figures fit
-    /// (`sets * C * chunk_length <= total_runs * (allocatable - U)`, exactly),
-    /// and never below 1 nor below the sets it has (which fit already).
-    /// One chunk has one set.
-    pub(crate) fn sets_for(self, depth: usize) -> ChunkPlan {
-        let wanted = depth.min(self.chunks).max(1);
-        let per_set = u128::from(self.chunkable_bytes) * self.chunk_length as u128;
-        let room = self.total_runs as u128
-            * u128::from(self.allocatable.saturating_sub(self.unchunkable_bytes));
-        let fits = room
-            .checked_div(per_set)
-            .map_or(wanted, |n| usize::try_from(n).unwrap_or(usize::MAX));
-        ChunkPlan {
-            buffer_sets: wanted
-                .min(fits)
-                .max(self.buffer_sets.min(self.chunks))
-                .max(1),
-            ..self
-        }
-    }
-}
-
 /// Plans a batch from measured sizes and a budget.
 ///
 /// `R == 0` gives one chunk before any other check (even on a full device).
@@ -441,10 +268,10 @@ pub fn plan<'a>(
     plan_chunks(&BatchSizes::measure(requests)?, budget)
 }
 
-mod chunks;
+pub(crate) mod chunks;
 #[cfg(test)]
 mod depth_tests;
 #[cfg(test)]
 mod tests;
 
-pub use chunks::{Chunk, Chunks};
+use chunks::ChunkPlan;

@@ -79,6 +79,11 @@ pub struct SpillSettings {
     pub directory: Option<PathBuf>,
 }
 
+impl SpillSettings {
+    /// Prefix of spill file names, so that stray files are recognisable.
+    pub const FILE_PREFIX: &str = crate::host::SPILL_FILE_PREFIX;
+}
+
 pub(crate) mod sealed {
     /// Keeps [`AsOwner`](super::AsOwner) to the crate's handles.
     pub trait Sealed {}
@@ -121,6 +126,9 @@ pub struct Registration {
 }
 
 impl Registration {
+    /// The stream group an instance joins when none is named.
+    pub const DEFAULT_STREAM_GROUP: &str = crate::streams::DEFAULT_STREAM_GROUP;
+
     /// A registration in the auto pool, the "default" stream group, owning itself.
     pub fn new() -> Self {
         Self::default()

@@ -14,7 +14,7 @@ pub enum MemoryKind {
 
 /// The default chunk axis: the run axis of cubie's 3-D output layout
 /// `[time, variable, run]`.
-pub const DEFAULT_CHUNK_AXIS: usize = 2;
+pub(crate) const DEFAULT_CHUNK_AXIS: usize = 2;
 
 /// A description of one array an instance needs.
 ///
@@ -40,6 +40,10 @@ pub struct ArrayRequest {
 }
 
 impl ArrayRequest {
+    /// The chunk axis a request has unless told otherwise: axis 2, the run
+    /// axis of cubie's 3-D `[time, variable, run]` layout.
+    pub const DEFAULT_CHUNK_AXIS: usize = DEFAULT_CHUNK_AXIS;
+
     /// A device array of `dtype` with `shape`, chunked along axis 2, for one run.
     pub fn new(dtype: DType, shape: impl Into<Vec<usize>>) -> Self {
         ArrayRequest {
@@ -165,7 +169,7 @@ impl ArrayRequest {
     /// The chunk axis, when it is the only reason a request of a batch of
     /// several runs is unchunkable: not flagged unchunkable, but the axis
     /// lies beyond the shape (a 2-D array left on the default axis
-    /// [`DEFAULT_CHUNK_AXIS`], cubie's 3-D layout, say).
+    /// [`ArrayRequest::DEFAULT_CHUNK_AXIS`], cubie's 3-D layout, say).
     pub fn axis_out_of_range(&self) -> Option<usize> {
         let axis = self.chunk_axis?;
         (!self.unchunkable && self.total_runs > 1 && axis >= self.shape.len()).then_some(axis)

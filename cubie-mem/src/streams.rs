@@ -20,7 +20,7 @@ use crate::backend::{Backend, BackendResult, StreamHandle};
 use crate::ids::{InstanceId, OwnerId};
 
 /// The group an instance joins when none is named.
-pub const DEFAULT_STREAM_GROUP: &str = "default";
+pub(crate) const DEFAULT_STREAM_GROUP: &str = "default";
 
 /// A backend stream, destroyed when the last holder drops it.
 pub(crate) struct OwnedStream {

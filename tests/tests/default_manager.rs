@@ -3,14 +3,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![cfg(not(feature = "cuda"))]
 
-use cubie_mem::{SIM_FREE_ENV, SIM_TOTAL_ENV, default_memmgr, sim_backend_from_env};
+use cubie_mem::{SimBackend, default_memmgr};
 
 #[test]
 fn environment_sizes_the_simulated_device() {
     // SAFETY of set_var: this binary's only test, run before any other thread reads the environment.
     unsafe {
-        std::env::set_var(SIM_TOTAL_ENV, "512MiB");
-        std::env::set_var(SIM_FREE_ENV, "0.25 GiB");
+        std::env::set_var(SimBackend::TOTAL_ENV, "512MiB");
+        std::env::set_var(SimBackend::FREE_ENV, "0.25 GiB");
     }
     let mgr = default_memmgr().unwrap();
     let info = mgr.mem_info().unwrap();
@@ -23,13 +23,15 @@ fn environment_sizes_the_simulated_device() {
     );
 
     unsafe {
-        std::env::remove_var(SIM_TOTAL_ENV);
-        std::env::remove_var(SIM_FREE_ENV);
+        std::env::remove_var(SimBackend::TOTAL_ENV);
+        std::env::remove_var(SimBackend::FREE_ENV);
     }
-    let defaults = sim_backend_from_env().unwrap();
+    let defaults = SimBackend::from_env().unwrap();
     assert_eq!(defaults.free_bytes(), 1 << 30);
     assert_eq!(
-        cubie_mem::Backend::mem_info(&defaults).unwrap().total,
+        cubie_mem::backend::Backend::mem_info(&defaults)
+            .unwrap()
+            .total,
         8 << 30
     );
 }

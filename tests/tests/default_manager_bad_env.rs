@@ -3,16 +3,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![cfg(not(feature = "cuda"))]
 
-use cubie_mem::{MemError, SIM_TOTAL_ENV, default_memmgr};
+use cubie_mem::{MemError, SimBackend, default_memmgr};
 
 #[test]
 fn a_malformed_size_is_reported_at_first_use() {
     // SAFETY of set_var: this binary's only test, run before any other thread reads the environment.
-    unsafe { std::env::set_var(SIM_TOTAL_ENV, "eight gigs") };
+    unsafe { std::env::set_var(SimBackend::TOTAL_ENV, "eight gigs") };
     for _ in 0..2 {
         let err = default_memmgr().unwrap_err();
         assert!(
-            matches!(err, MemError::Config { ref name, .. } if name == SIM_TOTAL_ENV),
+            matches!(err, MemError::Config { ref name, .. } if name == SimBackend::TOTAL_ENV),
             "{err}"
         );
         let text = err.to_string();

@@ -11,10 +11,9 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
-use cubie_mem::host::SPILL_FILE_PREFIX;
 use cubie_mem::{
     ArrayRequest, ChunkPlan, HostMemoryKind, Instance, ManagerConfig, MemError, MemoryManager,
-    Registration, SimBackend,
+    Registration, SimBackend, SpillSettings,
 };
 
 fn manager_spilling_to(directory: &Path) -> (MemoryManager, Instance) {
@@ -65,7 +64,7 @@ fn spill_file_is_unlinked_once_mapped_and_round_trips() {
     let path = array.spill_path().unwrap().to_path_buf();
     assert_eq!(path.parent(), Some(dir.path()));
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.starts_with(SPILL_FILE_PREFIX), "{name}");
+    assert!(name.starts_with(SpillSettings::FILE_PREFIX), "{name}");
     // ...and unlinked already: the directory is empty while the array lives.
     assert!(!path.exists());
     assert_eq!(entries(dir.path()), Vec::<String>::new());
@@ -508,7 +507,7 @@ fn nothing_is_left_when_the_process_is_killed() {
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
     let left: Vec<String> = entries(dir.path())
         .into_iter()
-        .filter(|name| name.starts_with(SPILL_FILE_PREFIX))
+        .filter(|name| name.starts_with(SpillSettings::FILE_PREFIX))
         .collect();
     assert_eq!(left, Vec::<String>::new());
     assert_eq!(entries(dir.path()), Vec::<String>::new());

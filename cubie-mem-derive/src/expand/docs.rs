@@ -35,7 +35,9 @@ impl Docs {
         let dims = source_text(checked.dims);
         let name = unraw(checked.ident);
         let group = match &checked.stream_group {
-            StreamGroup::Default => "the default stream group (`DEFAULT_STREAM_GROUP`)".to_owned(),
+            StreamGroup::Default => {
+                "the default stream group (`Registration::DEFAULT_STREAM_GROUP`)".to_owned()
+            }
             StreamGroup::Named(name) => format!("stream group \"{name}\""),
         };
         let buffers: Vec<String> = checked.buffers.iter().map(describe).collect();

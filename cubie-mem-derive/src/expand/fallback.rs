@@ -24,7 +24,7 @@ pub(super) fn fallback(container: &Container) -> TokenStream {
     };
     let group = match &container.attrs.stream_group {
         Some(name) => quote!(#name),
-        None => quote!(#cubie_mem::DEFAULT_STREAM_GROUP),
+        None => quote!(#cubie_mem::Registration::DEFAULT_STREAM_GROUP),
     };
     wrap(
         &container.attrs.krate(),

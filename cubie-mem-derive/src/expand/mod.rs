@@ -62,7 +62,7 @@ fn implementation(checked: &Checked) -> TokenStream {
     let (impl_generics, type_generics, where_clause) = generics.split_for_impl();
     let dims = checked.dims;
     let group = match &checked.stream_group {
-        StreamGroup::Default => quote!(#cubie_mem::DEFAULT_STREAM_GROUP),
+        StreamGroup::Default => quote!(#cubie_mem::Registration::DEFAULT_STREAM_GROUP),
         StreamGroup::Named(name) => quote!(#name),
     };
     let name = unraw(ident);

@@ -144,7 +144,7 @@ fn the_stream_group_is_the_named_one_or_the_crate_default() {
     .to_token_stream()
     .to_string();
     assert!(
-        default.contains("const STREAM_GROUP : & 'static str = _cubie_mem :: DEFAULT_STREAM_GROUP"),
+        default.contains("const STREAM_GROUP : & 'static str = _cubie_mem :: Registration :: DEFAULT_STREAM_GROUP"),
         "{default}"
     );
 }

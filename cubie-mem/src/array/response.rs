@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::handles::{DeviceArray, PinnedArray};
 use super::slot::Slot;
-use crate::plan::ChunkPlan;
+use crate::ChunkPlan;
 use crate::{Element, MemError, MemoryKind};
 
 /// What `allocate_queue` delivers to each participant: its arrays, allocated

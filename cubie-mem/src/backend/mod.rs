@@ -19,7 +19,7 @@ use std::fmt;
 
 mod error;
 mod kernel;
-pub mod sim;
+pub(crate) mod sim;
 
 pub use error::{BackendError, HandleKind, HazardMemory, MemorySpace};
 pub use kernel::{Access, HostKernelFn, KernelArg, KernelBody, KernelLaunch};

@@ -15,9 +15,9 @@ use super::HostArray;
 use super::layout::ChunkLayout;
 use super::stage::{Stage, queue_download, queue_upload};
 use super::transfer::direct_range;
+use crate::Chunk;
 use crate::array::slot::DeviceMemory;
 use crate::backend::{Backend, StreamHandle};
-use crate::plan::Chunk;
 use crate::streams::OwnedStream;
 use crate::{Element, MemError};
 

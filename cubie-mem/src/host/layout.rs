@@ -19,7 +19,7 @@ use crate::MemError;
 /// The geometry of one chunked array: full shape, chunk axis, chunk length.
 ///
 /// ```
-/// use cubie_mem::host::ChunkLayout;
+/// use cubie_mem::ChunkLayout;
 ///
 /// // 2 x 5 x 3, chunked along the middle axis in chunks of 2 runs.
 /// let layout = ChunkLayout::new(&[2, 5, 3], 1, 2).unwrap();

@@ -8,9 +8,9 @@ use super::HostArray;
 use super::lane::{Direction, HostRef, Lane, Move};
 use super::stage::{Event, Stage};
 use super::transfer::ChunkStreamer;
+use crate::Chunk;
 use crate::backend::{Backend, BackendResult, StreamHandle};
 use crate::ids::OwnerId;
-use crate::plan::Chunk;
 use crate::streams::OwnedStream;
 use crate::{DeviceArray, Element, MemError};
 
@@ -475,7 +475,7 @@ impl Schedule {
     fn run<E: From<MemError>>(
         &mut self,
         lanes: &mut [Box<dyn Move + '_>],
-        chunks: &mut std::iter::Peekable<crate::plan::Chunks>,
+        chunks: &mut std::iter::Peekable<crate::Chunks>,
         mut compute: impl FnMut(&Chunk, usize) -> Result<(), E>,
     ) -> Result<(), E> {
         let Some(first) = chunks.peek().cloned() else {

@@ -24,12 +24,19 @@ pub struct SystemMemory {
 }
 
 /// Percentage of total RAM above which host arrays spill by default.
-pub const DEFAULT_SPILL_PERCENT: u64 = 80;
+const DEFAULT_SPILL_PERCENT: u64 = 80;
 
 /// Percentage of total RAM the staging pool leaves available when it grows.
-pub const STAGING_RAM_FLOOR_PERCENT: u64 = 20;
+const STAGING_RAM_FLOOR_PERCENT: u64 = 20;
 
 impl SystemMemory {
+    /// Percentage of total RAM above which host arrays spill, when no
+    /// threshold is set.
+    pub const DEFAULT_SPILL_PERCENT: u64 = DEFAULT_SPILL_PERCENT;
+    /// Percentage of total RAM the staging pool leaves available when it
+    /// grows.
+    pub const STAGING_FLOOR_PERCENT: u64 = STAGING_RAM_FLOOR_PERCENT;
+
     /// Reads the figures of this machine; `None` where they are unavailable.
     pub fn read() -> Option<SystemMemory> {
         let text = std::fs::read_to_string("/proc/meminfo").ok()?;

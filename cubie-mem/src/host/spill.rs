@@ -28,7 +28,7 @@ use tempfile::NamedTempFile;
 use crate::{Bytes, MemError};
 
 /// Prefix of spill file names, so that stray files are recognisable.
-pub const SPILL_FILE_PREFIX: &str = "cubie-spill-";
+pub(crate) const SPILL_FILE_PREFIX: &str = "cubie-spill-";
 
 /// Size of the zero-filled writes that allocate a spill file's blocks where
 /// `fallocate` is not available.

@@ -19,7 +19,7 @@ use crate::backend::{Backend, PinnedBlock};
 use crate::{DType, Element, MemError, MemoryManager};
 
 /// Most bytes one staging buffer holds; larger transfers run in rounds.
-pub const STAGING_BYTES_PER_TRANSFER: usize = 64 << 20;
+pub(crate) const STAGING_BYTES_PER_TRANSFER: usize = 64 << 20;
 
 /// How often a waiting acquire re-reads the RAM figures.
 const RAM_RECHECK: Duration = Duration::from_millis(50);
@@ -104,6 +104,9 @@ pub struct StagingPool {
 }
 
 impl StagingPool {
+    /// Most bytes one staging buffer holds; larger transfers run in rounds.
+    pub const BYTES_PER_TRANSFER: usize = STAGING_BYTES_PER_TRANSFER;
+
     /// A pool allocating from `backend`, bounded by this machine's RAM.
     pub fn new(backend: Arc<dyn Backend>) -> Self {
         Self::with_memory_probe(backend, SystemMemory::read)

@@ -14,7 +14,7 @@ use std::ops::Range;
 use super::layout::ChunkLayout;
 use super::staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
 use super::{HostArray, HostMemoryKind};
-use crate::plan::Chunks;
+use crate::Chunks;
 use crate::streams::CurrentStream;
 use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
 
@@ -68,7 +68,7 @@ impl<'a> ChunkStreamer<'a> {
     }
 
     /// Bounds each staging buffer to `bytes` (default
-    /// [`STAGING_BYTES_PER_TRANSFER`]; at least one element is staged).
+    /// [`StagingPool::BYTES_PER_TRANSFER`](crate::StagingPool::BYTES_PER_TRANSFER); at least one element is staged).
     pub fn with_staging_bytes(mut self, bytes: usize) -> Self {
         self.staging_bytes = bytes;
         self

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use super::Inner;
 use super::state::State;
-use crate::plan::{BatchSizes, Budget, ChunkPlan};
+use crate::ChunkPlan;
+use crate::plan::{BatchSizes, Budget};
 use crate::{Bytes, MemError};
 
 /// Fraction of a group's caps above which active mode warns.

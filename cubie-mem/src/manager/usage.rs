@@ -7,7 +7,7 @@ use crate::{MemError, MemoryManager};
 
 impl MemoryManager {
     /// Free and total device memory, as the backend reports them
-    /// ([`Backend::mem_info`](crate::Backend::mem_info)).
+    /// ([`Backend::mem_info`](crate::backend::Backend::mem_info)).
     pub fn mem_info(&self) -> Result<MemInfo, MemError> {
         self.inner.backend.mem_info().on(&*self.inner.backend)
     }

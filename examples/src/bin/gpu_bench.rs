@@ -24,10 +24,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use cubie_mem::backend::Backend;
 use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
 use cubie_mem::timeline::{Activity, Timeline};
 use cubie_mem::{
-    ArrayRequest, Backend, ChunkPlan, DeviceArray, HostMemoryKind, ManagerConfig, MemoryManager,
+    ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, ManagerConfig, MemoryManager,
     Registration,
 };
 use cubie_mem_examples::euler_decay::EulerDecay;

@@ -8,11 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cubie_mem::backend::{
-    BackendError, DevicePtr, EventHandle, KernelLaunch, PinnedBlock, StreamHandle,
+    Backend, BackendError, DevicePtr, EventHandle, KernelLaunch, MemInfo, PinnedBlock, StreamHandle,
 };
 use cubie_mem::{
-    ArrayRequest, ArrayResponse, Backend, DType, ManagerConfig, MemInfo, MemoryManager,
-    Registration, SimBackend,
+    ArrayRequest, ArrayResponse, DType, ManagerConfig, MemoryManager, Registration, SimBackend,
 };
 
 /// A manager on a simulated device with `free` bytes free out of `total`,

@@ -32,13 +32,13 @@ use std::time::Duration;
 
 use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
 use cubie_mem::backend::{
-    Access, BackendError, DevicePtr, HandleKind, KernelArg, KernelBody, KernelLaunch, PinnedBlock,
-    StreamHandle,
+    Access, Backend, BackendError, DevicePtr, HandleKind, KernelArg, KernelBody, KernelLaunch,
+    PinnedBlock, StreamHandle,
 };
 use cubie_mem::{
-    ArrayRequest, ArrayResponse, Backend, DeviceArray, Element, GpuBuffers, HostMemoryKind,
-    LimitMode, ManagerConfig, MemError, MemoryKind, MemoryManager, PinnedArray, Registration,
-    ReleaseReason, RequestSet, SimBackend, default_memmgr,
+    ArrayRequest, ArrayResponse, DeviceArray, Element, GpuBuffers, HostMemoryKind, LimitMode,
+    ManagerConfig, MemError, MemoryKind, MemoryManager, PinnedArray, Registration, ReleaseReason,
+    RequestSet, SimBackend, default_memmgr,
 };
 use cubie_mem_examples::euler_decay::EulerDecay;
 

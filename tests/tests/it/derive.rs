@@ -4,8 +4,8 @@
 use std::sync::mpsc;
 
 use cubie_mem::{
-    ArrayResponse, DEFAULT_STREAM_GROUP, DType, DeviceArray, GpuBuffers, ManagerConfig, MemError,
-    MemoryKind, MemoryManager, PinnedArray, Precision, Registration, SimBackend,
+    ArrayResponse, DType, DeviceArray, GpuBuffers, ManagerConfig, MemError, MemoryKind,
+    MemoryManager, PinnedArray, Precision, Registration, SimBackend,
 };
 
 pub struct RunDims {
@@ -282,8 +282,11 @@ fn registration_presets_the_struct_name_and_its_stream_group() {
     let scratch = mgr
         .register(Scratch::registration().on_invalidate(|| {}))
         .unwrap();
-    assert_eq!(Scratch::STREAM_GROUP, DEFAULT_STREAM_GROUP);
-    assert_eq!(mgr.stream_group(&scratch), DEFAULT_STREAM_GROUP);
+    assert_eq!(Scratch::STREAM_GROUP, Registration::DEFAULT_STREAM_GROUP);
+    assert_eq!(
+        mgr.stream_group(&scratch),
+        Registration::DEFAULT_STREAM_GROUP
+    );
     let buffers = mgr.allocate_buffers::<Scratch>(&scratch, &DIMS).unwrap();
     assert_eq!(buffers.error.shape(), [DIMS.n_runs]);
 

@@ -2,9 +2,10 @@
 //! message, resources that stay bounded, and the edge figures of responses.
 
 use crate::common::{allocate_f64, capture_logs, manager, queuing, runs_request};
+use cubie_mem::backend::Backend;
 use cubie_mem::{
-    ArrayRequest, ArrayResponse, Backend, DType, HostMemoryKind, LimitMode, ManagerConfig,
-    MemError, MemoryManager, Registration, SimBackend, SpillSettings,
+    ArrayRequest, ArrayResponse, DType, HostMemoryKind, LimitMode, ManagerConfig, MemError,
+    MemoryManager, Registration, SimBackend, SpillSettings,
 };
 
 #[test]

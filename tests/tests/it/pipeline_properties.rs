@@ -7,8 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use cubie_mem::{
-    ArrayRequest, ChunkPlan, DeviceArray, HostKernel, HostMemoryKind, MemError,
-    STAGING_BYTES_PER_TRANSFER, SimBackend,
+    ArrayRequest, ChunkPlan, DeviceArray, HostKernel, HostMemoryKind, MemError, SimBackend,
+    StagingPool,
 };
 use proptest::prelude::*;
 
@@ -46,7 +46,11 @@ fn case() -> impl Strategy<Value = Case> {
                 0..ndim,
                 1usize..=24,
                 1usize..=3,
-                prop_oneof![Just(4usize), Just(12), Just(STAGING_BYTES_PER_TRANSFER)],
+                prop_oneof![
+                    Just(4usize),
+                    Just(12),
+                    Just(StagingPool::BYTES_PER_TRANSFER)
+                ],
                 prop_oneof![
                     Just(HostMemoryKind::Pinned),
                     Just(HostMemoryKind::Pageable),

@@ -7,7 +7,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use cubie_mem::{Backend, SimBackend, StagingPool, SystemMemory};
+use cubie_mem::backend::Backend;
+use cubie_mem::{SimBackend, StagingPool, SystemMemory};
 
 const PATIENCE: Duration = Duration::from_secs(10);
 

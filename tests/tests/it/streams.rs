@@ -2,7 +2,6 @@
 
 use crate::common::{allocate_f64, logged_manager, manager, queuing, runs_request};
 use cubie_mem::Registration;
-use cubie_mem::streams::DEFAULT_STREAM_GROUP;
 
 #[test]
 fn streams_are_created_lazily_and_shared_within_a_group() {
@@ -33,7 +32,7 @@ fn grouping() {
     let g2 = mgr
         .register(Registration::new().stream_group("pair"))
         .unwrap();
-    assert_eq!(mgr.stream_group(&d1), DEFAULT_STREAM_GROUP);
+    assert_eq!(mgr.stream_group(&d1), Registration::DEFAULT_STREAM_GROUP);
     assert!(!mgr.is_grouped(&d1), "default is never grouped");
     assert!(!mgr.is_grouped(&alone), "a group of one is not grouped");
     assert!(mgr.is_grouped(&g1));

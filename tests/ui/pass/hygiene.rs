@@ -4,7 +4,7 @@
 
 #![deny(unused_qualifications, unused_imports)]
 
-use ::cubie_mem::{DEFAULT_STREAM_GROUP, DeviceArray, GpuBuffers, PinnedArray, Precision};
+use ::cubie_mem::{DeviceArray, GpuBuffers, PinnedArray, Precision, Registration};
 
 /// A local module named like the crate: the derive's `::cubie_mem` path
 /// skips it.
@@ -48,6 +48,6 @@ fn main() {
     let dims = Dims { n_runs: 8 };
     assert_eq!(First::<f32>::requests(&dims).len(), 2);
     assert_eq!(Second::requests(&dims).len(), 1);
-    assert_eq!(<First<f64> as GpuBuffers>::STREAM_GROUP, DEFAULT_STREAM_GROUP);
+    assert_eq!(<First<f64> as GpuBuffers>::STREAM_GROUP, Registration::DEFAULT_STREAM_GROUP);
     assert_eq!(Second::STREAM_GROUP, "integrators");
 }

@@ -110,7 +110,7 @@ impl Default for CudaConfig {
     fn default() -> Self {
         CudaConfig {
             release_threshold: u64::MAX,
-            pinned_cache_bytes: crate::DEFAULT_PINNED_MAX_BYTES,
+            pinned_cache_bytes: crate::ManagerConfig::DEFAULT_PINNED_MAX_BYTES,
         }
     }
 }
@@ -476,7 +476,10 @@ mod tests {
     fn default_config_keeps_freed_memory_cached() {
         let config = CudaConfig::default();
         assert_eq!(config.release_threshold, u64::MAX);
-        assert_eq!(config.pinned_cache_bytes, crate::DEFAULT_PINNED_MAX_BYTES);
+        assert_eq!(
+            config.pinned_cache_bytes,
+            crate::ManagerConfig::DEFAULT_PINNED_MAX_BYTES
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::timeline::{Activity, Span, Timeline};
 
 /// The default bandwidth of each copy direction, bytes per second: about
 /// that of a PCIe Gen5 x16 link.
-pub const DEFAULT_COPY_BANDWIDTH: u64 = 50_000_000_000;
+pub(crate) const DEFAULT_COPY_BANDWIDTH: u64 = 50_000_000_000;
 
 /// An engine of the device: one operation at a time on each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use crate::backend::{BackendError, PinnedBlock, byte_range};
 use crate::block::HostBlock;
 
 /// The byte unwritten device memory reads as.
-pub const POISON: u8 = 0xFF;
+pub(crate) const POISON: u8 = 0xFF;
 
 /// The byte ranges written so far: sorted, disjoint and merged.
 #[derive(Default)]

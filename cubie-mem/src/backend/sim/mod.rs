@@ -25,9 +25,9 @@
 //! it); the host's own waits still complete. [`SimBackend::timeline`]
 //! records what ran when.
 
-pub mod clock;
+mod clock;
 mod device;
-pub mod memory;
+mod memory;
 mod order;
 
 use std::collections::{HashMap, HashSet};
@@ -51,7 +51,8 @@ const ADDRESS_ALIGNMENT: u64 = 256;
 /// test can keep one while the manager owns another.
 ///
 /// ```
-/// use cubie_mem::backend::{Backend, sim::SimBackend};
+/// use cubie_mem::SimBackend;
+/// use cubie_mem::backend::Backend;
 ///
 /// let sim = SimBackend::new(8 << 30).with_free(1 << 30);
 /// assert_eq!(sim.mem_info().unwrap().free, 1 << 30);
@@ -83,6 +84,13 @@ struct SimState {
 }
 
 impl SimBackend {
+    /// What fresh device memory reads as until written: 0xFF bytes, NaN
+    /// as a float, -1 as a signed integer.
+    pub const POISON: u8 = memory::POISON;
+    /// The default bandwidth of each copy direction, bytes per second:
+    /// about that of a PCIe Gen5 x16 link.
+    pub const DEFAULT_COPY_BANDWIDTH: u64 = clock::DEFAULT_COPY_BANDWIDTH;
+
     /// A device with `total_bytes` of memory, all of it free.
     pub fn new(total_bytes: u64) -> Self {
         SimBackend {
@@ -145,7 +153,7 @@ impl SimBackend {
     }
 
     /// Sets the copy bandwidths, in bytes per second, host to device and
-    /// device to host (default [`clock::DEFAULT_COPY_BANDWIDTH`] each).
+    /// device to host (default [`SimBackend::DEFAULT_COPY_BANDWIDTH`] each).
     pub fn with_copy_bandwidth(self, host_to_device: u64, device_to_host: u64) -> Self {
         self.state()
             .clock
