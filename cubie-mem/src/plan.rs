@@ -11,7 +11,7 @@
 //! let requests = [("state", ArrayRequest::new(DType::F64, [100, 4, 10_000]).total_runs(10_000))];
 //! let budget = plan::Budget::passive(8 << 20).with_granule(0);
 //! let p = plan::plan(requests.iter().map(|(l, r)| (*l, r)), &budget).unwrap();
-//! assert!(p.chunks > 1);
+//! assert!(p.chunks() > 1);
 //! assert_eq!(p.iter_chunks().map(|c| c.len()).sum::<usize>(), 10_000);
 //! ```
 

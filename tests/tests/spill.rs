@@ -152,12 +152,7 @@ fn nothing_is_left_when_a_transfer_panics() {
     let mut response = mgr.allocate_queue_for(&solver).unwrap();
     let device_in = response.take::<f64>("in").unwrap();
     let device_out = response.take::<f64>("out").unwrap();
-    let plan = ChunkPlan {
-        total_runs: 50,
-        chunks: 3,
-        chunk_length: 20,
-        ..Default::default()
-    };
+    let plan = ChunkPlan::new(50, 3, 20).unwrap();
 
     let spill_dir = dir.path().to_path_buf();
     let outcome = catch_unwind(AssertUnwindSafe(move || {

@@ -77,9 +77,10 @@ impl ChunkPlan {
     /// ```
     /// use cubie_mem::ChunkPlan;
     ///
-    /// let plan = ChunkPlan { total_runs: 10, chunks: 3, chunk_length: 4, ..Default::default() };
+    /// let plan = ChunkPlan::new(10, 3, 4)?;
     /// let runs: Vec<_> = plan.iter_chunks().map(|c| c.runs).collect();
     /// assert_eq!(runs, [0..4, 4..8, 8..10]);
+    /// # Ok::<(), cubie_mem::MemError>(())
     /// ```
     pub fn iter_chunks(&self) -> Chunks {
         Chunks {
@@ -100,31 +101,35 @@ impl ChunkPlan {
     }
 }
 
-/// How a batch is split along its run axis.
+/// How a batch is split along its run axis: made by the planner (the
+/// manager's responses carry it), or by hand with [`ChunkPlan::new`] for
+/// streaming without the manager. Every plan is consistent
+/// ([`validate`](Self::validate) holds); its figures are read through its
+/// methods.
 ///
 /// The default is the plan of an empty response: one chunk of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkPlan {
     /// Runs in the whole batch.
-    pub total_runs: usize,
+    pub(crate) total_runs: usize,
     /// Number of chunks.
-    pub chunks: usize,
+    pub(crate) chunks: usize,
     /// Runs per chunk (the last chunk may be shorter).
-    pub chunk_length: usize,
+    pub(crate) chunk_length: usize,
     /// Bytes of the chunkable requests at full length.
-    pub chunkable_bytes: u64,
+    pub(crate) chunkable_bytes: u64,
     /// Bytes of the unchunkable requests.
-    pub unchunkable_bytes: u64,
+    pub(crate) unchunkable_bytes: u64,
     /// Bytes the plan was allowed to allocate.
-    pub allocatable: u64,
+    pub(crate) allocatable: u64,
     /// Bytes withheld as reserve (fragmentation share and granule).
-    pub withheld: u64,
+    pub(crate) withheld: u64,
     /// Buffer sets the manager allocates for every chunkable array, one per
     /// chunk in flight: 1 for a single chunk, else `min(d, chunks)` for the
     /// batch's pipeline depth `d` (for a reused partition, fewer when that
     /// many would not fit). Unchunkable arrays have one buffer, shared by
     /// every set.
-    pub buffer_sets: usize,
+    pub(crate) buffer_sets: usize,
 }
 
 impl Default for ChunkPlan {
@@ -143,6 +148,80 @@ impl Default for ChunkPlan {
 }
 
 impl ChunkPlan {
+    /// A plan of `total_runs` runs in `chunks` chunks of `chunk_length` runs
+    /// (the last may be shorter), one buffer set and no byte figures: for
+    /// streaming a batch the manager did not plan. Inconsistent figures are
+    /// [`MemError::InvalidPlan`], saying why (see [`validate`](Self::validate)).
+    ///
+    /// ```
+    /// use cubie_mem::{ChunkPlan, MemError};
+    ///
+    /// let plan = ChunkPlan::new(10, 3, 4)?;
+    /// assert_eq!(plan.chunk_runs(2), Some(8..10));
+    /// assert!(matches!(ChunkPlan::new(10, 2, 4), Err(MemError::InvalidPlan { .. })));
+    /// # Ok::<(), MemError>(())
+    /// ```
+    pub fn new(total_runs: usize, chunks: usize, chunk_length: usize) -> Result<Self, MemError> {
+        let plan = ChunkPlan {
+            total_runs,
+            chunks,
+            chunk_length,
+            ..ChunkPlan::default()
+        };
+        plan.validate().map(|()| plan)
+    }
+
+    /// This plan with `sets` buffer sets (chunks in flight), between 1 and
+    /// the chunk count.
+    pub fn with_buffer_sets(self, sets: usize) -> Result<Self, MemError> {
+        let plan = ChunkPlan {
+            buffer_sets: sets,
+            ..self
+        };
+        plan.validate().map(|()| plan)
+    }
+
+    /// Runs in the whole batch.
+    pub fn total_runs(&self) -> usize {
+        self.total_runs
+    }
+
+    /// Number of chunks.
+    pub fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    /// Runs per chunk (the last chunk may be shorter).
+    pub fn chunk_length(&self) -> usize {
+        self.chunk_length
+    }
+
+    /// Bytes of the chunkable requests at full length.
+    pub fn chunkable_bytes(&self) -> u64 {
+        self.chunkable_bytes
+    }
+
+    /// Bytes of the unchunkable requests.
+    pub fn unchunkable_bytes(&self) -> u64 {
+        self.unchunkable_bytes
+    }
+
+    /// Bytes the plan was allowed to allocate.
+    pub fn allocatable(&self) -> u64 {
+        self.allocatable
+    }
+
+    /// Bytes withheld as reserve (fragmentation share and granule).
+    pub fn withheld(&self) -> u64 {
+        self.withheld
+    }
+
+    /// Buffer sets the manager allocates for every chunkable array, one per
+    /// chunk in flight (see the field's rule in the planner's docs).
+    pub fn buffer_sets(&self) -> usize {
+        self.buffer_sets
+    }
+
     /// Checks that the plan's figures are consistent: at least one run, one
     /// chunk and one run per chunk; the chunks cover every run
     /// (`chunks * chunk_length >= total_runs`); neither the chunk count
@@ -153,16 +232,13 @@ impl ChunkPlan {
     /// ```
     /// use cubie_mem::{ChunkPlan, MemError};
     ///
-    /// let plan = ChunkPlan { total_runs: 10, chunks: 6, chunk_length: 2, ..Default::default() };
+    /// let plan = ChunkPlan::new(10, 6, 2)?; // a reused partition: the last chunk is empty
     /// assert!(plan.validate().is_ok());
-    /// let short = ChunkPlan { chunks: 4, ..plan };
-    /// assert!(matches!(short.validate(), Err(MemError::InvalidPlan { chunks: 4, .. })));
-    /// let pipelined = ChunkPlan { buffer_sets: 2, ..plan };
-    /// assert!(pipelined.validate().is_ok());
-    /// let no_sets = ChunkPlan { buffer_sets: 0, ..plan };
-    /// assert!(no_sets.validate().is_err());
-    /// let too_many = ChunkPlan { buffer_sets: 7, ..plan }; // more sets than chunks
-    /// assert!(too_many.validate().is_err());
+    /// assert!(matches!(ChunkPlan::new(10, 4, 2), Err(MemError::InvalidPlan { chunks: 4, .. })));
+    /// assert!(plan.with_buffer_sets(2).is_ok());
+    /// assert!(plan.with_buffer_sets(0).is_err());
+    /// assert!(plan.with_buffer_sets(7).is_err()); // more sets than chunks
+    /// # Ok::<(), MemError>(())
     /// ```
     pub fn validate(&self) -> Result<(), MemError> {
         let reason = if self.total_runs == 0 {

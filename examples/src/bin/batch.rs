@@ -161,7 +161,7 @@ fn run() -> Result<(), MemError> {
     let buffers = mgr.allocate_buffers::<Integration<f64>>(&solver, &dims)?;
     let plan = *buffers.plan();
 
-    let batch_bytes = plan.chunkable_bytes + plan.unchunkable_bytes;
+    let batch_bytes = plan.chunkable_bytes() + plan.unchunkable_bytes();
     let state_bytes = (dims.n_runs * dims.n_states * dims.n_saves * size_of::<f64>()) as u64;
     println!(
         "batch: {} of state ({} runs x {} states x {} saves) and {} of other arrays, {} in all, \
@@ -177,11 +177,11 @@ fn run() -> Result<(), MemError> {
     );
     println!(
         "plan: {} chunks of {} runs in {} buffer sets (allocatable {}, withheld {})",
-        plan.chunks,
-        plan.chunk_length,
-        plan.buffer_sets,
-        Bytes(plan.allocatable),
-        Bytes(plan.withheld)
+        plan.chunks(),
+        plan.chunk_length(),
+        plan.buffer_sets(),
+        Bytes(plan.allocatable()),
+        Bytes(plan.withheld())
     );
     for (name, shape) in [
         ("initial", buffers.initial.shape()),
@@ -229,7 +229,7 @@ fn run() -> Result<(), MemError> {
         .input_with(&host_rates, |set| &set.rates, 0)
         .output_with(&mut host_state, |set| &set.state, 2)
         .run(|chunk, set| {
-            progress.set_message(format!("chunk {}/{}", chunk.index + 1, plan.chunks));
+            progress.set_message(format!("chunk {}/{}", chunk.index + 1, plan.chunks()));
             integrate_chunk(set, &dims, chunk.len())?;
             progress.inc(chunk.len() as u64);
             progress.suspend(|| {
@@ -265,7 +265,9 @@ fn run() -> Result<(), MemError> {
     println!("  {:<28} {}", "runs", n);
     println!(
         "  {:<28} {} of {} runs",
-        "chunks", plan.chunks, plan.chunk_length
+        "chunks",
+        plan.chunks(),
+        plan.chunk_length()
     );
     println!("  {:<28} {}", "bytes moved host -> device", Bytes(moved_in));
     println!(

@@ -324,12 +324,7 @@ fn pipeline(
     let rates: Vec<f64> = (0..runs).map(|i| 0.1 + (i % 13) as f64 * 0.7).collect();
     let mut y = mgr.create_host_array([runs], HostMemoryKind::Pinned, Some(&y0), &solver)?;
     let k = mgr.create_host_array([runs], HostMemoryKind::Pinned, Some(&rates), &solver)?;
-    let plan = ChunkPlan {
-        total_runs: runs,
-        chunks: CHUNKS,
-        chunk_length: CHUNK_RUNS,
-        ..Default::default()
-    };
+    let plan = ChunkPlan::new(runs, CHUNKS, CHUNK_RUNS)?;
     let kernel = EulerDecay::load(cuda)?;
     let stream = CudaStream::of(mgr, &solver)?;
     cuda.record_timeline(true);

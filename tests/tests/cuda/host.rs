@@ -38,12 +38,12 @@ fn round_trip<T: Element>(mgr: &MemoryManager, kind: HostMemoryKind) -> Result<(
         }
         let host_in = mgr.create_host_array(shape, kind, Some(&data), &solver)?;
         let mut host_out = mgr.create_host_array::<T>(shape, kind, None, &solver)?;
-        let plan = ChunkPlan {
-            total_runs: shape[axis],
-            chunks: shape[axis].div_ceil(chunk_length),
+        let plan = ChunkPlan::new(
+            shape[axis],
+            shape[axis].div_ceil(chunk_length),
             chunk_length,
-            ..Default::default()
-        };
+        )
+        .unwrap();
         mgr.chunk_streamer(&solver, &plan)
             .unwrap()
             .with_staging_bytes(13 * size_of::<T>())

@@ -267,19 +267,19 @@ fn a_buffer_struct_too_large_for_its_share_is_allocated_in_chunks() {
         };
         let buffers = mgr.allocate_buffers::<SolverBuffers>(&solver, &dims)?;
         let plan = *buffers.plan();
-        assert!(plan.chunks >= 4, "{plan:?}");
-        assert_eq!(plan.chunks, dims.n_runs.div_ceil(plan.chunk_length));
+        assert!(plan.chunks() >= 4, "{plan:?}");
+        assert_eq!(plan.chunks(), dims.n_runs.div_ceil(plan.chunk_length()));
         assert_eq!(
             buffers.state.shape(),
-            [dims.n_saves, dims.n_states, plan.chunk_length]
+            [dims.n_saves, dims.n_states, plan.chunk_length()]
         );
-        assert_eq!(buffers.status.shape(), [plan.chunk_length]);
+        assert_eq!(buffers.status.shape(), [plan.chunk_length()]);
         assert_eq!(buffers.initial.shape(), [dims.n_states]);
         assert!(mgr.allocated_bytes(&solver) <= mgr.cap(&solver));
 
         // Every chunk goes through the same buffers.
         let mut seen = vec![0.0f64; buffers.state.len()];
-        for chunk in 0..plan.chunks {
+        for chunk in 0..plan.chunks() {
             let values: Vec<f64> = (0..buffers.state.len())
                 .map(|i| (chunk * 1_000_000 + i) as f64)
                 .collect();

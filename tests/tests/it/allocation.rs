@@ -110,8 +110,8 @@ fn chunked_shapes_replace_only_the_chunk_axis() {
     .unwrap();
     let r = mgr.allocate_queue_for(&i).unwrap();
     // C = 100 * (80 + 100 + 160) = 34000 ... plus 16 bytes of "one" (not chunkable).
-    assert_eq!(r.plan().chunkable_bytes, 34_000);
-    assert_eq!(r.plan().unchunkable_bytes, 1016);
+    assert_eq!(r.plan().chunkable_bytes(), 34_000);
+    assert_eq!(r.plan().unchunkable_bytes(), 1016);
     // alloc = 19600: R = 35016 >= alloc; max_chunk = 100 * 18584 / 34000 = 54
     assert_eq!((r.chunks, r.chunk_length), (2, 50));
     assert_eq!(r.chunked_shapes["outer"], [50, 5, 2]);
@@ -143,7 +143,7 @@ fn total_runs_is_the_largest_among_requests_and_must_match_chunk_axes() {
     let b = ArrayRequest::new(DType::F32, [2, 50]).chunk_axis(1);
     mgr.queue_request(&i, [("a", a), ("b", b)]).unwrap();
     let r = mgr.allocate_queue_for(&i).unwrap();
-    assert_eq!(r.plan().total_runs, 50);
+    assert_eq!(r.plan().total_runs(), 50);
 }
 
 #[test]
@@ -395,7 +395,7 @@ fn the_granule_is_withheld_and_below_it_nothing_is_allocated() {
     mgr.queue_request(&a, [("x", runs_request(6 << 20, 10))])
         .unwrap();
     let r = mgr.allocate_queue_for(&a).unwrap();
-    assert_eq!(r.plan().allocatable, 50 << 20);
+    assert_eq!(r.plan().allocatable(), 50 << 20);
     assert_eq!((r.chunks, r.chunk_length), (2, 5));
 }
 

@@ -73,7 +73,7 @@ fn allocates_whole_batch_when_it_fits() {
     let plan = outputs.plan();
     assert!(!plan.is_chunked());
     assert_eq!(
-        (plan.chunks, plan.chunk_length, plan.total_runs),
+        (plan.chunks(), plan.chunk_length(), plan.total_runs()),
         (1, 1000, 1000)
     );
     assert_eq!(mgr.stream_group(&solver), "integrators");
@@ -103,11 +103,11 @@ fn splits_the_run_axis_when_the_batch_does_not_fit() {
 
     let plan = *outputs.plan();
     assert_eq!(
-        (plan.chunks, plan.chunk_length, plan.total_runs),
+        (plan.chunks(), plan.chunk_length(), plan.total_runs()),
         (4, 250, 1000)
     );
     assert_eq!(
-        (plan.chunkable_bytes, plan.unchunkable_bytes),
+        (plan.chunkable_bytes(), plan.unchunkable_bytes()),
         (324_000, 32)
     );
     assert_eq!(
@@ -159,9 +159,9 @@ fn structs_of_one_stream_group_share_one_plan() {
     assert_eq!(plan, *outputs.plan());
     assert!(plan.is_chunked());
     // Both structs' bytes were planned together: 324000 + 16000 chunkable.
-    assert_eq!(plan.chunkable_bytes, 340_000);
-    assert_eq!(plan.unchunkable_bytes, 32 + 64);
-    let runs = plan.chunk_length;
+    assert_eq!(plan.chunkable_bytes(), 340_000);
+    assert_eq!(plan.unchunkable_bytes(), 32 + 64);
+    let runs = plan.chunk_length();
     assert_eq!(outputs.state.shape(), [10, 4, runs]);
     assert_eq!(inputs.params.shape(), [2, runs]);
     assert_eq!(inputs.params.label(), "parameters");

@@ -26,12 +26,7 @@ fn solver(mgr: &MemoryManager) -> Instance {
 
 /// A plan of `total` runs in chunks of `chunk_length`.
 fn plan(total: usize, chunk_length: usize) -> ChunkPlan {
-    ChunkPlan {
-        total_runs: total,
-        chunks: total.div_ceil(chunk_length),
-        chunk_length,
-        ..Default::default()
-    }
+    ChunkPlan::new(total, total.div_ceil(chunk_length), chunk_length).unwrap()
 }
 
 fn chunk_shape(shape: &[usize], axis: usize, chunk_length: usize) -> Vec<usize> {

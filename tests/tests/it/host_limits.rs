@@ -14,18 +14,11 @@ fn solver(mgr: &MemoryManager) -> Instance {
 }
 
 fn plan(total_runs: usize, chunks: usize, chunk_length: usize) -> ChunkPlan {
-    ChunkPlan {
-        total_runs,
-        chunks,
-        chunk_length,
-        ..Default::default()
-    }
+    ChunkPlan::new(total_runs, chunks, chunk_length).unwrap()
 }
 
 #[test]
-fn the_streamer_refuses_inconsistent_plans() {
-    let mgr = common::manager_on(SimBackend::new(1 << 30));
-    let solver = solver(&mgr);
+fn inconsistent_plans_cannot_be_made() {
     for (total, chunks, length) in [
         (0, 1, 1),
         (10, 0, 10),
@@ -35,9 +28,7 @@ fn the_streamer_refuses_inconsistent_plans() {
         (10, 1, 11),
         (1, usize::MAX, 1),
     ] {
-        let error = mgr
-            .chunk_streamer(&solver, &plan(total, chunks, length))
-            .unwrap_err();
+        let error = ChunkPlan::new(total, chunks, length).unwrap_err();
         assert!(
             matches!(
                 error,
@@ -48,6 +39,8 @@ fn the_streamer_refuses_inconsistent_plans() {
         );
     }
     // The default plan (an empty response's) is valid.
+    let mgr = common::manager_on(SimBackend::new(1 << 30));
+    let solver = solver(&mgr);
     assert!(mgr.chunk_streamer(&solver, &ChunkPlan::default()).is_ok());
 }
 

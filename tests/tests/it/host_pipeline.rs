@@ -46,12 +46,7 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
     let mut host_out = mgr
         .create_host_array::<u32>([2, 10], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
-    let plan = ChunkPlan {
-        total_runs: 10,
-        chunks: 3,
-        chunk_length: 4,
-        ..Default::default()
-    };
+    let plan = ChunkPlan::new(10, 3, 4).unwrap();
     let stream = mgr.stream(&solver).unwrap().0;
     log.lock().unwrap().clear();
 
@@ -109,16 +104,9 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
 }
 
 /// A 4-run plan in 2 chunks of 2.
-const PLAN: ChunkPlan = ChunkPlan {
-    total_runs: 4,
-    chunks: 2,
-    chunk_length: 2,
-    chunkable_bytes: 0,
-    unchunkable_bytes: 0,
-    allocatable: 0,
-    withheld: 0,
-    buffer_sets: 1,
-};
+fn plan() -> ChunkPlan {
+    ChunkPlan::new(4, 2, 2).unwrap()
+}
 
 /// One chunk's device array `label` of 2 f64 for `instance`.
 fn chunk_array(
@@ -174,7 +162,7 @@ fn every_owner_a_pipeline_binds_is_busy_for_the_run() {
     let mut host_out = mgr
         .create_host_array::<f64>([4], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
-    mgr.chunk_streamer(&solver, &PLAN)
+    mgr.chunk_streamer(&solver, &plan())
         .unwrap()
         .pipeline()
         .input(&host_params, &params, 0)
@@ -243,7 +231,7 @@ fn pipelines_whose_inputs_and_outputs_cross_share_a_pool_without_deadlock() {
         let (pool1, pool2) = (pool.clone(), pool);
         std::thread::scope(|scope| {
             scope.spawn(move || {
-                mgr.chunk_streamer(first, &PLAN)
+                mgr.chunk_streamer(first, &plan())
                     .unwrap()
                     .with_pool(pool1)
                     .pipeline()
@@ -256,7 +244,7 @@ fn pipelines_whose_inputs_and_outputs_cross_share_a_pool_without_deadlock() {
                     .unwrap();
             });
             scope.spawn(move || {
-                mgr.chunk_streamer(second, &PLAN)
+                mgr.chunk_streamer(second, &plan())
                     .unwrap()
                     .with_pool(pool2)
                     .pipeline()
@@ -293,10 +281,7 @@ fn device_memory_a_chunk_did_not_upload_reads_as_poison() {
             &solver,
         )
         .unwrap();
-    let plan = ChunkPlan {
-        total_runs: 3,
-        ..PLAN
-    };
+    let plan = ChunkPlan::new(3, 2, 2).unwrap();
     let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
     streamer.copy_in(&host, &device, 0, 1).unwrap();
     let seen = device.to_vec().unwrap();

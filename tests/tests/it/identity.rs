@@ -234,7 +234,7 @@ fn a_zero_byte_batch_on_a_full_device_is_one_chunk_and_evicts_nobody() {
 fn the_default_response_is_one_chunk_of_one_run() {
     let response = ArrayResponse::default();
     assert_eq!((response.chunks, response.chunk_length), (1, 1));
-    assert_eq!(response.plan().chunks, 1);
+    assert_eq!(response.plan().chunks(), 1);
     assert!(response.is_empty());
 }
 

@@ -62,12 +62,7 @@ fn stream_batch(chunks: usize, depth: usize, kind: HostMemoryKind) -> (u64, u64,
     let mut host_out = mgr
         .create_host_array::<f32>([1, runs], kind, None, &solver)
         .unwrap();
-    let plan = ChunkPlan {
-        total_runs: runs,
-        chunks,
-        chunk_length: CHUNK_RUNS,
-        ..Default::default()
-    };
+    let plan = ChunkPlan::new(runs, chunks, CHUNK_RUNS).unwrap();
     sim.clear_timeline();
     let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
     streamer

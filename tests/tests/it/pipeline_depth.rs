@@ -68,8 +68,11 @@ fn depth_two_halves_the_chunk_and_gives_each_set_its_own_buffers() {
         (deep.chunks, deep.chunk_length, deep.buffer_sets()),
         (4, 25, 2)
     );
-    assert_eq!(deep.plan().buffer_sets, 2);
-    assert_eq!(deep.plan().chunk_length * 2, shallow.plan().chunk_length);
+    assert_eq!(deep.plan().buffer_sets(), 2);
+    assert_eq!(
+        deep.plan().chunk_length() * 2,
+        shallow.plan().chunk_length()
+    );
     assert_eq!(deep.chunked_shapes["state"], [8, 25]);
     assert_eq!(deep.chunked_shapes["params"], [16]);
 
@@ -391,7 +394,7 @@ fn the_derive_sets_the_depth_and_builds_a_struct_per_set() {
         .unwrap();
     let allocated = mgr.allocate_buffers::<Pipelined>(&solver, &DIMS).unwrap();
     assert_eq!(
-        (allocated.plan().chunks, allocated.plan().buffer_sets),
+        (allocated.plan().chunks(), allocated.plan().buffer_sets()),
         (4, 2)
     );
     let sets = allocated.sets();
@@ -417,7 +420,7 @@ fn a_batch_that_fits_has_one_set_even_when_deep() {
         .register(Pipelined::registration().on_invalidate(|| {}))
         .unwrap();
     let allocated = mgr.allocate_buffers::<Pipelined>(&solver, &DIMS).unwrap();
-    assert_eq!(allocated.plan().chunks, 1);
+    assert_eq!(allocated.plan().chunks(), 1);
     assert_eq!(allocated.sets().len(), 1);
     assert_eq!(allocated.into_inner().state.shape(), [8, 100]);
 }

@@ -108,12 +108,7 @@ fn run_case(case: &Case) -> Result<(), MemError> {
         mgr.create_host_array::<u32>(case.shape.clone(), case.kind, None, &solver)?;
     let mut host_state =
         mgr.create_host_array(case.shape.clone(), case.kind, Some(&state), &solver)?;
-    let plan = ChunkPlan {
-        total_runs: runs,
-        chunks,
-        chunk_length: case.chunk_length,
-        ..Default::default()
-    };
+    let plan = ChunkPlan::new(runs, chunks, case.chunk_length).unwrap();
     let streamer = mgr
         .chunk_streamer(&solver, &plan)?
         .with_staging_bytes(case.staging_bytes);

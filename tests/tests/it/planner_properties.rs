@@ -26,20 +26,20 @@ proptest! {
         let budget = Budget::passive(free).with_granule(granule);
         match plan_chunks(&sizes, &budget) {
             Ok(plan) => {
-                prop_assert!(plan.chunks >= 1 && plan.chunk_length >= 1);
-                prop_assert!(plan.chunk_length * plan.chunks >= total_runs, "every run is covered");
-                prop_assert!(plan.chunk_length * (plan.chunks - 1) < total_runs, "no empty chunk");
+                prop_assert!(plan.chunks() >= 1 && plan.chunk_length() >= 1);
+                prop_assert!(plan.chunk_length() * plan.chunks() >= total_runs, "every run is covered");
+                prop_assert!(plan.chunk_length() * (plan.chunks() - 1) < total_runs, "no empty chunk");
                 prop_assert_eq!(plan.iter_chunks().map(|c| c.len()).sum::<usize>(), total_runs);
-                if plan.chunks > 1 {
+                if plan.chunks() > 1 {
                     // One chunk's arrays in each of the d sets fit in what may be allocated.
-                    let chunk_bytes = depth as u64 * bytes_per_run * plan.chunk_length as u64 + unchunkable;
-                    prop_assert!(chunk_bytes <= plan.allocatable, "{chunk_bytes} > {}", plan.allocatable);
-                    prop_assert_eq!(plan.buffer_sets, depth.min(plan.chunks));
+                    let chunk_bytes = depth as u64 * bytes_per_run * plan.chunk_length() as u64 + unchunkable;
+                    prop_assert!(chunk_bytes <= plan.allocatable(), "{chunk_bytes} > {}", plan.allocatable());
+                    prop_assert_eq!(plan.buffer_sets(), depth.min(plan.chunks()));
                 } else {
-                    prop_assert!(sizes.total_bytes() <= plan.allocatable);
-                    prop_assert_eq!(plan.buffer_sets, 1);
+                    prop_assert!(sizes.total_bytes() <= plan.allocatable());
+                    prop_assert_eq!(plan.buffer_sets(), 1);
                 }
-                prop_assert_eq!(plan.allocatable + plan.withheld, free);
+                prop_assert_eq!(plan.allocatable() + plan.withheld(), free);
             }
             Err(MemError::BelowGranule { .. }) => prop_assert!(free < granule),
             Err(MemError::UnchunkableTooLarge { .. }) => {
@@ -66,7 +66,7 @@ proptest! {
         let small = plan_chunks(&sizes, &Budget::passive(free).with_granule(0));
         let large = plan_chunks(&sizes, &Budget::passive(free + extra).with_granule(0));
         if let (Ok(small), Ok(large)) = (small, large) {
-            prop_assert!(large.chunks <= small.chunks);
+            prop_assert!(large.chunks() <= small.chunks());
         }
     }
 
@@ -89,9 +89,9 @@ proptest! {
         let deep = plan_chunks(&sizes(depth + 1), &budget);
         match (shallow, deep) {
             (Ok(shallow), Ok(deep)) => {
-                prop_assert!(deep.chunk_length <= shallow.chunk_length);
-                prop_assert!(deep.buffer_sets >= shallow.buffer_sets);
-                prop_assert!(deep.buffer_sets <= depth + 1);
+                prop_assert!(deep.chunk_length() <= shallow.chunk_length());
+                prop_assert!(deep.buffer_sets() >= shallow.buffer_sets());
+                prop_assert!(deep.buffer_sets() <= depth + 1);
             }
             // What does not fit shallower does not fit deeper.
             (Err(_), deep) => prop_assert!(deep.is_err()),
@@ -141,30 +141,30 @@ proptest! {
         match plan_chunks(&sizes, &budget) {
             Ok(plan) => {
                 prop_assert_eq!(plan.validate(), Ok(()));
-                prop_assert_eq!(plan.total_runs, total_runs);
-                prop_assert_eq!((plan.chunkable_bytes, plan.unchunkable_bytes), (c, u));
-                prop_assert_eq!(plan.allocatable.checked_add(plan.withheld), Some(budget.limit()));
+                prop_assert_eq!(plan.total_runs(), total_runs);
+                prop_assert_eq!((plan.chunkable_bytes(), plan.unchunkable_bytes()), (c, u));
+                prop_assert_eq!(plan.allocatable().checked_add(plan.withheld()), Some(budget.limit()));
                 // Every run is covered, and a fresh plan has no empty chunk.
-                let (chunks, length) = (plan.chunks as u128, plan.chunk_length as u128);
+                let (chunks, length) = (plan.chunks() as u128, plan.chunk_length() as u128);
                 prop_assert!(chunks * length >= runs);
                 prop_assert!((chunks - 1) * length < runs);
                 prop_assert_eq!(plan.chunk_runs(0).map(|r| r.start), Some(0));
-                prop_assert_eq!(plan.chunk_runs(plan.chunks - 1).map(|r| r.end), Some(total_runs));
+                prop_assert_eq!(plan.chunk_runs(plan.chunks() - 1).map(|r| r.end), Some(total_runs));
                 let last = plan.iter_chunks().next_back().unwrap();
                 prop_assert!(!last.is_empty() && last.runs.end == total_runs);
                 // One chunk's chunkable bytes in each set plus U fit in alloc:
                 // s * C * chunk_length / total_runs <= alloc - U, exactly.
-                let alloc = u128::from(plan.allocatable);
-                let sets = plan.buffer_sets as u128;
-                prop_assert!(plan.buffer_sets >= 1 && plan.buffer_sets <= depth.min(plan.chunks));
-                if plan.chunks == 1 {
-                    prop_assert_eq!(plan.buffer_sets, 1);
+                let alloc = u128::from(plan.allocatable());
+                let sets = plan.buffer_sets() as u128;
+                prop_assert!(plan.buffer_sets() >= 1 && plan.buffer_sets() <= depth.min(plan.chunks()));
+                if plan.chunks() == 1 {
+                    prop_assert_eq!(plan.buffer_sets(), 1);
                 } else {
-                    prop_assert_eq!(plan.buffer_sets, depth.min(plan.chunks));
+                    prop_assert_eq!(plan.buffer_sets(), depth.min(plan.chunks()));
                 }
                 if r == 0 {
-                    prop_assert_eq!(plan.chunks, 1);
-                } else if plan.chunks == 1 {
+                    prop_assert_eq!(plan.chunks(), 1);
+                } else if plan.chunks() == 1 {
                     prop_assert!(u128::from(u) <= alloc);
                     prop_assert!(u128::from(c) * length <= runs * (alloc - u128::from(u)));
                 } else {
@@ -240,17 +240,21 @@ proptest! {
         chunk_length in edge_usize(),
         index in edge_usize(),
     ) {
-        let plan = ChunkPlan { total_runs, chunks, chunk_length, ..Default::default() };
         let (t, n, l) = (total_runs as u128, chunks as u128, chunk_length as u128);
         let consistent = t >= 1 && n >= 1 && l >= 1 && n <= t && l <= t && n * l >= t;
-        match plan.validate() {
-            Ok(()) => prop_assert!(consistent),
+        let plan = match ChunkPlan::new(total_runs, chunks, chunk_length) {
+            Ok(plan) => {
+                prop_assert!(consistent);
+                prop_assert_eq!(plan.validate(), Ok(()));
+                plan
+            }
             Err(MemError::InvalidPlan { total_runs: a, chunks: b, chunk_length: c, .. }) => {
                 prop_assert!(!consistent);
                 prop_assert_eq!((a, b, c), (total_runs, chunks, chunk_length));
+                return Ok(());
             }
-            Err(other) => prop_assert!(false, "unexpected error {other}"),
-        }
+            Err(other) => return Err(TestCaseError::fail(format!("unexpected error {other}"))),
+        };
         match plan.chunk_runs(index) {
             Some(runs) => {
                 prop_assert!(index < chunks);
@@ -277,7 +281,8 @@ proptest! {
         dtype in dtype(),
     ) {
         let request = ArrayRequest::new(dtype, shape.clone()).chunk_axis(axis);
-        let plan = ChunkPlan { chunk_length, ..Default::default() };
+        let chunk_length = chunk_length.max(1);
+        let plan = ChunkPlan::new(chunk_length, 1, chunk_length).unwrap();
         let in_use = request.chunk_axis_in_use();
         let exact = shape
             .iter()

@@ -363,7 +363,7 @@ mod extreme_figures {
             match mgr.allocate_queue_for(&a) {
                 Ok(response) => {
                     let covered = (response.chunks as u128) * (response.chunk_length as u128);
-                    prop_assert!(covered >= response.plan().total_runs as u128);
+                    prop_assert!(covered >= response.plan().total_runs() as u128);
                     prop_assert!(!mgr.has_queued(&a));
                 }
                 Err(error) => {

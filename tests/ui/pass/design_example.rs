@@ -44,7 +44,7 @@ fn main() {
     assert_eq!(outputs.state.shape(), [10, 3, 100]);
     assert_eq!(outputs.status.shape(), [100]);
     assert_eq!(outputs.initial.shape(), [3]);
-    assert_eq!(outputs.plan().chunks, 1);
+    assert_eq!(outputs.plan().chunks(), 1);
     assert_eq!(Outputs::<f64>::STREAM_GROUP, "integrators");
     assert_eq!(Outputs::<f64>::LABELS, ["state", "status", "initial"]);
 }

@@ -47,7 +47,7 @@ fn main() {
         .register(Buffers::registration().on_invalidate(|| {}))
         .unwrap();
     let buffers = mgr.allocate_buffers::<Buffers>(&holder, &dims).unwrap();
-    assert_eq!(buffers.plan().buffer_sets, 3);
+    assert_eq!(buffers.plan().buffer_sets(), 3);
     assert_eq!(buffers.sets().len(), 3);
     for set in buffers.sets() {
         assert_eq!(set.state.shape(), buffers.state.shape());
