@@ -7,18 +7,27 @@ pub mod euler_decay;
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
-/// Installs the examples' log output: `RUST_LOG` chooses what is shown
+/// Installs the examples' log output: `RUST_LOG` chooses what is shown, as
+/// comma-separated `target=level` directives and a bare default level
 /// (`RUST_LOG=cubie_mem=debug` explains every decision of the manager;
-/// warnings and above by default, info for the examples themselves), on
-/// standard error, with colours only when it is a terminal.
+/// `info` when unset or unreadable), on standard error, with colours only
+/// when it is a terminal.
 pub fn init_logging() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|directives| directives.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_target(false),
+        )
+        .with(filter)
         .init();
 }
