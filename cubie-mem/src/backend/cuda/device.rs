@@ -189,32 +189,12 @@ impl Backend for CudaBackend {
         src: &[u8],
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
-        const OPERATION: &str = "copy to device";
-        let Some((raw, address)) = self.prepare_copy(dst, offset, src.len(), stream, OPERATION)?
-        else {
-            return Ok(());
-        };
-        let context = &self.shared.context;
-        let _guard = context.enter(OPERATION)?;
-        // SAFETY: `src` is a live host slice of `src.len()` bytes and the
-        // device range was checked to lie inside a live allocation; the
-        // stream is synchronised below, before `src` can be released.
-        let started = self.shared.recorder.start(&raw);
-        let queued = context.check(
-            unsafe {
-                sys::cuMemcpyHtoDAsync_v2(address, src.as_ptr().cast(), src.len(), raw.raw())
-            },
-            OPERATION,
-        );
-        self.shared.recorder.finish(
-            started,
-            (stream.0, &raw),
-            Activity::HostToDevice,
-            Activity::HostToDevice.category(),
-            src.len() as u64,
-        );
-        queued?;
-        raw.synchronize()
+        let host = HostSide::Source(src.as_ptr());
+        // SAFETY: `src` is a live host slice of `src.len()` bytes, borrowed
+        // until the stream is synchronised below.
+        let queued =
+            unsafe { self.queue_copy(dst, offset, host, src.len(), stream, "copy to device") };
+        queued?.map_or(Ok(()), |raw| raw.synchronize())
     }
 
     fn copy_from_device(
@@ -224,33 +204,12 @@ impl Backend for CudaBackend {
         offset: u64,
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
-        const OPERATION: &str = "copy from device";
-        let Some((raw, address)) = self.prepare_copy(src, offset, dst.len(), stream, OPERATION)?
-        else {
-            return Ok(());
-        };
-        let context = &self.shared.context;
-        let _guard = context.enter(OPERATION)?;
-        // SAFETY: `dst` is a live, exclusively borrowed host slice of
-        // `dst.len()` bytes and the device range lies inside a live
-        // allocation; the stream is synchronised below, before `dst` can be
-        // used or released.
-        let started = self.shared.recorder.start(&raw);
-        let queued = context.check(
-            unsafe {
-                sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), address, dst.len(), raw.raw())
-            },
-            OPERATION,
-        );
-        self.shared.recorder.finish(
-            started,
-            (stream.0, &raw),
-            Activity::DeviceToHost,
-            Activity::DeviceToHost.category(),
-            dst.len() as u64,
-        );
-        queued?;
-        raw.synchronize()
+        let host = HostSide::Target(dst.as_mut_ptr());
+        // SAFETY: `dst` is a live host slice of `dst.len()` bytes, borrowed
+        // exclusively until the stream is synchronised below.
+        let queued =
+            unsafe { self.queue_copy(src, offset, host, dst.len(), stream, "copy from device") };
+        queued?.map_or(Ok(()), |raw| raw.synchronize())
     }
 
     /// `cuMemcpyHtoDAsync` on `stream`, after the allocation's own stream;
@@ -264,34 +223,11 @@ impl Backend for CudaBackend {
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
         const OPERATION: &str = "asynchronous copy to device";
-        let Some((raw, address)) = self.prepare_copy(dst, offset, len, stream, OPERATION)? else {
-            return Ok(());
-        };
-        let context = &self.shared.context;
-        let _guard = context.enter(OPERATION)?;
-        // SAFETY: the device range was checked to lie inside a live
-        // allocation, and the copy is queued after the allocation's stream,
-        // so the memory exists in `stream`'s order; a later free on `stream`
-        // runs after the copy, and `free_device`'s contract makes a free on
-        // another stream wait for `stream`'s work first. The caller
-        // guarantees that `src..src + len` is page-locked memory of this
-        // backend, left allocated and unwritten until the copy completed; the
-        // driver reads it only while the copy runs and keeps no reference
-        // afterwards. `raw` keeps the stream alive for the call; destroyed
-        // later, it still completes the queued copy.
-        let started = self.shared.recorder.start(&raw);
-        let queued = context.check(
-            unsafe { sys::cuMemcpyHtoDAsync_v2(address, src.cast(), len, raw.raw()) },
-            OPERATION,
-        );
-        self.shared.recorder.finish(
-            started,
-            (stream.0, &raw),
-            Activity::HostToDevice,
-            Activity::HostToDevice.category(),
-            len as u64,
-        );
-        queued
+        // SAFETY: the caller guarantees that `src..src + len` is page-locked
+        // memory of this backend, left allocated and unwritten until the
+        // copy completed.
+        unsafe { self.queue_copy(dst, offset, HostSide::Source(src), len, stream, OPERATION) }
+            .map(drop)
     }
 
     /// `cuMemcpyDtoHAsync` on `stream`, after the allocation's own stream;
@@ -305,31 +241,11 @@ impl Backend for CudaBackend {
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
         const OPERATION: &str = "asynchronous copy from device";
-        let Some((raw, address)) = self.prepare_copy(src, offset, len, stream, OPERATION)? else {
-            return Ok(());
-        };
-        let context = &self.shared.context;
-        let _guard = context.enter(OPERATION)?;
-        // SAFETY: the device range was checked to lie inside a live
-        // allocation and the copy is ordered after its stream, as for
-        // `copy_to_device_async`. The caller guarantees that `dst..dst + len`
-        // is page-locked memory of this backend that stays allocated and that
-        // nobody reads or writes until the copy completed, so the driver's
-        // write into it races with nothing; no Rust reference to those bytes
-        // is made here.
-        let started = self.shared.recorder.start(&raw);
-        let queued = context.check(
-            unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), address, len, raw.raw()) },
-            OPERATION,
-        );
-        self.shared.recorder.finish(
-            started,
-            (stream.0, &raw),
-            Activity::DeviceToHost,
-            Activity::DeviceToHost.category(),
-            len as u64,
-        );
-        queued
+        // SAFETY: the caller guarantees that `dst..dst + len` is page-locked
+        // memory of this backend that stays allocated and that nobody reads
+        // or writes until the copy completed.
+        unsafe { self.queue_copy(src, offset, HostSide::Target(dst), len, stream, OPERATION) }
+            .map(drop)
     }
 
     /// Host kernels run only on the simulated device: always
@@ -344,5 +260,68 @@ impl Backend for CudaBackend {
 
     fn as_any(&self) -> Option<&dyn Any> {
         Some(self)
+    }
+}
+
+/// The host end of a copy: the bytes read from, or written into.
+enum HostSide {
+    /// Host to device, from here.
+    Source(*const u8),
+    /// Device to host, into here.
+    Target(*mut u8),
+}
+
+impl CudaBackend {
+    /// Checks a copy of `len` bytes between `host` and `device + offset`,
+    /// orders `stream` after the allocation's own stream and queues the
+    /// copy there (timed when the timeline records); the stream, or `None`
+    /// when there was nothing to copy.
+    ///
+    /// # Safety
+    ///
+    /// `host..host + len` stays allocated until the copy completed, and
+    /// nothing else writes it (for a download: reads or writes it) until
+    /// then. From page-locked memory of this backend the copy runs
+    /// asynchronously; from pageable memory the driver may stage it.
+    unsafe fn queue_copy(
+        &self,
+        device: DevicePtr,
+        offset: u64,
+        host: HostSide,
+        len: usize,
+        stream: StreamHandle,
+        operation: &'static str,
+    ) -> Result<Option<Arc<RawStream>>, BackendError> {
+        let Some((raw, address)) = self.prepare_copy(device, offset, len, stream, operation)?
+        else {
+            return Ok(None);
+        };
+        let context = &self.shared.context;
+        let _guard = context.enter(operation)?;
+        let started = self.shared.recorder.start(&raw);
+        // SAFETY: the device range was checked to lie inside a live
+        // allocation, and the copy is queued after the allocation's stream,
+        // so the memory exists in `stream`'s order; a later free on
+        // `stream` runs after the copy, and a free on another stream waits
+        // for `stream`'s work first (`order_after`). The host range is the
+        // caller's to keep valid; the driver keeps no reference to it after
+        // the copy. `raw` keeps the stream alive for the call.
+        let (activity, result) = match host {
+            HostSide::Source(src) => (Activity::HostToDevice, unsafe {
+                sys::cuMemcpyHtoDAsync_v2(address, src.cast(), len, raw.raw())
+            }),
+            HostSide::Target(dst) => (Activity::DeviceToHost, unsafe {
+                sys::cuMemcpyDtoHAsync_v2(dst.cast(), address, len, raw.raw())
+            }),
+        };
+        let queued = context.check(result, operation);
+        self.shared.recorder.finish(
+            started,
+            (stream.0, &raw),
+            activity,
+            activity.category(),
+            len as u64,
+        );
+        queued.map(|()| Some(raw))
     }
 }
