@@ -1,7 +1,6 @@
 //! What `RUST_LOG=cubie_mem=debug` shows: the events of a small scenario,
-//! captured. A process of its own: tracing's interest in a callsite is
-//! process-wide, and other tests on other threads, with no subscriber,
-//! would race this one's.
+//! captured on this thread by the tests' process-wide subscriber
+//! (`common::capture_logs`).
 
 use crate::common;
 use cubie_mem::{ArrayRequest, HostMemoryKind, Registration};
