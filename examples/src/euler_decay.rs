@@ -1,12 +1,8 @@
 //! A user's own CUDA kernel on the manager's memory: `euler_decay`, one
 //! explicit Euler step of `y' = -k y`, loaded from PTX and launched on a
-//! stream group's [`CudaStream`] over the arrays' [`CudaSlice`]s.
-//!
-//! [`CudaSlice`]: cubie_mem::backend::cuda::CudaSlice
+//! stream group's [`CudaStream`] over views of the arrays.
 
-use std::ffi::c_void;
-
-use cubie_mem::backend::cuda::{CudaBackend, CudaModule, CudaStream};
+use cubie_mem::backend::cuda::{CudaBackend, CudaModule, CudaStream, LaunchConfig};
 use cubie_mem::{DeviceArray, MemError};
 
 /// PTX of `euler_decay(y, k, dt, n)`: `y[i] = y[i] + dt * (-(k[i] * y[i]))`
@@ -52,7 +48,7 @@ impl EulerDecay {
                 found: k.len(),
             });
         }
-        let Ok(mut n) = u32::try_from(y.len()) else {
+        let Ok(n) = u32::try_from(y.len()) else {
             return Err(MemError::Kernel {
                 kernel: "euler_decay".into(),
                 reason: format!("{} elements exceed the kernel's 32-bit index", y.len()),
@@ -62,28 +58,18 @@ impl EulerDecay {
             return Ok(());
         }
         let function = self.module.function("euler_decay")?;
-        let (y_slice, k_slice) = (stream.slice(y)?, stream.slice(k)?);
-        let mut y_address = y_slice.device_ptr().as_raw();
-        let mut k_address = k_slice.device_ptr().as_raw();
-        let mut dt = dt;
-        let args = [
-            (&raw mut y_address).cast::<c_void>(),
-            (&raw mut k_address).cast::<c_void>(),
-            (&raw mut dt).cast::<c_void>(),
-            (&raw mut n).cast::<c_void>(),
-        ];
-        // SAFETY: the arguments are (u64, u64, f64, u32), the kernel's
-        // parameters (.u64, .u64, .f64, .u32); both slices hold `n` f64
-        // elements, live until after the launch is queued, and the kernel
-        // touches only indices below `n`.
+        let (y, k) = (stream.view(y)?, stream.view(k)?);
+        // SAFETY: the arguments are (f64 view, f64 view, f64, u32), the
+        // kernel's parameters (.u64 addresses, .f64, .u32); both views hold
+        // `n` elements and the kernel touches only indices below `n`.
         unsafe {
-            stream.launch(
-                &function,
-                n.div_ceil(BLOCK_THREADS),
-                BLOCK_THREADS,
-                0,
-                &args,
-            )
+            stream
+                .launch_builder(&function)
+                .arg(&y)
+                .arg(&k)
+                .arg(&dt)
+                .arg(&n)
+                .launch(LaunchConfig::for_elements(n, BLOCK_THREADS))
         }
     }
 }

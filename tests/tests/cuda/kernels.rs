@@ -205,7 +205,7 @@ fn a_simulated_array_is_refused_by_a_cuda_stream() {
         let other = sim.register(Registration::new().on_invalidate(|| {}))?;
         sim.queue_request(&other, [("x", ArrayRequest::of::<f64>([4]))])?;
         let x = sim.allocate_queue_for(&other)?.take::<f64>("x")?;
-        let error = stream.slice(&x).unwrap_err();
+        let error = stream.view(&x).unwrap_err();
         assert!(
             error.to_string().contains("not the cuda backend"),
             "{error}"

@@ -9,10 +9,11 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::driver::{Health, describe, unusable};
-use super::sys::{self, CuContext, CuDevice, CuMemoryPool, CuResult};
+use super::sys::{self, CuContext, CuDevice, CuEvent, CuMemPoolAttribute, CuMemoryPool, CuResult};
 use crate::MemError;
 use crate::backend::BackendError;
 
@@ -32,6 +33,11 @@ impl PoolUsage {
     }
 }
 
+/// Idle events kept for reuse (ordering events are recorded and waited on
+/// for every cross-stream use; creating and destroying one each time costs
+/// two driver calls).
+const IDLE_EVENTS: usize = 64;
+
 /// An opened device: the retained primary context and the backend's pool.
 pub(super) struct DeviceContext {
     ordinal: u32,
@@ -41,6 +47,12 @@ pub(super) struct DeviceContext {
     pool: CuMemoryPool,
     driver_version: u32,
     health: Health,
+    /// Events without timing, created on this context and idle.
+    idle_events: Mutex<Vec<CuEvent>>,
+    /// Set when device memory of the pool could not be freed at teardown:
+    /// the pool is then left to the driver instead of destroyed under live
+    /// allocations.
+    pool_in_use: AtomicBool,
 }
 
 // SAFETY: the context and pool are opaque driver handles; the driver API is
@@ -58,6 +70,7 @@ impl DeviceContext {
     /// answers. Every failure is [`MemError::NoDevice`] naming the step and
     /// the driver's real code.
     pub(super) fn open(ordinal: u32) -> Result<Arc<Self>, MemError> {
+        sys::load().map_err(|cause| MemError::NoDevice { cause })?;
         // SAFETY: cuInit takes flags (0) and may be called any number of times.
         let result = unsafe { sys::cuInit(0) };
         opening(result, "initialising the CUDA driver (cuInit)")?;
@@ -122,6 +135,8 @@ impl DeviceContext {
             pool: ptr::null_mut(),
             driver_version: u32::try_from(version).unwrap_or(0),
             health: Health::default(),
+            idle_events: Mutex::new(Vec::new()),
+            pool_in_use: AtomicBool::new(false),
         };
         opened.pool = opened.create_pool().map_err(|error| MemError::NoDevice {
             cause: format!(
@@ -148,7 +163,9 @@ impl DeviceContext {
                 id: self.device,
             },
             win32_security_attributes: ptr::null_mut(),
-            reserved: [0; 64],
+            max_size: 0,
+            usage: 0,
+            tail: [0; 54],
         };
         let mut pool: CuMemoryPool = ptr::null_mut();
         // SAFETY: both pointers are live; the properties are fully initialised.
@@ -221,7 +238,7 @@ impl DeviceContext {
         let _guard = self.enter("query free memory")?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: both out-pointers are live usizes; the context is current.
-        let result = unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) };
+        let result = unsafe { sys::cuMemGetInfo(&mut free, &mut total) };
         self.check(result, "query free memory")?;
         Ok((free as u64, total as u64))
     }
@@ -234,7 +251,7 @@ impl DeviceContext {
         })
     }
 
-    fn pool_attribute(&self, attribute: c_int) -> Result<u64, BackendError> {
+    fn pool_attribute(&self, attribute: CuMemPoolAttribute) -> Result<u64, BackendError> {
         let _guard = self.enter("query the memory pool")?;
         let mut value: u64 = 0;
         // SAFETY: the reserved/used attributes are cuuint64_t values, so the
@@ -282,9 +299,62 @@ impl DeviceContext {
     }
 }
 
+impl DeviceContext {
+    /// An event without timing, idle (reused when one is), for ordering
+    /// and completion. The context must be current.
+    pub(super) fn take_event(&self) -> Result<CuEvent, BackendError> {
+        if let Some(event) = self.idle_events().pop() {
+            return Ok(event);
+        }
+        let mut event: CuEvent = ptr::null_mut();
+        // SAFETY: the out-pointer is a live event slot; the caller made the
+        // context current.
+        let result = unsafe { sys::cuEventCreate(&mut event, sys::EVENT_DISABLE_TIMING) };
+        self.check(result, "create event")?;
+        Ok(event)
+    }
+
+    /// Takes back an event of [`take_event`](Self::take_event) for reuse
+    /// (an event may be recorded again while earlier waits on it stand),
+    /// destroying it when enough are idle.
+    pub(super) fn recycle_event(&self, event: CuEvent) {
+        let mut idle = self.idle_events();
+        if idle.len() < IDLE_EVENTS {
+            idle.push(event);
+            return;
+        }
+        drop(idle);
+        destroy_event(self, event);
+    }
+
+    fn idle_events(&self) -> std::sync::MutexGuard<'_, Vec<CuEvent>> {
+        // The list is consistent after every statement.
+        self.idle_events.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Leaves the pool to the driver at teardown: memory of it is still
+    /// allocated, and destroying a pool under live allocations is an error.
+    pub(super) fn keep_pool(&self) {
+        self.pool_in_use.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Destroys an event of `context`.
+fn destroy_event(context: &DeviceContext, event: CuEvent) {
+    let _guard = context.enter("destroy event");
+    // SAFETY: the event was created on this context and is destroyed once.
+    let result = unsafe { sys::cuEventDestroy(event) };
+    if result != CuResult::SUCCESS {
+        tracing::debug!(error = %describe(result), "destroying a CUDA event failed");
+    }
+}
+
 impl Drop for DeviceContext {
     fn drop(&mut self) {
-        if !self.pool.is_null() {
+        for event in std::mem::take(&mut *self.idle_events()) {
+            destroy_event(self, event);
+        }
+        if !self.pool.is_null() && !self.pool_in_use.load(Ordering::Relaxed) {
             if let Ok(_guard) = self.enter("destroy the memory pool") {
                 // SAFETY: the pool is this context's and is destroyed once;
                 // allocations still out are released by the driver when
@@ -296,7 +366,7 @@ impl Drop for DeviceContext {
             }
         }
         // SAFETY: the primary context was retained once by `open`.
-        let result = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+        let result = unsafe { sys::cuDevicePrimaryCtxRelease(self.device) };
         if result != CuResult::SUCCESS {
             tracing::debug!(error = %describe(result), "releasing the primary context failed");
         }

@@ -1,7 +1,7 @@
 //! The [`Backend`] contract on the CUDA driver: the calls the manager makes.
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::driver::NAME;
 use super::stream::{RawEvent, RawStream};
@@ -37,10 +37,10 @@ impl Backend for CudaBackend {
         Ok(StreamHandle(id))
     }
 
-    /// Forgets the stream. The driver stream itself lives on while a live
-    /// allocation made on it holds it, so that work on other streams can
-    /// still be ordered after it (`order_after`); the last holder destroys
-    /// it, and the driver finishes its pending work first.
+    /// Forgets the stream and destroys it (`cuStreamDestroy`, once no
+    /// other call holds it): its queued work still completes, and work on
+    /// other streams stays ordered after the allocations made on it through
+    /// their events.
     fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
         let removed = self.handles().streams.remove(&stream.0);
         match removed {
@@ -88,12 +88,14 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    /// `cuMemAllocFromPoolAsync` from the backend's pool. When the pool
-    /// cannot grow, every stream is synchronised (memory freed on another
-    /// stream then returns to the pool) and the pool's idle memory is given
-    /// back to the driver (`cuMemPoolTrimTo(pool, 0)`, for allocations the
-    /// idle blocks cannot serve), then the allocation is tried once more
-    /// before reporting out of memory.
+    /// `cuMemAllocFromPoolAsync` from the backend's pool, then an event on
+    /// `stream` that other streams wait for before using the memory. When
+    /// the pool cannot grow, the whole context is synchronised (memory freed
+    /// on any stream, destroyed ones included, then returns to the pool) and
+    /// the pool's idle memory is given back to the driver
+    /// (`cuMemPoolTrimTo(pool, 0)`, for allocations the idle blocks cannot
+    /// serve), then the allocation is tried once more before reporting out
+    /// of memory.
     fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError> {
         const OPERATION: &str = "allocate";
         let raw = self.stream(stream, OPERATION)?;
@@ -102,7 +104,9 @@ impl Backend for CudaBackend {
         };
         let mut result = self.try_alloc(size, &raw)?;
         if result.is_err_and(|code| code == CuResult::OUT_OF_MEMORY) {
-            self.synchronize_all_streams();
+            if let Err(error) = self.shared.context.synchronize() {
+                tracing::warn!(%error, "synchronising the device before retrying an allocation failed");
+            }
             if let Err(error) = self.shared.context.trim_pool(0) {
                 tracing::warn!(%error, "trimming the memory pool before retrying an allocation failed");
             }
@@ -110,16 +114,24 @@ impl Backend for CudaBackend {
         }
         match result {
             Ok(address) => {
+                let ready = match RawEvent::record(&raw) {
+                    Ok(ready) => ready,
+                    Err(error) => {
+                        self.free_unrecorded(address, &raw);
+                        return Err(error);
+                    }
+                };
                 self.shared
                     .recorder
                     .mark((stream.0, &raw), Activity::Alloc, bytes);
                 self.handles().allocations.insert(
                     address,
-                    Allocation {
+                    Arc::new(Allocation {
                         bytes,
                         stream: stream.0,
-                        origin: raw,
-                    },
+                        ready,
+                        uses: Mutex::new(Vec::new()),
+                    }),
                 );
                 Ok(DevicePtr(address))
             }
@@ -160,12 +172,12 @@ impl Backend for CudaBackend {
             h.allocations.remove(&ptr.0);
             allocation
         };
-        let freed = self.order_after(&allocation, stream, &raw).and_then(|()| {
+        let freed = allocation.order_free(stream, &raw).and_then(|()| {
             let context = &self.shared.context;
             let _guard = context.enter(OPERATION)?;
             // SAFETY: the address is a live allocation of this backend,
             // removed from the map so that it is freed once; the stream is
-            // live and ordered after the allocation's own stream.
+            // live and ordered after the allocation and its uses elsewhere.
             context.check(unsafe { sys::cuMemFreeAsync(ptr.0, raw.raw()) }, OPERATION)?;
             self.shared
                 .recorder
@@ -212,7 +224,7 @@ impl Backend for CudaBackend {
         queued?.map_or(Ok(()), |raw| raw.synchronize())
     }
 
-    /// `cuMemcpyHtoDAsync` on `stream`, after the allocation's own stream;
+    /// `cuMemcpyHtoDAsync` on `stream`, after the allocation;
     /// returns once queued, without synchronising.
     unsafe fn copy_to_device_async(
         &self,
@@ -230,7 +242,7 @@ impl Backend for CudaBackend {
             .map(drop)
     }
 
-    /// `cuMemcpyDtoHAsync` on `stream`, after the allocation's own stream;
+    /// `cuMemcpyDtoHAsync` on `stream`, after the allocation;
     /// returns once queued, without synchronising.
     unsafe fn copy_from_device_async(
         &self,
@@ -272,9 +284,23 @@ enum HostSide {
 }
 
 impl CudaBackend {
+    /// Frees an allocation the caller never saw (its ready event could not
+    /// be recorded), on the stream it was made on.
+    fn free_unrecorded(&self, address: u64, stream: &RawStream) {
+        let context = &self.shared.context;
+        let Ok(_guard) = context.enter("free") else {
+            return;
+        };
+        // SAFETY: the address was just allocated on `stream` and is known
+        // to nobody else.
+        let result = unsafe { sys::cuMemFreeAsync(address, stream.raw()) };
+        if let Err(error) = context.check(result, "free") {
+            tracing::warn!(%error, "freeing an allocation whose ordering event failed");
+        }
+    }
+
     /// Checks a copy of `len` bytes between `host` and `device + offset`,
-    /// orders `stream` after the allocation's own stream and queues the
-    /// copy there (timed when the timeline records); the stream, or `None`
+    /// orders `stream` after the allocation and queues the copy there (timed when the timeline records); the stream, or `None`
     /// when there was nothing to copy.
     ///
     /// # Safety
@@ -292,7 +318,8 @@ impl CudaBackend {
         stream: StreamHandle,
         operation: &'static str,
     ) -> Result<Option<Arc<RawStream>>, BackendError> {
-        let Some((raw, address)) = self.prepare_copy(device, offset, len, stream, operation)?
+        let Some((raw, address, allocation)) =
+            self.prepare_use(device, offset, len, stream, operation)?
         else {
             return Ok(None);
         };
@@ -300,21 +327,22 @@ impl CudaBackend {
         let _guard = context.enter(operation)?;
         let started = self.shared.recorder.start(&raw);
         // SAFETY: the device range was checked to lie inside a live
-        // allocation, and the copy is queued after the allocation's stream,
-        // so the memory exists in `stream`'s order; a later free on
-        // `stream` runs after the copy, and a free on another stream waits
-        // for `stream`'s work first (`order_after`). The host range is the
+        // allocation, and the copy is queued after the allocation, so the
+        // memory exists in `stream`'s order; the free waits for the copy
+        // (`note_use` below, `Allocation::order_free`). The host range is the
         // caller's to keep valid; the driver keeps no reference to it after
         // the copy. `raw` keeps the stream alive for the call.
         let (activity, result) = match host {
             HostSide::Source(src) => (Activity::HostToDevice, unsafe {
-                sys::cuMemcpyHtoDAsync_v2(address, src.cast(), len, raw.raw())
+                sys::cuMemcpyHtoDAsync(address, src.cast(), len, raw.raw())
             }),
             HostSide::Target(dst) => (Activity::DeviceToHost, unsafe {
-                sys::cuMemcpyDtoHAsync_v2(dst.cast(), address, len, raw.raw())
+                sys::cuMemcpyDtoHAsync(dst.cast(), address, len, raw.raw())
             }),
         };
-        let queued = context.check(result, operation);
+        let queued = context
+            .check(result, operation)
+            .and_then(|()| allocation.note_use(stream, &raw));
         self.shared.recorder.finish(
             started,
             (stream.0, &raw),

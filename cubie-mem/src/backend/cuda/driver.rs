@@ -72,6 +72,23 @@ pub(super) fn failure(operation: &'static str, result: CuResult) -> BackendError
     }
 }
 
+/// `error` with `detail` after its driver message (a compiler log, the name
+/// looked for); other errors, a lost context among them, are left as they are.
+pub(super) fn with_detail(error: BackendError, detail: impl std::fmt::Display) -> BackendError {
+    match error {
+        BackendError::Driver {
+            operation,
+            code,
+            message,
+        } => BackendError::Driver {
+            operation,
+            code,
+            message: format!("{message}; {detail}"),
+        },
+        other => other,
+    }
+}
+
 /// A backend failure as the public API of the CUDA backend reports it.
 pub(super) fn mem_error(error: BackendError) -> MemError {
     MemError::backend(NAME, error)

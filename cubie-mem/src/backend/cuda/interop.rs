@@ -1,26 +1,23 @@
 //! Your own kernels on the manager's memory: a stream group's stream as a
-//! [`CudaStream`] that launches them, and a device array's memory as cust's
-//! types ([`DeviceSlice`], [`DevicePointer`]) for `T: DeviceCopy`.
+//! [`CudaStream`], each array a kernel touches as a [`CudaView`] of it, and
+//! a [`LaunchBuilder`] that passes views and scalars to the kernel by type.
 //!
-//! cust 0.3's `Stream` cannot wrap a stream it did not create (it has no
-//! `from_raw`, and its constructor drops the non-blocking flag the
-//! manager's streams need), so launches go through [`CudaStream::launch`].
+//! Views have no operations of their own that reach the driver (their
+//! address, length and element type, and their use as an argument), so safe
+//! code cannot copy on the wrong stream or keep an address past the
+//! memory's life: what outlives the view is a plain number.
 
 use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
-use std::ops::Deref;
 use std::sync::Arc;
-
-pub use cust::function::{BlockSize, GridSize};
-pub use cust::memory::{DeviceCopy, DevicePointer, DeviceSlice};
 
 use super::driver::mem_error;
 use super::module::CudaFunction;
 use super::stream::RawStream;
 use super::{CudaBackend, NAME};
 use crate::array::slot::DeviceMemory;
-use crate::backend::{Backend, BackendError, StreamHandle};
+use crate::backend::{Backend, BackendError, DevicePtr, StreamHandle};
 use crate::streams::OwnedStream;
 use crate::timeline::Activity;
 use crate::{DeviceArray, Element, Instance, MemError, MemoryManager};
@@ -29,10 +26,9 @@ use crate::{DeviceArray, Element, Instance, MemError, MemoryManager};
 /// kernels there, ordered with the manager's allocations, copies and frees
 /// on it. It keeps the stream alive while it lives.
 ///
-/// Take each array's memory with [`slice`](Self::slice) (which orders this
-/// stream after the array's last use elsewhere), then
-/// [`launch`](Self::launch) the kernel; the slices must live until the
-/// launch is queued.
+/// Take a [`view`](Self::view) of each array the kernel touches (which
+/// orders this stream after the array's last use elsewhere), then launch
+/// with [`launch_builder`](Self::launch_builder).
 pub struct CudaStream {
     stream: Arc<OwnedStream>,
     raw: Arc<RawStream>,
@@ -65,23 +61,24 @@ impl CudaStream {
         self.raw.synchronize().map_err(mem_error)
     }
 
-    /// `array`'s device memory as cust's [`DeviceSlice`], for a kernel
-    /// launched on this stream next. The stream is ordered after the
-    /// array's last use on another stream (its allocation, a copy, another
-    /// group's kernel), and the memory stays allocated while the slice
-    /// lives, even if the manager releases the array meanwhile (its free is
-    /// then ordered after this stream's work).
+    /// `array`'s device memory for a kernel launched on this stream next.
+    /// The stream is ordered after the array's allocation and its last use
+    /// on another stream (a copy, another group's kernel), and the memory
+    /// stays allocated while the view lives, even if the manager releases
+    /// the array meanwhile (its free is then ordered after this stream's
+    /// work).
     ///
     /// Refused when the array is released already, or belongs to another
     /// backend (a simulated array, another device).
-    pub fn slice<'a, T: Element + DeviceCopy>(
+    pub fn view<'a, T: Element>(
         &self,
         array: &'a DeviceArray<T>,
-    ) -> Result<CudaSlice<'a, T>, MemError> {
-        let owner = cuda_backend(array.slot().backend(), "take an array's CUDA memory")?;
+    ) -> Result<CudaView<'a, T>, MemError> {
+        const OPERATION: &str = "take an array's CUDA memory";
+        let owner = cuda_backend(array.slot().backend(), OPERATION)?;
         if !Arc::ptr_eq(&owner.shared, &self.backend.shared) {
             return Err(mem_error(BackendError::Unsupported {
-                operation: "take an array's CUDA memory",
+                operation: OPERATION,
                 reason: format!(
                     "array '{}' lives on another CUDA backend (device {}) than this stream (device {})",
                     array.label(),
@@ -92,79 +89,29 @@ impl CudaStream {
         }
         let memory = array.device_memory()?;
         memory.use_on(&self.stream)?;
-        // SAFETY: the address and length describe the array's live device
-        // allocation, which `memory` keeps allocated while the slice lives.
-        let slice = unsafe {
-            DeviceSlice::from_raw_parts(DevicePointer::from_raw(memory.ptr().0), array.len())
-        };
-        Ok(CudaSlice {
-            slice,
-            _memory: memory,
+        self.backend
+            .order_use(memory.ptr(), self.handle(), &self.raw, OPERATION)
+            .map_err(mem_error)?;
+        Ok(CudaView {
+            address: memory.ptr().0,
+            len: array.len(),
+            stream: self.handle(),
+            memory,
             _array: PhantomData,
         })
     }
 
-    /// Launches `function` on this stream with `grid` x `block` threads and
-    /// `shared_bytes` of dynamic shared memory; it runs after the work
-    /// queued on the stream before it.
-    ///
-    /// # Safety
-    ///
-    /// `args` holds one pointer per kernel parameter, in order, each to a
-    /// value of exactly the parameter's type; every device address the
-    /// kernel uses comes from a [`CudaSlice`] of this stream that lives until
-    /// this call returns, and the kernel stays within each slice's length.
-    pub unsafe fn launch(
-        &self,
-        function: &CudaFunction<'_>,
-        grid: impl Into<GridSize>,
-        block: impl Into<BlockSize>,
-        shared_bytes: u32,
-        args: &[*mut c_void],
-    ) -> Result<(), MemError> {
-        const OPERATION: &str = "launch kernel";
-        let context = self.raw.context();
-        if !Arc::ptr_eq(function.context(), context) {
-            return Err(mem_error(BackendError::Unsupported {
-                operation: OPERATION,
-                reason: format!(
-                    "kernel '{}' was loaded on another CUDA backend than this stream's",
-                    function.name()
-                ),
-            }));
+    /// A launch of `function` on this stream; give its arguments in order
+    /// with [`LaunchBuilder::arg`], then [`LaunchBuilder::launch`].
+    pub fn launch_builder<'a>(&'a self, function: &'a CudaFunction<'_>) -> LaunchBuilder<'a> {
+        LaunchBuilder {
+            stream: self,
+            function: function.raw(),
+            function_name: function.name(),
+            function_context: function.context(),
+            params: Vec::new(),
+            views: Vec::new(),
         }
-        let (grid, block) = (grid.into(), block.into());
-        let _guard = context.enter(OPERATION).map_err(mem_error)?;
-        let recorder = &self.backend.shared.recorder;
-        let started = recorder.start(&self.raw);
-        // SAFETY: the function and stream are live handles of this context,
-        // which is current; the caller guarantees that `args` matches the
-        // kernel's parameters and that the memory it uses stays valid. The
-        // driver copies the argument values before returning.
-        let result = unsafe {
-            super::sys::cuLaunchKernel(
-                function.raw(),
-                grid.x,
-                grid.y,
-                grid.z,
-                block.x,
-                block.y,
-                block.z,
-                shared_bytes,
-                self.raw.raw(),
-                args.as_ptr().cast_mut(),
-                std::ptr::null_mut(),
-            )
-        };
-        let launched = context.check(result, OPERATION).map_err(mem_error);
-        recorder.finish(
-            started,
-            (self.handle().0, &self.raw),
-            Activity::Kernel,
-            function.name(),
-            0,
-        );
-        launched
     }
 }
 
@@ -177,41 +124,228 @@ impl fmt::Debug for CudaStream {
     }
 }
 
-/// A device array's memory as cust's [`DeviceSlice`] (it dereferences to
-/// one), valid while the borrow of the array lives. Made by
-/// [`CudaStream::slice`].
-///
-/// cust's own copy methods on the slice run on the null stream, which does
-/// not wait for the manager's non-blocking streams: use the array's copies
-/// (or synchronise the stream first) to move data.
-pub struct CudaSlice<'a, T: DeviceCopy> {
-    slice: DeviceSlice<T>,
-    _memory: Arc<DeviceMemory>,
-    /// Borrows the array the memory belongs to.
-    _array: PhantomData<&'a ()>,
+/// A device array's memory for a kernel launched on the [`CudaStream`] that
+/// made it, valid while the borrow of the array lives: its address, its
+/// length in elements of `T`, and its use as a kernel argument
+/// ([`LaunchBuilder::arg`] passes the address).
+pub struct CudaView<'a, T> {
+    /// The device address, where a launch's parameter points.
+    address: u64,
+    len: usize,
+    stream: StreamHandle,
+    /// Keeps the memory allocated while the view lives.
+    memory: Arc<DeviceMemory>,
+    _array: PhantomData<(&'a (), T)>,
 }
 
-impl<T: DeviceCopy> CudaSlice<'_, T> {
-    /// The device address as cust's typed pointer.
-    pub fn device_ptr(&self) -> DevicePointer<T> {
-        self.slice.as_device_ptr()
+impl<T: Element> CudaView<'_, T> {
+    /// The device address of the first element.
+    pub fn device_address(&self) -> u64 {
+        self.address
+    }
+
+    /// The number of elements (the array's own, also in a larger buffer).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    pub fn byte_len(&self) -> u64 {
+        (self.len as u64).saturating_mul(size_of::<T>() as u64)
+    }
+
+    /// The address as `cust`'s typed device pointer, for code that uses
+    /// cust's types elsewhere (feature `cust`).
+    #[cfg(feature = "cust")]
+    pub fn as_cust_ptr(&self) -> cust::memory::DevicePointer<T>
+    where
+        T: cust::memory::DeviceCopy,
+    {
+        cust::memory::DevicePointer::from_raw(self.address)
     }
 }
 
-impl<T: DeviceCopy> Deref for CudaSlice<'_, T> {
-    type Target = DeviceSlice<T>;
-    fn deref(&self) -> &DeviceSlice<T> {
-        &self.slice
-    }
-}
-
-impl<T: DeviceCopy> fmt::Debug for CudaSlice<'_, T> {
+impl<T> fmt::Debug for CudaView<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CudaSlice")
-            .field("address", &self.slice.as_device_ptr().as_raw())
-            .field("len", &self.slice.len())
+        f.debug_struct("CudaView")
+            .field("address", &format_args!("{:#x}", self.address))
+            .field("len", &self.len)
+            .field("element", &std::any::type_name::<T>())
             .finish()
     }
+}
+
+/// A grid of blocks of threads and the dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in x, y and z.
+    pub grid: (u32, u32, u32),
+    /// Threads per block in x, y and z.
+    pub block: (u32, u32, u32),
+    /// Bytes of dynamic shared memory per block.
+    pub shared_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// One thread per element, `block_threads` to a block (at least one),
+    /// with enough blocks for `elements` (at least one block).
+    pub fn for_elements(elements: u32, block_threads: u32) -> Self {
+        let block_threads = block_threads.max(1);
+        LaunchConfig {
+            grid: (elements.div_ceil(block_threads).max(1), 1, 1),
+            block: (block_threads, 1, 1),
+            shared_bytes: 0,
+        }
+    }
+}
+
+mod sealed {
+    /// Keeps [`LaunchArg`](super::LaunchArg) to the types of this module.
+    pub trait Sealed {}
+}
+
+/// A value a kernel takes as one parameter: a scalar of an element type
+/// (passed by value), or a [`CudaView`] (passed as its device address).
+pub trait LaunchArg: sealed::Sealed {
+    /// Where the parameter's bytes are, for the driver to copy at launch.
+    #[doc(hidden)]
+    fn param_ptr(&self) -> *mut c_void;
+    /// The view, when the argument is one.
+    #[doc(hidden)]
+    fn view(&self) -> Option<(StreamHandle, DevicePtr)> {
+        None
+    }
+}
+
+impl<T: Element> sealed::Sealed for T {}
+impl<T: Element> LaunchArg for T {
+    fn param_ptr(&self) -> *mut c_void {
+        (self as *const T).cast_mut().cast()
+    }
+}
+
+impl<T: Element> sealed::Sealed for CudaView<'_, T> {}
+impl<T: Element> LaunchArg for CudaView<'_, T> {
+    fn param_ptr(&self) -> *mut c_void {
+        (&raw const self.address).cast_mut().cast()
+    }
+
+    fn view(&self) -> Option<(StreamHandle, DevicePtr)> {
+        Some((self.stream, self.memory.ptr()))
+    }
+}
+
+/// A kernel launch being put together by [`CudaStream::launch_builder`]:
+/// its arguments by type, borrowed until the launch is queued.
+pub struct LaunchBuilder<'a> {
+    stream: &'a CudaStream,
+    function: super::sys::CuFunction,
+    function_name: &'a str,
+    function_context: &'a Arc<super::context::DeviceContext>,
+    params: Vec<*mut c_void>,
+    views: Vec<(StreamHandle, DevicePtr)>,
+}
+
+impl<'a> LaunchBuilder<'a> {
+    /// Appends the next argument: a scalar (`&dt`, `&n`) or a view (`&y`).
+    pub fn arg<A: LaunchArg>(&mut self, arg: &'a A) -> &mut Self {
+        self.params.push(arg.param_ptr());
+        if let Some(view) = arg.view() {
+            self.views.push(view);
+        }
+        self
+    }
+
+    /// Queues the kernel on the stream with `config`; it runs after the
+    /// work queued there before it, and the arrays' frees wait for it.
+    /// Refused, with nothing queued, when the kernel was loaded on another
+    /// backend or a view was taken by another stream.
+    ///
+    /// # Safety
+    ///
+    /// The arguments match the kernel's parameters in number, order and
+    /// type, and the kernel touches each view only within its length.
+    pub unsafe fn launch(&mut self, config: LaunchConfig) -> Result<(), MemError> {
+        const OPERATION: &str = "launch kernel";
+        let stream = self.stream;
+        let context = stream.raw.context();
+        if !Arc::ptr_eq(self.function_context, context) {
+            return Err(refused(format!(
+                "kernel '{}' was loaded on another CUDA backend than this stream's",
+                self.function_name
+            )));
+        }
+        if let Some(&(other, _)) = self.views.iter().find(|(s, _)| *s != stream.handle()) {
+            return Err(refused(format!(
+                "an argument of kernel '{}' is a view taken by stream {} for a launch on stream {}; \
+                 take each view from the stream that launches the kernel",
+                self.function_name,
+                other.0,
+                stream.handle().0
+            )));
+        }
+        let _guard = context.enter(OPERATION).map_err(mem_error)?;
+        let recorder = &stream.backend.shared.recorder;
+        let started = recorder.start(&stream.raw);
+        let (grid, block) = (config.grid, config.block);
+        // SAFETY: the function and stream are live handles of this context,
+        // which is current; the caller guarantees that the parameters match
+        // the kernel's and that it stays within the views, whose memory
+        // lives until after the launch is queued (they are borrowed). The
+        // driver copies the parameter values before returning.
+        let result = unsafe {
+            super::sys::cuLaunchKernel(
+                self.function,
+                grid.0,
+                grid.1,
+                grid.2,
+                block.0,
+                block.1,
+                block.2,
+                config.shared_bytes,
+                stream.raw.raw(),
+                self.params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        let launched = context.check(result, OPERATION).and_then(|()| {
+            self.views.iter().try_for_each(|&(_, ptr)| {
+                stream
+                    .backend
+                    .note_use(ptr, stream.handle(), &stream.raw, OPERATION)
+            })
+        });
+        recorder.finish(
+            started,
+            (stream.handle().0, &stream.raw),
+            Activity::Kernel,
+            self.function_name,
+            0,
+        );
+        launched.map_err(mem_error)
+    }
+}
+
+impl fmt::Debug for LaunchBuilder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LaunchBuilder")
+            .field("kernel", &self.function_name)
+            .field("arguments", &self.params.len())
+            .finish()
+    }
+}
+
+/// A launch refused before it reached the driver.
+fn refused(reason: String) -> MemError {
+    mem_error(BackendError::Unsupported {
+        operation: "launch kernel",
+        reason,
+    })
 }
 
 /// `backend` as the CUDA backend, or why it is not one.

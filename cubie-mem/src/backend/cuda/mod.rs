@@ -1,5 +1,10 @@
-//! The CUDA device, through the driver API (the `cust` crate).
+//! The CUDA device, through the driver API.
 //!
+//! - **Driver library**: `libcuda.so.1` (`nvcuda.dll` on Windows) is loaded
+//!   at run time, on first use: building needs no CUDA toolkit, and a
+//!   program built with the feature starts on a machine without the NVIDIA
+//!   driver, where [`CudaBackend::new`] says what is missing (and
+//!   [`default_memmgr`] falls back to the simulated device).
 //! - **Context**: the primary context of one device (ordinal 0 by default),
 //!   retained when the backend is created (which [`default_memmgr`] does on
 //!   first use) and made current on whichever thread calls, for the duration
@@ -23,7 +28,11 @@
 //! - **Pinned host memory**: page-locked blocks (`cuMemHostAlloc`), released
 //!   blocks cached for reuse up to [`CudaConfig::pinned_cache_bytes`].
 //! - **Streams and events**: non-blocking streams (never the null stream) and
-//!   events without timing for completion tracking.
+//!   events without timing for completion tracking, reused from a pool.
+//! - **Ordering across streams**: an allocation records an event on its
+//!   stream right after it; another stream that uses the memory waits for
+//!   that event only (never for later work on the allocating stream), and
+//!   the free waits for the last use on every other stream.
 //! - **Copies**: from and to pageable slices, asynchronous on the stream and
 //!   then the stream is synchronised, so the host slice is free to reuse when
 //!   the call returns; from and to page-locked blocks
@@ -33,8 +42,8 @@
 //! - **Kernels**: the manager's host kernels
 //!   ([`KernelBody::Host`](super::KernelBody::Host)) run only on the
 //!   simulated device; load your CUDA kernels with [`CudaModule`] and launch
-//!   them on a stream group's [`CudaStream`], over the arrays'
-//!   [`CudaSlice`]s (cust's `DeviceSlice`).
+//!   them on a stream group's [`CudaStream`] with a [`LaunchBuilder`],
+//!   passing the arrays as [`CudaView`]s and scalars by type.
 //!
 //! Without a device (or driver), [`CudaBackend::new`] fails with
 //! [`MemError::NoDevice`] naming the cause. The [`Backend`] methods report
@@ -73,9 +82,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use context::PoolUsage;
-pub use interop::{
-    BlockSize, CudaSlice, CudaStream, DeviceCopy, DevicePointer, DeviceSlice, GridSize,
-};
+pub use interop::{CudaStream, CudaView, LaunchArg, LaunchBuilder, LaunchConfig};
 pub use module::{CudaFunction, CudaModule};
 
 use context::DeviceContext;
@@ -135,22 +142,77 @@ struct Handles {
     streams: HashMap<u64, Arc<RawStream>>,
     events: HashMap<u64, Arc<RawEvent>>,
     /// Live device allocations by address.
-    allocations: HashMap<u64, Allocation>,
+    allocations: HashMap<u64, Arc<Allocation>>,
     next_stream: u64,
     next_event: u64,
 }
 
-/// A live device allocation.
-#[derive(Clone)]
+/// A live device allocation and what orders work on it across streams.
+///
+/// Another stream waits only for the allocation itself (`ready`), never for
+/// work queued on the allocating stream after it, so that a pipeline's
+/// copies on their own streams overlap the kernels on the group's stream.
+/// The free waits for the last use on every other stream (`uses`), as
+/// cudarc's slices keep an event per access.
 struct Allocation {
     bytes: u64,
-    /// The handle of the stream it was allocated on: the memory is usable in
-    /// that stream's order.
+    /// The handle of the stream it was allocated on.
     stream: u64,
-    /// That stream, kept alive while the allocation lives even when its
-    /// handle is destroyed, so that work on other streams can still be
-    /// ordered after it.
-    origin: Arc<RawStream>,
+    /// Recorded on that stream right after the allocation.
+    ready: RawEvent,
+    /// Per stream that used the memory, an event after its last use there.
+    uses: Mutex<Vec<StreamUse>>,
+}
+
+/// The last use of an allocation on one stream.
+struct StreamUse {
+    stream: u64,
+    event: RawEvent,
+}
+
+impl Allocation {
+    fn uses(&self) -> MutexGuard<'_, Vec<StreamUse>> {
+        // The list is consistent after every statement.
+        self.uses.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Orders work queued next on `stream` after the allocation, when it
+    /// was made on another stream.
+    fn order_use(&self, stream_id: StreamHandle, stream: &RawStream) -> Result<(), BackendError> {
+        if self.stream == stream_id.0 {
+            return Ok(());
+        }
+        self.ready.make_wait(stream)
+    }
+
+    /// Notes that work was just queued on `stream` using the memory, so
+    /// that the free waits for it.
+    fn note_use(&self, stream_id: StreamHandle, stream: &RawStream) -> Result<(), BackendError> {
+        let mut uses = self.uses();
+        match uses.iter().find(|used| used.stream == stream_id.0) {
+            Some(used) => used.event.rerecord(stream),
+            None => {
+                let event = RawEvent::record(stream)?;
+                uses.push(StreamUse {
+                    stream: stream_id.0,
+                    event,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Orders a free queued next on `stream` after the allocation and
+    /// after its last use on every other stream.
+    fn order_free(&self, stream_id: StreamHandle, stream: &RawStream) -> Result<(), BackendError> {
+        self.order_use(stream_id, stream)?;
+        for used in self.uses().iter() {
+            if used.stream != stream_id.0 {
+                used.event.make_wait(stream)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl CudaBackend {
@@ -194,7 +256,7 @@ impl CudaBackend {
     }
 
     /// Makes the backend's primary context current on this thread (and
-    /// leaves it so), for code that calls the driver (or cust) directly.
+    /// leaves it so), for code that calls the driver directly.
     pub fn make_current(&self) -> Result<(), MemError> {
         self.shared.context.make_current().map_err(mem_error)
     }
@@ -299,6 +361,43 @@ impl CudaBackend {
             })
     }
 
+    /// The live allocation at `ptr`.
+    fn allocation(
+        &self,
+        ptr: DevicePtr,
+        operation: &'static str,
+    ) -> Result<Arc<Allocation>, BackendError> {
+        self.handles()
+            .allocations
+            .get(&ptr.0)
+            .cloned()
+            .ok_or_else(|| unknown_allocation(operation, ptr))
+    }
+
+    /// Orders work queued next on `stream` after the allocation at `ptr`
+    /// (for a kernel's argument).
+    fn order_use(
+        &self,
+        ptr: DevicePtr,
+        stream: StreamHandle,
+        raw: &RawStream,
+        operation: &'static str,
+    ) -> Result<(), BackendError> {
+        self.allocation(ptr, operation)?.order_use(stream, raw)
+    }
+
+    /// Notes that work just queued on `stream` used the allocation at `ptr`
+    /// (a kernel's argument), so that its free waits for it.
+    fn note_use(
+        &self,
+        ptr: DevicePtr,
+        stream: StreamHandle,
+        raw: &RawStream,
+        operation: &'static str,
+    ) -> Result<(), BackendError> {
+        self.allocation(ptr, operation)?.note_use(stream, raw)
+    }
+
     /// The live allocation at `ptr`, checked to hold `len` bytes from
     /// `offset`; returns the address to copy at and the allocation.
     fn checked_range(
@@ -307,62 +406,30 @@ impl CudaBackend {
         offset: u64,
         len: usize,
         operation: &'static str,
-    ) -> Result<(u64, Allocation), BackendError> {
-        let allocation = self
-            .handles()
-            .allocations
-            .get(&ptr.0)
-            .cloned()
-            .ok_or_else(|| unknown_allocation(operation, ptr))?;
+    ) -> Result<(u64, Arc<Allocation>), BackendError> {
+        let allocation = self.allocation(ptr, operation)?;
         let range = byte_range(operation, offset, len, allocation.bytes)?;
         Ok((ptr.0 + range.start, allocation))
     }
 
-    /// Makes work queued next on `stream` wait for the work queued so far on
-    /// the stream `allocation` was made on, when that is another stream (the
-    /// memory may not exist yet, or be in use, in `stream`'s order), even
-    /// one whose handle was destroyed since.
-    fn order_after(
-        &self,
-        allocation: &Allocation,
-        stream_id: StreamHandle,
-        stream: &RawStream,
-    ) -> Result<(), BackendError> {
-        if allocation.stream == stream_id.0 {
-            return Ok(());
-        }
-        RawEvent::record(&allocation.origin)?.make_wait(stream)
-    }
-
-    /// Checks a copy of `len` bytes at `ptr + offset` on `stream` and orders
-    /// `stream` after the allocation's own stream; returns the stream and
-    /// the device address to copy at, or `None` when there is nothing to copy.
-    fn prepare_copy(
+    /// Checks a use of `len` bytes at `ptr + offset` on `stream` and orders
+    /// `stream` after the allocation; returns the stream, the device address
+    /// and the allocation, or `None` when there is nothing to touch.
+    fn prepare_use(
         &self,
         ptr: DevicePtr,
         offset: u64,
         len: usize,
         stream: StreamHandle,
         operation: &'static str,
-    ) -> Result<Option<(Arc<RawStream>, u64)>, BackendError> {
+    ) -> Result<Option<(Arc<RawStream>, u64, Arc<Allocation>)>, BackendError> {
         let raw = self.stream(stream, operation)?;
         let (address, allocation) = self.checked_range(ptr, offset, len, operation)?;
         if len == 0 {
             return Ok(None);
         }
-        self.order_after(&allocation, stream, &raw)?;
-        Ok(Some((raw, address)))
-    }
-
-    /// Waits for every stream of this backend, so that memory freed on any of
-    /// them returns to the pool.
-    fn synchronize_all_streams(&self) {
-        let streams: Vec<Arc<RawStream>> = self.handles().streams.values().cloned().collect();
-        for stream in streams {
-            if let Err(error) = stream.synchronize() {
-                tracing::warn!(%error, "synchronising a stream to reclaim freed memory failed");
-            }
-        }
+        allocation.order_use(stream, &raw)?;
+        Ok(Some((raw, address, allocation)))
     }
 
     /// One `cuMemAllocFromPoolAsync` of `bytes` from the backend's pool on
@@ -427,6 +494,10 @@ impl Shared {
 }
 
 impl Drop for Shared {
+    /// Waits for all work of the context (streams whose handles were
+    /// destroyed may still use memory: `cuMemFree` does not wait for
+    /// stream-ordered work), then frees what is left. Memory that cannot
+    /// be freed keeps the pool from being destroyed under it.
     fn drop(&mut self) {
         let handles = std::mem::take(&mut *self.handles());
         if handles.allocations.is_empty() {
@@ -436,20 +507,22 @@ impl Drop for Shared {
             count = handles.allocations.len(),
             "freeing device allocations left when the CUDA backend was dropped"
         );
-        for stream in handles.streams.values() {
-            if let Err(error) = stream.synchronize() {
-                tracing::warn!(%error, "synchronising a stream at shutdown failed");
-            }
+        if let Err(error) = self.context.synchronize() {
+            tracing::warn!(%error, "synchronising the device at shutdown failed; leftover memory is left to the driver");
+            self.context.keep_pool();
+            return;
         }
         let Ok(_guard) = self.context.enter("free at shutdown") else {
+            self.context.keep_pool();
             return;
         };
         for &address in handles.allocations.keys() {
-            // SAFETY: the address is a live allocation of this context, its
-            // streams have finished, and nothing uses it after this point.
-            let result = unsafe { sys::cuMemFree_v2(address) };
+            // SAFETY: the address is a live allocation of this context, all
+            // its work has finished, and nothing uses it after this point.
+            let result = unsafe { sys::cuMemFree(address) };
             if result != CuResult::SUCCESS {
                 tracing::warn!(error = %describe(result), "freeing a leftover device allocation failed");
+                self.context.keep_pool();
             }
         }
     }

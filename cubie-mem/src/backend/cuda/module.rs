@@ -1,7 +1,7 @@
 //! Kernels from PTX: modules loaded into the backend's context (compiled by
 //! the driver's JIT for the device), and the kernels they hold.
 
-use std::ffi::{CString, c_int, c_uint, c_void};
+use std::ffi::{CString, c_uint, c_void};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr;
@@ -9,10 +9,9 @@ use std::sync::Arc;
 
 use super::CudaBackend;
 use super::context::DeviceContext;
-use super::driver::{describe, mem_error};
-use super::sys::{self, CuFunction, CuModule, CuResult};
+use super::driver::{describe, mem_error, with_detail};
+use super::sys::{self, CuFunction, CuJitOption, CuModule, CuResult};
 use crate::MemError;
-use crate::backend::BackendError;
 
 /// Bytes of the PTX compiler's error log kept for an error message.
 const JIT_LOG_BYTES: usize = 16 * 1024;
@@ -46,7 +45,7 @@ impl CudaModule {
         let context = Arc::clone(backend.context());
         let _guard = context.enter(OPERATION).map_err(mem_error)?;
         let mut log = vec![0u8; JIT_LOG_BYTES];
-        let mut options: [c_int; 2] = [
+        let mut options: [CuJitOption; 2] = [
             sys::JIT_ERROR_LOG_BUFFER,
             sys::JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
         ];
@@ -68,21 +67,16 @@ impl CudaModule {
                 values.as_mut_ptr(),
             )
         };
-        if result != CuResult::SUCCESS {
+        context.check(result, OPERATION).map_err(|error| {
             let log = String::from_utf8_lossy(log.split(|&b| b == 0).next().unwrap_or(&[]))
                 .trim()
                 .to_owned();
-            context.check(result, OPERATION).map_err(mem_error)?;
-            return Err(mem_error(BackendError::Driver {
-                operation: OPERATION,
-                code: result.0,
-                message: if log.is_empty() {
-                    describe(result)
-                } else {
-                    format!("{}; the PTX compiler said: {log}", describe(result))
-                },
-            }));
-        }
+            mem_error(if log.is_empty() {
+                error
+            } else {
+                with_detail(error, format_args!("the PTX compiler said: {log}"))
+            })
+        })?;
         Ok(CudaModule { raw, context })
     }
 
@@ -98,14 +92,12 @@ impl CudaModule {
         // SAFETY: the out-pointer is a live slot, the module is loaded and
         // the name NUL-terminated; the context is current.
         let result = unsafe { sys::cuModuleGetFunction(&mut raw, self.raw, c_name.as_ptr()) };
-        if result != CuResult::SUCCESS {
-            self.context.check(result, OPERATION).map_err(mem_error)?;
-            return Err(mem_error(BackendError::Driver {
-                operation: OPERATION,
-                code: result.0,
-                message: format!("{} (no kernel '{name}' in the module)", describe(result)),
-            }));
-        }
+        self.context.check(result, OPERATION).map_err(|error| {
+            mem_error(with_detail(
+                error,
+                format_args!("no kernel '{name}' in the module"),
+            ))
+        })?;
         Ok(CudaFunction {
             raw,
             name: name.to_owned(),
@@ -116,7 +108,14 @@ impl CudaModule {
 }
 
 impl Drop for CudaModule {
+    /// Waits for the device first: launches of the module's kernels may
+    /// still be queued on any stream. When the device cannot be waited for,
+    /// the module is left loaded rather than unloaded under a kernel.
     fn drop(&mut self) {
+        if let Err(error) = self.context.synchronize() {
+            tracing::warn!(%error, "the device could not be synchronised; a CUDA module is left loaded");
+            return;
+        }
         let _guard = self.context.enter("unload module");
         // SAFETY: the module was loaded by this struct and is unloaded once;
         // its functions borrow it, so none is left.

@@ -14,9 +14,6 @@ use super::sys::{self, CuResult};
 use crate::Bytes;
 use crate::backend::{BackendError, MemorySpace, PinnedBlock};
 
-/// `CU_MEMHOSTALLOC_PORTABLE`: the pages are page-locked for every context.
-const HOST_ALLOC_PORTABLE: u32 = 1;
-
 /// Page-locked host pages from `cuMemHostAlloc`, freed with `cuMemFreeHost`
 /// (its context current) when dropped.
 pub(super) struct HostPages {
@@ -37,7 +34,8 @@ impl HostPages {
         let _guard = context.enter(OPERATION)?;
         let mut host: *mut c_void = ptr::null_mut();
         // SAFETY: the out-pointer is a live slot; the context is current.
-        let result = unsafe { sys::cuMemHostAlloc(&mut host, capacity, HOST_ALLOC_PORTABLE) };
+        let result =
+            unsafe { sys::cuMemHostAlloc(&mut host, capacity, sys::MEMHOSTALLOC_PORTABLE) };
         if result == CuResult::OUT_OF_MEMORY {
             return Err(page_locking_failed(capacity));
         }

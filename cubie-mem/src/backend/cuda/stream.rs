@@ -1,6 +1,5 @@
 //! Non-blocking streams and events, created and destroyed through the
-//! driver directly (cust's `Stream` drops the non-blocking flag, and its
-//! `Event` cannot be recorded on a stream it did not create).
+//! driver.
 
 use std::ptr;
 use std::sync::Arc;
@@ -61,17 +60,20 @@ impl Drop for RawStream {
         let _guard = self.context.enter("destroy stream");
         // SAFETY: the stream was created by this struct and is destroyed
         // once; the driver finishes its pending work before releasing it.
-        let result = unsafe { sys::cuStreamDestroy_v2(self.raw) };
+        let result = unsafe { sys::cuStreamDestroy(self.raw) };
         if result != CuResult::SUCCESS {
             tracing::debug!(error = %describe(result), "destroying a CUDA stream failed");
         }
     }
 }
 
-/// An event recorded on a [`RawStream`]; destroyed when dropped.
+/// An event recorded on a [`RawStream`]. Ordering events come from the
+/// context's idle events and go back there when dropped; timed events are
+/// destroyed.
 pub(super) struct RawEvent {
     raw: CuEvent,
     context: Arc<DeviceContext>,
+    timed: bool,
 }
 
 // SAFETY: a CUevent is an opaque handle usable from any thread with its
@@ -81,40 +83,56 @@ unsafe impl Send for RawEvent {}
 unsafe impl Sync for RawEvent {}
 
 impl RawEvent {
-    /// Creates an event without timing and records it after the work
-    /// queued on `stream`.
+    /// An event without timing, recorded after the work queued on `stream`.
     pub(super) fn record(stream: &RawStream) -> Result<Self, BackendError> {
-        Self::record_with(stream, sys::EVENT_DISABLE_TIMING)
+        let context = &stream.context;
+        let _guard = context.enter("record event")?;
+        let event = RawEvent {
+            raw: context.take_event()?,
+            context: Arc::clone(context),
+            timed: false,
+        };
+        event.record_entered(stream)?;
+        Ok(event)
     }
 
-    /// Creates an event that records its time, after the work queued on
-    /// `stream` (for [`RawEvent::elapsed_ms`]).
+    /// An event that records its time, after the work queued on `stream`
+    /// (for [`RawEvent::elapsed_ms`]).
     pub(super) fn record_timed(stream: &RawStream) -> Result<Self, BackendError> {
-        Self::record_with(stream, sys::EVENT_DEFAULT)
-    }
-
-    fn record_with(stream: &RawStream, flags: u32) -> Result<Self, BackendError> {
         let context = &stream.context;
         let _guard = context.enter("record event")?;
         let mut raw: CuEvent = ptr::null_mut();
         // SAFETY: the out-pointer is a live event slot; the context is current.
-        let result = unsafe { sys::cuEventCreate(&mut raw, flags) };
+        let result = unsafe { sys::cuEventCreate(&mut raw, sys::EVENT_DEFAULT) };
         context.check(result, "create event")?;
         let event = RawEvent {
             raw,
             context: Arc::clone(context),
+            timed: true,
         };
-        // SAFETY: both handles are live; the context is current.
-        let result = unsafe { sys::cuEventRecord(event.raw, stream.raw()) };
-        context.check(result, "record event")?;
+        event.record_entered(stream)?;
         Ok(event)
+    }
+
+    /// Records the event again, after the work queued on `stream` now;
+    /// waits queued on it before keep waiting for the earlier point.
+    pub(super) fn rerecord(&self, stream: &RawStream) -> Result<(), BackendError> {
+        let _guard = self.context.enter("record event")?;
+        self.record_entered(stream)
+    }
+
+    /// `cuEventRecord` with the context already current.
+    fn record_entered(&self, stream: &RawStream) -> Result<(), BackendError> {
+        // SAFETY: both handles are live and of this context, which is current.
+        let result = unsafe { sys::cuEventRecord(self.raw, stream.raw()) };
+        self.context.check(result, "record event")
     }
 
     /// Makes work queued next on `stream` wait until the event completed.
     pub(super) fn make_wait(&self, stream: &RawStream) -> Result<(), BackendError> {
         let _guard = self.context.enter("order streams")?;
         // SAFETY: both handles are live; the context is current. The driver
-        // keeps the dependency when the event is destroyed afterwards.
+        // keeps the dependency when the event is recorded again or destroyed.
         let result = unsafe { sys::cuStreamWaitEvent(stream.raw(), self.raw, 0) };
         self.context.check(result, "order streams")
     }
@@ -152,9 +170,13 @@ impl RawEvent {
 
 impl Drop for RawEvent {
     fn drop(&mut self) {
+        if !self.timed {
+            self.context.recycle_event(self.raw);
+            return;
+        }
         let _guard = self.context.enter("destroy event");
         // SAFETY: the event was created by this struct and is destroyed once.
-        let result = unsafe { sys::cuEventDestroy_v2(self.raw) };
+        let result = unsafe { sys::cuEventDestroy(self.raw) };
         if result != CuResult::SUCCESS {
             tracing::debug!(error = %describe(result), "destroying a CUDA event failed");
         }
