@@ -28,7 +28,10 @@ fn a_host_kernel_launch_is_refused_with_advice() {
         let BackendError::Unsupported { reason, .. } = &error else {
             panic!("expected Unsupported, got {error:?}");
         };
-        assert!(reason.contains("group's stream"), "{reason}");
+        assert!(
+            reason.contains("group's CudaStream with a LaunchBuilder"),
+            "{reason}"
+        );
         assert!(!ran, "the host body did not run");
         Ok(())
     });
@@ -201,7 +204,13 @@ fn a_simulated_array_is_refused_by_a_cuda_stream() {
         let mgr = manager(&cuda);
         let solver = mgr.register(Registration::new().on_invalidate(|| {}))?;
         let stream = CudaStream::of(&mgr, &solver)?;
-        let sim = MemoryManager::new(SimBackend::new(1 << 20));
+        let sim = MemoryManager::with_config(
+            SimBackend::new(1 << 20),
+            ManagerConfig {
+                allocation_granule_bytes: 0,
+                ..Default::default()
+            },
+        );
         let other = sim.register(Registration::new().on_invalidate(|| {}))?;
         sim.queue_request(&other, [("x", ArrayRequest::of::<f64>([4]))])?;
         let x = sim.allocate_queue_for(&other)?.take::<f64>("x")?;

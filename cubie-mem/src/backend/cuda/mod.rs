@@ -481,7 +481,7 @@ fn host_kernel_unsupported(kernel: &str) -> BackendError {
         reason: format!(
             "kernel '{kernel}' is a host kernel, which only the simulated device runs; on the cuda \
              backend load your CUDA kernel with CudaModule and launch it on the group's CudaStream \
-             (see docs/cuda.md)"
+             with a LaunchBuilder (see docs/cuda.md)"
         ),
     }
 }
@@ -564,7 +564,8 @@ mod tests {
         assert_eq!(*operation, "launch");
         assert!(reason.contains("'decay'"), "{reason}");
         assert!(
-            reason.contains("CudaStream") && reason.contains("docs/cuda.md"),
+            reason.contains("group's CudaStream with a LaunchBuilder")
+                && reason.contains("docs/cuda.md"),
             "{reason}"
         );
         let message = MemError::backend(NAME, error).to_string();
