@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Checks the `cuda` feature on a machine without CUDA (CI, contributors):
-#  1. type-check: clippy (all targets, warnings denied) and rustdoc with
-#     DOCS_RS=1, which makes cust's build helper skip its CUDA search;
-#  2. link and run: the stub driver of ci/cuda-stub stands in for libcuda,
-#     every call answering "no device", and the cuda tests check the
-#     no-device path (the clear error, the simulated fallback); the GPU
-#     examples are built and must fail with that error;
-#  3. result codes: stubs answering 34, 46, 226 and 912 (codes the old
-#     bindings could not represent) must make the release build of
-#     gpu_kernel fail cleanly, naming the code, without a crash.
-# The two phases use separate target directories: cust_raw's build script
-# output (whether it links libcuda) is cached per target directory and does
-# not notice DOCS_RS changing.
+# Checks the `cuda` feature on a machine with nothing of CUDA installed (CI,
+# contributors):
+#  1. clippy and rustdoc with the feature (no toolkit, no driver needed),
+#     and the `cust` interop with DOCS_RS=1 (cust's build needs a toolkit);
+#  2. the bindings against the real cuda.h of CUDA 12.9, 13.0 and the newest
+#     13.x (ci/cuda-headers);
+#  3. the fake driver (ci/fake-cuda): cubie-mem's unit tests and the guide
+#     (docs/cuda.md's device branches), the tests only the fake can run,
+#     and the GPU check rehearsed end to end on it: every cuda test and
+#     gpu_* example as the GPU bundle's release binaries, with
+#     CUBIE_REQUIRE_GPU=1;
+#  4. a mutation: with the backend's ordering across streams switched off,
+#     a device test must fail on the fake driver;
+#  5. no driver library at all: the main job built with `cuda` runs, the
+#     cuda tests take the no-device path, and gpu_kernel names what is
+#     missing; a driver lacking a function is named too;
+#  6. stub drivers: every call answering 100 gives the exact no-device
+#     message, and 34, 46, 226 and 912 are reported by code, without a crash.
 #
 # Usage: ci/cuda-check.sh     (CUBIE_CUDA_TARGET_DIR overrides the target base)
 set -euo pipefail
@@ -20,55 +25,91 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 base=${CUBIE_CUDA_TARGET_DIR:-$root/target/cuda-check}
 packages=(-p cubie-mem -p cubie-mem-tests -p cubie-mem-examples)
+unset DOCS_RS CUBIE_REQUIRE_GPU CUBIE_CUDA_STUB
 
-echo "== cuda feature: clippy without a CUDA toolkit (DOCS_RS=1)"
-DOCS_RS=1 CARGO_TARGET_DIR="$base/docsrs" \
-    cargo clippy "${packages[@]}" --features cuda --all-targets -- -D warnings
+echo "== cuda: clippy, no CUDA toolkit or driver"
+cargo clippy "${packages[@]}" --features cuda --all-targets -- -D warnings
+echo "== cuda: rustdoc"
+RUSTDOCFLAGS="-D warnings" cargo doc -p cubie-mem --features cuda --no-deps
+echo "== cust interop: clippy and rustdoc with DOCS_RS=1"
+DOCS_RS=1 CARGO_TARGET_DIR="$base/cust" \
+    cargo clippy -p cubie-mem --features cust --all-targets -- -D warnings
+DOCS_RS=1 CARGO_TARGET_DIR="$base/cust" RUSTDOCFLAGS="-D warnings" \
+    cargo doc -p cubie-mem --features cust --no-deps
 
-echo "== cuda feature: rustdoc without a CUDA toolkit (DOCS_RS=1)"
-DOCS_RS=1 RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR="$base/docsrs" \
-    cargo doc -p cubie-mem --features cuda --no-deps
+echo "== the bindings against the real cuda.h"
+ci/cuda-headers/check.sh
 
-echo "== cuda feature: stub driver"
-ci/cuda-stub/build.sh "$base/stub-driver"
-export CUDA_LIBRARY_PATH="$base/stub-driver"
-export LD_LIBRARY_PATH="$base/stub-driver/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export CARGO_TARGET_DIR="$base/stub"
-export CUBIE_CUDA_STUB=1
-unset CUBIE_REQUIRE_GPU DOCS_RS
+echo "== the fake driver: build and self-test"
+fake=$base/fake-cuda
+ci/fake-cuda/build.sh "$fake"
+echo "== fake driver: cubie-mem's unit tests and the guide"
+LD_LIBRARY_PATH="$fake/lib64" CUBIE_REQUIRE_GPU=1 cargo test -p cubie-mem --features cuda
+echo "== fake driver: the tests only the fake can run"
+LD_LIBRARY_PATH="$fake/lib64" CUBIE_REQUIRE_GPU=1 \
+    cargo test -p cubie-mem-tests --features cuda --test fake_driver -- --ignored
 
-echo "== cuda feature: cubie-mem tests and the guide (docs/cuda.md too) against the stub driver"
-cargo test -p cubie-mem --features cuda
+echo "== fake driver: the GPU check, rehearsed"
+build=$base/gpu-build
+bundle=$base/gpu-bundle
+CUBIE_GPU_TARGET_DIR="$build" ci/gpu/check.sh build "$bundle"
+LD_LIBRARY_PATH="$fake/lib64" CHECK_FAKE_DRIVER=1 bash "$bundle/check.sh" run "$base/gpu-report.txt"
 
-echo "== cuda feature: integration tests against the stub driver"
-cargo test -p cubie-mem-tests --features cuda --test cuda
+echo "== mutation: the backend's ordering across streams switched off"
+mutant=$base/mutant
+rm -rf "$mutant"
+mkdir -p "$mutant"
+git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$mutant"
+perl -0pi -e 's/(fn order_use\([^{]*\{)/$1\n        return Ok(());/s; s/(fn order_free\([^{]*\{)/$1\n        return Ok(());/s' \
+    "$mutant/cubie-mem/src/backend/cuda/mod.rs"
+mutations=$(grep -c '^        return Ok(());$' "$mutant/cubie-mem/src/backend/cuda/mod.rs" || true)
+if [ "$mutations" -ne 2 ]; then
+    echo "mutation: expected to switch off 2 functions, switched off $mutations" >&2
+    exit 1
+fi
+mutant_test=$(CARGO_TARGET_DIR="$build" cargo test --release --manifest-path "$mutant/Cargo.toml" \
+    -p cubie-mem-tests --features cuda --test cuda --no-run --message-format=json-render-diagnostics |
+    grep -o '"executable":"[^"]*"' | sed -e 's/^"executable":"//' -e 's/"$//')
+status=0
+output=$(LD_LIBRARY_PATH="$fake/lib64" CUBIE_REQUIRE_GPU=1 "$mutant_test" --exact \
+    memory::memory_allocated_on_one_stream_is_used_and_freed_across_streams 2>&1) || status=$?
+case "$status:$output" in
+    0:*) echo "mutation: the test passed without ordering across streams: $output" >&2; exit 1 ;;
+    *"VIOLATION"*) echo "mutation: caught ($(printf '%s\n' "$output" | grep -m1 VIOLATION))" ;;
+    *) echo "mutation: the test failed without naming a violation: $output" >&2; exit 1 ;;
+esac
 
-echo "== cuda feature: GPU examples report the missing device"
-cargo build -p cubie-mem-examples --features cuda --bin gpu_kernel --bin gpu_bench
-for example in gpu_kernel gpu_bench; do
-    if output=$("$CARGO_TARGET_DIR/debug/$example" 2>&1); then
-        echo "$example succeeded against the stub driver: $output" >&2
-        exit 1
-    fi
-    case $output in
-        *"no CUDA device available: "*) echo "$output" ;;
-        *) echo "$example failed without naming the missing device: $output" >&2; exit 1 ;;
-    esac
-done
-echo "== cuda feature: driver result codes in a release build"
-cargo build --release -p cubie-mem-examples --features cuda --bin gpu_kernel
-for code in 34 46 226 912; do
-    stub="$base/stub-driver-$code"
-    ci/cuda-stub/build.sh "$stub" "$code" > /dev/null
-    status=0
-    output=$(LD_LIBRARY_PATH="$stub/lib64" "$CARGO_TARGET_DIR/release/gpu_kernel" 2>&1) || status=$?
+echo "== no driver library: the main job runs, the cuda tests take the no-device path"
+CARGO_TARGET_DIR="$build" cargo build --release -p cubie-mem-examples --features cuda --bin batch
+no_driver=(env -u LD_LIBRARY_PATH)
+"${no_driver[@]}" "$build/release/batch" > "$base/batch-without-driver.txt"
+tail -n 3 "$base/batch-without-driver.txt"
+"${no_driver[@]}" "$bundle/tests/cuda" --test-threads=1 | tail -n 1
+expect_failure() { # expect_failure TEXT COMMAND...: fails cleanly, saying TEXT
+    local text=$1 status=0 output
+    shift
+    output=$("$@" 2>&1) || status=$?
     if [ "$status" -eq 0 ] || [ "$status" -ge 128 ]; then
-        echo "stub code $code: FAILED: gpu_kernel exited with status $status: $output" >&2
+        echo "FAILED: $* exited with status $status: $output" >&2
         exit 1
     fi
     case $output in
-        *"(code $code)"*) echo "stub code $code: ok ($(printf '%s\n' "$output" | head -n 1))" ;;
-        *) echo "stub code $code: FAILED: the error does not name the code: $output" >&2; exit 1 ;;
+        *"$text"*) echo "ok: $(printf '%s\n' "$output" | head -n 1)" ;;
+        *) echo "FAILED: $* did not say '$text': $output" >&2; exit 1 ;;
     esac
+}
+expect_failure "could not be loaded" "${no_driver[@]}" "$bundle/examples/gpu_kernel"
+old=$base/stub-old
+CUDA_STUB_OMIT=cuMemAllocFromPoolAsync ci/cuda-stub/build.sh "$old" 100 > /dev/null
+expect_failure "lacks cuMemAllocFromPoolAsync" env LD_LIBRARY_PATH="$old/lib64" "$bundle/examples/gpu_kernel"
+
+echo "== stub drivers: the no-device path and result codes"
+stub=$base/stub-100
+ci/cuda-stub/build.sh "$stub"
+LD_LIBRARY_PATH="$stub/lib64" CUBIE_CUDA_STUB=1 "$bundle/tests/cuda" --test-threads=1 | tail -n 1
+for code in 34 46 226 912; do
+    stub=$base/stub-$code
+    ci/cuda-stub/build.sh "$stub" "$code" > /dev/null
+    expect_failure "(code $code)" env LD_LIBRARY_PATH="$stub/lib64" "$bundle/examples/gpu_kernel"
 done
 echo "== cuda feature: all checks passed"

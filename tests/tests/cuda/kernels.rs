@@ -224,3 +224,87 @@ fn a_simulated_array_is_refused_by_a_cuda_stream() {
         Ok(())
     });
 }
+
+/// PTX with an unclosed kernel body, which the driver's compiler rejects.
+const BROKEN_PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n\n\
+                          .visible .entry broken()\n{\n    ret;\n";
+
+#[test]
+fn a_ptx_compile_error_carries_the_log_and_a_missing_kernel_is_named() {
+    on_device(|cuda| {
+        let error = CudaModule::from_ptx(&cuda, BROKEN_PTX).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.starts_with("cuda backend: load PTX module failed: ")
+                && message.contains("; the PTX compiler said: "),
+            "{message}"
+        );
+        let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX)?;
+        let error = module.function("no_such_kernel").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("; no kernel 'no_such_kernel' in the module"),
+            "{error}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn a_launch_refuses_a_view_taken_by_another_stream() {
+    on_device(|cuda| {
+        let mgr = manager(&cuda);
+        let first = mgr.register(
+            Registration::new()
+                .stream_group("views-a")
+                .on_invalidate(|| {}),
+        )?;
+        let second = mgr.register(
+            Registration::new()
+                .stream_group("views-b")
+                .on_invalidate(|| {}),
+        )?;
+        let (y, k) = euler_arrays(&mgr, &first)?;
+        let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX)?;
+        let euler = module.function("euler_decay")?;
+        let (a, b) = (
+            CudaStream::of(&mgr, &first)?,
+            CudaStream::of(&mgr, &second)?,
+        );
+        let (y_view, k_view) = (a.view(&y)?, a.view(&k)?);
+        assert_eq!(y_view.len(), RUNS);
+        assert_eq!(y_view.byte_len(), (RUNS * 8) as u64);
+        let (dt, n) = (DT, RUNS as u32);
+        // SAFETY: the arguments match euler_decay's parameters; the launch
+        // is refused before it reaches the driver.
+        let error = unsafe {
+            b.launch_builder(&euler)
+                .arg(&y_view)
+                .arg(&k_view)
+                .arg(&dt)
+                .arg(&n)
+                .launch(LaunchConfig::for_elements(n, 256))
+        }
+        .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("take each view from the stream that launches the kernel"),
+            "{error}"
+        );
+        // The same views on their own stream: one step, as the host computes.
+        // SAFETY: as above, on the stream that took the views.
+        unsafe {
+            a.launch_builder(&euler)
+                .arg(&y_view)
+                .arg(&k_view)
+                .arg(&dt)
+                .arg(&n)
+                .launch(LaunchConfig::for_elements(n, 256))?;
+        }
+        drop((y_view, k_view));
+        assert_matches_host(&y.to_vec()?, 1);
+        Ok(())
+    });
+}

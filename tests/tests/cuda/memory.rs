@@ -482,3 +482,40 @@ fn memory_the_pool_holds_idle_is_given_back_for_a_larger_allocation() {
         Ok(())
     });
 }
+
+/// Memory allocated on one stream and used at once on another, with no
+/// synchronisation between: the backend orders the second stream after the
+/// allocation (through the allocation's own event), and the free on the
+/// first stream after the use on the second. On the fake driver a missing
+/// order is a violation that fails every later call.
+#[test]
+fn memory_allocated_on_one_stream_is_used_and_freed_across_streams() {
+    on_device(|cuda| {
+        let (a, b) = (cuda.create_stream()?, cuda.create_stream()?);
+        let len = 1 << 20;
+        let mut source = cuda.alloc_pinned(len as u64)?;
+        let mut target = cuda.alloc_pinned(len as u64)?;
+        source
+            .bytes_mut()
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, byte)| *byte = (i % 253) as u8);
+        let device = cuda.alloc_device(len as u64, a)?;
+        // SAFETY: the blocks are page-locked blocks of this backend, left
+        // alone until `done` fired; the download follows the upload on `b`.
+        unsafe {
+            cuda.copy_to_device_async(device, 0, source.bytes().as_ptr(), len, b)?;
+            cuda.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0, b)?;
+        }
+        // Freed on `a` while `b` may still be copying: the free waits.
+        cuda.free_device(device, len as u64, a)?;
+        let done = cuda.record_event(b)?;
+        cuda.synchronize_event(done)?;
+        cuda.synchronize(a)?;
+        assert!(source.bytes() == target.bytes(), "the round trip held");
+        cuda.destroy_event(done)?;
+        cuda.destroy_stream(a)?;
+        cuda.destroy_stream(b)?;
+        Ok(())
+    });
+}
