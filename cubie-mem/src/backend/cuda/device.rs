@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use super::driver::NAME;
 use super::stream::{RawEvent, RawStream};
 use super::sys::{self, CuResult};
-use super::{Allocation, CudaBackend, host_kernel_unsupported, unknown_allocation};
+use super::{Allocation, CudaBackend, PreparedUse, host_kernel_unsupported, unknown_allocation};
 use crate::backend::{
     Backend, BackendError, DevicePtr, EventHandle, KernelBody, KernelLaunch, MemInfo, PinnedBlock,
     StreamHandle,
@@ -318,8 +318,11 @@ impl CudaBackend {
         stream: StreamHandle,
         operation: &'static str,
     ) -> Result<Option<Arc<RawStream>>, BackendError> {
-        let Some((raw, address, allocation)) =
-            self.prepare_use(device, offset, len, stream, operation)?
+        let Some(PreparedUse {
+            stream: raw,
+            address,
+            allocation,
+        }) = self.prepare_use(device, offset, len, stream, operation)?
         else {
             return Ok(None);
         };

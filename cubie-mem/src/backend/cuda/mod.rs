@@ -164,6 +164,16 @@ struct Allocation {
     uses: Mutex<Vec<StreamUse>>,
 }
 
+/// A use of device memory checked and ordered, about to be queued.
+struct PreparedUse {
+    /// The stream it goes to, kept alive for the call.
+    stream: Arc<RawStream>,
+    /// The device address it touches.
+    address: u64,
+    /// The allocation, for noting the use once queued.
+    allocation: Arc<Allocation>,
+}
+
 /// The last use of an allocation on one stream.
 struct StreamUse {
     stream: u64,
@@ -413,8 +423,7 @@ impl CudaBackend {
     }
 
     /// Checks a use of `len` bytes at `ptr + offset` on `stream` and orders
-    /// `stream` after the allocation; returns the stream, the device address
-    /// and the allocation, or `None` when there is nothing to touch.
+    /// `stream` after the allocation, or `None` when there is nothing to touch.
     fn prepare_use(
         &self,
         ptr: DevicePtr,
@@ -422,14 +431,18 @@ impl CudaBackend {
         len: usize,
         stream: StreamHandle,
         operation: &'static str,
-    ) -> Result<Option<(Arc<RawStream>, u64, Arc<Allocation>)>, BackendError> {
+    ) -> Result<Option<PreparedUse>, BackendError> {
         let raw = self.stream(stream, operation)?;
         let (address, allocation) = self.checked_range(ptr, offset, len, operation)?;
         if len == 0 {
             return Ok(None);
         }
         allocation.order_use(stream, &raw)?;
-        Ok(Some((raw, address, allocation)))
+        Ok(Some(PreparedUse {
+            stream: raw,
+            address,
+            allocation,
+        }))
     }
 
     /// One `cuMemAllocFromPoolAsync` of `bytes` from the backend's pool on

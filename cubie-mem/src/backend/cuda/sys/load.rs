@@ -65,7 +65,7 @@ macro_rules! driver_api {
             ///
             /// The driver function's own contract (`cuda.h`). Before the
             /// library is loaded it returns `CUDA_ERROR_NOT_INITIALIZED`.
-            #[allow(non_snake_case)]
+            #[allow(non_snake_case, clippy::too_many_arguments)]
             pub(super) unsafe fn $api($($param: $ty),*) -> CuResult {
                 match load::loaded() {
                     // SAFETY: the pointer was resolved from the driver under
