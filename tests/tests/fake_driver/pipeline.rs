@@ -1,0 +1,163 @@
+//! The overlapped pipeline on the fake driver, read back from its order log:
+//! the upload of chunk k + 1 and the download of chunk k - 1 are not ordered
+//! after the kernel of chunk k (so a GPU may overlap them, as the simulated
+//! device models), while every order the data needs is there, and no memory
+//! is used before its allocation or after its free.
+
+use std::collections::BTreeMap;
+
+use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
+use cubie_mem::{ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Registration};
+use cubie_mem_examples::euler_decay::EulerDecay;
+use serde_json::Value;
+
+use super::*;
+
+const CHUNKS: usize = 6;
+const CHUNK_RUNS: usize = 4096;
+const DT: f64 = 0.01;
+
+/// One operation of the order log.
+#[derive(Debug)]
+struct Op {
+    kind: String,
+    stream: u64,
+    seq: u64,
+    clock: BTreeMap<u64, u64>,
+}
+
+impl Op {
+    fn parse(line: &str) -> Op {
+        let value: Value = serde_json::from_str(line).unwrap();
+        let number = |key: &str| {
+            value[key]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{key} in {line}"))
+        };
+        Op {
+            kind: value["kind"].as_str().unwrap().to_owned(),
+            stream: number("stream"),
+            seq: number("seq"),
+            clock: value["clock"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(stream, seq)| (stream.parse().unwrap(), seq.as_u64().unwrap()))
+                .collect(),
+        }
+    }
+
+    /// Whether the device must finish `self` before it starts `later`.
+    fn before(&self, later: &Op) -> bool {
+        later
+            .clock
+            .get(&self.stream)
+            .is_some_and(|&seq| seq >= self.seq)
+    }
+}
+
+/// One buffer set: the state and the rates.
+struct Set {
+    y: DeviceArray<f64>,
+    k: DeviceArray<f64>,
+}
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn the_pipelines_copies_are_not_ordered_after_the_kernels_they_overlap() {
+    let fake = Fake::open();
+    let cuda = CudaBackend::new(0).unwrap();
+    let mgr = manager(&cuda);
+    let solver = mgr
+        .register(
+            Registration::new()
+                .stream_group("pipeline")
+                .on_invalidate(|| {}),
+        )
+        .unwrap();
+    let labels = ["y0", "k0", "y1", "k1"];
+    mgr.queue_request(
+        &solver,
+        labels.map(|label| (label, ArrayRequest::of::<f64>([CHUNK_RUNS]).unchunkable())),
+    )
+    .unwrap();
+    let mut response = mgr.allocate_queue_for(&solver).unwrap();
+    let sets: Vec<Set> = (0..2)
+        .map(|s| Set {
+            y: response.take(labels[2 * s]).unwrap(),
+            k: response.take(labels[2 * s + 1]).unwrap(),
+        })
+        .collect();
+    let runs = CHUNKS * CHUNK_RUNS;
+    let y0: Vec<f64> = (0..runs).map(|i| 1.0 + (i % 97) as f64 / 97.0).collect();
+    let rates: Vec<f64> = (0..runs).map(|i| 0.1 + (i % 13) as f64 * 0.7).collect();
+    let mut y = mgr
+        .create_host_array([runs], HostMemoryKind::Pinned, Some(&y0), &solver)
+        .unwrap();
+    let k = mgr
+        .create_host_array([runs], HostMemoryKind::Pinned, Some(&rates), &solver)
+        .unwrap();
+    let plan = ChunkPlan::new(runs, CHUNKS, CHUNK_RUNS).unwrap();
+    let kernel = EulerDecay::load(&cuda).unwrap();
+    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    fake.command(&format!("log={}", log.path().display()));
+    mgr.chunk_streamer(&solver, &plan)
+        .unwrap()
+        .pipeline_sets(&sets)
+        .inout_with(&mut y, |set| &set.y, 0)
+        .input_with(&k, |set| &set.k, 0)
+        .run(|_, set| kernel.step(&stream, &set.y, &set.k, DT))
+        .unwrap();
+    fake.command("log=");
+    fake.assert_clean();
+    for (run, (got, (y0, rate))) in y.as_slice().iter().zip(y0.iter().zip(&rates)).enumerate() {
+        assert_eq!(*got, y0 + DT * -(rate * y0), "run {run}");
+    }
+
+    let ops: Vec<Op> = std::fs::read_to_string(log.path())
+        .unwrap()
+        .lines()
+        .map(Op::parse)
+        .collect();
+    let of = |kind: &str| -> Vec<&Op> { ops.iter().filter(|op| op.kind == kind).collect() };
+    let (uploads, kernels, downloads) = (of("h2d"), of("kernel"), of("d2h"));
+    assert_eq!(kernels.len(), CHUNKS);
+    assert_eq!(uploads.len(), 2 * CHUNKS, "k then y for each chunk");
+    assert_eq!(downloads.len(), CHUNKS);
+    let upload = |chunk: usize| [uploads[2 * chunk], uploads[2 * chunk + 1]];
+    for chunk in 0..CHUNKS {
+        for up in upload(chunk) {
+            assert!(
+                up.before(kernels[chunk]),
+                "chunk {chunk} computes after its upload"
+            );
+        }
+        assert!(
+            kernels[chunk].before(downloads[chunk]),
+            "chunk {chunk} downloads its results"
+        );
+        if chunk + 2 < CHUNKS {
+            let y_up = upload(chunk + 2)[1];
+            assert!(
+                downloads[chunk].before(y_up),
+                "set {} is refilled after chunk {chunk}'s results left it",
+                chunk % 2
+            );
+        }
+    }
+    for chunk in 1..CHUNKS - 1 {
+        for up in upload(chunk + 1) {
+            assert!(
+                !kernels[chunk].before(up),
+                "the upload of chunk {} waits for the kernel of chunk {chunk}",
+                chunk + 1
+            );
+        }
+        assert!(
+            !kernels[chunk].before(downloads[chunk - 1]),
+            "the download of chunk {} waits for the kernel of chunk {chunk}",
+            chunk - 1
+        );
+    }
+}
