@@ -7,6 +7,7 @@
 #     13.x (ci/cuda-headers);
 #  3. the fake driver (ci/fake-cuda): cubie-mem's unit tests and the guide
 #     (docs/cuda.md's device branches), the tests only the fake can run,
+#     the GPU check's counting on stand-in binaries (ci/gpu/selftest.sh),
 #     and the GPU check rehearsed end to end on it: every cuda test and
 #     gpu_* example as the GPU bundle's release binaries, with
 #     CUBIE_REQUIRE_GPU=1;
@@ -49,6 +50,8 @@ echo "== fake driver: the tests only the fake can run"
 LD_LIBRARY_PATH="$fake/lib64" CUBIE_REQUIRE_GPU=1 \
     cargo test -p cubie-mem-tests --features cuda --test fake_driver -- --ignored
 
+echo "== the GPU check's own counting (stand-in test binaries)"
+ci/gpu/selftest.sh
 echo "== fake driver: the GPU check, rehearsed"
 build=$base/gpu-build
 bundle=$base/gpu-bundle

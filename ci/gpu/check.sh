@@ -125,7 +125,7 @@ environment() {
     fi
     # The binaries load libcuda.so.1 at run time: find it as the loader would.
     local libcuda="" dir
-    for dir in ${LD_LIBRARY_PATH//:/ }; do
+    for dir in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }}; do
         [ -e "$dir/libcuda.so.1" ] && { libcuda=$dir/libcuda.so.1; break; }
     done
     [ -n "$libcuda" ] || libcuda=$( (ldconfig -p 2>/dev/null | grep -o '/[^ ]*/libcuda\.so\.1$' | head -n 1) || true)
@@ -144,7 +144,7 @@ environment() {
     local jit
     jit=$( (ldconfig -p 2>/dev/null | grep -o '/[^ ]*libnvidia-ptxjitcompiler.so[^ ]*' | head -n 1) || true)
     if [ -z "$jit" ]; then
-        jit=$(find /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia ${LD_LIBRARY_PATH//:/ } \
+        jit=$(find /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }} \
             -maxdepth 2 -name 'libnvidia-ptxjitcompiler.so*' 2>/dev/null | head -n 1)
     fi
     say "PTX JIT library: ${jit:-not found (PTX modules cannot load)}"
