@@ -185,6 +185,7 @@ FK_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
 FK_API int cubieFakeCudaControl(const char *command);
 FK_API unsigned long long cubieFakeCudaViolations(char *last, size_t len);
 FK_API int cubieFakeCudaPointerDevice(unsigned long long ptr);
+FK_API unsigned long long cubieFakeCudaCalls(const char *name);
 
 /* ---- small containers (table.c, clock.c) ------------------------------ */
 
@@ -276,6 +277,7 @@ struct fk_global {
     int no_pools;
     double pinned_gbps, pageable_gbps, kernel_ns;
     uint64_t calls;        /* implemented entry points called so far */
+    uint64_t fn_calls[FN_COUNT];
     uint64_t fail_call_at; /* 0: none */
     CUresult fail_call_code;
     CUresult fail_code[FN_COUNT]; /* 0: none */
@@ -379,9 +381,9 @@ struct fk_event {
     double time;
 };
 
-/* An op being queued: its clock (the stream's, the host's and what it
- * waits for, with its own entry already advanced), dependencies, and the
- * earliest modelled time it may start. */
+/* An op being queued: its clock (the stream's and what it waits for, with
+ * its own entry already advanced), dependencies, and the earliest
+ * modelled time it may start. */
 struct fk_queue {
     struct fk_stream *s;
     struct fk_vclock clock;
@@ -406,6 +408,7 @@ CUresult fk_legacy_clock(struct fk_ctx *c, struct fk_vclock *out, double *ready)
 
 struct fk_stream *fk_stream_by_sid(uint32_t sid);
 int fk_point_done(struct fk_point p);
+int fk_covered(const struct fk_vclock *c, struct fk_point p);
 CUresult fk_run_to(struct fk_stream *s, uint64_t seq);
 CUresult fk_run_ctx(struct fk_ctx *c);
 CUresult fk_host_observe(const struct fk_vclock *c, double t);

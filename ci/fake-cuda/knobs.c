@@ -447,6 +447,17 @@ FK_API int cubieFakeCudaControl(const char *command)
     return r;
 }
 
+FK_API unsigned long long cubieFakeCudaCalls(const char *name)
+{
+    unsigned long long n = 0;
+    pthread_mutex_lock(&g.lock);
+    for (int i = 0; name && i < FN_COUNT; i++)
+        if (strcmp(fk_fn_names[i], name) == 0)
+            n = g.fn_calls[i];
+    pthread_mutex_unlock(&g.lock);
+    return n;
+}
+
 FK_API unsigned long long cubieFakeCudaViolations(char *last, size_t len)
 {
     pthread_mutex_lock(&g.lock);

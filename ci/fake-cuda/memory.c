@@ -239,7 +239,7 @@ CUresult fk_mem_check(uint64_t ptr, size_t bytes, int dev, const struct fk_vcloc
     }
     if (bytes > a->bytes - (ptr - a->base) || (dev >= 0 && a->dev != dev))
         return CUDA_ERROR_INVALID_VALUE;
-    if (clock && !fk_vc_covers(clock, a->at)) {
+    if (clock && !fk_covered(clock, a->at)) {
         fk_violation("device memory 0x%llx (+%zu bytes) used on %s before its allocation on "
                      "%s is ordered before it",
                      (unsigned long long)ptr, bytes, who, fk_who(a->at.stream, buf, sizeof buf));
@@ -336,14 +336,14 @@ FK_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
             r = CUDA_ERROR_INVALID_VALUE;
         } else if ((r = fk_q_begin(&q, s)) == CUDA_SUCCESS) {
             struct fk_op *op = NULL;
-            if (!fk_vc_covers(&q.clock, a->at)) {
+            if (!fk_covered(&q.clock, a->at)) {
                 fk_violation("device memory 0x%llx (+%zu bytes) freed on %s before its "
                              "allocation on %s is ordered before it",
                              (unsigned long long)dptr, a->bytes, who,
                              fk_who(a->at.stream, buf, sizeof buf));
             }
             for (uint32_t i = 0; i < a->nuses && !g.violation_in_call; i++) {
-                if (!fk_vc_covers(&q.clock, a->uses[i]))
+                if (!fk_covered(&q.clock, a->uses[i]))
                     fk_violation("device memory 0x%llx (+%zu bytes) freed on %s while still in "
                                  "use on %s (its op %llu there is not ordered before the free)",
                                  (unsigned long long)dptr, a->bytes, who,

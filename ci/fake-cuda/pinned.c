@@ -69,7 +69,7 @@ CUresult fk_pinned_check(struct fk_pinned *b, const void *p, size_t len, int wri
         const struct fk_pcopy *c = &b->copies[i];
         if (!(writes || c->writes) || off >= c->off + c->len || c->off >= off + len)
             continue;
-        if (!fk_vc_covers(clock, c->at)) {
+        if (!fk_covered(clock, c->at)) {
             fk_violation("page-locked memory %p (+%zu bytes) touched while a copy from or into "
                          "it is in flight: a copy %s it on %s is not ordered after the copy %s "
                          "its bytes %zu..%zu on %s (op %llu)",
@@ -95,13 +95,25 @@ CUresult fk_pinned_reserve(struct fk_pinned *b)
     return CUDA_SUCCESS;
 }
 
-/* Records an asynchronous copy; needs fk_pinned_reserve first. */
+/* Records an asynchronous copy; needs fk_pinned_reserve first. An earlier
+ * record of the same stream whose bytes the new one covers, and that
+ * writes only if the new one does, goes: whatever is not ordered after
+ * it is not ordered after the new one either, so the new one finds every
+ * conflict it would (this keeps a reused staging block's list short). */
 void fk_pinned_note(struct fk_pinned *b, const void *p, size_t len, int writes, struct fk_point at)
 {
+    size_t off = (size_t)((const char *)p - b->base), w = 0;
+    for (size_t i = 0; i < b->ncopies; i++) {
+        const struct fk_pcopy *c = &b->copies[i];
+        if (c->at.stream == at.stream && c->off >= off && c->off + c->len <= off + len &&
+            c->writes <= writes)
+            continue;
+        b->copies[w++] = *c;
+    }
+    b->ncopies = w;
     if (b->ncopies == b->capcopies)
         return;
-    b->copies[b->ncopies++] =
-        (struct fk_pcopy){at, (size_t)((const char *)p - b->base), len, writes};
+    b->copies[b->ncopies++] = (struct fk_pcopy){at, off, len, writes};
     b->pending++;
 }
 

@@ -141,7 +141,7 @@ static void reuse_pending(struct fk_pool *p, const struct fk_queue *q)
     for (; a; a = next) {
         next = a->pnext;
         if (a->free_at.stream == q->s->sid ||
-            (p->reuse[0] && fk_vc_covers(&q->clock, a->free_at))) {
+            (p->reuse[0] && fk_covered(&q->clock, a->free_at))) {
             fk_pool_unpend(a);
             a->released = 1;
             p->used -= a->bytes;

@@ -12,6 +12,14 @@ struct fk_stream *fk_stream_by_sid(uint32_t sid)
     return fk_htab_get(&g.sids, sid);
 }
 
+/* Whether `p` is ordered before an op of clock `c` being queued: on the
+ * device (the op's clock covers it), or through the host, which waited for
+ * `p` before it queued the op. Stream clocks hold device order only. */
+int fk_covered(const struct fk_vclock *c, struct fk_point p)
+{
+    return fk_vc_covers(c, p) || fk_vc_covers(&g.host_clock, p);
+}
+
 int fk_point_done(struct fk_point p)
 {
     if (p.stream == 0)
@@ -161,7 +169,6 @@ CUresult fk_q_begin(struct fk_queue *q, struct fk_stream *s)
     q->s = s;
     q->ready = fk_max(s->tail, g.host_time);
     if (s->queued == UINT64_MAX - 1 || fk_vc_copy(&q->clock, &s->clock) != 0 ||
-        fk_vc_merge(&q->clock, &g.host_clock) != 0 ||
         fk_vc_set(&q->clock, s->sid, s->queued + 1) != 0 || legacy_deps(q) != CUDA_SUCCESS) {
         fk_q_abort(q);
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -36,6 +36,7 @@ CUresult fk_enter(enum fk_fn fn)
 {
     pthread_mutex_lock(&g.lock);
     g.calls++;
+    g.fn_calls[fn]++;
     g.violation_in_call = 0;
     if (g.fail_call_at != 0 && g.calls == g.fail_call_at) {
         g.fail_call_at = 0;
