@@ -290,6 +290,30 @@ FK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     return fk_leave(r);
 }
 
+/* Whether the host has waited for the allocation of pool memory `a` and
+ * for its every use, so that cuMemFree_v2 (which does not wait for
+ * stream-ordered work) may free it; reports a violation otherwise. */
+static int fk_pool_alloc_idle(struct fk_alloc *a)
+{
+    char buf[32];
+    if (!fk_vc_covers(&g.host_clock, a->at)) {
+        fk_violation("pool memory 0x%llx freed with cuMemFree_v2 before the host waited for its "
+                     "allocation on %s (cuMemFree does not wait for stream-ordered work)",
+                     (unsigned long long)a->base, fk_who(a->at.stream, buf, sizeof buf));
+        return 0;
+    }
+    for (uint32_t i = 0; i < a->nuses; i++) {
+        if (!fk_vc_covers(&g.host_clock, a->uses[i])) {
+            fk_violation("pool memory 0x%llx freed with cuMemFree_v2 while still in use on %s "
+                         "(its op %llu there; cuMemFree does not wait for stream-ordered work)",
+                         (unsigned long long)a->base, fk_who(a->uses[i].stream, buf, sizeof buf),
+                         (unsigned long long)a->uses[i].seq);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 FK_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     struct fk_ctx *c;
@@ -301,8 +325,12 @@ FK_API CUresult cuMemFree_v2(CUdeviceptr dptr)
                          (unsigned long long)dptr, freed_how(a));
         } else if (!a || a->base != dptr) {
             r = CUDA_ERROR_INVALID_VALUE;
+        } else if (a->pool && !fk_pool_alloc_idle(a)) {
+            /* cuMemFree_v2 does not wait for stream-ordered work on pool
+             * memory: every use must be one the host has waited for. */
         } else {
-            /* The real call synchronises: everything queued runs first. */
+            /* Of cuMemAlloc_v2 memory the real call synchronises: everything
+             * queued runs first. */
             struct fk_ctx *owner = &g.devs[a->dev].ctx;
             if ((r = fk_run_ctx(owner)) == CUDA_SUCCESS && (r = fk_run_ctx(c)) == CUDA_SUCCESS &&
                 (r = fk_host_observe_ctx(owner)) == CUDA_SUCCESS &&

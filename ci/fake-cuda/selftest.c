@@ -296,6 +296,7 @@ static void pools(void)
     CHECK(st_free_bytes() == f0);
     EXPECT(cuMemAlloc_v2(&q2, 0), 1);
     EXPECT(cuMemAllocFromPoolAsync(&p, MIB, pool, s), 0);
+    EXPECT(cuStreamSynchronize(s), 0); /* cuMemFree_v2 does not wait for pool memory */
     EXPECT(cuMemFree_v2(p), 0);
     CHECK(st_pool_attr(pool, 7) == 0);
 

@@ -64,6 +64,16 @@ void st_faults(CUcontext ctx)
     VIOLATION("page-locked memory");
     EXPECT(cuCtxSynchronize(), 0);
 
+    /* cuMemFree_v2 of pool memory a queued copy still uses: it does not wait. */
+    CUdeviceptr y;
+    EXPECT(cuMemAllocFromPoolAsync(&y, N, pool, a), 0);
+    EXPECT(cuStreamSynchronize(a), 0);
+    EXPECT(cuMemcpyHtoDAsync_v2(y, h, N, b), 0);
+    EXPECT(cuMemFree_v2(y), 700);
+    VIOLATION("freed with cuMemFree_v2 while still in use");
+    EXPECT(cuStreamSynchronize(b), 0);
+    EXPECT(cuMemFree_v2(y), 0);
+
     /* 4. A pool destroyed with a live allocation. */
     EXPECT(cuMemPoolDestroy(pool), 700);
     VIOLATION("destroyed with 1 live allocations");
