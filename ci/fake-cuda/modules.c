@@ -1,4 +1,4 @@
-/* modules.c - PTX modules (checked for .version and .target, their kernels
+/* modules.c - PTX modules (checked for .version, .target and balanced braces;
  * the names after .entry), kernel lookup, and launches, which run host
  * stand-ins (standins.c) in stream order. */
 #include <stdlib.h>
@@ -53,16 +53,27 @@ static const char *skip_blank(const char *p)
 }
 
 /* Scans the PTX text outside comments and strings: whether it has the
- * .version and .target directives, and the kernel names. 0, or an error
- * message for the log (-1 with `err` empty: out of memory). */
+ * .version and .target directives and balanced braces, and the kernel
+ * names. 0, or an error message for the log (-1 with `err` empty: out of
+ * memory). */
 static int parse_ptx(const char *p, struct names *ns, char *err, size_t errlen)
 {
     int version = 0, target = 0;
+    long depth = 0;
     err[0] = '\0';
     for (p = skip_blank(p); *p; p = skip_blank(p)) {
         if (*p == '"') {
             const char *end = strchr(p + 1, '"');
             p = end ? end + 1 : p + strlen(p);
+            continue;
+        }
+        if (*p == '{' || *p == '}') {
+            depth += *p == '{' ? 1 : -1;
+            if (depth < 0) {
+                snprintf(err, errlen, "ptxas fatal   : syntax error: '}' without '{' (fake libcuda)");
+                return -1;
+            }
+            p++;
             continue;
         }
         if (*p != '.' || !ident(p[1])) {
@@ -118,6 +129,11 @@ static int parse_ptx(const char *p, struct names *ns, char *err, size_t errlen)
     if (!version || !target) {
         snprintf(err, errlen, "ptxas fatal   : the PTX has no %s directive (fake libcuda)",
                  !version ? ".version" : ".target");
+        return -1;
+    }
+    if (depth != 0) {
+        snprintf(err, errlen, "ptxas fatal   : syntax error at end of input: %ld '{' not closed "
+                              "(fake libcuda)", depth);
         return -1;
     }
     return 0;

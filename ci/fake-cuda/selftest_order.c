@@ -205,6 +205,11 @@ void st_modules(CUcontext ctx)
     EXPECT(load(&m, ".version 7.0\n.target sm_50\n.entry twice()\n.entry twice()\n", log,
                 sizeof log, &written), 218);
     CHECK(st_contains(log, "duplicate"));
+    EXPECT(load(&m, ".version 7.0\n.target sm_50\n.entry open()\n{\n ret;\n", log, sizeof log,
+                &written), 218);
+    CHECK(st_contains(log, "not closed"));
+    EXPECT(load(&m, ".version 7.0\n.target sm_50\n}\n", log, sizeof log, &written), 218);
+    CHECK(st_contains(log, "without '{'"));
     CHECK(cubieFakeCudaControl("jit-error=boom at line 3") == 0);
     EXPECT(load(&m, ptx, log, 5, &written), 218);
     CHECK(strcmp(log, "boom") == 0 && written == 5);

@@ -115,10 +115,14 @@ impl Fake {
 }
 
 impl Drop for Fake {
+    /// Checks that the test left no violation behind (one it caught on
+    /// purpose was cleared), then resets the fake for the next test.
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            self.command("reset");
+        if std::thread::panicking() {
+            return;
         }
+        self.assert_clean();
+        self.command("reset");
     }
 }
 

@@ -66,8 +66,12 @@ impl HostPages {
 }
 
 impl Drop for HostPages {
+    /// Frees the pages; on a context lost to a fault they are left
+    /// allocated, as a copy from or into them may never have been waited for.
     fn drop(&mut self) {
-        let _guard = self.context.enter("free pinned memory");
+        let Ok(_guard) = self.context.enter("free pinned memory") else {
+            return;
+        };
         // SAFETY: the pages came from cuMemHostAlloc and are freed once; no
         // copy uses them any more (the manager waits for its copies).
         let result = unsafe { sys::cuMemFreeHost(self.ptr.as_ptr().cast::<c_void>()) };
