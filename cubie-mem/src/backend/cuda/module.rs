@@ -133,7 +133,7 @@ impl fmt::Debug for CudaModule {
 }
 
 /// A kernel of a loaded [`CudaModule`], valid while the module is; launch it
-/// with [`CudaStream::launch`](super::CudaStream::launch).
+/// with [`CudaStream::launch_builder`](super::CudaStream::launch_builder).
 pub struct CudaFunction<'m> {
     raw: CuFunction,
     name: String,
