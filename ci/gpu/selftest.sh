@@ -8,6 +8,9 @@
 #   crash     : dies by a signal before its summary
 #   quietfail : a passing summary but a non-zero exit status
 #   gpu_bench : fails when given --check-goals (a missed goal)
+#   compute-sanitizer : says the device is not supported (reported as skipped)
+#
+# and that the steps' time limits add up to at most 400 s.
 #
 # Usage: ci/gpu/selftest.sh     (exits non-zero, saying why, on a wrong count)
 set -euo pipefail
@@ -80,13 +83,27 @@ expect_lines() { # expect_lines FILE LINE...: FILE holds exactly these lines, in
         fail "$(basename "$file") holds $(tr '\n' ' ' < "$file"); expected $*"
 }
 
+# The limits, with the time each step gets to stop, fit 400 s.
+total=$(grep -E '^(LIMIT_[A-Z]+|KILL_AFTER)=' "$here/check.sh" |
+    awk -F= '$1 == "KILL_AFTER" { kill = $2; next } { sum += $2; steps++ } END { print sum + steps * kill }')
+[ "$total" -le 400 ] || fail "the steps' time limits add up to $total s, over 400 s"
+
+mkdir -p "$work/bin"
+printf '#!/usr/bin/env bash
+echo "========= Error: Device not supported"
+exit 1
+' > "$work/bin/compute-sanitizer"
+chmod +x "$work/bin/compute-sanitizer"
+
 report=$work/report.txt
 status=0
-CHECK_ALLOW_NO_GPU=1 bash "$bundle/check.sh" run "$report" > /dev/null || status=$?
+PATH="$work/bin:$PATH" CHECK_ALLOW_NO_GPU=1 bash "$bundle/check.sh" run "$report" > /dev/null || status=$?
 [ "$status" -ne 0 ] || fail "run exited 0 with failures"
 tail -n 1 "$report" | grep -qx '6 passed, 5 failed' ||
     fail "run counted '$(tail -n 1 "$report")'; expected '6 passed, 5 failed'"
 expect_lines "$report.failed" "split::b" "split::d" "crash::*" "quietfail::*" "example::gpu_bench"
+grep -q '^memcheck gpu_kernel ... skipped' "$report" ||
+    fail "an unsupported device under compute-sanitizer was not reported as skipped"
 
 # The goals are not checked on the fake driver.
 echo example::gpu_bench > "$work/bench"
@@ -103,4 +120,4 @@ CHECK_ALLOW_NO_GPU=1 bash "$bundle/check.sh" rerun "$work/rerun.txt" "$work/list
 tail -n 1 "$work/rerun.txt" | grep -qx '1 passed, 1 failed' ||
     fail "rerun counted '$(tail -n 1 "$work/rerun.txt")'; expected '1 passed, 1 failed'"
 expect_lines "$work/rerun.txt.failed" "split::no_such_test"
-echo "gpu selftest: check.sh counts split, crashed and quietly failing runs, goals, and reruns right"
+echo "gpu selftest: check.sh counts split, crashed and quietly failing runs, goals, an unsupported sanitizer and reruns right, within $total s of limits"
