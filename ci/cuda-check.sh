@@ -62,7 +62,7 @@ echo "== mutation: the backend's ordering across streams switched off"
 mutant=$base/mutant
 rm -rf "$mutant"
 mkdir -p "$mutant"
-git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$mutant"
+git ls-files -z --cached --others --exclude-standard | xargs -0 cp -a --parents -t "$mutant"
 perl -0pi -e 's/(fn order_use\([^{]*\{)/$1\n        return Ok(());/s; s/(fn order_free\([^{]*\{)/$1\n        return Ok(());/s' \
     "$mutant/cubie-mem/src/backend/cuda/mod.rs"
 mutations=$(grep -c '^        return Ok(());$' "$mutant/cubie-mem/src/backend/cuda/mod.rs" || true)
@@ -87,7 +87,7 @@ CARGO_TARGET_DIR="$build" cargo build --release -p cubie-mem-examples --features
 no_driver=(env -u LD_LIBRARY_PATH)
 "${no_driver[@]}" "$build/release/batch" > "$base/batch-without-driver.txt"
 tail -n 3 "$base/batch-without-driver.txt"
-"${no_driver[@]}" "$bundle/tests/cuda" --test-threads=1 | tail -n 1
+"${no_driver[@]}" "$bundle/tests/cuda" --test-threads=1 | grep "^test result"
 expect_failure() { # expect_failure TEXT COMMAND...: fails cleanly, saying TEXT
     local text=$1 status=0 output
     shift
@@ -109,7 +109,7 @@ expect_failure "lacks cuMemAllocFromPoolAsync" env LD_LIBRARY_PATH="$old/lib64" 
 echo "== stub drivers: the no-device path and result codes"
 stub=$base/stub-100
 ci/cuda-stub/build.sh "$stub"
-LD_LIBRARY_PATH="$stub/lib64" CUBIE_CUDA_STUB=1 "$bundle/tests/cuda" --test-threads=1 | tail -n 1
+LD_LIBRARY_PATH="$stub/lib64" CUBIE_CUDA_STUB=1 "$bundle/tests/cuda" --test-threads=1 | grep "^test result"
 for code in 34 46 226 912; do
     stub=$base/stub-$code
     ci/cuda-stub/build.sh "$stub" "$code" > /dev/null
