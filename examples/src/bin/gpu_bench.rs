@@ -142,9 +142,10 @@ fn options() -> BenchResult<Options> {
             "--trace" => options.trace = Some(args.next().ok_or("--trace needs a FILE")?.into()),
             "--check-goals" => options.check_goals = true,
             _ => {
-                return Err(
-                    format!("usage: gpu_bench [--trace FILE] [--check-goals]; got '{arg}'").into(),
-                );
+                return Err(format!(
+                    "usage: gpu_bench [--trace FILE] [--check-goals]; got '{arg}'"
+                )
+                .into());
             }
         }
     }
