@@ -64,8 +64,8 @@ rm -rf "$mutant"
 mkdir -p "$mutant"
 git ls-files -z --cached --others --exclude-standard | xargs -0 cp -a --parents -t "$mutant"
 perl -0pi -e 's/(fn order_use\([^{]*\{)/$1\n        return Ok(());/s; s/(fn order_free\([^{]*\{)/$1\n        return Ok(());/s' \
-    "$mutant/cubie-mem/src/backend/cuda/mod.rs"
-mutations=$(grep -c '^        return Ok(());$' "$mutant/cubie-mem/src/backend/cuda/mod.rs" || true)
+    "$mutant/cubie-mem/src/backend/cuda/allocation.rs"
+mutations=$(grep -c '^        return Ok(());$' "$mutant/cubie-mem/src/backend/cuda/allocation.rs" || true)
 if [ "$mutations" -ne 2 ]; then
     echo "mutation: expected to switch off 2 functions, switched off $mutations" >&2
     exit 1

@@ -25,7 +25,12 @@ use serde_json::{Value, json};
 
 /// What a span of device time was spent on; its Chrome trace category.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Activity {
+    /// The host's own work for the device (`host`): gathering chunks into
+    /// staging buffers, scattering them out, reading and writing spill
+    /// files.
+    HostStaging,
     /// A copy from host to device memory (`h2d`).
     HostToDevice,
     /// A copy from device to host memory (`d2h`).
@@ -40,7 +45,8 @@ pub enum Activity {
 
 impl Activity {
     /// Every activity, in track order.
-    pub const ALL: [Activity; 5] = [
+    pub const ALL: [Activity; 6] = [
+        Activity::HostStaging,
         Activity::HostToDevice,
         Activity::DeviceToHost,
         Activity::Kernel,
@@ -48,9 +54,11 @@ impl Activity {
         Activity::Free,
     ];
 
-    /// The Chrome trace category: `h2d`, `d2h`, `kernel`, `alloc` or `free`.
+    /// The Chrome trace category: `host`, `h2d`, `d2h`, `kernel`, `alloc`
+    /// or `free`.
     pub fn category(self) -> &'static str {
         match self {
+            Activity::HostStaging => "host",
             Activity::HostToDevice => "h2d",
             Activity::DeviceToHost => "d2h",
             Activity::Kernel => "kernel",
@@ -59,10 +67,11 @@ impl Activity {
         }
     }
 
-    /// The trace track (`tid`) the activity is drawn on: one per engine,
-    /// and one for the allocator.
+    /// The trace track (`tid`) the activity is drawn on: one per engine
+    /// (the host's staging work its own), and one for the allocator.
     fn track(self) -> (u64, &'static str) {
         match self {
+            Activity::HostStaging => (5, "host (staging and spill I/O)"),
             Activity::HostToDevice => (1, "host-to-device engine"),
             Activity::DeviceToHost => (2, "device-to-host engine"),
             Activity::Kernel => (3, "compute engine"),
@@ -131,10 +140,12 @@ impl Timeline {
             .fold(0u64, |sum, s| sum.saturating_add(s.duration_ns()))
     }
 
-    /// The busy time of the busiest engine (host-to-device, device-to-host
-    /// or compute): the least any schedule of this work could take.
+    /// The busy time of the busiest engine (the host's staging work,
+    /// host-to-device, device-to-host or compute): the least any schedule
+    /// of this work could take.
     pub fn busiest_engine_ns(&self) -> u64 {
         [
+            Activity::HostStaging,
             Activity::HostToDevice,
             Activity::DeviceToHost,
             Activity::Kernel,
@@ -214,6 +225,9 @@ mod tests {
         assert_eq!(t.makespan_ns(), 3500);
         assert_eq!(t.busy_ns(Activity::HostToDevice), 2000);
         assert_eq!(t.busiest_engine_ns(), 2000);
+        // The host's staging work is an engine too: here the busiest.
+        t.push(span(Activity::HostStaging, 0, 2500));
+        assert_eq!(t.busiest_engine_ns(), 2500);
         assert_eq!(Timeline::default().makespan_ns(), 0);
     }
 
@@ -239,7 +253,11 @@ mod tests {
             .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
             .map(|e| e["args"]["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names.len(), 4, "one track per engine and the allocator");
+        assert_eq!(
+            names.len(),
+            5,
+            "one track per engine, the host's and the allocator"
+        );
         assert!(
             events
                 .iter()

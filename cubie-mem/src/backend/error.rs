@@ -153,6 +153,42 @@ pub enum BackendError {
         earlier_on: u64,
     },
 
+    /// The host read or wrote page-locked memory that an asynchronous copy
+    /// it has not seen done still writes (or, for a host write, still
+    /// reads): on a GPU it would read stale bytes or corrupt the copy. A
+    /// simulated device reports it at its next call, as a GPU reports
+    /// asynchronous errors.
+    #[error(
+        "host {access} of the page-locked host block at {address:#x} while it is {copy} on stream \
+         {stream}; wait for an event recorded after the copy (or synchronise the stream) first"
+    )]
+    HostAccessInFlight {
+        /// `"read"` or `"write"`.
+        access: &'static str,
+        /// The address of the bytes in question.
+        address: u64,
+        /// What the copy in flight does to them.
+        copy: &'static str,
+        /// The copy's stream.
+        stream: u64,
+    },
+
+    /// An asynchronous copy was given host memory that is not a page-locked
+    /// block of this backend.
+    #[error(
+        "{operation}: the {len} host bytes at {address:#x} are not page-locked memory of this \
+         backend; asynchronous copies take a PinnedBlock of the same backend (alloc_pinned), and \
+         pageable memory goes through copy_to_device and copy_from_device"
+    )]
+    NotPageLocked {
+        /// What was being done.
+        operation: &'static str,
+        /// The start of the host bytes.
+        address: u64,
+        /// Their length.
+        len: usize,
+    },
+
     /// The backend cannot do this.
     #[error("{operation} is not supported: {reason}")]
     Unsupported {

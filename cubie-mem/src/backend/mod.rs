@@ -73,6 +73,29 @@ pub(crate) fn byte_range(
     }
 }
 
+/// Work the host does on host memory for the device, which a modelled
+/// device times on its host engine ([`Backend::host_work`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HostWork {
+    /// Gathering a chunk's runs from a host array into a staging buffer
+    /// (from a spill file: reading it).
+    Gather,
+    /// Scattering a chunk's results from a staging buffer into a host array
+    /// (into a spill file: writing it).
+    Scatter,
+}
+
+impl HostWork {
+    /// `gather` or `scatter`, for timelines and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostWork::Gather => "gather",
+            HostWork::Scatter => "scatter",
+        }
+    }
+}
+
 /// A block of page-locked host memory; freed when dropped.
 ///
 /// The bytes are at least 64-byte aligned, so they can be viewed as any
@@ -163,12 +186,14 @@ pub trait Backend: Send + Sync + 'static {
     /// memory at `dst + offset` on `stream`, and returns at once
     /// (`cuMemcpyHtoDAsync`). Record an event after it to know when it is done.
     ///
+    /// Host memory that is not a [`PinnedBlock`] of this backend is refused
+    /// with [`BackendError::NotPageLocked`] before anything is queued.
+    ///
     /// # Safety
     ///
-    /// `src..src + len` must lie in a [`PinnedBlock`] of this backend and
-    /// stay allocated and unwritten until the copy completed: until an event
-    /// recorded on `stream` after it has fired (polled true or waited for),
-    /// or `stream` has been synchronised.
+    /// `src..src + len` must stay allocated and unwritten until the copy
+    /// completed: until an event recorded on `stream` after it has fired
+    /// (polled true or waited for), or `stream` has been synchronised.
     unsafe fn copy_to_device_async(
         &self,
         dst: DevicePtr,
@@ -182,11 +207,14 @@ pub trait Backend: Send + Sync + 'static {
     /// page-locked bytes at `dst` on `stream`, and returns at once
     /// (`cuMemcpyDtoHAsync`).
     ///
+    /// Host memory that is not a [`PinnedBlock`] of this backend is refused
+    /// with [`BackendError::NotPageLocked`] before anything is queued.
+    ///
     /// # Safety
     ///
-    /// `dst..dst + len` must lie in a [`PinnedBlock`] of this backend, stay
-    /// allocated, and be neither read nor written by anyone else until the
-    /// copy completed (as for [`Backend::copy_to_device_async`]).
+    /// `dst..dst + len` must stay allocated, and be neither read nor written
+    /// by anyone else until the copy completed (as for
+    /// [`Backend::copy_to_device_async`]).
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,
@@ -201,6 +229,14 @@ pub trait Backend: Send + Sync + 'static {
     /// that cannot run the launch's kind of body reports
     /// [`BackendError::Unsupported`].
     fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError>;
+
+    /// The host has just done `work` on `bytes` of host memory for the
+    /// device (a gather into a staging buffer, a scatter out of one), so
+    /// that a modelled device can time it on the host's engine and clock.
+    /// A real device ignores it (the default).
+    fn host_work(&self, work: HostWork, bytes: u64) {
+        let _ = (work, bytes);
+    }
 
     /// The backend as [`Any`](std::any::Any), so that a backend's own API
     /// can recognise the arrays and streams it made (the CUDA backend's

@@ -13,15 +13,62 @@ use crate::{DType, Element, Instance, MemError, MemoryManager};
 
 /// The memory behind a host array, as 64-byte aligned bytes.
 enum Storage {
-    Pinned(Box<dyn PinnedBlock>),
+    Pinned(PinnedStorage),
     Pageable(HostBlock),
     Spilled(SpillFile),
+}
+
+/// A page-locked block with the address of its bytes, taken once.
+///
+/// A host array's asynchronous copies are ordered by the array's own code
+/// (a pending copy owns the array; a pipeline waits for each chunk's copy
+/// before it touches the chunk's bytes, while other chunks' copies of the
+/// same array may still run), so its accesses go straight to the bytes.
+/// Asking the block each time would make a simulated block check every
+/// access against the whole block's copies in flight.
+struct PinnedStorage {
+    /// Owns the memory `data` points into; freed with the storage.
+    _block: Box<dyn PinnedBlock>,
+    data: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the block is Send + Sync and owns the bytes `data` points into;
+// shared access only reads them and writes need `&mut self`, as for the
+// block itself.
+unsafe impl Send for PinnedStorage {}
+// SAFETY: as for Send.
+unsafe impl Sync for PinnedStorage {}
+
+impl PinnedStorage {
+    fn new(mut block: Box<dyn PinnedBlock>) -> Self {
+        let bytes = block.bytes_mut();
+        let len = bytes.len();
+        let data =
+            std::ptr::NonNull::new(bytes.as_mut_ptr()).unwrap_or(std::ptr::NonNull::dangling());
+        PinnedStorage {
+            _block: block,
+            data,
+            len,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes of the block live at `data` while the block
+        // does, and the block is never asked for them again.
+        unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `bytes`; `&mut self` makes the access unique.
+        unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr(), self.len) }
+    }
 }
 
 impl Storage {
     fn bytes(&self) -> &[u8] {
         match self {
-            Storage::Pinned(block) => block.bytes(),
+            Storage::Pinned(pinned) => pinned.bytes(),
             Storage::Pageable(block) => block.bytes(),
             Storage::Spilled(file) => file.bytes(),
         }
@@ -29,7 +76,7 @@ impl Storage {
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         match self {
-            Storage::Pinned(block) => block.bytes_mut(),
+            Storage::Pinned(pinned) => pinned.bytes_mut(),
             Storage::Pageable(block) => block.bytes_mut(),
             Storage::Spilled(file) => file.bytes_mut(),
         }
@@ -336,11 +383,11 @@ impl MemoryManager {
         self.check_registered(instance)?;
         let (_, bytes) = shape_size(shape, dtype.size_bytes())?;
         Ok(match kind {
-            HostMemoryKind::Pinned => Storage::Pinned(
+            HostMemoryKind::Pinned => Storage::Pinned(PinnedStorage::new(
                 self.backend()
                     .alloc_pinned(bytes as u64)
                     .map_err(|error| host_pinned_error(&**self.backend(), error))?,
-            ),
+            )),
             HostMemoryKind::Pageable => {
                 Storage::Pageable(HostBlock::zeroed(bytes, "a pageable host array")?)
             }

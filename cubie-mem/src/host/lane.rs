@@ -17,7 +17,7 @@ use super::stage::{Stage, queue_download, queue_upload};
 use super::transfer::direct_range;
 use crate::Chunk;
 use crate::array::slot::DeviceMemory;
-use crate::backend::{Backend, StreamHandle};
+use crate::backend::{Backend, HostWork, StreamHandle};
 use crate::streams::OwnedStream;
 use crate::{Element, MemError};
 
@@ -182,6 +182,7 @@ impl<T: Element> Move for Lane<'_, T> {
             unsafe {
                 stage.lend(backend, stream, len, |part| {
                     layout.gather(host.as_slice(), runs.clone(), start, part)?;
+                    backend.host_work(HostWork::Gather, size_of_val(part) as u64);
                     queue_upload(&**backend, &device, label, start, part, stream)
                 })?;
             }
@@ -238,6 +239,7 @@ impl<T: Element> Move for Lane<'_, T> {
             let staged = stage.host()?;
             let part = staged.get(..len).unwrap_or(&[]);
             layout.scatter(part, start, runs.clone(), host.as_mut_slice())?;
+            backend.host_work(HostWork::Scatter, size_of_val(part) as u64);
             start += len;
         }
         Ok(())

@@ -15,6 +15,7 @@ use super::layout::ChunkLayout;
 use super::staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
 use super::{HostArray, HostMemoryKind};
 use crate::Chunks;
+use crate::backend::HostWork;
 use crate::streams::CurrentStream;
 use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
 
@@ -299,6 +300,10 @@ fn upload<T: Element>(
             .get_mut(..end - start)
             .ok_or_else(|| host_range_error(&(start..end), window))?;
         layout.gather(host.as_slice(), runs.clone(), start, part)?;
+        device
+            .slot()
+            .backend()
+            .host_work(HostWork::Gather, size_of_val(part) as u64);
         device.copy_from_host_at(start, part)?;
         start = end;
     }
@@ -336,6 +341,10 @@ fn download<T: Element>(
             .ok_or_else(|| host_range_error(&(start..end), window))?;
         device.copy_to_host_at(start, part)?;
         layout.scatter(part, start, runs.clone(), host.as_mut_slice())?;
+        device
+            .slot()
+            .backend()
+            .host_work(HostWork::Scatter, size_of_val(part) as u64);
         start = end;
     }
     Ok(())

@@ -14,10 +14,10 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use cubie_mem::timeline::Activity;
+use cubie_mem::timeline::{Activity, Timeline};
 use cubie_mem::{
-    ArrayRequest, Bytes, DeviceArray, GpuBuffers, HostKernel, ManagerConfig, MemError,
-    MemoryManager, Precision, Registration, SimBackend,
+    ArrayRequest, Bytes, DeviceArray, GpuBuffers, HostKernel, HostMemoryKind, ManagerConfig,
+    MemError, MemoryManager, Precision, Registration, SimBackend,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -103,23 +103,57 @@ fn integrate_chunk<P: Precision>(
         })
 }
 
-/// The command line: `batch [--trace FILE]`.
-fn trace_path() -> Result<Option<std::path::PathBuf>, MemError> {
+/// The name of the busiest engine of `timeline`.
+fn busiest_name(timeline: &Timeline) -> &'static str {
+    [
+        (Activity::HostStaging, "the host"),
+        (Activity::HostToDevice, "host to device"),
+        (Activity::DeviceToHost, "device to host"),
+        (Activity::Kernel, "compute"),
+    ]
+    .into_iter()
+    .max_by_key(|&(activity, _)| timeline.busy_ns(activity))
+    .map_or("none", |(_, name)| name)
+}
+
+/// The command line: `batch [--trace FILE] [--output spilled|pinned]`.
+struct Options {
+    /// Where to write the modelled device's Chrome trace.
+    trace: Option<std::path::PathBuf>,
+    /// Keep the results in page-locked memory instead of the spill file.
+    pinned_output: bool,
+}
+
+fn options() -> Result<Options, MemError> {
+    let usage = |value: &str| MemError::Config {
+        name: "arguments".into(),
+        value: value.to_owned(),
+        reason: "usage: batch [--trace FILE] [--output spilled|pinned] (FILE: a Chrome trace of \
+                 the modelled device; the results go to a spill file, or to page-locked memory)"
+            .into(),
+    };
+    let mut options = Options {
+        trace: None,
+        pinned_output: false,
+    };
     let mut args = std::env::args().skip(1);
-    match (args.next().as_deref(), args.next(), args.next()) {
-        (None, ..) => Ok(None),
-        (Some("--trace"), Some(path), None) => Ok(Some(path.into())),
-        (Some(other), ..) => Err(MemError::Config {
-            name: "arguments".into(),
-            value: other.to_owned(),
-            reason: "usage: batch [--trace FILE] (FILE: a Chrome trace of the modelled device)"
-                .into(),
-        }),
+    while let Some(arg) = args.next() {
+        match (arg.as_str(), args.next()) {
+            ("--trace", Some(path)) => options.trace = Some(path.into()),
+            ("--output", Some(kind)) if kind == "spilled" || kind == "pinned" => {
+                options.pinned_output = kind == "pinned";
+            }
+            _ => return Err(usage(&arg)),
+        }
     }
+    Ok(options)
 }
 
 fn run() -> Result<(), MemError> {
-    let trace = trace_path()?;
+    let Options {
+        trace,
+        pinned_output,
+    } = options()?;
     // An 8 GiB device of which other processes leave 96 MiB to us.
     let sim = SimBackend::new(8 << 30).with_free(96 * MIB);
     let mgr = MemoryManager::with_config(
@@ -200,8 +234,12 @@ fn run() -> Result<(), MemError> {
     let rates: Vec<f64> = (0..n).map(|r| 0.5 + (r % 10) as f64 * 0.1).collect();
     let host_initial = mgr.new_host_array([dims.n_states, n], Some(&initial), &solver)?;
     let host_rates = mgr.new_host_array([n], Some(&rates), &solver)?;
-    let mut host_state =
-        mgr.new_host_array::<f64>([dims.n_saves, dims.n_states, n], None, &solver)?;
+    let state_shape = [dims.n_saves, dims.n_states, n];
+    let mut host_state = if pinned_output {
+        mgr.create_host_array::<f64>(state_shape, HostMemoryKind::Pinned, None, &solver)?
+    } else {
+        mgr.new_host_array::<f64>(state_shape, None, &solver)?
+    };
     buffers.weights.copy_from_host(&[1.0, 0.5, 0.25, 0.125])?;
     println!(
         "host: initial {:?}, rates {:?}, state {:?}{}",
@@ -284,26 +322,31 @@ fn run() -> Result<(), MemError> {
     println!("  {:<28} {:.3e}", "max error vs closed form", max_error);
     let timeline = sim.timeline();
     let ms = |ns: u64| ns as f64 / 1e6;
-    let (h2d, d2h, compute) = (
+    let (host, h2d, d2h, compute) = (
+        timeline.busy_ns(Activity::HostStaging),
         timeline.busy_ns(Activity::HostToDevice),
         timeline.busy_ns(Activity::DeviceToHost),
         timeline.busy_ns(Activity::Kernel),
     );
+    let sum = host + h2d + compute + d2h;
     let (makespan, busiest) = (timeline.makespan_ns(), timeline.busiest_engine_ns());
     println!(
-        "  {:<28} h2d {:.3} ms, kernels {:.3} ms, d2h {:.3} ms (sum {:.3} ms)",
+        "  {:<28} host {:.3} ms (gather, scatter, spill I/O), h2d {:.3} ms, kernels {:.3} ms, \
+         d2h {:.3} ms (sum {:.3} ms)",
         "modelled engine busy time",
+        ms(host),
         ms(h2d),
         ms(compute),
         ms(d2h),
-        ms(h2d + compute + d2h),
+        ms(sum),
     );
     println!(
-        "  {:<28} {:.3} ms: {:.3}x the busiest engine, {:.3}x the sum of the engines",
+        "  {:<28} {:.3} ms: {:.3}x the busiest engine ({}), {:.3}x the sum of the engines",
         "modelled makespan",
         ms(makespan),
         makespan as f64 / busiest.max(1) as f64,
-        makespan as f64 / (h2d + compute + d2h).max(1) as f64,
+        busiest_name(&timeline),
+        makespan as f64 / sum.max(1) as f64,
     );
     println!();
     println!("{}", stats.report());

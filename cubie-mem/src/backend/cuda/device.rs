@@ -1,7 +1,7 @@
 //! The [`Backend`] contract on the CUDA driver: the calls the manager makes.
 
 use std::any::Any;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::driver::NAME;
 use super::stream::{RawEvent, RawStream};
@@ -124,15 +124,9 @@ impl Backend for CudaBackend {
                 self.shared
                     .recorder
                     .mark((stream.0, &raw), Activity::Alloc, bytes);
-                self.handles().allocations.insert(
-                    address,
-                    Arc::new(Allocation {
-                        bytes,
-                        stream: stream.0,
-                        ready,
-                        uses: Mutex::new(Vec::new()),
-                    }),
-                );
+                self.handles()
+                    .allocations
+                    .insert(address, Arc::new(Allocation::new(bytes, stream, ready)));
                 Ok(DevicePtr(address))
             }
             Err(CuResult::OUT_OF_MEMORY) => Err(self.out_of_memory(bytes)),
@@ -235,6 +229,9 @@ impl Backend for CudaBackend {
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
         const OPERATION: &str = "asynchronous copy to device";
+        self.shared
+            .pinned
+            .check_page_locked(OPERATION, src.addr(), len)?;
         // SAFETY: the caller guarantees that `src..src + len` is page-locked
         // memory of this backend, left allocated and unwritten until the
         // copy completed.
@@ -253,6 +250,9 @@ impl Backend for CudaBackend {
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
         const OPERATION: &str = "asynchronous copy from device";
+        self.shared
+            .pinned
+            .check_page_locked(OPERATION, dst.addr(), len)?;
         // SAFETY: the caller guarantees that `dst..dst + len` is page-locked
         // memory of this backend that stays allocated and that nobody reads
         // or writes until the copy completed.

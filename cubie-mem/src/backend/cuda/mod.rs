@@ -67,6 +67,7 @@
 //!
 //! [`default_memmgr`]: crate::default_memmgr
 
+mod allocation;
 mod context;
 mod device;
 mod driver;
@@ -85,6 +86,7 @@ pub use context::PoolUsage;
 pub use interop::{CudaStream, CudaView, LaunchArg, LaunchBuilder, LaunchConfig};
 pub use module::{CudaFunction, CudaModule};
 
+use allocation::{Allocation, PreparedUse};
 use context::DeviceContext;
 use driver::{NAME, describe, mem_error};
 use pinned::PinnedPool;
@@ -145,84 +147,6 @@ struct Handles {
     allocations: HashMap<u64, Arc<Allocation>>,
     next_stream: u64,
     next_event: u64,
-}
-
-/// A live device allocation and what orders work on it across streams.
-///
-/// Another stream waits only for the allocation itself (`ready`), never for
-/// work queued on the allocating stream after it, so that a pipeline's
-/// copies on their own streams overlap the kernels on the group's stream.
-/// The free waits for the last use on every other stream (`uses`), as
-/// cudarc's slices keep an event per access.
-struct Allocation {
-    bytes: u64,
-    /// The handle of the stream it was allocated on.
-    stream: u64,
-    /// Recorded on that stream right after the allocation.
-    ready: RawEvent,
-    /// Per stream that used the memory, an event after its last use there.
-    uses: Mutex<Vec<StreamUse>>,
-}
-
-/// A use of device memory checked and ordered, about to be queued.
-struct PreparedUse {
-    /// The stream it goes to, kept alive for the call.
-    stream: Arc<RawStream>,
-    /// The device address it touches.
-    address: u64,
-    /// The allocation, for noting the use once queued.
-    allocation: Arc<Allocation>,
-}
-
-/// The last use of an allocation on one stream.
-struct StreamUse {
-    stream: u64,
-    event: RawEvent,
-}
-
-impl Allocation {
-    fn uses(&self) -> MutexGuard<'_, Vec<StreamUse>> {
-        // The list is consistent after every statement.
-        self.uses.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Orders work queued next on `stream` after the allocation, when it
-    /// was made on another stream.
-    fn order_use(&self, stream_id: StreamHandle, stream: &RawStream) -> Result<(), BackendError> {
-        if self.stream == stream_id.0 {
-            return Ok(());
-        }
-        self.ready.make_wait(stream)
-    }
-
-    /// Notes that work was just queued on `stream` using the memory, so
-    /// that the free waits for it.
-    fn note_use(&self, stream_id: StreamHandle, stream: &RawStream) -> Result<(), BackendError> {
-        let mut uses = self.uses();
-        match uses.iter().find(|used| used.stream == stream_id.0) {
-            Some(used) => used.event.rerecord(stream),
-            None => {
-                let event = RawEvent::record(stream)?;
-                uses.push(StreamUse {
-                    stream: stream_id.0,
-                    event,
-                });
-                Ok(())
-            }
-        }
-    }
-
-    /// Orders a free queued next on `stream` after the allocation and
-    /// after its last use on every other stream.
-    fn order_free(&self, stream_id: StreamHandle, stream: &RawStream) -> Result<(), BackendError> {
-        self.order_use(stream_id, stream)?;
-        for used in self.uses().iter() {
-            if used.stream != stream_id.0 {
-                used.event.make_wait(stream)?;
-            }
-        }
-        Ok(())
-    }
 }
 
 impl CudaBackend {

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
+use std::ops::Range;
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -14,12 +15,18 @@ use super::sys::{self, CuResult};
 use crate::Bytes;
 use crate::backend::{BackendError, MemorySpace, PinnedBlock};
 
+/// The host address ranges of a context's live page-locked pages: start to
+/// end.
+type Registry = Arc<Mutex<BTreeMap<u64, u64>>>;
+
 /// Page-locked host pages from `cuMemHostAlloc`, freed with `cuMemFreeHost`
 /// (its context current) when dropped.
 pub(super) struct HostPages {
     ptr: NonNull<u8>,
     capacity: usize,
     context: Arc<DeviceContext>,
+    /// Where the pages are registered while they live.
+    registry: Registry,
 }
 
 // SAFETY: the pages are plain host memory owned by this value alone.
@@ -28,8 +35,12 @@ unsafe impl Send for HostPages {}
 unsafe impl Sync for HostPages {}
 
 impl HostPages {
-    /// `capacity` zeroed page-locked bytes (at least one).
-    fn allocate(context: &Arc<DeviceContext>, capacity: usize) -> Result<Self, BackendError> {
+    /// `capacity` zeroed page-locked bytes (at least one), registered.
+    fn allocate(
+        context: &Arc<DeviceContext>,
+        registry: &Registry,
+        capacity: usize,
+    ) -> Result<Self, BackendError> {
         const OPERATION: &str = "allocate pinned memory";
         let _guard = context.enter(OPERATION)?;
         let mut host: *mut c_void = ptr::null_mut();
@@ -43,11 +54,21 @@ impl HostPages {
         let ptr = NonNull::new(host.cast::<u8>()).ok_or_else(|| page_locking_failed(capacity))?;
         // SAFETY: the driver returned `capacity` writable bytes at `ptr`.
         unsafe { ptr::write_bytes(ptr.as_ptr(), 0, capacity) };
-        Ok(HostPages {
+        let pages = HostPages {
             ptr,
             capacity,
             context: Arc::clone(context),
-        })
+            registry: Arc::clone(registry),
+        };
+        let range = pages.range();
+        lock(registry).insert(range.start, range.end);
+        Ok(pages)
+    }
+
+    /// The host addresses of the pages.
+    fn range(&self) -> Range<u64> {
+        let start = self.ptr.as_ptr().addr() as u64;
+        start..start.saturating_add(self.capacity as u64)
     }
 
     fn len(&self) -> usize {
@@ -69,6 +90,7 @@ impl Drop for HostPages {
     /// Frees the pages; on a context lost to a fault they are left
     /// allocated, as a copy from or into them may never have been waited for.
     fn drop(&mut self) {
+        lock(&self.registry).remove(&(self.ptr.as_ptr().addr() as u64));
         let Ok(_guard) = self.context.enter("free pinned memory") else {
             return;
         };
@@ -149,6 +171,8 @@ impl<B> BlockCache<B> {
 pub(super) struct PinnedPool {
     context: Arc<DeviceContext>,
     cache: Mutex<BlockCache<HostPages>>,
+    /// Every live block's address range.
+    registry: Registry,
 }
 
 impl PinnedPool {
@@ -157,6 +181,7 @@ impl PinnedPool {
         Arc::new(PinnedPool {
             context,
             cache: Mutex::new(BlockCache::new(limit)),
+            registry: Registry::default(),
         })
     }
 
@@ -194,7 +219,7 @@ impl PinnedPool {
             .max(1)
             .checked_next_multiple_of(PAGE)
             .ok_or_else(|| out_of_page_locked_memory(len as u64))?;
-        match HostPages::allocate(&self.context, capacity) {
+        match HostPages::allocate(&self.context, &self.registry, capacity) {
             Err(first) if first.is_out_of_memory() => {
                 // Idle cached blocks may be what stands in the way.
                 let released = self.cache().drain();
@@ -202,7 +227,7 @@ impl PinnedPool {
                     return Err(first);
                 }
                 drop(released);
-                HostPages::allocate(&self.context, capacity)
+                HostPages::allocate(&self.context, &self.registry, capacity)
             }
             other => other,
         }
@@ -224,6 +249,34 @@ impl PinnedPool {
     pub(super) fn cached_bytes(&self) -> u64 {
         self.cache().cached_bytes()
     }
+
+    /// Checks that `address..address + len` lies in one live page-locked
+    /// block of this pool, for an asynchronous copy.
+    pub(super) fn check_page_locked(
+        &self,
+        operation: &'static str,
+        address: usize,
+        len: usize,
+    ) -> Result<(), BackendError> {
+        let start = address as u64;
+        let end = start.saturating_add(len as u64);
+        if len == 0 {
+            return Ok(());
+        }
+        match lock(&self.registry).range(..=start).next_back() {
+            Some((_, &block_end)) if end <= block_end => Ok(()),
+            _ => Err(BackendError::NotPageLocked {
+                operation,
+                address: start,
+                len,
+            }),
+        }
+    }
+}
+
+fn lock(registry: &Registry) -> MutexGuard<'_, BTreeMap<u64, u64>> {
+    // The map is consistent after every statement.
+    registry.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Drop for PinnedPool {

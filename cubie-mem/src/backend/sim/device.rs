@@ -3,11 +3,12 @@
 use std::ops::Range;
 
 use super::clock::{Engine, Work};
+use super::pinned::SimPinnedBlock;
 use super::{NAME, SimBackend, SimState};
 use crate::Bytes;
 use crate::backend::{
-    Backend, BackendError, DevicePtr, EventHandle, HandleKind, KernelBody, KernelLaunch, MemInfo,
-    MemorySpace, PinnedBlock, StreamHandle, byte_range,
+    Backend, BackendError, DevicePtr, EventHandle, HandleKind, HostWork, KernelBody, KernelLaunch,
+    MemInfo, MemorySpace, PinnedBlock, StreamHandle, byte_range,
 };
 use crate::timeline::Activity;
 
@@ -28,16 +29,20 @@ impl Drop for SetAside<'_> {
     }
 }
 
-/// The page-locked bytes an asynchronous copy uses, as an address range.
-fn host_range(address: usize, len: usize) -> Range<u64> {
-    let start = address as u64;
-    start..start.saturating_add(len as u64)
+/// Where a copy from the device goes.
+enum HostTarget<'a> {
+    /// Pageable memory, written at once.
+    Pageable(&'a mut [u8]),
+    /// The page-locked bytes at these host addresses, written when the host
+    /// sees the copy done.
+    PageLocked(Range<u64>),
 }
 
 impl SimState {
     /// Checks and performs a copy of `src` into device memory at `dst +
     /// offset` on `stream` (bounds, hazards, data, time); `pinned` is the
-    /// page-locked range an asynchronous copy reads. Returns when it ends.
+    /// page-locked range an asynchronous copy reads (none: pageable, the
+    /// host waits). Returns when it ends.
     fn copy_in(
         &mut self,
         operation: &'static str,
@@ -49,45 +54,58 @@ impl SimState {
     ) -> Result<u64, BackendError> {
         self.check_stream(stream, operation)?;
         let size = self.block(dst, operation)?.len();
-        byte_range(operation, offset, src.len(), size)?;
+        let range = byte_range(operation, offset, src.len(), size)?;
         let at = self.order.next(stream.0);
-        self.order.check_device(operation, at, dst, true)?;
+        self.order.check_device(operation, at, dst, &range, true)?;
         if let Some(bytes) = &pinned {
             self.order.check_pinned(operation, at, bytes, false)?;
         }
         self.block(dst, operation)?.write(operation, offset, src)?;
-        self.order.wrote_device(at, dst, "written by a copy");
+        self.order.wrote_device(at, dst, range, "written by a copy");
+        let pageable = pinned.is_none();
         if let Some(bytes) = pinned {
-            self.order.used_pinned(at, bytes, false);
+            self.order.used_pinned(at, bytes, None);
         }
-        Ok(self.timed_copy(Engine::HostToDevice, stream, src.len() as u64))
+        Ok(self.timed_copy(Engine::HostToDevice, stream, src.len() as u64, pageable))
     }
 
-    /// Checks and performs a copy of device memory at `src + offset` into
-    /// `dst` on `stream`, as [`SimState::copy_in`] does.
+    /// Checks and performs a copy of device memory at `src + offset` on
+    /// `stream` into `dst`, as [`SimState::copy_in`] does: into pageable
+    /// memory at once (the host waits), into page-locked memory when the
+    /// host sees the copy done.
     fn copy_out(
         &mut self,
         operation: &'static str,
-        dst: &mut [u8],
+        dst: HostTarget<'_>,
         src: DevicePtr,
         offset: u64,
         stream: StreamHandle,
-        pinned: Option<Range<u64>>,
     ) -> Result<u64, BackendError> {
         self.check_stream(stream, operation)?;
+        let len = match &dst {
+            HostTarget::Pageable(bytes) => bytes.len(),
+            HostTarget::PageLocked(range) => usize::try_from(range.end - range.start).unwrap_or(0),
+        };
         let size = self.block(src, operation)?.len();
-        byte_range(operation, offset, dst.len(), size)?;
+        let range = byte_range(operation, offset, len, size)?;
         let at = self.order.next(stream.0);
-        self.order.check_device(operation, at, src, false)?;
-        if let Some(bytes) = &pinned {
-            self.order.check_pinned(operation, at, bytes, true)?;
-        }
-        self.block(src, operation)?.read(operation, offset, dst)?;
-        self.order.read_device(at, src);
-        if let Some(bytes) = pinned {
-            self.order.used_pinned(at, bytes, true);
-        }
-        Ok(self.timed_copy(Engine::DeviceToHost, stream, dst.len() as u64))
+        self.order.check_device(operation, at, src, &range, false)?;
+        let pageable = match dst {
+            HostTarget::Pageable(bytes) => {
+                self.block(src, operation)?.read(operation, offset, bytes)?;
+                true
+            }
+            HostTarget::PageLocked(bytes) => {
+                self.order.check_pinned(operation, at, &bytes, true)?;
+                let mut data = vec![0; len];
+                self.block(src, operation)?
+                    .read(operation, offset, &mut data)?;
+                self.order.used_pinned(at, bytes, Some(data));
+                false
+            }
+        };
+        self.order.read_device(at, src, range);
+        Ok(self.timed_copy(Engine::DeviceToHost, stream, len as u64, pageable))
     }
 
     fn check_event(&self, event: EventHandle, operation: &'static str) -> Result<(), BackendError> {
@@ -109,7 +127,7 @@ impl Backend for SimBackend {
     }
 
     fn mem_info(&self) -> Result<MemInfo, BackendError> {
-        let s = self.state();
+        let s = self.call()?;
         Ok(MemInfo {
             free: s.free(),
             total: s.total,
@@ -117,34 +135,35 @@ impl Backend for SimBackend {
     }
 
     fn create_stream(&self) -> Result<StreamHandle, BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         let id = s.next_stream;
         s.next_stream += 1;
         s.streams.insert(id);
         Ok(StreamHandle(id))
     }
 
+    /// Forgets the stream without waiting for it (`cuStreamDestroy`): its
+    /// queued work still runs, and what it touches stays in use until the
+    /// host has seen that work done (through an event recorded on it, or a
+    /// stream that waited for one).
     fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.check_stream(stream, "destroy stream")?;
-        // The stream's pending work finishes first, and everything queued
-        // later is ordered after it.
-        s.host_waits_for_stream(stream);
         s.clock.forget_stream(stream.0);
-        s.order.forget_stream(stream.0);
+        s.order.destroy_stream(stream.0);
         s.streams.remove(&stream.0);
         Ok(())
     }
 
     fn synchronize(&self, stream: StreamHandle) -> Result<(), BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.check_stream(stream, "synchronize")?;
         s.host_waits_for_stream(stream);
         Ok(())
     }
 
     fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.check_stream(stream, "record event")?;
         let id = s.next_event;
         s.next_event = id.saturating_add(1);
@@ -155,7 +174,7 @@ impl Backend for SimBackend {
     }
 
     fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.check_stream(stream, "order streams")?;
         s.check_event(event, "order streams")?;
         s.clock.wait_event(stream.0, event.0);
@@ -163,26 +182,30 @@ impl Backend for SimBackend {
         Ok(())
     }
 
+    /// Whether the event fired; a poll that finds it pending lets a poll's
+    /// time pass on the host's clock, so that a polling loop ends.
     fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.check_event(event, "query event")?;
         let fired = !s.hold_completions && s.clock.event_fired(event.0);
         if fired {
-            s.order.host_waits_for_event(event.0);
+            s.host_waits_for_event(event);
+        } else {
+            s.clock.poll();
         }
         Ok(fired)
     }
 
     fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.check_event(event, "wait for event")?;
         s.clock.synchronize_event(event.0);
-        s.order.host_waits_for_event(event.0);
+        s.host_waits_for_event(event);
         Ok(())
     }
 
     fn destroy_event(&self, event: EventHandle) -> Result<(), BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.events.remove(&event.0);
         s.clock.forget_event(event.0);
         s.order.forget_event(event.0);
@@ -190,7 +213,7 @@ impl Backend for SimBackend {
     }
 
     fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.check_stream(stream, "allocate")?;
         s.count_allocation(MemorySpace::Device, bytes)?;
         if bytes > s.free() {
@@ -201,7 +224,7 @@ impl Backend for SimBackend {
         s.device_bytes = s.device_bytes.saturating_add(bytes);
         let ptr = DevicePtr(address);
         let at = s.order.next(stream.0);
-        s.order.wrote_device(at, ptr, "allocated");
+        s.order.allocated(at, ptr, bytes);
         s.clock.instant(Work {
             activity: Activity::Alloc,
             name: format!("alloc {}", Bytes(bytes)),
@@ -218,7 +241,7 @@ impl Backend for SimBackend {
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
         const OPERATION: &str = "free";
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.check_stream(stream, OPERATION)?;
         let size = s.block(ptr, OPERATION)?.len();
         if bytes != size {
@@ -230,7 +253,8 @@ impl Backend for SimBackend {
             });
         }
         let at = s.order.next(stream.0);
-        s.order.check_device(OPERATION, at, ptr, true)?;
+        s.order
+            .check_device(OPERATION, at, ptr, &(0..size.max(1)), true)?;
         let Some(block) = s.allocations.remove(&ptr.0) else {
             return Err(s.missing(ptr, OPERATION));
         };
@@ -247,9 +271,11 @@ impl Backend for SimBackend {
     }
 
     fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.count_allocation(MemorySpace::PageLocked, bytes)?;
-        Ok(Box::new(s.host_block(MemorySpace::PageLocked, bytes)?))
+        let block = s.host_block(MemorySpace::PageLocked, bytes)?;
+        let device = std::sync::Arc::downgrade(&self.inner);
+        Ok(Box::new(SimPinnedBlock::register(block, &mut s, device)))
     }
 
     fn copy_to_device(
@@ -259,11 +285,11 @@ impl Backend for SimBackend {
         src: &[u8],
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
-        let mut s = self.state();
+        let mut s = self.call()?;
         let end = s.copy_in("copy to device", dst, offset, src, stream, None)?;
         // Pageable memory: the host waits until the slice is free again.
         s.clock.wait_until(end);
-        s.order.host_waits_for_stream(stream.0);
+        s.host_waits_for_stream(stream);
         Ok(())
     }
 
@@ -274,13 +300,23 @@ impl Backend for SimBackend {
         offset: u64,
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
-        let mut s = self.state();
-        let end = s.copy_out("copy from device", dst, src, offset, stream, None)?;
+        let mut s = self.call()?;
+        let end = s.copy_out(
+            "copy from device",
+            HostTarget::Pageable(dst),
+            src,
+            offset,
+            stream,
+        )?;
         s.clock.wait_until(end);
-        s.order.host_waits_for_stream(stream.0);
+        s.host_waits_for_stream(stream);
         Ok(())
     }
 
+    /// Checks that `src..src + len` is a page-locked block of this device;
+    /// the device memory gets the bytes now (a kernel queued after the
+    /// copy reads them at once), and the block belongs to the copy until the
+    /// host sees it done.
     unsafe fn copy_to_device_async(
         &self,
         dst: DevicePtr,
@@ -289,22 +325,19 @@ impl Backend for SimBackend {
         len: usize,
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
+        const OPERATION: &str = "asynchronous copy to device";
+        let mut s = self.call()?;
+        let pinned = s.check_page_locked(OPERATION, src.addr(), len)?;
         // SAFETY: the caller guarantees `len` readable bytes at `src`, left
-        // alone until the copy completes; the simulated copy reads them now.
+        // alone until the copy completes; they lie in a live page-locked
+        // block of this device (checked above), read here under its lock.
         let bytes = unsafe { std::slice::from_raw_parts(src, len) };
-        let pinned = host_range(src as usize, len);
-        let mut s = self.state();
-        s.copy_in(
-            "asynchronous copy to device",
-            dst,
-            offset,
-            bytes,
-            stream,
-            Some(pinned),
-        )
-        .map(drop)
+        s.copy_in(OPERATION, dst, offset, bytes, stream, Some(pinned))
+            .map(drop)
     }
 
+    /// Checks that `dst..dst + len` is a page-locked block of this device;
+    /// the data lands there when the host sees the copy done.
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,
@@ -313,26 +346,33 @@ impl Backend for SimBackend {
         offset: u64,
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
-        // SAFETY: the caller guarantees `len` writable bytes at `dst` that no
-        // one else touches until the copy completes.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(dst, len) };
-        let pinned = host_range(dst as usize, len);
-        let mut s = self.state();
+        const OPERATION: &str = "asynchronous copy from device";
+        let mut s = self.call()?;
+        let pinned = s.check_page_locked(OPERATION, dst.addr(), len)?;
+        // The copy's data is taken now and written into `dst` later, once
+        // the host has seen the copy done (`SimState::land`).
         s.copy_out(
-            "asynchronous copy from device",
-            bytes,
+            OPERATION,
+            HostTarget::PageLocked(pinned),
             src,
             offset,
             stream,
-            Some(pinned),
         )
         .map(drop)
+    }
+
+    /// Times the host's work on its own engine at the host bandwidth: the
+    /// host's clock advances by it.
+    fn host_work(&self, work: HostWork, bytes: u64) {
+        let mut s = self.state();
+        s.clock
+            .host_work(format!("{} {}", work.name(), Bytes(bytes)), bytes);
     }
 
     fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError> {
         const OPERATION: &str = "launch";
         let KernelBody::Host { duration, run } = launch.body;
-        let mut s = self.state();
+        let mut s = self.call()?;
         s.check_stream(stream, OPERATION)?;
         for (index, arg) in launch.args.iter().enumerate() {
             let size = s.block(arg.ptr, OPERATION)?.len();
@@ -355,13 +395,14 @@ impl Backend for SimBackend {
         let at = s.order.next(stream.0);
         for arg in launch.args {
             s.order
-                .check_device(OPERATION, at, arg.ptr, arg.access.writes())?;
+                .check_device(OPERATION, at, arg.ptr, &(0..arg.bytes), arg.access.writes())?;
         }
         for arg in launch.args {
             if arg.access.writes() {
-                s.order.wrote_device(at, arg.ptr, "written by a kernel");
+                s.order
+                    .wrote_device(at, arg.ptr, 0..arg.bytes, "written by a kernel");
             } else {
-                s.order.read_device(at, arg.ptr);
+                s.order.read_device(at, arg.ptr, 0..arg.bytes);
             }
         }
         let duration_ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);

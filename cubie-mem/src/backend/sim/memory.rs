@@ -1,7 +1,7 @@
 //! Simulated device memory, as strict as the GPU's: fresh memory reads as
 //! poison until written, and freed memory stays in a pool (as with
-//! `cuMemFreeAsync`), from which a later allocation may get it back with its
-//! stale bytes.
+//! `cuMemFreeAsync`), from which a later allocation gets it back as fresh
+//! memory: CUDA leaves its contents undefined, so it reads as poison too.
 //!
 //! Poison costs nothing up front: a block records which byte ranges were
 //! written, and a read fills the rest with [`POISON`] (0xFF bytes: NaN as a
@@ -35,14 +35,6 @@ impl Written {
         });
         let at = self.0.partition_point(|r| r.start < merged.start);
         self.0.insert(at, merged);
-    }
-
-    /// Forgets what lies at or past `len`.
-    fn clip(&mut self, len: u64) {
-        self.0.retain_mut(|r| {
-            r.end = r.end.min(len);
-            r.start < r.end
-        });
     }
 
     /// The parts of `range` never written.
@@ -185,14 +177,15 @@ impl Pool {
     }
 
     /// The smallest pooled block of at least `bytes`, with its address, in
-    /// use for `bytes` now: what was written before stays (stale bytes).
+    /// use for `bytes` now as fresh memory: nothing counts as written, and
+    /// it reads as poison until written again.
     pub(super) fn take(&mut self, bytes: u64) -> Option<(u64, DeviceBlock)> {
         let key = *self.blocks.range((bytes, 0)..).next()?.0;
         let mut block = self.blocks.remove(&key)?;
         let address = key.1;
         self.bytes = self.bytes.saturating_sub(block.capacity());
         block.len = bytes;
-        block.written.clip(bytes);
+        block.written = Written::default();
         Some((address, block))
     }
 
@@ -250,12 +243,11 @@ mod tests {
         w.mark(15..32);
         assert_eq!(w.0, vec![(0..40)]);
         assert!(w.gaps(0..40).is_empty());
-        w.clip(12);
-        assert_eq!(w.gaps(0..16), vec![(12..16)]);
+        assert_eq!(w.gaps(38..44), vec![(40..44)]);
     }
 
     #[test]
-    fn pooled_blocks_come_back_stale_and_best_fitting() {
+    fn pooled_blocks_come_back_fresh_and_best_fitting() {
         let mut pool = Pool::default();
         let mut big = block(100);
         big.write("test", 0, &[7; 100]).unwrap();
@@ -268,7 +260,7 @@ mod tests {
         assert_eq!((address, reused.len()), (1000, 50));
         let mut out = [0u8; 50];
         reused.read("test", 0, &mut out).unwrap();
-        assert_eq!(out, [7; 50], "stale bytes, as from CUDA's pool");
+        assert_eq!(out, [POISON; 50], "reused memory is fresh memory: poison");
         assert_eq!(pool.bytes(), 0);
         assert!(pool.take(1).is_none());
     }

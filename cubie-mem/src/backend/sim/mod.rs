@@ -6,35 +6,46 @@
 //!
 //! - **Memory** ([`memory`]): allocations are real memory that can be
 //!   written and read back; fresh memory reads as poison ([`memory::POISON`],
-//!   NaN as floats) until written, and freed memory stays in a pool that
-//!   hands it back stale and is trimmed under pressure (`cuMemFreeAsync`).
-//! - **Time** ([`clock`]): three engines (host to device, device to host,
-//!   compute) run one operation at a time; copies take bytes / bandwidth,
-//!   kernels the time their launch declares; streams order their own work,
-//!   events order work across streams, and the host's clock advances only
-//!   when it waits (a blocking copy, a synchronisation, an event wait). An
-//!   event fires once the host's clock has passed it.
-//! - **Hazards**: an access on one stream to device memory last written (or
-//!   allocated) on another with no event between, and an asynchronous copy
-//!   into or from page-locked bytes another stream's copy still uses, fail
-//!   with [`BackendError::StreamHazard`] naming both streams.
+//!   NaN as floats) until written, and freed memory stays in a pool
+//!   (`cuMemFreeAsync`), trimmed under pressure, that hands it back as fresh
+//!   memory: poison again.
+//! - **Time** ([`clock`]): four engines (host to device, device to host,
+//!   compute, and the host's own staging work) run one operation at a time;
+//!   copies take bytes / bandwidth (pageable ones a slower bandwidth, the
+//!   host waiting), kernels the time their launch declares, gathers,
+//!   scatters and spill I/O bytes / host bandwidth; streams order their own
+//!   work, events order work across streams, and the host's clock advances
+//!   when it works and when it waits or polls. An event fires once the
+//!   host's clock has passed it.
+//! - **Hazards** ([`order`], per byte range): an access on one stream to
+//!   bytes last written (or allocated) on another with no event between, a
+//!   write over bytes another stream read, unordered, and an asynchronous
+//!   copy into or from page-locked bytes another stream's copy still uses,
+//!   fail with [`BackendError::StreamHazard`] naming both streams. The host
+//!   reading or writing a page-locked block a copy still uses, and an
+//!   asynchronous copy of host memory that is not one of this device's
+//!   page-locked blocks, are errors too ([`pinned`]).
 //!
-//! Data moves when work is queued; for a program free of hazards that gives
-//! the results the GPU would. [`SimBackend::hold_completions`] keeps every
-//! polled event pending (a GPU still busy, as the manager's eviction sees
-//! it); the host's own waits still complete. [`SimBackend::timeline`]
-//! records what ran when.
+//! Device data moves when work is queued (a host kernel runs then); a copy
+//! into page-locked memory lands when the host has seen it done, as on a
+//! GPU. Destroying a stream does not wait for its work. For a program free
+//! of hazards that gives the results the GPU would.
+//! [`SimBackend::hold_completions`] keeps every polled event pending (a GPU
+//! still busy, as the manager's eviction sees it); the host's own waits
+//! still complete. [`SimBackend::timeline`] records what ran when.
 
 mod clock;
 mod device;
 mod memory;
 mod order;
+mod pinned;
+mod ranges;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{BackendError, DevicePtr, MemorySpace, StreamHandle};
+use super::{BackendError, DevicePtr, EventHandle, MemorySpace, StreamHandle};
 use crate::Bytes;
 use crate::block::HostBlock;
 use crate::timeline::{Activity, Timeline};
@@ -81,6 +92,11 @@ struct SimState {
     /// Allocations a host kernel works on right now (taken out of
     /// `allocations` while it runs without the lock), by the kernel's name.
     running: HashMap<u64, String>,
+    /// The live page-locked blocks' host address ranges: start to end.
+    pinned_blocks: BTreeMap<u64, u64>,
+    /// A misuse found outside a call (the host touching page-locked memory
+    /// a copy still uses), reported by the next call.
+    deferred: Option<BackendError>,
 }
 
 impl SimBackend {
@@ -90,6 +106,12 @@ impl SimBackend {
     /// The default bandwidth of each copy direction, bytes per second:
     /// about that of a PCIe Gen5 x16 link.
     pub const DEFAULT_COPY_BANDWIDTH: u64 = clock::DEFAULT_COPY_BANDWIDTH;
+    /// The default bandwidth of the host's own work (gather, scatter, spill
+    /// I/O), bytes per second: a large memcpy on a small cloud machine.
+    pub const DEFAULT_HOST_BANDWIDTH: u64 = clock::DEFAULT_HOST_BANDWIDTH;
+    /// The default bandwidth of copies from or into pageable memory, bytes
+    /// per second (the driver stages them with the CPU).
+    pub const DEFAULT_PAGEABLE_BANDWIDTH: u64 = clock::DEFAULT_PAGEABLE_BANDWIDTH;
 
     /// A device with `total_bytes` of memory, all of it free.
     pub fn new(total_bytes: u64) -> Self {
@@ -111,6 +133,8 @@ impl SimBackend {
                 clock: DeviceClock::new(),
                 order: Ordering::default(),
                 running: HashMap::new(),
+                pinned_blocks: BTreeMap::new(),
+                deferred: None,
             })),
         }
     }
@@ -161,7 +185,24 @@ impl SimBackend {
         self
     }
 
-    /// The host's modelled clock: how long the host has waited for the device.
+    /// Sets the bandwidth of the host's own work on host memory (gathering
+    /// chunks into staging buffers, scattering them out, spill I/O), in
+    /// bytes per second (default [`SimBackend::DEFAULT_HOST_BANDWIDTH`]).
+    pub fn with_host_bandwidth(self, bytes_per_second: u64) -> Self {
+        self.state().clock.set_host_bandwidth(bytes_per_second);
+        self
+    }
+
+    /// Sets the bandwidth of copies from or into pageable memory, in bytes
+    /// per second (default [`SimBackend::DEFAULT_PAGEABLE_BANDWIDTH`]); a
+    /// copy is never faster than its engine's bandwidth.
+    pub fn with_pageable_bandwidth(self, bytes_per_second: u64) -> Self {
+        self.state().clock.set_pageable_bandwidth(bytes_per_second);
+        self
+    }
+
+    /// The host's modelled clock: how long the host has worked on and
+    /// waited for the device.
     pub fn now(&self) -> Duration {
         Duration::from_nanos(self.state().clock.now_ns())
     }
@@ -206,6 +247,16 @@ impl SimBackend {
         // The state is consistent after every statement, so a panic elsewhere
         // while it was held leaves nothing half-done.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state for a call of the contract: a misuse found since the last
+    /// call (the host touching page-locked memory in flight) fails it.
+    fn call(&self) -> Result<MutexGuard<'_, SimState>, BackendError> {
+        let mut state = self.state();
+        match state.deferred.take() {
+            Some(error) => Err(error),
+            None => Ok(state),
+        }
     }
 }
 
@@ -328,31 +379,54 @@ impl SimState {
     }
 
     /// Places a copy of `bytes` on its engine after the stream's earlier
-    /// work; returns when it ends.
-    fn timed_copy(&mut self, engine: Engine, stream: StreamHandle, bytes: u64) -> u64 {
-        let (activity, direction) = match engine {
-            Engine::DeviceToHost => (Activity::DeviceToHost, "download"),
-            Engine::HostToDevice | Engine::Compute => (Activity::HostToDevice, "upload"),
+    /// work, at the pageable bandwidth when `pageable`; returns when it ends.
+    fn timed_copy(
+        &mut self,
+        engine: Engine,
+        stream: StreamHandle,
+        bytes: u64,
+        pageable: bool,
+    ) -> u64 {
+        let (activity, direction, host) = match engine {
+            Engine::DeviceToHost => (Activity::DeviceToHost, "download", " into pageable memory"),
+            Engine::HostToDevice | Engine::Compute | Engine::Host => {
+                (Activity::HostToDevice, "upload", " from pageable memory")
+            }
         };
-        let duration = self.clock.copy_ns(engine, bytes);
+        let (duration, memory) = if pageable {
+            (self.clock.pageable_copy_ns(engine, bytes), host)
+        } else {
+            (self.clock.copy_ns(engine, bytes), "")
+        };
         self.clock.run(
             engine,
             duration,
             Work {
                 activity,
-                name: format!("{direction} {}", Bytes(bytes)),
+                name: format!("{direction} {}{memory}", Bytes(bytes)),
                 stream: stream.0,
                 bytes,
             },
         )
     }
 
-    /// The host waits for everything queued on `stream`.
+    /// The host waits for everything queued on `stream`; what it downloaded
+    /// lands.
     fn host_waits_for_stream(&mut self, stream: StreamHandle) {
         self.clock.synchronize(stream.0);
-        self.order.host_waits_for_stream(stream.0);
+        let landings = self.order.host_waits_for_stream(stream.0);
+        self.land(landings);
+    }
+
+    /// The host knows the work before `event` is done; what it downloaded
+    /// lands.
+    fn host_waits_for_event(&mut self, event: EventHandle) {
+        let landings = self.order.host_waits_for_event(event.0);
+        self.land(landings);
     }
 }
 
+#[cfg(test)]
+mod strict_tests;
 #[cfg(test)]
 mod tests;

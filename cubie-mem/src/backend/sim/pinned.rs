@@ -1,0 +1,147 @@
+//! Page-locked blocks of the simulated device, which know their device so
+//! that the host's reads and writes of them can be checked against the
+//! copies in flight, as a GPU would punish them: a download's data lands
+//! only when the host has seen the copy done, so reading its destination
+//! earlier reads stale bytes, and writing an upload's source while it runs
+//! corrupts it. Such an access is reported by the device's next call.
+//!
+//! The device keeps the address range of every live block, so that an
+//! asynchronous copy can refuse host memory that is not one of them.
+
+use std::ops::Range;
+use std::sync::{Mutex, Weak};
+
+use super::SimState;
+use crate::backend::{BackendError, PinnedBlock};
+use crate::block::HostBlock;
+
+/// A page-locked block of a simulated device.
+pub(super) struct SimPinnedBlock {
+    block: HostBlock,
+    device: Weak<Mutex<SimState>>,
+}
+
+impl SimPinnedBlock {
+    /// `block` as page-locked memory of `device`, registered there.
+    pub(super) fn register(
+        block: HostBlock,
+        state: &mut SimState,
+        device: Weak<Mutex<SimState>>,
+    ) -> Self {
+        let pinned = SimPinnedBlock { block, device };
+        let range = pinned.range();
+        if !range.is_empty() {
+            state.pinned_blocks.insert(range.start, range.end);
+        }
+        pinned
+    }
+
+    /// The host addresses of the block's bytes (exposed, so that a
+    /// download can land there through its address).
+    fn range(&self) -> Range<u64> {
+        let start = self.block.bytes().as_ptr().expose_provenance() as u64;
+        start..start.saturating_add(self.block.bytes().len() as u64)
+    }
+
+    /// Checks a host access to the whole block against the copies in flight;
+    /// a conflict is remembered for the device's next call.
+    fn check(&self, writes: bool) {
+        let Some(device) = self.device.upgrade() else {
+            return;
+        };
+        let mut state = device.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(error) = state.order.check_host_access(&self.range(), writes) {
+            tracing::error!(%error, "the host touched page-locked memory a copy still uses");
+            state.deferred.get_or_insert(error);
+        }
+    }
+}
+
+impl PinnedBlock for SimPinnedBlock {
+    /// The block's bytes; reading them while a copy into them is in flight
+    /// is reported (they hold what was there before the copy).
+    fn bytes(&self) -> &[u8] {
+        self.check(false);
+        self.block.bytes()
+    }
+
+    /// The block's bytes, writable; writing them while a copy from or into
+    /// them is in flight is reported.
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.check(true);
+        self.block.bytes_mut()
+    }
+}
+
+impl Drop for SimPinnedBlock {
+    /// Unregisters the block; freeing it while a copy from or into it is in
+    /// flight is reported (the copy's data is dropped, never written into
+    /// freed memory).
+    fn drop(&mut self) {
+        let Some(device) = self.device.upgrade() else {
+            return;
+        };
+        let range = self.range();
+        let mut state = device.lock().unwrap_or_else(|p| p.into_inner());
+        state.pinned_blocks.remove(&range.start);
+        if state.order.forget_pinned(&range) {
+            let error = BackendError::HostAccessInFlight {
+                access: "free",
+                address: range.start,
+                copy: "still used by an asynchronous copy",
+                stream: 0,
+            };
+            tracing::error!(%error, "a page-locked block was freed while a copy still used it");
+            state.deferred.get_or_insert(error);
+        }
+    }
+}
+
+impl SimState {
+    /// Checks that `address..address + len` lies in one live page-locked
+    /// block of this device, for an asynchronous copy.
+    pub(super) fn check_page_locked(
+        &self,
+        operation: &'static str,
+        address: usize,
+        len: usize,
+    ) -> Result<Range<u64>, BackendError> {
+        let start = address as u64;
+        let end = start.saturating_add(len as u64);
+        if len == 0 {
+            return Ok(start..end);
+        }
+        match self.pinned_blocks.range(..=start).next_back() {
+            Some((_, &block_end)) if end <= block_end => Ok(start..end),
+            _ => Err(BackendError::NotPageLocked {
+                operation,
+                address: start,
+                len,
+            }),
+        }
+    }
+
+    /// Writes the data of downloads the host has now seen done into their
+    /// page-locked blocks (still registered: a freed block's copies were
+    /// dropped with it).
+    pub(super) fn land(&mut self, landings: Vec<super::order::Landing>) {
+        for landing in landings {
+            let Ok(range) =
+                self.check_page_locked("land", landing.address as usize, landing.data.len())
+            else {
+                continue;
+            };
+            // SAFETY: the range lies in a live page-locked block of this
+            // device (checked just now, under the device's lock, which its
+            // drop takes too); the asynchronous copy's contract gave the
+            // bytes to the copy until the host saw it done, which is now.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    landing.data.as_ptr(),
+                    std::ptr::with_exposed_provenance_mut::<u8>(range.start as usize),
+                    landing.data.len(),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The simulated device punishes what a GPU would: work of a destroyed
+//! stream still running, page-locked memory the host touches while a copy
+//! uses it, host memory that is not page-locked in an asynchronous copy;
+//! it allows what a GPU allows (streams on disjoint bytes of one buffer);
+//! and it times the host's own work and pageable copies.
+
+use super::*;
+use crate::backend::{Backend, HostWork};
+
+/// 1 byte per ns each way.
+fn sim() -> SimBackend {
+    SimBackend::new(1 << 20).with_copy_bandwidth(1_000_000_000, 1_000_000_000)
+}
+
+#[test]
+fn destroying_a_stream_does_not_wait_for_its_work() {
+    let sim = sim();
+    let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
+    let ptr = sim.alloc_device(64, a).unwrap();
+    let mut block = sim.alloc_pinned(64).unwrap();
+    block.bytes_mut().fill(3);
+    // SAFETY: the block lives until the end; the test waits for the copy.
+    unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 64, a) }.unwrap();
+    let uploaded = sim.record_event(a).unwrap();
+    sim.destroy_stream(a).unwrap();
+    assert_eq!(
+        sim.now(),
+        Duration::ZERO,
+        "destroying the stream waited for nothing"
+    );
+    // Its copy still writes the device memory: another stream must be ordered.
+    let mut back = [0u8; 64];
+    let error = sim.copy_from_device(&mut back, ptr, 0, b).unwrap_err();
+    assert!(
+        matches!(error, BackendError::StreamHazard { earlier_on, .. } if earlier_on == a.0),
+        "{error}"
+    );
+    // ... and still reads the block: the host may not write it yet.
+    block.bytes_mut().fill(4);
+    let error = sim.synchronize(b).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::HostAccessInFlight {
+                access: "write",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    // Once the host has seen the copy done, all is well.
+    sim.synchronize_event(uploaded).unwrap();
+    sim.copy_from_device(&mut back, ptr, 0, b).unwrap();
+    assert_eq!(back, [3; 64]);
+    block.bytes_mut().fill(5);
+    sim.synchronize(b).unwrap();
+}
+
+#[test]
+fn a_download_lands_only_when_the_host_has_seen_it_done() {
+    let sim = sim();
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(1000, stream).unwrap();
+    sim.copy_to_device(ptr, 0, &[7; 1000], stream).unwrap();
+    let mut block = sim.alloc_pinned(1000).unwrap();
+    block.bytes_mut().fill(1);
+    let target = block.bytes_mut().as_mut_ptr();
+    // SAFETY: the block lives until the end, and the test reads it early on
+    // purpose only through the checked `bytes`.
+    unsafe { sim.copy_from_device_async(target, 1000, ptr, 0, stream) }.unwrap();
+    let done = sim.record_event(stream).unwrap();
+    assert_eq!(
+        block.bytes(),
+        [1; 1000],
+        "the copy has not landed: stale bytes"
+    );
+    let error = sim.synchronize_event(done).unwrap_err();
+    assert!(
+        matches!(error, BackendError::HostAccessInFlight { access: "read", stream: s, .. } if s == stream.0),
+        "{error}"
+    );
+    assert!(error.to_string().contains("wait for an event"), "{error}");
+    sim.synchronize_event(done).unwrap();
+    assert_eq!(block.bytes(), [7; 1000]);
+    sim.synchronize(stream).unwrap();
+}
+
+#[test]
+fn a_block_freed_while_a_copy_uses_it_is_reported_and_never_written() {
+    let sim = sim();
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(64, stream).unwrap();
+    sim.copy_to_device(ptr, 0, &[9; 64], stream).unwrap();
+    let mut block = sim.alloc_pinned(64).unwrap();
+    let target = block.bytes_mut().as_mut_ptr();
+    // SAFETY: deliberately broken: the block is dropped before the copy is
+    // waited for. The simulated copy lands only once seen done, so nothing
+    // writes the freed memory.
+    unsafe { sim.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap();
+    drop(block);
+    let error = sim.synchronize(stream).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::HostAccessInFlight { access: "free", .. }
+        ),
+        "{error}"
+    );
+    sim.synchronize(stream).unwrap();
+}
+
+#[test]
+fn asynchronous_copies_refuse_memory_that_is_not_page_locked_by_this_device() {
+    let sim = sim();
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(64, stream).unwrap();
+    let pageable = [0u8; 64];
+    let other = SimBackend::new(1 << 20).alloc_pinned(64).unwrap();
+    for (source, what) in [
+        (pageable.as_ptr(), "a Vec"),
+        (other.bytes().as_ptr(), "another device's page-locked block"),
+    ] {
+        // SAFETY: refused before anything is read.
+        let error = unsafe { sim.copy_to_device_async(ptr, 0, source, 64, stream) }.unwrap_err();
+        assert!(
+            matches!(error, BackendError::NotPageLocked { len: 64, .. }),
+            "{what}: {error}"
+        );
+    }
+    let mut target = [0u8; 64];
+    // SAFETY: refused before anything is written.
+    let error =
+        unsafe { sim.copy_from_device_async(target.as_mut_ptr(), 64, ptr, 0, stream) }.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("not page-locked memory of this backend"),
+        "{error}"
+    );
+    // A block of this device, but a range running past its end.
+    let block = sim.alloc_pinned(64).unwrap();
+    // SAFETY: refused before anything is read.
+    let error = unsafe {
+        sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr().wrapping_add(8), 64, stream)
+    }
+    .unwrap_err();
+    assert!(
+        matches!(error, BackendError::NotPageLocked { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn streams_may_write_disjoint_bytes_of_one_buffer_but_not_the_same_bytes() {
+    let sim = sim();
+    let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
+    let ptr = sim.alloc_device(64, a).unwrap();
+    let allocated = sim.record_event(a).unwrap();
+    sim.wait_event(b, allocated).unwrap();
+    let block = sim.alloc_pinned(64).unwrap();
+    let source = block.bytes().as_ptr();
+    // SAFETY: the block lives until the streams are synchronised below.
+    unsafe {
+        sim.copy_to_device_async(ptr, 0, source, 32, a).unwrap();
+        sim.copy_to_device_async(ptr, 32, source, 32, b).unwrap();
+        let overlapping = sim
+            .copy_to_device_async(ptr, 16, source, 32, b)
+            .unwrap_err();
+        assert!(
+            matches!(overlapping, BackendError::StreamHazard { earlier_on, .. } if earlier_on == a.0),
+            "{overlapping}"
+        );
+    }
+    sim.synchronize(a).unwrap();
+    sim.synchronize(b).unwrap();
+}
+
+#[test]
+fn the_hosts_work_is_timed_on_its_own_engine_and_delays_what_it_issues() {
+    // 1 byte per ns for the host too.
+    let sim = sim().with_host_bandwidth(1_000_000_000);
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(500, stream).unwrap();
+    sim.host_work(HostWork::Gather, 2000);
+    assert_eq!(sim.now(), Duration::from_nanos(2000), "the host was busy");
+    let block = sim.alloc_pinned(500).unwrap();
+    // SAFETY: the block lives until the stream is synchronised.
+    unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 500, stream) }.unwrap();
+    sim.host_work(HostWork::Scatter, 1000);
+    sim.synchronize(stream).unwrap();
+    let spans: Vec<_> = sim
+        .timeline()
+        .spans()
+        .iter()
+        .filter(|s| s.activity != Activity::Alloc)
+        .map(|s| (s.activity.category(), s.start_ns, s.end_ns))
+        .collect();
+    assert_eq!(
+        spans,
+        [("host", 0, 2000), ("h2d", 2000, 2500), ("host", 2000, 3000)]
+    );
+    assert_eq!(sim.timeline().busy_ns(Activity::HostStaging), 3000);
+    assert_eq!(
+        sim.timeline().busiest_engine_ns(),
+        3000,
+        "the host is the busiest engine"
+    );
+}
+
+#[test]
+fn pageable_copies_run_at_the_pageable_bandwidth_and_block_the_host() {
+    // Page-locked copies at 1 byte per ns, pageable ones at half that.
+    let sim = sim().with_pageable_bandwidth(500_000_000);
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(1000, stream).unwrap();
+    sim.copy_to_device(ptr, 0, &[1; 1000], stream).unwrap();
+    assert_eq!(sim.now(), Duration::from_nanos(2000));
+    let mut back = [0u8; 1000];
+    sim.copy_from_device(&mut back, ptr, 0, stream).unwrap();
+    assert_eq!(sim.now(), Duration::from_nanos(4000));
+    // A pageable bandwidth above the engine's does not make copies faster.
+    let fast = SimBackend::new(1 << 20)
+        .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
+        .with_pageable_bandwidth(u64::MAX);
+    let stream = fast.create_stream().unwrap();
+    let ptr = fast.alloc_device(1000, stream).unwrap();
+    fast.copy_to_device(ptr, 0, &[1; 1000], stream).unwrap();
+    assert_eq!(fast.now(), Duration::from_nanos(1000));
+}
+
+#[test]
+fn a_polling_loop_ends_as_the_hosts_clock_passes_the_event() {
+    let sim = sim();
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(1 << 20, stream).unwrap();
+    let block = sim.alloc_pinned(1 << 20).unwrap();
+    // SAFETY: the block lives until the copy is seen done.
+    unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 1 << 20, stream) }.unwrap();
+    let done = sim.record_event(stream).unwrap();
+    let mut polls = 0u64;
+    while !sim.event_complete(done).unwrap() {
+        polls += 1;
+        assert!(polls < 10_000, "the poll never saw the 1 ms copy done");
+    }
+    // 1 MiB at 1 byte per ns, one poll's time at a time.
+    assert_eq!(polls, (1u64 << 20).div_ceil(clock::POLL_NS));
+    assert!(sim.now() >= Duration::from_nanos(1 << 20));
+}
