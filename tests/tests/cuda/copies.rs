@@ -131,3 +131,38 @@ fn async_copies_round_trip_through_page_locked_blocks() {
         async_round_trip(&cuda, (4 << 20) + 13)
     });
 }
+
+/// Asynchronous copies take only the backend's own page-locked blocks:
+/// pageable memory, or a range running past a block's end, is refused before
+/// anything is queued.
+#[test]
+fn asynchronous_copies_refuse_memory_that_is_not_page_locked() {
+    on_device(|cuda| {
+        let stream = cuda.create_stream()?;
+        let device = cuda.alloc_device(8192, stream)?;
+        let pageable = vec![0u8; 64];
+        let block = cuda.alloc_pinned(4096)?;
+        // SAFETY: every call is refused before the driver sees it.
+        unsafe {
+            let error = cuda
+                .copy_to_device_async(device, 0, pageable.as_ptr(), 64, stream)
+                .unwrap_err();
+            assert!(
+                matches!(error, BackendError::NotPageLocked { len: 64, .. }),
+                "{error}"
+            );
+            let past_the_end = block.bytes().as_ptr().wrapping_add(4000);
+            let error = cuda
+                .copy_to_device_async(device, 0, past_the_end, 8192, stream)
+                .unwrap_err();
+            assert!(
+                matches!(error, BackendError::NotPageLocked { .. }),
+                "{error}"
+            );
+        }
+        cuda.free_device(device, 8192, stream)?;
+        cuda.synchronize(stream)?;
+        cuda.destroy_stream(stream)?;
+        Ok(())
+    });
+}
