@@ -14,6 +14,8 @@
 
 use std::sync::Arc;
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use super::Inner;
 use super::hooks::Hooks;
 use super::state::{Queued, State};
@@ -351,6 +353,8 @@ impl Inner {
         } = batch;
         // Responses are built only for those who receive them: the caller
         // (the trigger's) and participants with a ready hook.
+        let arrays: FxHashMap<InstanceId, usize> =
+            taken.iter().map(|(id, q)| (*id, q.set.len())).collect();
         let mut responses: Vec<(InstanceId, Option<ReadyHook>, Option<ArrayResponse>)> =
             participants
                 .iter()
@@ -358,15 +362,16 @@ impl Inner {
                     let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
                     let wanted = hook.is_some() || (want_response && id == trigger);
                     let response = wanted.then(|| {
-                        let arrays = taken
-                            .iter()
-                            .find(|(t, _)| *t == id)
-                            .map_or(0, |(_, q)| q.set.len());
-                        ArrayResponse::with_capacity(plan, arrays)
+                        ArrayResponse::with_capacity(plan, arrays.get(&id).copied().unwrap_or(0))
                     });
                     (id, hook, response)
                 })
                 .collect();
+        let response_of: FxHashMap<InstanceId, usize> = responses
+            .iter()
+            .enumerate()
+            .map(|(index, (id, _, _))| (*id, index))
+            .collect();
         s.with_group_usage(&group, |s, usage| {
             let mut placed = placed.into_iter();
             for (instance, queued) in taken {
@@ -377,9 +382,9 @@ impl Inner {
                     usage.chunked();
                     s.total_usage.chunked();
                 }
-                let mut response = responses
-                    .iter_mut()
-                    .find(|(id, _, _)| *id == instance)
+                let mut response = response_of
+                    .get(&instance)
+                    .and_then(|&index| responses.get_mut(index))
                     .and_then(|(_, _, response)| response.as_mut());
                 for (label, request) in queued.set {
                     let dtype = request.dtype();
@@ -454,12 +459,15 @@ fn replaced_bytes(held: &[Vec<Arc<Slot>>]) -> u64 {
 /// fits, so the notary's arrays stay valid. The reused plan has the sets of
 /// the batch's `depth` that fit its chunks (see [`ChunkPlan::sets_for`]).
 fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan, depth: usize) -> ChunkPlan {
-    let notary_holds = batch.participants.iter().any(|id| {
-        !batch.taken.iter().any(|(t, _)| t == id)
-            && s.instances
-                .get(id)
-                .is_some_and(|i| !i.allocations.is_empty())
-    });
+    let notary_holds = batch.participants.len() > batch.taken.len() && {
+        let queued: FxHashSet<InstanceId> = batch.taken.iter().map(|(id, _)| *id).collect();
+        batch.participants.iter().any(|id| {
+            !queued.contains(id)
+                && s.instances
+                    .get(id)
+                    .is_some_and(|i| !i.allocations.is_empty())
+        })
+    };
     let remembered = s
         .groups
         .get(&batch.group)
