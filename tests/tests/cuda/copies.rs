@@ -140,7 +140,7 @@ fn asynchronous_copies_refuse_memory_that_is_not_page_locked() {
     on_device(|cuda| {
         let stream = cuda.create_stream()?;
         let device = cuda.alloc_device(8192, stream)?;
-        let pageable = vec![0u8; 64];
+        let pageable = [0u8; 64];
         let block = cuda.alloc_pinned(4096)?;
         // SAFETY: every call is refused before the driver sees it.
         unsafe {
