@@ -85,22 +85,22 @@ impl ArrayResponse {
         response
     }
 
-    /// Adds the array `label` with `chunked_shape`: `slots` holds its buffer
+    /// Adds the array `label` with `chunked_shape`: `sets` holds its buffer
     /// in each set, or one buffer shared by every set (an unchunkable array).
     pub(crate) fn insert(
         &mut self,
         label: String,
         chunked_shape: Vec<usize>,
-        slots: Vec<Arc<Slot>>,
+        mut sets: Vec<Option<Arc<Slot>>>,
     ) {
-        let Some(first) = slots.first() else {
+        let Some(Some(first)) = sets.first() else {
             return;
         };
         let label_arc = Arc::clone(first.label());
-        let sets = match <[Arc<Slot>; 1]>::try_from(slots) {
-            Ok([shared]) => vec![Some(shared); self.buffer_sets().max(1)],
-            Err(slots) => slots.into_iter().map(Some).collect(),
-        };
+        if let [shared] = sets.as_slice() {
+            let shared = shared.clone();
+            sets.resize(self.buffer_sets().max(1), shared);
+        }
         self.chunked_shapes.insert(label, chunked_shape);
         self.arrays.push(Held {
             label: label_arc,

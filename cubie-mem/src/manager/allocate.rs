@@ -179,17 +179,17 @@ impl Inner {
         s: &mut State,
         batch: &Batch,
         hooks: &mut Hooks,
-    ) -> Result<(ChunkPlan, Vec<Placement>), MemError> {
+    ) -> Result<(ChunkPlan, Placed), MemError> {
         let sizes = BatchSizes::measure(batch.requests())?;
         let misaxed = misaxed_requests(batch.requests());
         let requested = sizes.total_bytes();
-        let held = held_arrays(s, batch);
+        let held = Held::look_up(s, batch);
         let (free, replaced) = if requested == 0 {
             (0, 0)
         } else {
             (
                 self.backend.mem_info().on(&*self.backend)?.free,
-                replaced_bytes(&held),
+                held.replaced_bytes(),
             )
         };
         if requested > free.saturating_mul(OVERSIZE_WARNING_FACTOR) {
@@ -250,19 +250,24 @@ impl Inner {
         &self,
         s: &mut State,
         batch: &Batch,
-        held: Vec<Vec<Arc<Slot>>>,
+        held: Held,
         plan: &ChunkPlan,
         stream: &Arc<OwnedStream>,
         free_before: u64,
-    ) -> Result<Vec<Placement>, MemError> {
-        let mut placed = Vec::with_capacity(held.len());
-        for ((label, request), old_sets) in batch.requests().zip(held) {
-            let bytes = plan.chunked_bytes(request);
+    ) -> Result<Placed, MemError> {
+        let mut placed = Placed {
+            placements: Vec::with_capacity(held.slots.len()),
+            excess: Vec::with_capacity(held.counts.len()),
+        };
+        let mut old = held.slots.into_iter();
+        for ((label, request), count) in batch.requests().zip(held.counts) {
+            let mut old_sets = old.by_ref().take(count).peekable();
             let label = old_sets
-                .first()
+                .peek()
                 .map_or_else(|| Arc::from(label), |old| Arc::clone(old.label()));
-            let mut old_sets = old_sets.into_iter();
-            for set in 0..sets_of(plan, request) {
+            let sets = sets_of(plan, request);
+            let bytes = plan.chunked_bytes(request);
+            for set in 0..sets {
                 let old = old_sets
                     .next()
                     .filter(|old| old.kind() == request.memory_kind());
@@ -299,8 +304,10 @@ impl Inner {
                     },
                     "placed an array"
                 );
-                placed.push(placement);
+                placed.placements.push(placement);
             }
+            old_sets.for_each(drop);
+            placed.excess.push(count > sets);
         }
         Ok(placed)
     }
@@ -340,7 +347,7 @@ impl Inner {
         s: &mut State,
         batch: Batch,
         plan: ChunkPlan,
-        placed: Vec<Placement>,
+        placed: Placed,
         want_response: bool,
         hooks: &mut Hooks,
     ) -> ArrayResponse {
@@ -351,6 +358,7 @@ impl Inner {
             participants,
             taken,
         } = batch;
+        let Placed { placements, excess } = placed;
         // Responses are built only for those who receive them: the caller
         // (the trigger's) and participants with a ready hook.
         let arrays: FxHashMap<InstanceId, usize> =
@@ -373,7 +381,8 @@ impl Inner {
             .map(|(index, (id, _, _))| (*id, index))
             .collect();
         s.with_group_usage(&group, |s, usage| {
-            let mut placed = placed.into_iter();
+            let mut placements = placements.into_iter();
+            let mut excess = excess.into_iter();
             for (instance, queued) in taken {
                 if plan.is_chunked() {
                     if let Some(i) = s.instances.get_mut(&instance) {
@@ -390,17 +399,24 @@ impl Inner {
                     let dtype = request.dtype();
                     let sets = sets_of(&plan, &request);
                     let shape = request.into_chunked_shape(plan.chunk_length);
-                    let mut slots = Vec::with_capacity(sets);
-                    for (set, placement) in placed.by_ref().take(sets).enumerate() {
+                    let mut slots = response
+                        .is_some()
+                        .then(|| Vec::with_capacity(sets.max(plan.buffer_sets())));
+                    for (set, placement) in placements.by_ref().take(sets).enumerate() {
                         let at = At {
                             instance,
                             label: &label,
                             set,
                         };
-                        slots.extend(apply(s, usage, at, dtype, &shape, placement));
+                        let slot = apply(s, usage, at, dtype, &shape, placement);
+                        if let Some(slots) = slots.as_mut() {
+                            slots.push(slot);
+                        }
                     }
-                    retire_sets_from(s, usage, instance, &label, sets);
-                    if let Some(response) = response.as_deref_mut() {
+                    if excess.next() == Some(true) {
+                        retire_sets_from(s, usage, instance, &label, sets);
+                    }
+                    if let (Some(response), Some(slots)) = (response.as_deref_mut(), slots) {
                         response.insert(label, shape, slots);
                     }
                 }
@@ -429,29 +445,46 @@ impl Inner {
     }
 }
 
-/// The buffers (one per set held) each participant holds under each label
-/// it requests (in the order of the taken requests), looked up once for the
-/// whole call.
-fn held_arrays(s: &State, batch: &Batch) -> Vec<Vec<Arc<Slot>>> {
-    let mut held = Vec::with_capacity(batch.requests().count());
-    for (id, queued) in &batch.taken {
-        let allocations = s.instances.get(id).map(|i| &i.allocations);
-        held.extend(queued.set.labels().map(|label| {
-            allocations
-                .and_then(|a| a.get(label))
-                .cloned()
-                .unwrap_or_default()
-        }));
-    }
-    held
+/// The buffers each participant holds under each label it requests (every
+/// set held), looked up once for the whole call, in the order of the taken
+/// requests.
+struct Held {
+    slots: Vec<Arc<Slot>>,
+    /// How many of `slots` each request has, in order.
+    counts: Vec<usize>,
 }
 
-/// Device bytes of the `held` arrays, every set: those about to be replaced.
-fn replaced_bytes(held: &[Vec<Arc<Slot>>]) -> u64 {
-    held.iter()
-        .flatten()
-        .filter(|slot| slot.kind() == MemoryKind::Device)
-        .fold(0u64, |sum, slot| sum.saturating_add(slot.bytes()))
+impl Held {
+    fn look_up(s: &State, batch: &Batch) -> Held {
+        let mut held = Held {
+            slots: Vec::new(),
+            counts: Vec::with_capacity(batch.requests().count()),
+        };
+        for (id, queued) in &batch.taken {
+            let allocations = s.instances.get(id).map(|i| &i.allocations);
+            for label in queued.set.labels() {
+                let sets = allocations.and_then(|a| a.get(label)).map_or(&[][..], Vec::as_slice);
+                held.slots.extend(sets.iter().cloned());
+                held.counts.push(sets.len());
+            }
+        }
+        held
+    }
+
+    /// Device bytes of the held arrays, every set: those about to be replaced.
+    fn replaced_bytes(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|slot| slot.kind() == MemoryKind::Device)
+            .fold(0u64, |sum, slot| sum.saturating_add(slot.bytes()))
+    }
+}
+
+/// Where each requested array's buffers come from, and which requests'
+/// arrays held more sets than the plan has (the extra ones to retire).
+struct Placed {
+    placements: Vec<Placement>,
+    excess: Vec<bool>,
 }
 
 /// Keeps the remembered partition of the owner in this group when one of
