@@ -20,6 +20,7 @@ use std::fmt;
 
 pub use handles::{DeviceArray, PinnedArray, PinnedMut, PinnedRef};
 pub use response::ArrayResponse;
+pub(crate) use response::SetSlots;
 
 /// Why a handle's memory is gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::handles::{DeviceArray, PinnedArray};
 use super::slot::Slot;
 use crate::ChunkPlan;
@@ -35,11 +37,14 @@ pub struct ArrayResponse {
     arrays: Vec<Held>,
 }
 
+/// An array's buffers, one per set, until taken (inline for up to two sets).
+pub(crate) type SetSlots = SmallVec<[Option<Arc<Slot>>; 2]>;
+
 /// One array of a response: per set, its buffer until taken.
 #[derive(Clone)]
 struct Held {
     label: Arc<str>,
-    sets: Vec<Option<Arc<Slot>>>,
+    sets: SetSlots,
 }
 
 impl Held {
@@ -85,25 +90,26 @@ impl ArrayResponse {
         response
     }
 
-    /// Adds the array `label` with `chunked_shape`: `sets` holds its buffer
-    /// in each set, or one buffer shared by every set (an unchunkable array).
+    /// Adds the array `label` (also as `shared_label`, its buffers' label)
+    /// with `chunked_shape`: `sets` holds its buffer in each set, or one
+    /// buffer shared by every set (an unchunkable array).
     pub(crate) fn insert(
         &mut self,
         label: String,
+        shared_label: Arc<str>,
         chunked_shape: Vec<usize>,
-        mut sets: Vec<Option<Arc<Slot>>>,
+        mut sets: SetSlots,
     ) {
-        let Some(Some(first)) = sets.first() else {
+        if sets.is_empty() {
             return;
-        };
-        let label_arc = Arc::clone(first.label());
+        }
         if let [shared] = sets.as_slice() {
             let shared = shared.clone();
             sets.resize(self.buffer_sets().max(1), shared);
         }
         self.chunked_shapes.insert(label, chunked_shape);
         self.arrays.push(Held {
-            label: label_arc,
+            label: shared_label,
             sets,
         });
     }

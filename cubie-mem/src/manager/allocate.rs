@@ -21,6 +21,7 @@ use super::hooks::Hooks;
 use super::state::{Queued, State};
 use crate::ChunkPlan;
 use crate::array::ReleaseReason;
+use crate::array::SetSlots;
 use crate::array::slot::Slot;
 use crate::backend::BackendResult;
 use crate::config::LimitMode;
@@ -257,6 +258,7 @@ impl Inner {
     ) -> Result<Placed, MemError> {
         let mut placed = Placed {
             placements: Vec::with_capacity(held.slots.len()),
+            labels: Vec::with_capacity(held.counts.len()),
             excess: Vec::with_capacity(held.counts.len()),
         };
         let mut old = held.slots.into_iter();
@@ -307,6 +309,7 @@ impl Inner {
                 placed.placements.push(placement);
             }
             old_sets.for_each(drop);
+            placed.labels.push(label);
             placed.excess.push(count > sets);
         }
         Ok(placed)
@@ -358,7 +361,11 @@ impl Inner {
             participants,
             taken,
         } = batch;
-        let Placed { placements, excess } = placed;
+        let Placed {
+            placements,
+            labels,
+            excess,
+        } = placed;
         // Responses are built only for those who receive them: the caller
         // (the trigger's) and participants with a ready hook.
         let arrays: FxHashMap<InstanceId, usize> =
@@ -382,6 +389,7 @@ impl Inner {
             .collect();
         s.with_group_usage(&group, |s, usage| {
             let mut placements = placements.into_iter();
+            let mut labels = labels.into_iter();
             let mut excess = excess.into_iter();
             for (instance, queued) in taken {
                 if plan.is_chunked() {
@@ -399,9 +407,8 @@ impl Inner {
                     let dtype = request.dtype();
                     let sets = sets_of(&plan, &request);
                     let shape = request.into_chunked_shape(plan.chunk_length);
-                    let mut slots = response
-                        .is_some()
-                        .then(|| Vec::with_capacity(sets.max(plan.buffer_sets())));
+                    let shared_label = labels.next();
+                    let mut slots = response.is_some().then(SetSlots::new);
                     for (set, placement) in placements.by_ref().take(sets).enumerate() {
                         let at = At {
                             instance,
@@ -416,8 +423,10 @@ impl Inner {
                     if excess.next() == Some(true) {
                         retire_sets_from(s, usage, instance, &label, sets);
                     }
-                    if let (Some(response), Some(slots)) = (response.as_deref_mut(), slots) {
-                        response.insert(label, shape, slots);
+                    if let (Some(response), Some(slots), Some(shared_label)) =
+                        (response.as_deref_mut(), slots, shared_label)
+                    {
+                        response.insert(label, shared_label, shape, slots);
                     }
                 }
             }
@@ -480,10 +489,12 @@ impl Held {
     }
 }
 
-/// Where each requested array's buffers come from, and which requests'
-/// arrays held more sets than the plan has (the extra ones to retire).
+/// Where each requested array's buffers come from, the label they share,
+/// and which requests' arrays held more sets than the plan has (the extra
+/// ones to retire).
 struct Placed {
     placements: Vec<Placement>,
+    labels: Vec<Arc<str>>,
     excess: Vec<bool>,
 }
 
