@@ -84,10 +84,9 @@ impl ArrayResponse {
     }
 
     /// An empty response with room for `arrays` arrays.
-    pub(crate) fn with_capacity(plan: ChunkPlan, arrays: usize) -> Self {
-        let mut response = ArrayResponse::new(plan);
-        response.arrays.reserve_exact(arrays);
-        response
+    /// Makes room for `arrays` more arrays.
+    pub(crate) fn reserve_arrays(&mut self, arrays: usize) {
+        self.arrays.reserve_exact(arrays);
     }
 
     /// Adds the array `label` (also as `shared_label`, its buffers' label)

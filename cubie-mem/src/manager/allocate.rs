@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 use super::Inner;
 use super::hooks::Hooks;
@@ -256,14 +256,14 @@ impl Inner {
         stream: &Arc<OwnedStream>,
         free_before: u64,
     ) -> Result<Placed, MemError> {
-        let mut placed = Placed {
-            placements: Vec::with_capacity(held.slots.len()),
-            labels: Vec::with_capacity(held.counts.len()),
-            excess: Vec::with_capacity(held.counts.len()),
-        };
-        let mut old = held.slots.into_iter();
-        for ((label, request), count) in batch.requests().zip(held.counts) {
-            let mut old_sets = old.by_ref().take(count).peekable();
+        let Held {
+            slots,
+            mut requests,
+        } = held;
+        let mut placements = Vec::with_capacity(slots.len());
+        let mut old = slots.into_iter();
+        for ((label, request), placed) in batch.requests().zip(&mut requests) {
+            let mut old_sets = old.by_ref().take(placed.held).peekable();
             let label = old_sets
                 .peek()
                 .map_or_else(|| Arc::from(label), |old| Arc::clone(old.label()));
@@ -306,13 +306,15 @@ impl Inner {
                     },
                     "placed an array"
                 );
-                placed.placements.push(placement);
+                placements.push(placement);
             }
             old_sets.for_each(drop);
-            placed.labels.push(label);
-            placed.excess.push(count > sets);
+            placed.label = Some(label);
         }
-        Ok(placed)
+        Ok(Placed {
+            placements,
+            requests,
+        })
     }
 
     /// New memory for one request.
@@ -363,34 +365,30 @@ impl Inner {
         } = batch;
         let Placed {
             placements,
-            labels,
-            excess,
+            requests,
         } = placed;
         // Responses are built only for those who receive them: the caller
         // (the trigger's) and participants with a ready hook.
-        let arrays: FxHashMap<InstanceId, usize> =
-            taken.iter().map(|(id, q)| (*id, q.set.len())).collect();
-        let mut responses: Vec<(InstanceId, Option<ReadyHook>, Option<ArrayResponse>)> =
-            participants
-                .iter()
-                .map(|&id| {
-                    let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
-                    let wanted = hook.is_some() || (want_response && id == trigger);
-                    let response = wanted.then(|| {
-                        ArrayResponse::with_capacity(plan, arrays.get(&id).copied().unwrap_or(0))
-                    });
-                    (id, hook, response)
-                })
-                .collect();
-        let response_of: FxHashMap<InstanceId, usize> = responses
+        // Sorted by instance to be found, then put back in join order for
+        // the hooks.
+        let mut responses: Vec<Receiver> = participants
             .iter()
             .enumerate()
-            .map(|(index, (id, _, _))| (*id, index))
+            .map(|(position, &id)| {
+                let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
+                let wanted = hook.is_some() || (want_response && id == trigger);
+                Receiver {
+                    position,
+                    id,
+                    hook,
+                    response: wanted.then(|| ArrayResponse::new(plan)),
+                }
+            })
             .collect();
+        responses.sort_unstable_by_key(|receiver| receiver.id);
         s.with_group_usage(&group, |s, usage| {
             let mut placements = placements.into_iter();
-            let mut labels = labels.into_iter();
-            let mut excess = excess.into_iter();
+            let mut requests = requests.into_iter();
             for (instance, queued) in taken {
                 if plan.is_chunked() {
                     if let Some(i) = s.instances.get_mut(&instance) {
@@ -399,15 +397,18 @@ impl Inner {
                     usage.chunked();
                     s.total_usage.chunked();
                 }
-                let mut response = response_of
-                    .get(&instance)
-                    .and_then(|&index| responses.get_mut(index))
-                    .and_then(|(_, _, response)| response.as_mut());
+                let mut response = responses
+                    .binary_search_by_key(&instance, |receiver| receiver.id)
+                    .ok()
+                    .and_then(|index| responses[index].response.as_mut());
+                if let Some(response) = response.as_deref_mut() {
+                    response.reserve_arrays(queued.set.len());
+                }
                 for (label, request) in queued.set {
                     let dtype = request.dtype();
                     let sets = sets_of(&plan, &request);
                     let shape = request.into_chunked_shape(plan.chunk_length);
-                    let shared_label = labels.next();
+                    let placed_request = requests.next();
                     let mut slots = response.is_some().then(SetSlots::new);
                     for (set, placement) in placements.by_ref().take(sets).enumerate() {
                         let at = At {
@@ -420,7 +421,9 @@ impl Inner {
                             slots.push(slot);
                         }
                     }
-                    if excess.next() == Some(true) {
+                    let (shared_label, excess) = placed_request
+                        .map_or((None, false), |placed| (placed.label, placed.held > sets));
+                    if excess {
                         retire_sets_from(s, usage, instance, &label, sets);
                     }
                     if let (Some(response), Some(slots), Some(shared_label)) =
@@ -437,8 +440,12 @@ impl Inner {
         if s.limit_mode == LimitMode::Active {
             self.warn_cap_usage(s, &group);
         }
+        responses.sort_unstable_by_key(|receiver| receiver.position);
         let mut own = ArrayResponse::default();
-        for (id, hook, response) in responses {
+        for Receiver {
+            id, hook, response, ..
+        } in responses
+        {
             let Some(response) = response else { continue };
             match hook {
                 Some(hook) => {
@@ -459,22 +466,33 @@ impl Inner {
 /// requests.
 struct Held {
     slots: Vec<Arc<Slot>>,
-    /// How many of `slots` each request has, in order.
-    counts: Vec<usize>,
+    /// Per request, in order: how many of `slots` it has.
+    requests: Vec<PlacedRequest>,
+}
+
+/// One request of a batch as its buffers are placed.
+struct PlacedRequest {
+    /// How many buffer sets it held before.
+    held: usize,
+    /// The label its buffers share, once placed.
+    label: Option<Arc<str>>,
 }
 
 impl Held {
     fn look_up(s: &State, batch: &Batch) -> Held {
         let mut held = Held {
             slots: Vec::new(),
-            counts: Vec::with_capacity(batch.requests().count()),
+            requests: Vec::with_capacity(batch.requests().count()),
         };
         for (id, queued) in &batch.taken {
             let allocations = s.instances.get(id).map(|i| &i.allocations);
             for label in queued.set.labels() {
                 let sets = allocations.and_then(|a| a.get(label)).map_or(&[][..], Vec::as_slice);
                 held.slots.extend(sets.iter().cloned());
-                held.counts.push(sets.len());
+                held.requests.push(PlacedRequest {
+                    held: sets.len(),
+                    label: None,
+                });
             }
         }
         held
@@ -489,13 +507,21 @@ impl Held {
     }
 }
 
-/// Where each requested array's buffers come from, the label they share,
-/// and which requests' arrays held more sets than the plan has (the extra
-/// ones to retire).
+/// Where each requested array's buffers come from, and per request the
+/// label they share and how many sets it held (more than the plan has: the
+/// extra ones are retired).
 struct Placed {
     placements: Vec<Placement>,
-    labels: Vec<Arc<str>>,
-    excess: Vec<bool>,
+    requests: Vec<PlacedRequest>,
+}
+
+/// A participant and the response it receives (if anyone receives one).
+struct Receiver {
+    /// Its place in the group, the order hooks are called in.
+    position: usize,
+    id: InstanceId,
+    hook: Option<ReadyHook>,
+    response: Option<ArrayResponse>,
 }
 
 /// Keeps the remembered partition of the owner in this group when one of
