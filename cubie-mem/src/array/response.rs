@@ -102,9 +102,12 @@ impl ArrayResponse {
         if sets.is_empty() {
             return;
         }
-        if let [shared] = sets.as_slice() {
+        let buffer_sets = self.buffer_sets();
+        if let [shared] = sets.as_slice()
+            && buffer_sets > 1
+        {
             let shared = shared.clone();
-            sets.resize(self.buffer_sets().max(1), shared);
+            sets.resize(buffer_sets, shared);
         }
         self.chunked_shapes.insert(label, chunked_shape);
         self.arrays.push(Held {
