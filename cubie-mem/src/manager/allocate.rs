@@ -257,11 +257,13 @@ impl Inner {
         free_before: u64,
     ) -> Result<Placed, MemError> {
         let Held {
-            slots,
+            mut slots,
             mut requests,
         } = held;
-        let mut placements = Vec::with_capacity(slots.len());
-        let mut old = slots.into_iter();
+        let mut placements = std::mem::take(&mut s.scratch.placements);
+        placements.clear();
+        placements.reserve(slots.len());
+        let mut old = slots.drain(..);
         for ((label, request), placed) in batch.requests().zip(&mut requests) {
             let mut old_sets = old.by_ref().take(placed.held).peekable();
             let label = old_sets
@@ -311,6 +313,8 @@ impl Inner {
             old_sets.for_each(drop);
             placed.label = Some(label);
         }
+        drop(old);
+        s.scratch.held = slots;
         Ok(Placed {
             placements,
             requests,
@@ -364,31 +368,28 @@ impl Inner {
             taken,
         } = batch;
         let Placed {
-            placements,
-            requests,
+            mut placements,
+            mut requests,
         } = placed;
         // Responses are built only for those who receive them: the caller
-        // (the trigger's) and participants with a ready hook.
-        // Sorted by instance to be found, then put back in join order for
-        // the hooks.
-        let mut responses: Vec<Receiver> = participants
-            .iter()
-            .enumerate()
-            .map(|(position, &id)| {
-                let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
-                let wanted = hook.is_some() || (want_response && id == trigger);
-                Receiver {
-                    position,
-                    id,
-                    hook,
-                    response: wanted.then(|| ArrayResponse::new(plan)),
-                }
-            })
-            .collect();
+        // (the trigger's) and participants with a ready hook. Sorted by
+        // instance to be found, then put back in join order for the hooks.
+        let mut responses = std::mem::take(&mut s.scratch.receivers);
+        responses.clear();
+        responses.extend(participants.iter().enumerate().map(|(position, &id)| {
+            let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
+            let wanted = hook.is_some() || (want_response && id == trigger);
+            Receiver {
+                position,
+                id,
+                hook,
+                response: wanted.then(|| ArrayResponse::new(plan)),
+            }
+        }));
         responses.sort_unstable_by_key(|receiver| receiver.id);
         s.with_group_usage(&group, |s, usage| {
-            let mut placements = placements.into_iter();
-            let mut requests = requests.into_iter();
+            let mut placements = placements.drain(..);
+            let mut requests = requests.drain(..);
             for (instance, queued) in taken {
                 if plan.is_chunked() {
                     if let Some(i) = s.instances.get_mut(&instance) {
@@ -440,11 +441,13 @@ impl Inner {
         if s.limit_mode == LimitMode::Active {
             self.warn_cap_usage(s, &group);
         }
+        s.scratch.placements = placements;
+        s.scratch.requests = requests;
         responses.sort_unstable_by_key(|receiver| receiver.position);
         let mut own = ArrayResponse::default();
         for Receiver {
             id, hook, response, ..
-        } in responses
+        } in responses.drain(..)
         {
             let Some(response) = response else { continue };
             match hook {
@@ -457,6 +460,7 @@ impl Inner {
                 None => own = response,
             }
         }
+        s.scratch.receivers = responses;
         own
     }
 }
@@ -470,6 +474,17 @@ struct Held {
     requests: Vec<PlacedRequest>,
 }
 
+/// Lists that serving a batch fills and empties again, kept between calls
+/// (empty, with their room) so that a batch of many instances does not ask
+/// the allocator for large ones each time.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    held: Vec<Arc<Slot>>,
+    requests: Vec<PlacedRequest>,
+    placements: Vec<Placement>,
+    receivers: Vec<Receiver>,
+}
+
 /// One request of a batch as its buffers are placed.
 struct PlacedRequest {
     /// How many buffer sets it held before.
@@ -479,15 +494,19 @@ struct PlacedRequest {
 }
 
 impl Held {
-    fn look_up(s: &State, batch: &Batch) -> Held {
+    fn look_up(s: &mut State, batch: &Batch) -> Held {
         let mut held = Held {
-            slots: Vec::new(),
-            requests: Vec::with_capacity(batch.requests().count()),
+            slots: std::mem::take(&mut s.scratch.held),
+            requests: std::mem::take(&mut s.scratch.requests),
         };
+        held.slots.clear();
+        held.requests.clear();
         for (id, queued) in &batch.taken {
             let allocations = s.instances.get(id).map(|i| &i.allocations);
             for label in queued.set.labels() {
-                let sets = allocations.and_then(|a| a.get(label)).map_or(&[][..], Vec::as_slice);
+                let sets = allocations
+                    .and_then(|a| a.get(label))
+                    .map_or(&[][..], Vec::as_slice);
                 held.slots.extend(sets.iter().cloned());
                 held.requests.push(PlacedRequest {
                     held: sets.len(),

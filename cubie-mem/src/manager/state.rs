@@ -92,6 +92,8 @@ pub(crate) struct State {
     pub(crate) queue_order: u64,
     pub(crate) total_usage: UsageStats,
     pub(crate) group_usage: FxHashMap<Arc<str>, UsageStats>,
+    /// Lists serving a batch reuses.
+    pub(crate) scratch: super::allocate::Scratch,
 }
 
 impl State {
@@ -106,6 +108,7 @@ impl State {
             queue_order: 0,
             total_usage: UsageStats::default(),
             group_usage: FxHashMap::default(),
+            scratch: super::allocate::Scratch::default(),
         }
     }
 
