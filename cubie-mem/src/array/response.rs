@@ -84,21 +84,23 @@ impl ArrayResponse {
     }
 
     /// An empty response with room for `arrays` arrays.
+    /// Sets the shapes of the arrays, by label, at once (cheaper than one
+    /// insertion each).
+    pub(crate) fn set_shapes(&mut self, shapes: Vec<(String, Vec<usize>)>) {
+        self.chunked_shapes = shapes.into_iter().collect();
+    }
+
     /// Makes room for `arrays` more arrays.
     pub(crate) fn reserve_arrays(&mut self, arrays: usize) {
         self.arrays.reserve_exact(arrays);
     }
 
-    /// Adds the array `label` (also as `shared_label`, its buffers' label)
-    /// with `chunked_shape`: `sets` holds its buffer in each set, or one
-    /// buffer shared by every set (an unchunkable array).
-    pub(crate) fn insert(
-        &mut self,
-        label: String,
-        shared_label: Arc<str>,
-        chunked_shape: Vec<usize>,
-        mut sets: SetSlots,
-    ) {
+    /// Adds the array labelled `shared_label` (its buffers' label): `sets`
+    /// holds its buffer in each set, or one buffer shared by every set (an
+    /// unchunkable array). Its shape goes into
+    /// [`chunked_shapes`](Self::chunked_shapes) with
+    /// [`set_shapes`](Self::set_shapes).
+    pub(crate) fn insert(&mut self, shared_label: Arc<str>, mut sets: SetSlots) {
         if sets.is_empty() {
             return;
         }
@@ -109,7 +111,6 @@ impl ArrayResponse {
             let shared = shared.clone();
             sets.resize(buffer_sets, shared);
         }
-        self.chunked_shapes.insert(label, chunked_shape);
         self.arrays.push(Held {
             label: shared_label,
             sets,

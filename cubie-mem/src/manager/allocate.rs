@@ -402,9 +402,10 @@ impl Inner {
                     .binary_search_by_key(&instance, |receiver| receiver.id)
                     .ok()
                     .and_then(|index| responses[index].response.as_mut());
-                if let Some(response) = response.as_deref_mut() {
+                let mut shapes = response.as_deref_mut().map(|response| {
                     response.reserve_arrays(queued.set.len());
-                }
+                    Vec::with_capacity(queued.set.len())
+                });
                 for (label, request) in queued.set {
                     let dtype = request.dtype();
                     let sets = sets_of(&plan, &request);
@@ -427,11 +428,15 @@ impl Inner {
                     if excess {
                         retire_sets_from(s, usage, instance, &label, sets);
                     }
-                    if let (Some(response), Some(slots), Some(shared_label)) =
-                        (response.as_deref_mut(), slots, shared_label)
+                    if let (Some(response), Some(slots), Some(shared_label), Some(shapes)) =
+                        (response.as_deref_mut(), slots, shared_label, shapes.as_mut())
                     {
-                        response.insert(label, shared_label, shape, slots);
+                        response.insert(shared_label, slots);
+                        shapes.push((label, shape));
                     }
+                }
+                if let (Some(response), Some(shapes)) = (response, shapes) {
+                    response.set_shapes(shapes);
                 }
             }
         });
