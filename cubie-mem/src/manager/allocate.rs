@@ -428,9 +428,12 @@ impl Inner {
                     if excess {
                         retire_sets_from(s, usage, instance, &label, sets);
                     }
-                    if let (Some(response), Some(slots), Some(shared_label), Some(shapes)) =
-                        (response.as_deref_mut(), slots, shared_label, shapes.as_mut())
-                    {
+                    if let (Some(response), Some(slots), Some(shared_label), Some(shapes)) = (
+                        response.as_deref_mut(),
+                        slots,
+                        shared_label,
+                        shapes.as_mut(),
+                    ) {
                         response.insert(shared_label, slots);
                         shapes.push((label, shape));
                     }
@@ -449,6 +452,7 @@ impl Inner {
         s.scratch.placements = placements;
         s.scratch.requests = requests;
         responses.sort_unstable_by_key(|receiver| receiver.position);
+        hooks.reserve_ready(responses.iter().filter(|r| r.hook.is_some()).count());
         let mut own = ArrayResponse::default();
         for Receiver {
             id, hook, response, ..

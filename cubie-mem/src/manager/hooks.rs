@@ -21,6 +21,11 @@ impl Hooks {
         self.invalidate.push((instance, hook));
     }
 
+    /// Makes room for `count` more ready hooks.
+    pub(crate) fn reserve_ready(&mut self, count: usize) {
+        self.ready.reserve(count);
+    }
+
     /// Schedules a ready hook of `instance` with its response.
     pub(crate) fn ready(
         &mut self,
