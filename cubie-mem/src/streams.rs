@@ -10,6 +10,7 @@
 //! `reinit_streams` once the arrays moved to the new stream.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -59,10 +60,57 @@ impl Drop for OwnedStream {
 /// A remembered partition `(chunk_length, chunks)`.
 pub(crate) type Partition = (usize, usize);
 
+/// A group's members in the order they joined, with their owners. Joining,
+/// leaving and asking whether an owner still has a member cost the same
+/// however many members the group has.
+#[derive(Default)]
+struct Members {
+    /// By the order they joined in.
+    by_join: BTreeMap<u64, (InstanceId, OwnerId)>,
+    /// Each member's place in `by_join`.
+    joined: FxHashMap<InstanceId, u64>,
+    /// How many members each owner has.
+    per_owner: FxHashMap<OwnerId, usize>,
+    next: u64,
+}
+
+impl Members {
+    fn push(&mut self, instance: InstanceId, owner: OwnerId) {
+        let place = self.next;
+        self.next += 1;
+        self.by_join.insert(place, (instance, owner));
+        self.joined.insert(instance, place);
+        *self.per_owner.entry(owner).or_default() += 1;
+    }
+
+    /// Takes `instance` out; its owner, and whether that owner has no
+    /// member left.
+    fn remove(&mut self, instance: InstanceId) -> Option<(OwnerId, bool)> {
+        let place = self.joined.remove(&instance)?;
+        let (_, owner) = self.by_join.remove(&place)?;
+        let left = self.per_owner.get_mut(&owner).map_or(0, |count| {
+            *count = count.saturating_sub(1);
+            *count
+        });
+        if left == 0 {
+            self.per_owner.remove(&owner);
+        }
+        Some((owner, left == 0))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(InstanceId, OwnerId)> {
+        self.by_join.values()
+    }
+
+    fn len(&self) -> usize {
+        self.by_join.len()
+    }
+}
+
 /// One group: its members in the order they joined, with their owners.
 #[derive(Default)]
 pub(crate) struct Group {
-    members: Vec<(InstanceId, OwnerId)>,
+    members: Members,
     stream: Option<Arc<OwnedStream>>,
     /// The last partition each owner was served with in this group.
     pub(crate) partitions: FxHashMap<OwnerId, Partition>,
@@ -115,7 +163,7 @@ impl StreamGroups {
             .entry(Arc::clone(&name))
             .or_default()
             .members
-            .push((instance, owner));
+            .push(instance, owner);
         self.membership.insert(instance, name);
     }
 
@@ -128,13 +176,12 @@ impl StreamGroups {
         let Some(group) = self.groups.get_mut(&name) else {
             return;
         };
-        let Some(position) = group.members.iter().position(|&(m, _)| m == instance) else {
+        let Some((owner, owner_left)) = group.members.remove(instance) else {
             return;
         };
-        let (_, owner) = group.members.remove(position);
-        if group.members.is_empty() {
+        if group.members.len() == 0 {
             self.groups.remove(&name);
-        } else if !group.members.iter().any(|&(_, o)| o == owner) {
+        } else if owner_left {
             group.partitions.remove(&owner);
         }
     }
@@ -376,6 +423,28 @@ mod tests {
         assert!(!groups.get("g").unwrap().partitions.contains_key(&owner));
         let members: Vec<_> = groups.get("g").unwrap().members().collect();
         assert_eq!(members, [other]);
+    }
+
+    #[test]
+    fn members_keep_the_order_they_joined_in_as_others_leave_and_rejoin() {
+        let mut groups = StreamGroups::default();
+        let ids: Vec<InstanceId> = (0..5).map(|_| InstanceId::fresh()).collect();
+        for &id in &ids {
+            groups.add(id, ids[0].as_own_owner(), "g");
+        }
+        groups.remove(ids[1]);
+        groups.remove(ids[3]);
+        // Rejoining puts a member last, as joining anew does.
+        groups.add(ids[1], ids[0].as_own_owner(), "g");
+        let members: Vec<_> = groups.get("g").unwrap().members().collect();
+        assert_eq!(members, [ids[0], ids[2], ids[4], ids[1]]);
+        assert_eq!(groups.get("g").unwrap().len(), 4);
+        let of_owner: Vec<_> = groups
+            .get("g")
+            .unwrap()
+            .members_of(ids[0].as_own_owner())
+            .collect();
+        assert_eq!(of_owner, members);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! Every method here runs under the manager's lock and never calls user code
 //! or waits on a handle; failing methods change nothing.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -53,7 +54,8 @@ impl InstanceState {
 
 /// One eviction unit.
 pub(crate) struct OwnerState {
-    pub(crate) instances: Vec<InstanceId>,
+    /// Its registrations, in the order they were made.
+    pub(crate) instances: BTreeSet<InstanceId>,
     /// The name of the registration that is this owner, if named.
     pub(crate) name: Option<Arc<str>>,
     /// Live [`Owner`](crate::Owner) handles.
@@ -68,7 +70,7 @@ pub(crate) struct OwnerState {
 impl OwnerState {
     fn new(name: Option<Arc<str>>, handles: usize, spill: SpillSettings) -> Self {
         OwnerState {
-            instances: Vec::new(),
+            instances: BTreeSet::new(),
             name,
             handles,
             busy: 0,
@@ -187,7 +189,7 @@ impl State {
             own
         });
         if let Some(o) = self.owners.get_mut(&owner) {
-            o.instances.push(id);
+            o.instances.insert(id);
         }
         let group = stream_group.as_deref().unwrap_or(DEFAULT_STREAM_GROUP);
         self.groups.add(id, owner, group);
@@ -221,7 +223,7 @@ impl State {
         self.shares.remove(id);
         self.groups.remove(id);
         if let Some(owner) = self.owners.get_mut(&instance.owner) {
-            owner.instances.retain(|&i| i != id);
+            owner.instances.remove(&id);
         }
         self.drop_owner_if_unused(instance.owner, backend);
     }
@@ -509,7 +511,7 @@ mod tests {
         let b = InstanceId::fresh();
         s.register(b, Registration::new().owner(&ForeignOwner(owner)))
             .unwrap();
-        assert_eq!(s.owners[&owner].instances, [a, b]);
+        assert!(s.owners[&owner].instances.iter().eq(&[a, b]));
         assert_eq!(s.named_owner(owner).to_string(), format!("'a' ({owner})"));
         let members: Vec<_> = s
             .groups
