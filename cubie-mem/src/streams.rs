@@ -10,7 +10,6 @@
 //! `reinit_streams` once the arrays moved to the new stream.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -62,32 +61,30 @@ pub(crate) type Partition = (usize, usize);
 
 /// A group's members in the order they joined, with their owners. Joining,
 /// leaving and asking whether an owner still has a member cost the same
-/// however many members the group has.
+/// however many members the group has: a member who leaves leaves a gap,
+/// and the gaps are closed once they are half the list.
 #[derive(Default)]
 struct Members {
-    /// By the order they joined in.
-    by_join: BTreeMap<u64, (InstanceId, OwnerId)>,
-    /// Each member's place in `by_join`.
-    joined: FxHashMap<InstanceId, u64>,
+    /// In the order they joined; `None` where a member left.
+    list: Vec<Option<(InstanceId, OwnerId)>>,
+    /// Each member's place in `list`.
+    places: FxHashMap<InstanceId, usize>,
     /// How many members each owner has.
     per_owner: FxHashMap<OwnerId, usize>,
-    next: u64,
 }
 
 impl Members {
     fn push(&mut self, instance: InstanceId, owner: OwnerId) {
-        let place = self.next;
-        self.next += 1;
-        self.by_join.insert(place, (instance, owner));
-        self.joined.insert(instance, place);
+        self.places.insert(instance, self.list.len());
+        self.list.push(Some((instance, owner)));
         *self.per_owner.entry(owner).or_default() += 1;
     }
 
     /// Takes `instance` out; its owner, and whether that owner has no
     /// member left.
     fn remove(&mut self, instance: InstanceId) -> Option<(OwnerId, bool)> {
-        let place = self.joined.remove(&instance)?;
-        let (_, owner) = self.by_join.remove(&place)?;
+        let place = self.places.remove(&instance)?;
+        let (_, owner) = self.list.get_mut(place)?.take()?;
         let left = self.per_owner.get_mut(&owner).map_or(0, |count| {
             *count = count.saturating_sub(1);
             *count
@@ -95,15 +92,25 @@ impl Members {
         if left == 0 {
             self.per_owner.remove(&owner);
         }
+        if self.places.len() * 2 < self.list.len() {
+            self.close_gaps();
+        }
         Some((owner, left == 0))
     }
 
+    fn close_gaps(&mut self) {
+        self.list.retain(Option::is_some);
+        for (place, (instance, _)) in self.list.iter().flatten().enumerate() {
+            self.places.insert(*instance, place);
+        }
+    }
+
     fn iter(&self) -> impl Iterator<Item = &(InstanceId, OwnerId)> {
-        self.by_join.values()
+        self.list.iter().flatten()
     }
 
     fn len(&self) -> usize {
-        self.by_join.len()
+        self.places.len()
     }
 }
 

@@ -16,6 +16,11 @@ use crate::ids::OwnerId;
 use crate::streams::{OwnedStream, current_stream_for};
 use crate::{DType, MemError, MemoryKind};
 
+/// An array's shape, inline for up to four dimensions (an array's handles
+/// and the manager read it often, and a separate allocation would cost a
+/// cache miss each time).
+pub(crate) type Shape = smallvec::SmallVec<[usize; 4]>;
+
 /// Device memory, freed (ordered on its stream) when the last holder drops it.
 ///
 /// It remembers the stream of its last use: work queued on another stream
@@ -123,7 +128,7 @@ pub(crate) struct Slot {
     dtype: DType,
     kind: MemoryKind,
     bytes: u64,
-    shape: Box<[usize]>,
+    shape: Shape,
     backend: Arc<dyn Backend>,
     state: Mutex<SlotState>,
 }
@@ -140,7 +145,7 @@ impl Slot {
         dtype: DType,
         kind: MemoryKind,
         bytes: u64,
-        shape: Box<[usize]>,
+        shape: Shape,
         stream: &Arc<OwnedStream>,
     ) -> Result<Arc<Slot>, MemError> {
         let memory = match kind {
@@ -176,7 +181,7 @@ impl Slot {
     /// A new slot taking over this slot's memory for a new type and shape
     /// (a buffer at least as large, reused); this slot's handles then report
     /// `Replaced`. A released slot yields a released slot.
-    pub(crate) fn reuse(&self, dtype: DType, shape: Box<[usize]>) -> Arc<Slot> {
+    pub(crate) fn reuse(&self, dtype: DType, shape: Shape) -> Arc<Slot> {
         let previous = std::mem::replace(
             &mut *self.state.lock(),
             SlotState::Released(ReleaseReason::Replaced),
@@ -197,11 +202,7 @@ impl Slot {
     /// handle refers to (the caller holds it uniquely).
     pub(crate) fn reshape(&mut self, dtype: DType, shape: &[usize]) {
         self.dtype = dtype;
-        if self.shape.len() == shape.len() {
-            self.shape.copy_from_slice(shape);
-        } else {
-            self.shape = shape.into();
-        }
+        self.shape = Shape::from_slice(shape);
     }
 
     /// Marks the slot released for `reason` and frees its memory unless an
@@ -331,7 +332,7 @@ mod tests {
             DType::U8,
             MemoryKind::Device,
             100,
-            Box::new([100]),
+            Shape::from_slice(&[100]),
             stream,
         )
         .unwrap()
@@ -370,13 +371,13 @@ mod tests {
     fn reuse_moves_the_memory_and_retires_the_old_slot() {
         let (backend, sim, stream) = setup();
         let slot = device_slot(&backend, &stream);
-        let new = slot.reuse(DType::I32, Box::new([25]));
+        let new = slot.reuse(DType::I32, Shape::from_slice(&[25]));
         assert_eq!(slot.release_reason(), Some(ReleaseReason::Replaced));
         assert_eq!(new.shape(), [25]);
         assert_eq!(sim.live_allocations(), 1);
         assert!(slot.memory().is_err());
         assert_eq!(
-            slot.reuse(DType::U8, Box::new([1])).release_reason(),
+            slot.reuse(DType::U8, Shape::from_slice(&[1])).release_reason(),
             Some(ReleaseReason::Replaced),
             "a released slot yields a released slot"
         );

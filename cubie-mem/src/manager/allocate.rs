@@ -22,7 +22,7 @@ use super::state::{Queued, State};
 use crate::ChunkPlan;
 use crate::array::ReleaseReason;
 use crate::array::SetSlots;
-use crate::array::slot::Slot;
+use crate::array::slot::{Shape, Slot};
 use crate::backend::BackendResult;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, OwnerId};
@@ -341,7 +341,7 @@ impl Inner {
             request.dtype(),
             request.memory_kind(),
             bytes,
-            plan.chunked_shape(request).into_boxed_slice(),
+            request.chunked_dims(plan.chunk_length).collect(),
             stream,
         )
         .map(Placement::Fresh)
@@ -613,7 +613,7 @@ fn apply(
                     Arc::clone(entry)
                 }
                 None => {
-                    let new = entry.reuse(dtype, shape.into());
+                    let new = entry.reuse(dtype, Shape::from_slice(shape));
                     *entry = Arc::clone(&new);
                     new
                 }
