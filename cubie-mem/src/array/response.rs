@@ -40,16 +40,25 @@ pub struct ArrayResponse {
 /// An array's buffers, one per set, until taken (inline for up to two sets).
 pub(crate) type SetSlots = SmallVec<[Option<Arc<Slot>>; 2]>;
 
-/// One array of a response: per set, its buffer until taken.
+/// One array of a response: per set, its buffer until taken (the buffers
+/// carry the array's label).
 #[derive(Clone)]
 struct Held {
-    label: Arc<str>,
     sets: SetSlots,
 }
 
 impl Held {
     fn untaken(&self) -> bool {
         self.sets.iter().any(Option::is_some)
+    }
+
+    /// The label, while a set is not taken.
+    fn label(&self) -> Option<&str> {
+        self.sets
+            .iter()
+            .flatten()
+            .next()
+            .map(|slot| &**slot.label())
     }
 }
 
@@ -95,12 +104,11 @@ impl ArrayResponse {
         self.arrays.reserve_exact(arrays);
     }
 
-    /// Adds the array labelled `shared_label` (its buffers' label): `sets`
-    /// holds its buffer in each set, or one buffer shared by every set (an
-    /// unchunkable array). Its shape goes into
+    /// Adds an array: `sets` holds its buffer in each set, or one buffer
+    /// shared by every set (an unchunkable array). Its shape goes into
     /// [`chunked_shapes`](Self::chunked_shapes) with
     /// [`set_shapes`](Self::set_shapes).
-    pub(crate) fn insert(&mut self, shared_label: Arc<str>, mut sets: SetSlots) {
+    pub(crate) fn insert(&mut self, mut sets: SetSlots) {
         if sets.is_empty() {
             return;
         }
@@ -111,10 +119,7 @@ impl ArrayResponse {
             let shared = shared.clone();
             sets.resize(buffer_sets, shared);
         }
-        self.arrays.push(Held {
-            label: shared_label,
-            sets,
-        });
+        self.arrays.push(Held { sets });
     }
 
     /// Takes the device array under `label` (of set 0); an unknown label, a
@@ -179,10 +184,7 @@ impl ArrayResponse {
 
     /// Labels of the arrays with a set not yet taken.
     pub fn labels(&self) -> impl Iterator<Item = &str> {
-        self.arrays
-            .iter()
-            .filter(|held| held.untaken())
-            .map(|held| &*held.label)
+        self.arrays.iter().filter_map(Held::label)
     }
 
     /// Whether the response holds no arrays (a notary's response, or every
@@ -197,13 +199,29 @@ impl ArrayResponse {
         set: usize,
         kind: MemoryKind,
     ) -> Result<Arc<Slot>, MemError> {
-        let Some(index) = self.arrays.iter().position(|held| &*held.label == label) else {
-            return Err(MemError::UnknownLabel {
-                label: label.to_owned(),
-                available: self.labels().collect::<Vec<_>>().join(", "),
+        let buffer_sets = self.buffer_sets();
+        let Some(index) = self
+            .arrays
+            .iter()
+            .position(|held| held.label() == Some(label))
+        else {
+            return Err(if !self.chunked_shapes.contains_key(label) {
+                MemError::UnknownLabel {
+                    label: label.to_owned(),
+                    available: self.labels().collect::<Vec<_>>().join(", "),
+                }
+            } else if set >= buffer_sets.max(1) {
+                MemError::SetOutOfRange {
+                    label: label.to_owned(),
+                    set,
+                    buffer_sets,
+                }
+            } else {
+                MemError::AlreadyTaken {
+                    label: label.to_owned(),
+                }
             });
         };
-        let buffer_sets = self.buffer_sets();
         let Some(entry) = self.arrays[index].sets.get_mut(set) else {
             return Err(MemError::SetOutOfRange {
                 label: label.to_owned(),
@@ -245,8 +263,8 @@ impl fmt::Debug for ArrayResponse {
                 &self
                     .arrays
                     .iter()
-                    .filter(|held| held.untaken())
-                    .map(|held| {
+                    .filter_map(|held| held.label().map(|label| (label, held)))
+                    .map(|(label, held)| {
                         let sets: Vec<String> = held
                             .sets
                             .iter()
@@ -255,7 +273,7 @@ impl fmt::Debug for ArrayResponse {
                                     .map_or_else(|| "taken".to_owned(), |s| s.describe())
                             })
                             .collect();
-                        (&*held.label, sets)
+                        (label, sets)
                     })
                     .collect::<Vec<_>>(),
             )

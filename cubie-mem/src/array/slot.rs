@@ -377,7 +377,8 @@ mod tests {
         assert_eq!(sim.live_allocations(), 1);
         assert!(slot.memory().is_err());
         assert_eq!(
-            slot.reuse(DType::U8, Shape::from_slice(&[1])).release_reason(),
+            slot.reuse(DType::U8, Shape::from_slice(&[1]))
+                .release_reason(),
             Some(ReleaseReason::Replaced),
             "a released slot yields a released slot"
         );

@@ -265,10 +265,9 @@ impl Inner {
         placements.reserve(slots.len());
         let mut old = slots.drain(..);
         for ((label, request), placed) in batch.requests().zip(&mut requests) {
-            let mut old_sets = old.by_ref().take(placed.held).peekable();
-            let label = old_sets
-                .peek()
-                .map_or_else(|| Arc::from(label), |old| Arc::clone(old.label()));
+            let mut old_sets = old.by_ref().take(placed.held);
+            // New buffers of one request share one label, made when needed.
+            let mut fresh_label: Option<Arc<str>> = None;
             let sets = sets_of(plan, request);
             let bytes = plan.chunked_bytes(request);
             for set in 0..sets {
@@ -288,7 +287,7 @@ impl Inner {
                     _ => self.fresh(
                         s,
                         batch.owner,
-                        Arc::clone(&label),
+                        Arc::clone(fresh_label.get_or_insert_with(|| Arc::from(label))),
                         request,
                         bytes,
                         plan,
@@ -311,7 +310,6 @@ impl Inner {
                 placements.push(placement);
             }
             old_sets.for_each(drop);
-            placed.label = Some(label);
         }
         drop(old);
         s.scratch.held = slots;
@@ -410,7 +408,7 @@ impl Inner {
                     let dtype = request.dtype();
                     let sets = sets_of(&plan, &request);
                     let shape = request.into_chunked_shape(plan.chunk_length);
-                    let placed_request = requests.next();
+                    let held = requests.next().map_or(0, |placed| placed.held);
                     let mut slots = response.is_some().then(SetSlots::new);
                     for (set, placement) in placements.by_ref().take(sets).enumerate() {
                         let at = At {
@@ -423,18 +421,13 @@ impl Inner {
                             slots.push(slot);
                         }
                     }
-                    let (shared_label, excess) = placed_request
-                        .map_or((None, false), |placed| (placed.label, placed.held > sets));
-                    if excess {
+                    if held > sets {
                         retire_sets_from(s, usage, instance, &label, sets);
                     }
-                    if let (Some(response), Some(slots), Some(shared_label), Some(shapes)) = (
-                        response.as_deref_mut(),
-                        slots,
-                        shared_label,
-                        shapes.as_mut(),
-                    ) {
-                        response.insert(shared_label, slots);
+                    if let (Some(response), Some(slots), Some(shapes)) =
+                        (response.as_deref_mut(), slots, shapes.as_mut())
+                    {
+                        response.insert(slots);
                         shapes.push((label, shape));
                     }
                 }
@@ -498,8 +491,6 @@ pub(crate) struct Scratch {
 struct PlacedRequest {
     /// How many buffer sets it held before.
     held: usize,
-    /// The label its buffers share, once placed.
-    label: Option<Arc<str>>,
 }
 
 impl Held {
@@ -517,10 +508,7 @@ impl Held {
                     .and_then(|a| a.get(label))
                     .map_or(&[][..], Vec::as_slice);
                 held.slots.extend(sets.iter().cloned());
-                held.requests.push(PlacedRequest {
-                    held: sets.len(),
-                    label: None,
-                });
+                held.requests.push(PlacedRequest { held: sets.len() });
             }
         }
         held
