@@ -506,7 +506,7 @@ impl Held {
             for label in queued.set.labels() {
                 let sets = allocations
                     .and_then(|a| a.get(label))
-                    .map_or(&[][..], Vec::as_slice);
+                    .map_or(&[][..], |sets| sets.as_slice());
                 held.slots.extend(sets.iter().cloned());
                 held.requests.push(PlacedRequest { held: sets.len() });
             }
@@ -647,7 +647,8 @@ fn retire_sets_from(
     else {
         return;
     };
-    let retired = sets.split_off(keep.min(sets.len()));
+    let keep = keep.min(sets.len());
+    let retired: Vec<Arc<Slot>> = sets.drain(keep..).collect();
     for old in retired {
         if let Err(error) = s.release_slot(instance, usage, &old, ReleaseReason::Replaced) {
             tracing::warn!(label = %old.label(), %error, "freeing a replaced buffer set failed");

@@ -26,14 +26,18 @@ pub(crate) struct Queued {
     pub(crate) set: RequestSet,
 }
 
+/// An array's buffers held by an instance, one per buffer set, inline for up
+/// to two sets (looking an array up then touches no further allocation).
+pub(crate) type HeldSets = smallvec::SmallVec<[Arc<Slot>; 2]>;
+
 /// One registered instance.
 pub(crate) struct InstanceState {
     pub(crate) owner: OwnerId,
     pub(crate) name: Option<Arc<str>>,
     /// The arrays held, by label: the buffer of each buffer set in set
     /// order (`[set 0, set 1, ..]`), one for an unchunkable array or a plan
-    /// of one set. Never an empty list.
-    pub(crate) allocations: FxHashMap<Arc<str>, Vec<Arc<Slot>>>,
+    /// of one set (inline for up to two). Never an empty list.
+    pub(crate) allocations: FxHashMap<Arc<str>, HeldSets>,
     pub(crate) queued: Option<Queued>,
     pub(crate) on_invalidate: Option<InvalidateHook>,
     pub(crate) on_ready: Option<ReadyHook>,
