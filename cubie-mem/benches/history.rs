@@ -116,9 +116,8 @@ fn work(d: &Device) {
             bytes: 64,
             access: Access::ReadWrite,
         }];
-        let mut body = |bytes: &mut [&mut [u8]]| black_box(bytes).len();
         let mut run = |bytes: &mut [&mut [u8]]| {
-            body(bytes);
+            black_box(bytes);
         };
         d.sim
             .launch(
