@@ -80,7 +80,8 @@ fn pipeline(d: &Device) -> Result<(), MemError> {
         .chunk_streamer(&d.solver, &plan)?
         .pipeline()
         .inout(&mut host, &d.set, 0)
-        .run(|_, _| Ok::<_, MemError>(()))
+        .run(|_, _| Ok::<_, MemError>(()))?;
+    Ok(())
 }
 
 /// What came and went before the measurement.

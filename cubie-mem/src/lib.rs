@@ -76,7 +76,7 @@ pub use default::default_memmgr;
 pub use dtype::{DType, Element, Precision};
 pub use error::{ArraySide, MemError};
 pub use host::{
-    AnyHostArray, AsyncCopyError, ChunkLayout, ChunkPipeline, ChunkStreamer, HostArray,
+    AnyHostArray, AsyncCopyError, BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer, HostArray,
     HostMemoryKind, PendingCopy, StagingBuffer, StagingKey, StagingPool, SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};

@@ -161,6 +161,17 @@ pub trait Backend: Send + Sync + 'static {
     /// Allocates `bytes` of page-locked host memory, zero-filled.
     fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError>;
 
+    /// Whether the `len` bytes at `ptr` lie in one live [`PinnedBlock`] of
+    /// this backend, so that an asynchronous copy may use them. Asked
+    /// before a copy is queued: the manager stages (or refuses) host memory
+    /// the answer is `false` for, such as another backend's blocks. The
+    /// default answers `true` for a backend that keeps no record of its
+    /// blocks; its asynchronous copies must then check for themselves.
+    fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
+        let _ = (ptr, len);
+        true
+    }
+
     /// Copies the pageable slice `src` into device memory at `dst + offset`,
     /// ordered after earlier work on `stream`; returns once `src` may be
     /// reused (the host waits for the copy).

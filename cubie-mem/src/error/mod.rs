@@ -5,6 +5,7 @@
 
 use crate::{Bytes, DType};
 
+mod constructors;
 mod hints;
 
 pub use hints::ArraySide;
@@ -484,6 +485,45 @@ pub enum MemError {
         label: String,
     },
 
+    /// One device array bound in two buffer sets of a chunk pipeline.
+    #[error(
+        "device array '{label}' is bound in buffer sets {first_set} and {second_set}: each set needs a \
+         buffer of its own, or two chunks in flight overwrite each other; allocate the array with a \
+         pipeline depth and pick each set's buffer in input_with, output_with or inout_with"
+    )]
+    SharedBuffer {
+        /// The device array's label.
+        label: String,
+        /// The first set it is bound in.
+        first_set: usize,
+        /// Another set it is bound in.
+        second_set: usize,
+    },
+
+    /// A chunk pipeline given no buffer set.
+    #[error(
+        "a chunk pipeline needs at least one buffer set, and pipeline_sets was given none: pass the \
+         sets of an allocation (Allocated::sets), or use ChunkStreamer::pipeline for one set"
+    )]
+    NoBufferSets,
+
+    /// A chunk of a batch failed; the chunks before it were computed and
+    /// their results written into the host arrays before the run returned.
+    #[error(
+        "chunk {chunk} of the batch failed: {source}; the results of chunks {completed:?} (runs \
+         {completed_runs:?}) are in the host arrays"
+    )]
+    BatchFailed {
+        /// The chunk that failed.
+        chunk: usize,
+        /// The chunks whose results are in the host arrays.
+        completed: std::ops::Range<usize>,
+        /// Their runs.
+        completed_runs: std::ops::Range<usize>,
+        /// Why the chunk failed.
+        source: Box<MemError>,
+    },
+
     /// A chunk plan whose figures are inconsistent (made by hand or altered).
     #[error(
         "invalid chunk plan of {chunks} chunk(s) of {chunk_length} run(s) for {total_runs} run(s): {reason}; \
@@ -551,26 +591,4 @@ pub enum MemError {
         /// Bytes of the unchunkable requests.
         unchunkable: Bytes,
     },
-}
-
-impl MemError {
-    pub(crate) fn invalid_request(label: &str, reason: impl Into<String>) -> Self {
-        MemError::InvalidRequest {
-            label: label.to_owned(),
-            reason: reason.into(),
-        }
-    }
-
-    /// A backend failure not tied to an array.
-    pub(crate) fn backend(backend: &'static str, error: crate::backend::BackendError) -> Self {
-        MemError::Backend { backend, error }
-    }
-
-    /// True for errors that mean the device, or the host, ran out of memory.
-    pub fn is_out_of_memory(&self) -> bool {
-        matches!(
-            self,
-            MemError::OutOfMemory { .. } | MemError::HostOutOfMemory { .. }
-        ) || matches!(self, MemError::Backend { error, .. } if error.is_out_of_memory())
-    }
 }

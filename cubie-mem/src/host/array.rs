@@ -3,7 +3,9 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::HostMemoryKind;
 use super::spill::SpillFile;
@@ -27,10 +29,14 @@ enum Storage {
 /// Asking the block each time would make a simulated block check every
 /// access against the whole block's copies in flight.
 struct PinnedStorage {
-    /// Owns the memory `data` points into; freed with the storage.
-    _block: Box<dyn PinnedBlock>,
+    /// Owns the memory `data` points into; freed with the storage unless
+    /// `retired`.
+    block: ManuallyDrop<Box<dyn PinnedBlock>>,
     data: std::ptr::NonNull<u8>,
     len: usize,
+    /// Set when a copy using the block could not be waited for: the block
+    /// is leaked rather than freed under it.
+    retired: AtomicBool,
 }
 
 // SAFETY: the block is Send + Sync and owns the bytes `data` points into;
@@ -47,9 +53,10 @@ impl PinnedStorage {
         let data =
             std::ptr::NonNull::new(bytes.as_mut_ptr()).unwrap_or(std::ptr::NonNull::dangling());
         PinnedStorage {
-            _block: block,
+            block: ManuallyDrop::new(block),
             data,
             len,
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -62,6 +69,20 @@ impl PinnedStorage {
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as for `bytes`; `&mut self` makes the access unique.
         unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for PinnedStorage {
+    fn drop(&mut self) {
+        if self.retired.load(Ordering::Acquire) {
+            tracing::warn!(
+                bytes = self.len,
+                "a page-locked host array is leaked: a copy using it could not be waited for"
+            );
+            return;
+        }
+        // SAFETY: the block is dropped once, here, and never used again.
+        unsafe { ManuallyDrop::drop(&mut self.block) };
     }
 }
 
@@ -192,6 +213,15 @@ impl<T: Element> HostArray<T> {
     /// The elements as a vector.
     pub fn to_vec(&self) -> Vec<T> {
         self.as_slice().to_vec()
+    }
+
+    /// Makes dropping the array leak its page-locked memory instead of
+    /// freeing it: an asynchronous copy using it could not be waited for.
+    /// Pageable and spilled memory is never handed to a copy directly.
+    pub(crate) fn retire(&self) {
+        if let Storage::Pinned(pinned) = &self.storage {
+            pinned.retired.store(true, Ordering::Release);
+        }
     }
 
     /// Frees the array now, as dropping it does: pinned memory goes back to

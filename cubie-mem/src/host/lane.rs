@@ -87,6 +87,9 @@ pub(super) trait Move {
     /// staged results are scattered into the host array before it returns.
     fn download(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle)
     -> Result<(), MemError>;
+    /// Leaks the host array's page-locked memory when it is dropped: a copy
+    /// could not be waited for and may still use it.
+    fn retire_host(&self);
 }
 
 fn host_range_error(label: &str, range: &Range<usize>, len: usize) -> MemError {
@@ -109,16 +112,32 @@ impl<T: Element> Lane<'_, T> {
             })
     }
 
+    /// The range of the host array that chunk `runs` moves from or to
+    /// directly: a contiguous block of page-locked memory of this backend.
+    /// Anything else (pageable, spilled, strided, or another backend's
+    /// page-locked memory) goes through a staging buffer.
+    fn direct(&self, runs: &Range<usize>) -> Option<Range<usize>> {
+        let host = self.host.get();
+        let range = direct_range(host, &self.layout, runs)?;
+        let bytes = host.as_slice().get(range.clone())?;
+        self.backend
+            .is_page_locked(bytes.as_ptr().cast(), size_of_val(bytes))
+            .then_some(range)
+    }
+
     /// Whether moving `runs` needs a staging buffer.
     fn staged(&self, runs: &Range<usize>) -> bool {
-        self.layout.chunk_extent(runs.len()) > 0
-            && direct_range(self.host.get(), &self.layout, runs).is_none()
+        self.layout.chunk_extent(runs.len()) > 0 && self.direct(runs).is_none()
     }
 }
 
 impl<T: Element> Move for Lane<'_, T> {
     fn is_inout(&self) -> bool {
         self.direction == Direction::InOut
+    }
+
+    fn retire_host(&self) {
+        self.host.get().retire();
     }
 
     fn order_on(&self, stream: &Arc<OwnedStream>) -> Result<(), MemError> {
@@ -158,8 +177,9 @@ impl<T: Element> Move for Lane<'_, T> {
             return Ok(());
         }
         let device = self.device(set)?;
+        let direct = self.direct(&runs);
         let host = self.host.get();
-        if let Some(range) = direct_range(host, &self.layout, &runs) {
+        if let Some(range) = direct {
             let src = host
                 .as_slice()
                 .get(range.clone())
@@ -206,10 +226,11 @@ impl<T: Element> Move for Lane<'_, T> {
             return Ok(());
         }
         let device = self.device(set)?;
+        let direct = self.direct(&runs);
         let HostRef::Exclusive(host) = &mut self.host else {
             return Ok(());
         };
-        if let Some(range) = direct_range(host, &self.layout, &runs) {
+        if let Some(range) = direct {
             let len = host.len();
             let dst = host
                 .as_mut_slice()

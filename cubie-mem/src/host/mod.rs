@@ -21,11 +21,13 @@
 
 mod array;
 mod choose;
+mod failure;
 mod lane;
 mod layout;
 mod pending;
 mod pipeline;
 mod ram;
+mod schedule;
 mod spill;
 mod stage;
 mod staging;
@@ -33,6 +35,7 @@ mod transfer;
 
 pub use array::{AnyHostArray, HostArray};
 pub use choose::HostMemoryKind;
+pub use failure::BatchError;
 pub use layout::ChunkLayout;
 pub use pending::{AsyncCopyError, PendingCopy};
 pub use pipeline::ChunkPipeline;

@@ -234,6 +234,21 @@ fn prepare<T: Element>(
             ),
         });
     }
+    let backend = device.slot().backend();
+    let bytes: &[u8] = bytemuck::cast_slice(host.as_slice());
+    if !backend.is_page_locked(bytes.as_ptr(), bytes.len()) {
+        return Err(MemError::WrongArrayType {
+            label: device.label().to_owned(),
+            requested: format!(
+                "a page-locked host array of this manager's {} device for an asynchronous copy",
+                backend.name()
+            ),
+            found: "a page-locked host array of another manager or backend; make it with this \
+                    manager's create_host_array, or copy it with copy_from_host or copy_to_host, \
+                    which block"
+                .into(),
+        });
+    }
     if host.len() != device.len() {
         return Err(MemError::LengthMismatch {
             label: device.label().to_owned(),

@@ -1,18 +1,18 @@
 //! The chunk pipeline: a whole batch through the device, chunk by chunk,
 //! with uploads, computation and downloads of different chunks overlapping.
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap};
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
-use super::HostArray;
 use super::lane::{Direction, HostRef, Lane, Move};
-use super::stage::{Event, Stage};
+use super::schedule::Schedule;
+use super::stage::Stage;
 use super::transfer::ChunkStreamer;
-use crate::Chunk;
-use crate::backend::{Backend, BackendResult, StreamHandle};
+use super::{BatchError, HostArray};
 use crate::ids::OwnerId;
-use crate::streams::OwnedStream;
-use crate::{DeviceArray, Element, MemError};
+use crate::streams::CurrentStream;
+use crate::{Chunk, DeviceArray, Element, MemError, Work};
 
 /// Runs a batch through the device chunk by chunk, overlapping the copies of
 /// some chunks with the computation of another. Made by
@@ -54,6 +54,11 @@ pub struct ChunkPipeline<'p, S = ()> {
     bindings: Vec<Box<dyn Bind<'p> + 'p>>,
 }
 
+/// A device array's identity: the address of its device memory, which every
+/// handle to the array (and every set sharing one buffer) refers to.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct ArrayId(usize);
+
 /// A binding before the run checked it.
 struct Binding<'p, T: Element> {
     host: HostRef<'p, T>,
@@ -65,6 +70,8 @@ struct Binding<'p, T: Element> {
 trait Bind<'p> {
     fn label(&self) -> &str;
     fn owners(&self) -> Vec<OwnerId>;
+    /// The bound device arrays' buffers, one per buffer set.
+    fn arrays(&self) -> Result<Vec<ArrayId>, MemError>;
     fn prepare(
         self: Box<Self>,
         streamer: &ChunkStreamer<'_>,
@@ -79,6 +86,13 @@ impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
 
     fn owners(&self) -> Vec<OwnerId> {
         self.devices.iter().map(|device| device.owner()).collect()
+    }
+
+    fn arrays(&self) -> Result<Vec<ArrayId>, MemError> {
+        self.devices
+            .iter()
+            .map(|device| Ok(ArrayId(Arc::as_ptr(&device.device_memory()?).addr())))
+            .collect()
     }
 
     fn prepare(
@@ -238,13 +252,22 @@ impl<'p, S> ChunkPipeline<'p, S> {
     }
 
     /// Runs every chunk through `compute`, which is handed the chunk and
-    /// the buffer set holding it (see the type's docs for the order). Every
-    /// binding is checked before anything is copied; the first error stops
-    /// the run and is returned once the copies already queued are done.
+    /// the buffer set holding it (see the type's docs for the order).
+    ///
+    /// Every binding is checked before anything moves: at least one buffer
+    /// set, no device array bound twice (in two bindings, or in two sets of
+    /// one), each array chunked along its axis. The first error stops the
+    /// run; before it returns, every chunk computed before the failure is
+    /// downloaded into the host arrays and every copy queued is done, and
+    /// the [`BatchError`] names the chunk that failed and the chunks whose
+    /// results are in place. A panic in `compute` leaves the same way: the
+    /// finished chunks are downloaded and every copy is waited for before
+    /// the panic resumes (when waiting fails, the page-locked memory a copy
+    /// may still use is leaked, never freed under it).
     pub fn run<E: From<MemError>>(
         self,
         mut compute: impl FnMut(&Chunk, &S) -> Result<(), E>,
-    ) -> Result<(), E> {
+    ) -> Result<(), BatchError<E>> {
         let ChunkPipeline {
             streamer,
             sets,
@@ -258,277 +281,144 @@ impl<'p, S> ChunkPipeline<'p, S> {
             sets = sets.len(),
         )
         .entered();
-        let mut labels = HashSet::new();
-        for binding in &bindings {
-            if !labels.insert(binding.label().to_owned()) {
-                return Err(MemError::DuplicateBinding {
-                    label: binding.label().to_owned(),
-                }
-                .into());
-            }
-        }
-        // Every owner whose arrays are bound is busy for the whole run, so
-        // none of them is evicted mid-batch.
-        let owners: BTreeSet<OwnerId> = bindings
-            .iter()
-            .flat_map(|binding| binding.owners())
-            .chain(std::iter::once(streamer.instance.owner()))
-            .collect();
-        let mut order: Vec<(String, usize)> = bindings
-            .iter()
-            .enumerate()
-            .map(|(index, binding)| (binding.label().to_owned(), index))
-            .collect();
-        order.sort_unstable();
-        let mut lanes = bindings
-            .into_iter()
-            .map(|binding| binding.prepare(streamer, sets.len()))
-            .collect::<Result<Vec<_>, MemError>>()?;
-        let current = streamer.bind_stream()?;
-        let works = owners
-            .into_iter()
-            .map(|owner| streamer.manager.begin_work_for(owner))
-            .collect::<Result<Vec<_>, MemError>>()?;
+        let started = start(streamer, sets.len(), bindings)
+            .map_err(|error| BatchError::before_start(error.into()))?;
+        let Started {
+            mut lanes,
+            mut schedule,
+            works,
+            current,
+        } = started;
         let mut chunks = streamer.chunks().peekable();
-        if let Some(first) = chunks.peek() {
-            // Staging buffers are taken in one global order (by label).
-            for (_, index) in &order {
-                if let Some(lane) = lanes.get_mut(*index) {
-                    lane.reserve(first)?;
-                }
-            }
+        let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+            schedule.run(&mut lanes, &mut chunks, |chunk, set| {
+                sets.get(set).map_or(Ok(()), |set| compute(chunk, set))
+            })
+        }));
+        if !matches!(outcome, Ok(Ok(()))) {
+            schedule.salvage(&mut lanes);
         }
-        // The run's streams start after every earlier use of the arrays.
-        for lane in &lanes {
-            lane.order_on(current.owned())?;
-        }
-        let mut schedule = Schedule::new(streamer.manager.backend(), current.stream(), sets.len())?;
-        let result = schedule.run(&mut lanes, &mut chunks, |chunk, set| {
-            sets.get(set).map_or(Ok(()), |set| compute(chunk, set))
-        });
         // Every queued copy is done before the lanes (and the host arrays
         // and staging buffers they borrow) are let go, even after an error.
         let settled = schedule.finish();
+        if let Err(error) = &settled {
+            tracing::error!(%error, "waiting for a pipeline's copies failed; its host memory is leaked");
+            lanes.iter().for_each(|lane| lane.retire_host());
+        }
         drop(lanes);
-        result?;
-        settled?;
-        works.into_iter().try_for_each(|work| work.finish())?;
-        Ok(())
-    }
-}
-
-/// The events of one chunk.
-#[derive(Default)]
-struct ChunkEvents {
-    uploaded: Option<Event>,
-    computed: Option<Event>,
-    downloaded: Option<Event>,
-}
-
-/// The streams and events of one run.
-struct Schedule {
-    backend: Arc<dyn Backend>,
-    compute: StreamHandle,
-    upload: Arc<OwnedStream>,
-    download: Arc<OwnedStream>,
-    sets: usize,
-    /// Events of the chunks still referred to, from chunk `first` on.
-    events: VecDeque<ChunkEvents>,
-    first: usize,
-    /// Chunks whose download is queued (all below this index).
-    downloaded: usize,
-}
-
-impl Schedule {
-    fn new(
-        backend: &Arc<dyn Backend>,
-        compute: StreamHandle,
-        sets: usize,
-    ) -> Result<Self, MemError> {
-        let upload = OwnedStream::create(backend)?;
-        let download = OwnedStream::create(backend)?;
-        // The arrays were allocated (and maybe written) on the compute
-        // stream: the copy streams start after that.
-        let start = Event::record(backend, compute)?;
-        start.order(upload.handle())?;
-        start.order(download.handle())?;
-        Ok(Schedule {
-            backend: Arc::clone(backend),
-            compute,
-            upload,
-            download,
-            sets,
-            events: VecDeque::new(),
-            first: 0,
-            downloaded: 0,
-        })
-    }
-
-    fn events(&mut self, chunk: usize) -> &mut ChunkEvents {
-        let index = chunk.saturating_sub(self.first);
-        while self.events.len() <= index {
-            self.events.push_back(ChunkEvents::default());
-        }
-        &mut self.events[index]
-    }
-
-    /// The event of `chunk` that `pick` selects, if recorded and kept.
-    fn event(&self, chunk: usize, pick: fn(&ChunkEvents) -> &Option<Event>) -> Option<&Event> {
-        let index = chunk.checked_sub(self.first)?;
-        self.events
-            .get(index)
-            .and_then(|events| pick(events).as_ref())
-    }
-
-    /// Makes `stream` wait for the event `pick` selects of the chunk `d`
-    /// chunks before `chunk`, which used the same buffer set.
-    fn after_previous_use(
-        &self,
-        chunk: usize,
-        stream: StreamHandle,
-        pick: fn(&ChunkEvents) -> &Option<Event>,
-    ) -> Result<(), MemError> {
-        match chunk
-            .checked_sub(self.sets)
-            .and_then(|previous| self.event(previous, pick))
-        {
-            Some(event) => event.order(stream),
-            None => Ok(()),
-        }
-    }
-
-    fn upload(&mut self, lanes: &mut [Box<dyn Move + '_>], chunk: &Chunk) -> Result<(), MemError> {
-        let stream = self.upload.handle();
-        let set = chunk.index % self.sets;
-        self.after_previous_use(chunk.index, stream, |e| &e.computed)?;
-        for lane in lanes.iter_mut().filter(|lane| !lane.is_inout()) {
-            lane.upload(chunk, set, stream)?;
-        }
-        if lanes.iter().any(|lane| lane.is_inout()) {
-            self.after_previous_use(chunk.index, stream, |e| &e.downloaded)?;
-            for lane in lanes.iter_mut().filter(|lane| lane.is_inout()) {
-                lane.upload(chunk, set, stream)?;
-            }
-        }
-        self.events(chunk.index).uploaded = Some(Event::record(&self.backend, stream)?);
-        tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set, "queued a chunk's upload");
-        Ok(())
-    }
-
-    fn download(
-        &mut self,
-        lanes: &mut [Box<dyn Move + '_>],
-        chunk: &Chunk,
-    ) -> Result<(), MemError> {
-        let stream = self.download.handle();
-        if let Some(computed) = self.event(chunk.index, |e| &e.computed) {
-            computed.order(stream)?;
-        }
-        let set = chunk.index % self.sets;
-        for lane in lanes.iter_mut() {
-            lane.download(chunk, set, stream)?;
-        }
-        self.events(chunk.index).downloaded = Some(Event::record(&self.backend, stream)?);
-        self.downloaded = chunk.index + 1;
-        tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set, "queued a chunk's download");
-        Ok(())
-    }
-
-    fn compute<E: From<MemError>>(
-        &mut self,
-        chunk: &Chunk,
-        compute: &mut impl FnMut(&Chunk, usize) -> Result<(), E>,
-    ) -> Result<(), E> {
-        if let Some(uploaded) = self.event(chunk.index, |e| &e.uploaded) {
-            uploaded.order(self.compute)?;
-        }
-        self.after_previous_use(chunk.index, self.compute, |e| &e.downloaded)?;
-        tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set = chunk.index % self.sets, "computing a chunk");
-        compute(chunk, chunk.index % self.sets)?;
-        self.events(chunk.index).computed = Some(Event::record(&self.backend, self.compute)?);
-        // Later steps refer back at most `d` chunks.
-        while self.first < chunk.index.saturating_sub(self.sets) && !self.events.is_empty() {
-            self.events.pop_front();
-            self.first += 1;
-        }
-        Ok(())
-    }
-
-    /// Queues the downloads of the computed chunks up to `last`, in order.
-    fn download_through(
-        &mut self,
-        lanes: &mut [Box<dyn Move + '_>],
-        computed: &mut VecDeque<Chunk>,
-        last: usize,
-    ) -> Result<(), MemError> {
-        while computed.front().is_some_and(|chunk| chunk.index <= last) {
-            if let Some(chunk) = computed.pop_front() {
-                self.download(lanes, &chunk)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Queues every chunk: the computation of chunk `k` (after the download
-    /// of chunk `k - d`), the upload of chunk `k + 1`, then the downloads of
-    /// the chunks before `k`.
-    fn run<E: From<MemError>>(
-        &mut self,
-        lanes: &mut [Box<dyn Move + '_>],
-        chunks: &mut std::iter::Peekable<crate::Chunks>,
-        mut compute: impl FnMut(&Chunk, usize) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let Some(first) = chunks.peek().cloned() else {
-            return Ok(());
+        drop(current);
+        let completed = schedule.completed();
+        let stopped = |error: E, chunk: Option<usize>| {
+            BatchError::new(
+                error,
+                chunk,
+                completed.chunks.clone(),
+                completed.runs.clone(),
+            )
         };
-        let inout = lanes.iter().any(|lane| lane.is_inout());
-        let mut computed = VecDeque::new();
-        self.upload(lanes, &first)?;
-        while let Some(chunk) = chunks.next() {
-            // The results of the chunk that last used this set must be on
-            // their way out before the computation overwrites them.
-            if let Some(previous) = chunk.index.checked_sub(self.sets) {
-                self.download_through(lanes, &mut computed, previous)?;
-            }
-            self.compute(&chunk, &mut compute)?;
-            computed.push_back(chunk.clone());
-            if let Some(next) = chunks.peek().cloned() {
-                // An inout binding's upload overwrites results: those of
-                // the chunk that last used the set go out first.
-                if inout && let Some(previous) = next.index.checked_sub(self.sets) {
-                    self.download_through(lanes, &mut computed, previous)?;
-                }
-                self.upload(lanes, &next)?;
-            }
-            if let Some(before) = chunk.index.checked_sub(1) {
-                self.download_through(lanes, &mut computed, before)?;
-            }
+        match outcome {
+            Err(payload) => panic::resume_unwind(payload),
+            Ok(Err(error)) => return Err(stopped(error, schedule.stopped_at())),
+            Ok(Ok(())) => {}
         }
-        self.download_through(lanes, &mut computed, usize::MAX)?;
-        Ok(())
+        settled.map_err(|error| stopped(error.into(), None))?;
+        works
+            .into_iter()
+            .try_for_each(|work| work.finish())
+            .map_err(|error| stopped(error.into(), None))
     }
+}
 
-    /// Orders the instance's stream after every copy and waits for all of
-    /// it: later frees and copies on the instance's stream come after the
-    /// run, and no copy still uses host memory.
-    fn finish(&mut self) -> Result<(), MemError> {
-        let mut result = Ok(());
-        for stream in [self.upload.handle(), self.download.handle()] {
-            let ordered =
-                Event::record(&self.backend, stream).and_then(|done| done.order(self.compute));
-            if result.is_ok() {
-                result = ordered;
+/// What a run holds once its bindings are checked and its staging is
+/// reserved.
+struct Started<'p> {
+    lanes: Vec<Box<dyn Move + 'p>>,
+    schedule: Schedule,
+    works: Vec<Work>,
+    current: CurrentStream,
+}
+
+/// Checks the bindings, prepares them, marks the owners busy and reserves
+/// the staging buffers: everything before the first copy.
+fn start<'p>(
+    streamer: &ChunkStreamer<'_>,
+    sets: usize,
+    bindings: Vec<Box<dyn Bind<'p> + 'p>>,
+) -> Result<Started<'p>, MemError> {
+    check_bindings(&bindings, sets)?;
+    // Every owner whose arrays are bound is busy for the whole run, so
+    // none of them is evicted mid-batch.
+    let owners: BTreeSet<OwnerId> = bindings
+        .iter()
+        .flat_map(|binding| binding.owners())
+        .chain(std::iter::once(streamer.instance.owner()))
+        .collect();
+    let mut order: Vec<(String, usize)> = bindings
+        .iter()
+        .enumerate()
+        .map(|(index, binding)| (binding.label().to_owned(), index))
+        .collect();
+    order.sort_unstable();
+    let mut lanes = bindings
+        .into_iter()
+        .map(|binding| binding.prepare(streamer, sets))
+        .collect::<Result<Vec<_>, MemError>>()?;
+    let current = streamer.bind_stream()?;
+    let works = owners
+        .into_iter()
+        .map(|owner| streamer.manager.begin_work_for(owner))
+        .collect::<Result<Vec<_>, MemError>>()?;
+    if let Some(first) = streamer.chunks().next() {
+        // Staging buffers are taken in one global order (by label).
+        for (_, index) in &order {
+            if let Some(lane) = lanes.get_mut(*index) {
+                lane.reserve(&first)?;
             }
         }
-        for stream in [self.compute, self.upload.handle(), self.download.handle()] {
-            let waited = self.backend.synchronize(stream).on(&*self.backend);
-            if result.is_ok() {
-                result = waited;
-            }
-        }
-        self.events.clear();
-        result
     }
+    // The run's streams start after every earlier use of the arrays.
+    for lane in &lanes {
+        lane.order_on(current.owned())?;
+    }
+    let schedule = Schedule::new(streamer.manager.backend(), current.stream(), sets)?;
+    Ok(Started {
+        lanes,
+        schedule,
+        works,
+        current,
+    })
+}
+
+/// Refuses, before anything moves, a pipeline without buffer sets and a
+/// device array bound twice: in two sets of one binding (two chunks in
+/// flight would overwrite each other) or in two bindings. Arrays are told
+/// apart by identity, not label: two instances' arrays of one label bind
+/// together.
+fn check_bindings(bindings: &[Box<dyn Bind<'_> + '_>], sets: usize) -> Result<(), MemError> {
+    if sets == 0 {
+        return Err(MemError::NoBufferSets);
+    }
+    let mut bound: HashMap<ArrayId, (usize, usize)> = HashMap::new();
+    for (index, binding) in bindings.iter().enumerate() {
+        for (set, array) in binding.arrays()?.into_iter().enumerate() {
+            match bound.insert(array, (index, set)) {
+                None => {}
+                Some((other, first_set)) if other == index => {
+                    return Err(MemError::SharedBuffer {
+                        label: binding.label().to_owned(),
+                        first_set,
+                        second_set: set,
+                    });
+                }
+                Some(_) => {
+                    return Err(MemError::DuplicateBinding {
+                        label: binding.label().to_owned(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 impl<S> std::fmt::Debug for ChunkPipeline<'_, S> {

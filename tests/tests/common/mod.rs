@@ -212,6 +212,9 @@ impl Backend for Logged {
         self.note(format!("pin {bytes}"));
         self.sim.alloc_pinned(bytes)
     }
+    fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
+        self.sim.is_page_locked(ptr, len)
+    }
     fn copy_to_device(
         &self,
         dst: DevicePtr,

@@ -201,3 +201,64 @@ fn a_copy_keeps_its_device_array_allocated_until_it_is_done() {
     drop(y);
     assert_eq!(sim.live_allocations(), 0);
 }
+
+#[test]
+fn another_managers_page_locked_array_is_refused_and_handed_back() {
+    let (mgr, sim) = setup();
+    let solver = instance(&mgr, "solver");
+    let y = device(&mgr, &solver, "y");
+    let (other, _) = setup();
+    let elsewhere = instance(&other, "solver");
+    let data = values();
+    let foreign = host(&other, &elsewhere, HostMemoryKind::Pinned, Some(&data));
+    let spans = sim.timeline().spans().len();
+
+    let refused = y.upload_async(foreign).unwrap_err();
+    assert!(
+        matches!(refused.error(), MemError::WrongArrayType { found, .. }
+            if found.contains("another manager or backend")),
+        "{}",
+        refused.error()
+    );
+    assert_eq!(sim.timeline().spans().len(), spans, "nothing was queued");
+    let foreign = refused.into_host().unwrap();
+    assert_eq!(foreign.as_slice(), data, "the array comes back as it was");
+
+    let refused = y.download_async(foreign).unwrap_err();
+    assert!(matches!(refused.error(), MemError::WrongArrayType { .. }));
+    // A blocking copy takes any host memory.
+    y.copy_from_host(refused.into_host().unwrap().as_slice())
+        .unwrap();
+    assert_eq!(y.to_vec().unwrap(), data);
+}
+
+#[test]
+fn a_polling_loop_sees_a_short_copy_done() {
+    let (mgr, sim) = setup();
+    let solver = instance(&mgr, "solver");
+    mgr.queue_request(&solver, [("one", ArrayRequest::of::<f32>([250]))])
+        .unwrap();
+    let one = mgr
+        .allocate_queue_for(&solver)
+        .unwrap()
+        .take::<f32>("one")
+        .unwrap();
+    // 1,000 bytes at 1 byte per ns: a 1 µs copy.
+    let upload = one
+        .upload_async(
+            mgr.create_host_array([250], HostMemoryKind::Pinned, Some(&[2.0; 250]), &solver)
+                .unwrap(),
+        )
+        .unwrap();
+    let start = sim.now();
+    let mut polls = 0;
+    while !upload.is_done().unwrap() {
+        polls += 1;
+        assert!(
+            polls < 1_000,
+            "the host's clock does not advance while it polls"
+        );
+    }
+    assert!(sim.now() >= start + Duration::from_micros(1));
+    assert_eq!(upload.wait().unwrap().as_slice(), [2.0; 250]);
+}

@@ -109,7 +109,13 @@ fn a_plan_with_an_enormous_chunk_count_streams_lazily() {
             Ok(())
         })
         .unwrap_err();
-    assert!(matches!(error, MemError::ChunkOutOfRange { chunk: 2, .. }));
+    assert!(matches!(
+        *error.error(),
+        MemError::ChunkOutOfRange { chunk: 2, .. }
+    ));
+    assert_eq!(error.chunk(), Some(2));
+    assert_eq!(error.completed(), 0..2);
+    assert_eq!(error.completed_runs(), 0..4);
     assert_eq!(seen, [0..2, 2..4, 4..6]);
     let last = plan.iter_chunks().next_back().unwrap();
     assert_eq!(last.runs, usize::MAX - 1..usize::MAX);
@@ -246,8 +252,9 @@ fn wrong_shapes_and_indices_are_clear_errors() {
         .output(&mut out, &device, 1)
         .run(|_, _| Ok::<_, MemError>(()))
         .unwrap_err();
+    assert_eq!(error.chunk(), None);
     assert_eq!(
-        error,
+        error.into_error(),
         MemError::DuplicateBinding {
             label: "state".into()
         }
@@ -257,7 +264,8 @@ fn wrong_shapes_and_indices_are_clear_errors() {
         .pipeline()
         .input(&wrong_runs, &device, 1)
         .run(|_, _| -> Result<(), MemError> { panic!("must not run with a bad binding") })
-        .unwrap_err();
+        .unwrap_err()
+        .into_error();
     assert!(matches!(error, MemError::ChunkShapeMismatch { .. }));
 }
 

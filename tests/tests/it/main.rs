@@ -20,6 +20,7 @@ mod host_pipeline;
 mod identity;
 mod overlap;
 mod pipeline_depth;
+mod pipeline_failures;
 mod pipeline_properties;
 mod planner_properties;
 mod robustness;

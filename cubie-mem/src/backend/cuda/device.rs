@@ -188,6 +188,13 @@ impl Backend for CudaBackend {
         self.shared.pinned.allocate(bytes)
     }
 
+    fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
+        self.shared
+            .pinned
+            .check_page_locked("", ptr.addr(), len)
+            .is_ok()
+    }
+
     fn copy_to_device(
         &self,
         dst: DevicePtr,

@@ -278,6 +278,10 @@ impl Backend for SimBackend {
         Ok(Box::new(SimPinnedBlock::register(block, &mut s, device)))
     }
 
+    fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
+        self.state().check_page_locked("", ptr.addr(), len).is_ok()
+    }
+
     fn copy_to_device(
         &self,
         dst: DevicePtr,

@@ -243,6 +243,12 @@ impl SimBackend {
         self.state().events.len()
     }
 
+    /// Number of live page-locked host blocks (host arrays and staging
+    /// buffers), for checking that nothing leaked.
+    pub fn live_pinned_blocks(&self) -> usize {
+        self.state().pinned_blocks.len()
+    }
+
     fn state(&self) -> MutexGuard<'_, SimState> {
         // The state is consistent after every statement, so a panic elsewhere
         // while it was held leaves nothing half-done.

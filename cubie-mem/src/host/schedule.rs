@@ -1,0 +1,300 @@
+//! The order of a chunk pipeline's work: which chunk's upload, computation
+//! and download is queued when, on which stream, after which events, and
+//! what is saved when a step fails.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::lane::Move;
+use super::stage::Event;
+use crate::Chunk;
+use crate::backend::{Backend, BackendResult, StreamHandle};
+use crate::streams::OwnedStream;
+use crate::{Chunks, MemError};
+
+/// The events of one chunk.
+#[derive(Default)]
+struct ChunkEvents {
+    uploaded: Option<Event>,
+    computed: Option<Event>,
+    downloaded: Option<Event>,
+}
+
+/// The chunks of a run whose results are in the host arrays (once the
+/// copies queued are done), and their runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Completed {
+    pub(super) chunks: Range<usize>,
+    pub(super) runs: Range<usize>,
+}
+
+/// The streams and events of one run.
+pub(super) struct Schedule {
+    backend: Arc<dyn Backend>,
+    compute: StreamHandle,
+    upload: Arc<OwnedStream>,
+    download: Arc<OwnedStream>,
+    sets: usize,
+    /// Events of the chunks still referred to, from chunk `first` on.
+    events: VecDeque<ChunkEvents>,
+    first: usize,
+    /// Chunks computed whose download is not queued yet, in order.
+    computed: VecDeque<Chunk>,
+    /// The chunk whose step was queued last: where a failure stopped.
+    at: Option<usize>,
+    /// The chunks whose downloads are queued, from the run's first chunk.
+    completed: Completed,
+    /// A download failed: later chunks' results cannot follow in order.
+    download_failed: bool,
+}
+
+impl Schedule {
+    pub(super) fn new(
+        backend: &Arc<dyn Backend>,
+        compute: StreamHandle,
+        sets: usize,
+    ) -> Result<Self, MemError> {
+        let upload = OwnedStream::create(backend)?;
+        let download = OwnedStream::create(backend)?;
+        // The arrays were allocated (and maybe written) on the compute
+        // stream: the copy streams start after that.
+        let start = Event::record(backend, compute)?;
+        start.order(upload.handle())?;
+        start.order(download.handle())?;
+        Ok(Schedule {
+            backend: Arc::clone(backend),
+            compute,
+            upload,
+            download,
+            sets: sets.max(1),
+            events: VecDeque::new(),
+            first: 0,
+            computed: VecDeque::new(),
+            at: None,
+            completed: Completed::default(),
+            download_failed: false,
+        })
+    }
+
+    /// The chunk the run stopped at (the last one a step was queued for).
+    pub(super) fn stopped_at(&self) -> Option<usize> {
+        self.at
+    }
+
+    /// The chunks whose downloads were queued without error.
+    pub(super) fn completed(&self) -> Completed {
+        self.completed.clone()
+    }
+
+    fn events(&mut self, chunk: usize) -> &mut ChunkEvents {
+        let index = chunk.saturating_sub(self.first);
+        while self.events.len() <= index {
+            self.events.push_back(ChunkEvents::default());
+        }
+        &mut self.events[index]
+    }
+
+    /// The event of `chunk` that `pick` selects, if recorded and kept.
+    fn event(&self, chunk: usize, pick: fn(&ChunkEvents) -> &Option<Event>) -> Option<&Event> {
+        let index = chunk.checked_sub(self.first)?;
+        self.events
+            .get(index)
+            .and_then(|events| pick(events).as_ref())
+    }
+
+    /// Makes `stream` wait for the event `pick` selects of the chunk `d`
+    /// chunks before `chunk`, which used the same buffer set.
+    fn after_previous_use(
+        &self,
+        chunk: usize,
+        stream: StreamHandle,
+        pick: fn(&ChunkEvents) -> &Option<Event>,
+    ) -> Result<(), MemError> {
+        match chunk
+            .checked_sub(self.sets)
+            .and_then(|previous| self.event(previous, pick))
+        {
+            Some(event) => event.order(stream),
+            None => Ok(()),
+        }
+    }
+
+    fn upload(&mut self, lanes: &mut [Box<dyn Move + '_>], chunk: &Chunk) -> Result<(), MemError> {
+        self.at = Some(chunk.index);
+        let stream = self.upload.handle();
+        let set = chunk.index % self.sets;
+        self.after_previous_use(chunk.index, stream, |e| &e.computed)?;
+        for lane in lanes.iter_mut().filter(|lane| !lane.is_inout()) {
+            lane.upload(chunk, set, stream)?;
+        }
+        if lanes.iter().any(|lane| lane.is_inout()) {
+            self.after_previous_use(chunk.index, stream, |e| &e.downloaded)?;
+            for lane in lanes.iter_mut().filter(|lane| lane.is_inout()) {
+                lane.upload(chunk, set, stream)?;
+            }
+        }
+        self.events(chunk.index).uploaded = Some(Event::record(&self.backend, stream)?);
+        tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set, "queued a chunk's upload");
+        Ok(())
+    }
+
+    fn download(
+        &mut self,
+        lanes: &mut [Box<dyn Move + '_>],
+        chunk: &Chunk,
+    ) -> Result<(), MemError> {
+        let queued = self.queue_download(lanes, chunk);
+        match queued {
+            Ok(()) => {
+                self.completed.chunks.end = chunk.index.saturating_add(1);
+                self.completed.runs.end = chunk.runs.end;
+            }
+            Err(_) => self.download_failed = true,
+        }
+        queued
+    }
+
+    fn queue_download(
+        &mut self,
+        lanes: &mut [Box<dyn Move + '_>],
+        chunk: &Chunk,
+    ) -> Result<(), MemError> {
+        let stream = self.download.handle();
+        if let Some(computed) = self.event(chunk.index, |e| &e.computed) {
+            computed.order(stream)?;
+        }
+        let set = chunk.index % self.sets;
+        for lane in lanes.iter_mut() {
+            lane.download(chunk, set, stream)?;
+        }
+        self.events(chunk.index).downloaded = Some(Event::record(&self.backend, stream)?);
+        tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set, "queued a chunk's download");
+        Ok(())
+    }
+
+    fn compute<E: From<MemError>>(
+        &mut self,
+        chunk: &Chunk,
+        compute: &mut impl FnMut(&Chunk, usize) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.at = Some(chunk.index);
+        if let Some(uploaded) = self.event(chunk.index, |e| &e.uploaded) {
+            uploaded.order(self.compute)?;
+        }
+        self.after_previous_use(chunk.index, self.compute, |e| &e.downloaded)?;
+        tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set = chunk.index % self.sets, "computing a chunk");
+        compute(chunk, chunk.index % self.sets)?;
+        self.events(chunk.index).computed = Some(Event::record(&self.backend, self.compute)?);
+        self.computed.push_back(chunk.clone());
+        // Later steps refer back at most `d` chunks.
+        while self.first < chunk.index.saturating_sub(self.sets) && !self.events.is_empty() {
+            self.events.pop_front();
+            self.first += 1;
+        }
+        Ok(())
+    }
+
+    /// Queues the downloads of the computed chunks up to `last`, in order.
+    fn download_through(
+        &mut self,
+        lanes: &mut [Box<dyn Move + '_>],
+        last: usize,
+    ) -> Result<(), MemError> {
+        while self
+            .computed
+            .front()
+            .is_some_and(|chunk| chunk.index <= last)
+        {
+            if let Some(chunk) = self.computed.pop_front() {
+                self.download(lanes, &chunk)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues every chunk: the computation of chunk `k` (after the download
+    /// of chunk `k - d`), the upload of chunk `k + 1`, then the downloads of
+    /// the chunks before `k`.
+    pub(super) fn run<E: From<MemError>>(
+        &mut self,
+        lanes: &mut [Box<dyn Move + '_>],
+        chunks: &mut std::iter::Peekable<Chunks>,
+        mut compute: impl FnMut(&Chunk, usize) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Some(first) = chunks.peek().cloned() else {
+            return Ok(());
+        };
+        self.completed = Completed {
+            chunks: first.index..first.index,
+            runs: first.runs.start..first.runs.start,
+        };
+        let inout = lanes.iter().any(|lane| lane.is_inout());
+        self.upload(lanes, &first)?;
+        while let Some(chunk) = chunks.next() {
+            // The results of the chunk that last used this set must be on
+            // their way out before the computation overwrites them.
+            if let Some(previous) = chunk.index.checked_sub(self.sets) {
+                self.download_through(lanes, previous)?;
+            }
+            self.compute(&chunk, &mut compute)?;
+            if let Some(next) = chunks.peek().cloned() {
+                // An inout binding's upload overwrites results: those of
+                // the chunk that last used the set go out first.
+                if inout && let Some(previous) = next.index.checked_sub(self.sets) {
+                    self.download_through(lanes, previous)?;
+                }
+                self.upload(lanes, &next)?;
+            }
+            if let Some(before) = chunk.index.checked_sub(1) {
+                self.download_through(lanes, before)?;
+            }
+        }
+        self.download_through(lanes, usize::MAX)?;
+        Ok(())
+    }
+
+    /// After a failure: queues the downloads of every chunk computed before
+    /// it, in order, so that no finished result is lost. Stops at the first
+    /// download that fails (and does nothing after one failed), so that the
+    /// chunks saved are always the first ones of the run.
+    pub(super) fn salvage(&mut self, lanes: &mut [Box<dyn Move + '_>]) {
+        if self.download_failed {
+            self.computed.clear();
+            return;
+        }
+        let at = self.at;
+        if let Err(error) = self.download_through(lanes, usize::MAX) {
+            tracing::error!(%error, "downloading a finished chunk after a failure failed");
+        }
+        self.computed.clear();
+        self.at = at;
+    }
+
+    /// Orders the instance's stream after every copy and waits for all of
+    /// it: later frees and copies on the instance's stream come after the
+    /// run, and no copy still uses host memory. When waiting fails, no
+    /// chunk's results can be counted on.
+    pub(super) fn finish(&mut self) -> Result<(), MemError> {
+        let mut result = Ok(());
+        for stream in [self.upload.handle(), self.download.handle()] {
+            let ordered =
+                Event::record(&self.backend, stream).and_then(|done| done.order(self.compute));
+            if result.is_ok() {
+                result = ordered;
+            }
+        }
+        for stream in [self.compute, self.upload.handle(), self.download.handle()] {
+            let waited = self.backend.synchronize(stream).on(&*self.backend);
+            if result.is_ok() {
+                result = waited;
+            }
+        }
+        self.events.clear();
+        if result.is_err() {
+            self.completed.chunks.end = self.completed.chunks.start;
+            self.completed.runs.end = self.completed.runs.start;
+        }
+        result
+    }
+}
