@@ -14,7 +14,8 @@ use crate::{Bytes, LimitMode, MemoryKind};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct UsageStats {
-    /// Bytes allocated now, device and pinned.
+    /// Bytes allocated now, device and pinned: the arrays' own sizes (an
+    /// array in a larger buffer it reused counts its own bytes).
     pub current_bytes: u64,
     /// Device bytes allocated now.
     pub device_bytes: u64,
@@ -73,10 +74,11 @@ impl UsageStats {
     }
 
     /// A buffer freed and allocated again at once for a new array (reused
-    /// in place): one free and one allocation, the current figures unchanged.
-    pub(crate) fn reused(&mut self) {
-        self.allocations = self.allocations.saturating_add(1);
-        self.frees = self.frees.saturating_add(1);
+    /// in place): one free and one allocation; the current bytes go from
+    /// the old array's own size to the new one's, the count is unchanged.
+    pub(crate) fn reused(&mut self, before: u64, after: u64, kind: MemoryKind) {
+        self.freed(before, kind, false);
+        self.allocated(after, kind);
     }
 
     pub(crate) fn chunked(&mut self) {

@@ -157,9 +157,17 @@ macro_rules! common_accessors {
             self.len() == 0
         }
 
-        /// Bytes of the array's elements.
+        /// Bytes of the array's elements: its own size, also when it
+        /// lives in a larger buffer it reused.
         pub fn nbytes(&self) -> u64 {
             self.inner.slot.bytes()
+        }
+
+        /// Bytes of the buffer holding the array: [`nbytes`](Self::nbytes),
+        /// or more when the array reuses a larger buffer of its label
+        /// (device memory is not given back between allocations that fit).
+        pub fn capacity_bytes(&self) -> u64 {
+            self.inner.slot.capacity()
         }
 
         /// Whether the memory is still allocated.

@@ -127,10 +127,22 @@ pub(crate) struct Slot {
     owner: OwnerId,
     dtype: DType,
     kind: MemoryKind,
+    /// The array's own bytes: its shape's elements times the element size.
     bytes: u64,
+    /// The bytes of the buffer holding it: its own, or more for a larger
+    /// buffer reused.
+    capacity: u64,
     shape: Shape,
     backend: Arc<dyn Backend>,
     state: Mutex<SlotState>,
+}
+
+/// The bytes of an array of `shape` and `dtype`, saturating (a buffer that
+/// large could never have been allocated).
+fn own_bytes(dtype: DType, shape: &[usize]) -> u64 {
+    shape.iter().fold(dtype.size_bytes() as u64, |bytes, &d| {
+        bytes.saturating_mul(d as u64)
+    })
 }
 
 impl Slot {
@@ -172,6 +184,7 @@ impl Slot {
             dtype,
             kind,
             bytes,
+            capacity: bytes,
             shape,
             backend: Arc::clone(backend),
             state: Mutex::new(SlotState::Live(memory)),
@@ -179,7 +192,8 @@ impl Slot {
     }
 
     /// A new slot taking over this slot's memory for a new type and shape
-    /// (a buffer at least as large, reused); this slot's handles then report
+    /// (a buffer at least as large, reused: the new array is its own size,
+    /// the buffer keeps its capacity); this slot's handles then report
     /// `Replaced`. A released slot yields a released slot.
     pub(crate) fn reuse(&self, dtype: DType, shape: Shape) -> Arc<Slot> {
         let previous = std::mem::replace(
@@ -191,7 +205,8 @@ impl Slot {
             owner: self.owner,
             dtype,
             kind: self.kind,
-            bytes: self.bytes,
+            bytes: own_bytes(dtype, &shape),
+            capacity: self.capacity,
             shape,
             backend: Arc::clone(&self.backend),
             state: Mutex::new(previous),
@@ -203,6 +218,7 @@ impl Slot {
     pub(crate) fn reshape(&mut self, dtype: DType, shape: &[usize]) {
         self.dtype = dtype;
         self.shape = Shape::from_slice(shape);
+        self.bytes = own_bytes(dtype, shape);
     }
 
     /// Marks the slot released for `reason` and frees its memory unless an
@@ -266,8 +282,16 @@ impl Slot {
         &self.label
     }
 
+    /// The array's own bytes (not the buffer's, when it reuses a larger
+    /// one): what is reported, passed to kernels and counted.
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// The bytes of the buffer holding the array: what a later array of
+    /// the label can reuse.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
     }
 
     pub(crate) fn shape(&self) -> &[usize] {
@@ -371,9 +395,10 @@ mod tests {
     fn reuse_moves_the_memory_and_retires_the_old_slot() {
         let (backend, sim, stream) = setup();
         let slot = device_slot(&backend, &stream);
-        let new = slot.reuse(DType::I32, Shape::from_slice(&[25]));
+        let new = slot.reuse(DType::I32, Shape::from_slice(&[5]));
         assert_eq!(slot.release_reason(), Some(ReleaseReason::Replaced));
-        assert_eq!(new.shape(), [25]);
+        assert_eq!(new.shape(), [5]);
+        assert_eq!((new.bytes(), new.capacity()), (20, 100));
         assert_eq!(sim.live_allocations(), 1);
         assert!(slot.memory().is_err());
         assert_eq!(

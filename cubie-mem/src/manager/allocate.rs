@@ -283,7 +283,7 @@ impl Inner {
                     {
                         Placement::Keep(old)
                     }
-                    Some(old) if old.bytes() >= bytes => Placement::Reuse,
+                    Some(old) if old.capacity() >= bytes => Placement::Reuse,
                     _ => self.fresh(
                         s,
                         batch.owner,
@@ -594,6 +594,7 @@ fn apply(
         Placement::Reuse => {
             let instance_state = s.instances.get_mut(&instance)?;
             let entry = instance_state.allocations.get_mut(label)?.get_mut(set)?;
+            let before = entry.bytes();
             let new = match Arc::get_mut(entry) {
                 // No handle refers to the array: reshape it where it is.
                 Some(unique) => {
@@ -606,7 +607,7 @@ fn apply(
                     new
                 }
             };
-            s.count_reuse(instance, usage);
+            s.count_reuse(instance, usage, before, &new);
             Some(new)
         }
         Placement::Fresh(slot) => {

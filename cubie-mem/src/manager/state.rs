@@ -346,13 +346,21 @@ impl State {
         self.total_usage.allocated(bytes, kind);
     }
 
-    /// Records that `instance` reused a buffer it held for a new array.
-    pub(crate) fn count_reuse(&mut self, instance: InstanceId, group: &mut UsageStats) {
+    /// Records that `instance` reused a buffer it held, whose array had
+    /// `before` bytes, for the array `slot`.
+    pub(crate) fn count_reuse(
+        &mut self,
+        instance: InstanceId,
+        group: &mut UsageStats,
+        before: u64,
+        slot: &Slot,
+    ) {
+        let (after, kind) = (slot.bytes(), slot.kind());
         if let Some(i) = self.instances.get_mut(&instance) {
-            i.usage.reused();
+            i.usage.reused(before, after, kind);
         }
-        group.reused();
-        self.total_usage.reused();
+        group.reused(before, after, kind);
+        self.total_usage.reused(before, after, kind);
     }
 
     /// Releases `slot`, held by `instance` until now, and counts it. Returns

@@ -153,17 +153,19 @@ fn a_failed_call_leaves_a_reused_buffer_intact() {
 
     // Once the fault is lifted the same queue is served: x reused, y new.
     sim.set_fail_allocations_after(None);
-    let response = mgr.allocate_queue_for(&a).unwrap();
+    let mut response = mgr.allocate_queue_for(&a).unwrap();
     assert_eq!(response.chunked_shapes["x"], [1, 10]);
     assert_eq!(response.chunked_shapes["y"], [4, 10]);
     assert_eq!(x.release_reason(), Some(cubie_mem::ReleaseReason::Replaced));
     assert_eq!(y.release_reason(), Some(cubie_mem::ReleaseReason::Replaced));
     assert_eq!(sim.live_allocations(), 2);
+    let x = response.take::<f64>("x").unwrap();
     assert_eq!(
-        mgr.allocated_bytes(&a),
-        160 + 320,
+        (x.nbytes(), x.capacity_bytes()),
+        (80, 160),
         "x keeps its 160-byte buffer"
     );
+    assert_eq!(mgr.allocated_bytes(&a), 80 + 320);
 }
 
 #[test]

@@ -23,6 +23,7 @@ mod pipeline_depth;
 mod pipeline_failures;
 mod pipeline_properties;
 mod planner_properties;
+mod reused_buffers;
 mod robustness;
 mod shares;
 mod staging;

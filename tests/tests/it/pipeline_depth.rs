@@ -213,10 +213,14 @@ fn re_allocating_with_the_same_or_another_depth_replaces_every_set_without_a_lea
         .map(|set| deeper.take_set::<f64>("state", set).unwrap())
         .collect();
     assert!(three.iter().all(|a| a.shape() == [8, 15]));
+    // The figures are the arrays' own sizes; the device holds the buffers.
+    assert!(three.iter().all(|a| a.nbytes() == 960));
+    let capacities: Vec<u64> = three.iter().map(|a| a.capacity_bytes()).collect();
+    assert_eq!(capacities, [1600, 1600, 960]);
     let usage = mgr.stats().instances[0].usage;
-    assert_eq!(usage.device_bytes, device_used(&sim));
-    assert_eq!(usage.device_bytes, 2 * 1600 + 960 + 128);
-    assert_eq!(usage.pinned_bytes, 2 * 100 + 60);
+    assert_eq!(usage.device_bytes, 3 * 960 + 128);
+    assert_eq!(device_used(&sim), 2 * 1600 + 960 + 128);
+    assert_eq!(usage.pinned_bytes, 3 * 60);
 
     // Depth 1: one set of 50 runs, new memory; sets 1 and 2 go.
     let shallow = allocate(&mgr, &solver, 1);
