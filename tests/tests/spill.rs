@@ -236,6 +236,9 @@ const CHILD_ROLE: &str = "CUBIE_SPILL_TEST_CHILD";
 const CHILD_DIR: &str = "CUBIE_SPILL_TEST_DIR";
 /// Role: spill under a 1 MiB file-size limit with SIGXFSZ ignored.
 const FULL_DISK: &str = "full-disk";
+/// Role: spill under a 1 MiB file-size limit with SIGXFSZ at its default
+/// action (killing the process).
+const FILE_SIZE_LIMIT_DEFAULT_SIGNAL: &str = "file-size-limit";
 /// Role: hold a spilled array until killed.
 const HOLD: &str = "hold";
 /// The file-size limit of the full-disk child.
@@ -250,22 +253,24 @@ const DONE_LINE: &str = "spill child: full-disk checks passed";
 const READY_LINE: &str = "spill child ready: ";
 
 /// Not a test of its own: the body of the child processes that the tests
-/// below start, chosen by [`CHILD_ROLE`]; without it, returns at once.
+/// below start, chosen by [`CHILD_ROLE`] (ignored, so that a plain run does
+/// not count it as a test that passed).
 #[test]
+#[ignore = "the body of the child processes the spill tests start"]
 fn spill_child_process() {
-    let Ok(role) = std::env::var(CHILD_ROLE) else {
-        return;
-    };
+    let role = std::env::var(CHILD_ROLE).expect("started by a spill test, with its role");
     let dir = PathBuf::from(std::env::var_os(CHILD_DIR).unwrap());
     let (mgr, solver) = manager_spilling_to(&dir);
     match role.as_str() {
         #[cfg(unix)]
-        FULL_DISK => {
-            // SAFETY: SIG_IGN installs no handler; this process runs this
-            // test only, and ignoring SIGXFSZ makes writes past the limit
-            // fail with EFBIG instead of killing it.
-            let previous = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-            assert_ne!(previous, libc::SIG_ERR);
+        FULL_DISK | FILE_SIZE_LIMIT_DEFAULT_SIGNAL => {
+            if role == FULL_DISK {
+                // SAFETY: SIG_IGN installs no handler; this process runs this
+                // test only, and ignoring SIGXFSZ makes writes past the limit
+                // fail with EFBIG instead of killing it.
+                let previous = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+                assert_ne!(previous, libc::SIG_ERR);
+            }
             let limit = libc::rlimit {
                 rlim_cur: FILE_SIZE_LIMIT as libc::rlim_t,
                 rlim_max: FILE_SIZE_LIMIT as libc::rlim_t,
@@ -356,6 +361,7 @@ mod child {
                 .args([
                     "spill_child_process",
                     "--exact",
+                    "--ignored",
                     "--nocapture",
                     "--test-threads=1",
                 ])
@@ -470,6 +476,28 @@ fn full_disk_is_an_error_at_creation_not_a_signal() {
         message.starts_with("reserving space for a spill file in")
             && message.contains(&format!("{TOO_LARGE_BYTES} B")),
         "{message}"
+    );
+    assert_eq!(entries(dir.path()), Vec::<String>::new());
+}
+
+/// The same with SIGXFSZ at its default action, which kills a process that
+/// writes past its file-size limit: the limit is read before anything is
+/// written, so the array is refused with an error that names the limit.
+#[cfg(unix)]
+#[test]
+fn a_file_size_limit_is_an_error_not_a_sigxfsz() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = child::ChildProcess::start(FILE_SIZE_LIMIT_DEFAULT_SIGNAL, dir.path());
+    let status = child.wait();
+    let output = child.output.join("\n");
+    assert_eq!(status.signal(), None, "killed by a signal: {output}");
+    assert!(status.success(), "{status}: {output}");
+    assert!(output.contains(DONE_LINE), "{output}");
+    assert!(
+        output.contains("file-size limit (RLIMIT_FSIZE) is 1048576 B"),
+        "{output}"
     );
     assert_eq!(entries(dir.path()), Vec::<String>::new());
 }

@@ -189,6 +189,23 @@ pub enum BackendError {
         len: usize,
     },
 
+    /// Work whose modelled time would end past the simulated device's
+    /// clock (`u64::MAX` nanoseconds, about 584 years from its start).
+    #[error(
+        "{operation}: {} ns of modelled time starting at {start_ns} ns would end past the \
+         simulated clock's range ({} ns); give the work a shorter modelled duration",
+        duration.as_nanos(),
+        u64::MAX
+    )]
+    ClockOverflow {
+        /// What was being done.
+        operation: &'static str,
+        /// When the work would start, in nanoseconds of the device's clock.
+        start_ns: u64,
+        /// Its modelled duration.
+        duration: std::time::Duration,
+    },
+
     /// The backend cannot do this.
     #[error("{operation} is not supported: {reason}")]
     Unsupported {

@@ -23,3 +23,7 @@ impl MemError {
         ) || matches!(self, MemError::Backend { error, .. } if error.is_out_of_memory())
     }
 }
+
+// A `Result<_, MemError>` stays small enough to return by value everywhere
+// (clippy's `result_large_err` bound): large figures go in boxes.
+const _: () = assert!(size_of::<MemError>() < 128);

@@ -11,7 +11,9 @@
 //!
 //! The file's space is reserved before it is mapped, so that a full disk is an
 //! error when the array is created rather than a SIGBUS on the first write
-//! through the map to a block the filesystem cannot allocate. The reservation
+//! through the map to a block the filesystem cannot allocate; a size past
+//! the process's file-size limit is refused before anything is written,
+//! rather than killing the process with SIGXFSZ. The reservation
 //! is `fallocate` through `rustix` (Linux `fallocate(2)`, `F_PREALLOCATE` on
 //! Apple systems, `posix_fallocate` on FreeBSD). Where the filesystem does not
 //! support it (`EOPNOTSUPP`, `EINVAL` or `ENOSYS`), and on other systems, the
@@ -126,6 +128,31 @@ fn reserve(file: &File, bytes: usize) -> io::Result<()> {
     write_zeros(file, bytes)
 }
 
+/// Refuses a file of `bytes` past the process's file-size limit
+/// (`RLIMIT_FSIZE`, `ulimit -f`): growing a file past it raises `SIGXFSZ`,
+/// whose default action kills the process, so it is read before anything
+/// is written.
+#[cfg(unix)]
+fn check_file_size_limit(bytes: usize) -> io::Result<()> {
+    use rustix::process::{Resource, getrlimit};
+    match getrlimit(Resource::Fsize).current {
+        Some(limit) if bytes as u64 > limit => Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!(
+                "the process's file-size limit (RLIMIT_FSIZE) is {}",
+                Bytes(limit)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// No file-size limit to read here.
+#[cfg(not(unix))]
+fn check_file_size_limit(_bytes: usize) -> io::Result<()> {
+    Ok(())
+}
+
 /// Writes `bytes` zeros at the current position of `file`, in chunks of at
 /// most [`ZERO_CHUNK_BYTES`].
 fn write_zeros(mut file: &File, bytes: usize) -> io::Result<()> {
@@ -151,6 +178,7 @@ impl SpillFile {
             path: path.display().to_string(),
             message: format!("{e}; delete it by hand"),
         })?;
+        check_file_size_limit(bytes).map_err(|e| reserve_error(directory, bytes, &e))?;
         reserve(&file, bytes).map_err(|e| reserve_error(directory, bytes, &e))?;
         // SAFETY: the file was created under a unique name with owner-only
         // permissions and unlinked at once, so no other process can open it

@@ -313,13 +313,17 @@ impl ChunkPlan {
     /// plan's sets did, and the plan stays [valid](Self::validate).
     pub fn with_partition(&self, chunk_length: usize, chunks: usize) -> Option<ChunkPlan> {
         let covers = chunks > 0 && self.total_runs.div_ceil(chunks) == chunk_length;
-        let chunks = chunks.min(self.total_runs);
-        (covers && chunk_length <= self.chunk_length).then_some(ChunkPlan {
+        if !covers || chunk_length > self.chunk_length {
+            return None;
+        }
+        let chunks = chunks.min(self.total_runs).max(1);
+        let plan = ChunkPlan {
             chunks,
             chunk_length,
-            buffer_sets: self.buffer_sets.clamp(1, chunks),
+            buffer_sets: self.buffer_sets.min(chunks).max(1),
             ..*self
-        })
+        };
+        plan.validate().ok().map(|()| plan)
     }
 }
 

@@ -373,3 +373,63 @@ fn chunked_bytes_and_total_bytes_saturate() {
     );
     assert_eq!(sizes(1, u64::MAX, 1).total_bytes(), u64::MAX);
 }
+
+#[test]
+fn a_partition_of_any_figures_is_a_valid_plan_or_none() {
+    let p = ChunkPlan::new(100, 4, 25).unwrap();
+    for chunks in [0, 1, 3, 4, 5, 99, 100, 101, usize::MAX] {
+        for chunk_length in [0, 1, 24, 25, 26, 100, usize::MAX] {
+            if let Some(reused) = p.with_partition(chunk_length, chunks) {
+                assert!(reused.validate().is_ok(), "({chunk_length}, {chunks})");
+                assert_eq!(reused.chunk_length(), chunk_length);
+            }
+        }
+    }
+    assert_eq!(p.with_partition(0, 0), None);
+    assert_eq!(p.with_partition(1, 0), None);
+    // The partition the plan has is accepted (as fine as itself), a
+    // coarser one is not.
+    assert_eq!(p.with_partition(25, 4), Some(p));
+    assert_eq!(p.with_partition(50, 2), None);
+    assert_eq!(p.with_partition(100, 1), None);
+}
+
+#[test]
+fn a_reused_partition_keeps_the_plans_buffer_sets() {
+    let p = ChunkPlan::new(100, 4, 25)
+        .unwrap()
+        .with_buffer_sets(3)
+        .unwrap();
+    let reused = p.with_partition(10, 10).unwrap();
+    assert_eq!(
+        (reused.chunks(), reused.chunk_length(), reused.buffer_sets()),
+        (10, 10, 3)
+    );
+    assert_eq!(reused.total_runs(), 100);
+}
+
+#[test]
+fn with_buffer_sets_changes_only_the_sets() {
+    let p = ChunkPlan::new(10, 5, 2).unwrap();
+    let three = p.with_buffer_sets(3).unwrap();
+    assert_eq!(three.buffer_sets(), 3);
+    assert_eq!(
+        (three.total_runs(), three.chunks(), three.chunk_length()),
+        (10, 5, 2)
+    );
+    assert_ne!(three, ChunkPlan::default());
+    assert_eq!(p.with_buffer_sets(5).unwrap().buffer_sets(), 5);
+    assert!(p.with_buffer_sets(6).is_err());
+    assert!(p.with_buffer_sets(0).is_err());
+}
+
+#[test]
+fn a_chunk_past_the_batchs_end_is_empty() {
+    // A reused partition: 10 runs in 6 chunks of 2, the last one empty.
+    let p = ChunkPlan::new(10, 6, 2).unwrap();
+    let chunks: Vec<_> = p.iter_chunks().collect();
+    assert!(chunks[..5].iter().all(|c| !c.is_empty() && c.len() == 2));
+    assert!(chunks[5].is_empty());
+    assert_eq!(chunks[5].len(), 0);
+    assert_eq!(chunks[5].runs, 10..10);
+}

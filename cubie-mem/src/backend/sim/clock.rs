@@ -12,7 +12,9 @@
 //! deterministic.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
+use crate::backend::BackendError;
 use crate::timeline::{Activity, Span, Timeline};
 
 /// The default bandwidth of each copy direction, bytes per second: about
@@ -133,9 +135,16 @@ impl DeviceClock {
     }
 
     /// The host works on `bytes` of host memory (`name`): it is busy, and
-    /// its clock advances, for bytes / host bandwidth.
-    pub(super) fn host_work(&mut self, name: String, bytes: u64) {
+    /// its clock advances, for bytes / host bandwidth. Work that would take
+    /// the clock past its range is refused.
+    pub(super) fn host_work(&mut self, name: String, bytes: u64) -> Result<(), BackendError> {
         let duration = self.copy_ns(Engine::Host, bytes);
+        self.fits(
+            "host work",
+            Engine::Host,
+            HOST_STREAM,
+            Duration::from_nanos(duration),
+        )?;
         let end = self.run(
             Engine::Host,
             duration,
@@ -147,6 +156,7 @@ impl DeviceClock {
             },
         );
         self.host_ns = end;
+        Ok(())
     }
 
     /// The host polled an event its clock has not reached: a poll's time
@@ -159,14 +169,45 @@ impl DeviceClock {
         self.stream_tail_ns.get(&stream).copied().unwrap_or(0)
     }
 
+    /// When work on `engine` and `stream` queued now would start.
+    fn start(&self, engine: Engine, stream: u64) -> u64 {
+        self.host_ns
+            .max(self.tail(stream))
+            .max(self.engine_free_ns[engine as usize])
+    }
+
+    /// Checks that work of `duration` queued now on `engine` and `stream`
+    /// would end within the clock's range: the clock never saturates, so
+    /// every time it records is exact. Asked before the work changes
+    /// anything.
+    pub(super) fn fits(
+        &self,
+        operation: &'static str,
+        engine: Engine,
+        stream: u64,
+        duration: Duration,
+    ) -> Result<(), BackendError> {
+        let start_ns = self.start(engine, stream);
+        let fits = u64::try_from(duration.as_nanos())
+            .ok()
+            .and_then(|duration_ns| start_ns.checked_add(duration_ns))
+            .is_some();
+        if fits {
+            Ok(())
+        } else {
+            Err(BackendError::ClockOverflow {
+                operation,
+                start_ns,
+                duration,
+            })
+        }
+    }
+
     /// Places `work` of `duration_ns` on `engine` after the stream's earlier
-    /// work; returns when it ends.
+    /// work; returns when it ends. The caller checked that it [fits](Self::fits).
     pub(super) fn run(&mut self, engine: Engine, duration_ns: u64, work: Work) -> u64 {
+        let start = self.start(engine, work.stream);
         let engine = engine as usize;
-        let start = self
-            .host_ns
-            .max(self.tail(work.stream))
-            .max(self.engine_free_ns[engine]);
         let end = start.saturating_add(duration_ns);
         self.engine_free_ns[engine] = end;
         self.stream_tail_ns.insert(work.stream, end);

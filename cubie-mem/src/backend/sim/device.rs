@@ -53,6 +53,13 @@ impl SimState {
         pinned: Option<Range<u64>>,
     ) -> Result<u64, BackendError> {
         self.check_stream(stream, operation)?;
+        self.copy_fits(
+            operation,
+            Engine::HostToDevice,
+            stream,
+            src.len(),
+            pinned.is_none(),
+        )?;
         let size = self.block(dst, operation)?.len();
         let range = byte_range(operation, offset, src.len(), size)?;
         let at = self.order.next(stream.0);
@@ -86,6 +93,8 @@ impl SimState {
             HostTarget::Pageable(bytes) => bytes.len(),
             HostTarget::PageLocked(range) => usize::try_from(range.end - range.start).unwrap_or(0),
         };
+        let pageable = matches!(dst, HostTarget::Pageable(_));
+        self.copy_fits(operation, Engine::DeviceToHost, stream, len, pageable)?;
         let size = self.block(src, operation)?.len();
         let range = byte_range(operation, offset, len, size)?;
         let at = self.order.next(stream.0);
@@ -369,8 +378,14 @@ impl Backend for SimBackend {
     /// host's clock advances by it.
     fn host_work(&self, work: HostWork, bytes: u64) {
         let mut s = self.state();
-        s.clock
+        let timed = s
+            .clock
             .host_work(format!("{} {}", work.name(), Bytes(bytes)), bytes);
+        // The contract's calls cannot fail: the device's next call does.
+        if let Err(error) = timed {
+            tracing::error!(%error, "host work past the simulated clock");
+            s.deferred.get_or_insert(error);
+        }
     }
 
     fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError> {
@@ -396,6 +411,8 @@ impl Backend for SimBackend {
                 });
             }
         }
+        s.clock
+            .fits(OPERATION, Engine::Compute, stream.0, duration)?;
         let at = s.order.next(stream.0);
         for arg in launch.args {
             s.order
@@ -409,6 +426,7 @@ impl Backend for SimBackend {
                 s.order.read_device(at, arg.ptr, 0..arg.bytes);
             }
         }
+        // Checked by `fits` above.
         let duration_ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
         let touched = launch
             .args

@@ -384,6 +384,31 @@ impl SimState {
         Ok((address, DeviceBlock::fresh(block)))
     }
 
+    /// The modelled time of a copy of `bytes` on `engine`, at the pageable
+    /// bandwidth when `pageable`.
+    fn copy_duration(&self, engine: Engine, bytes: u64, pageable: bool) -> u64 {
+        if pageable {
+            self.clock.pageable_copy_ns(engine, bytes)
+        } else {
+            self.clock.copy_ns(engine, bytes)
+        }
+    }
+
+    /// Checks, before a copy of `len` bytes changes anything, that its time
+    /// fits on the clock.
+    fn copy_fits(
+        &self,
+        operation: &'static str,
+        engine: Engine,
+        stream: StreamHandle,
+        len: usize,
+        pageable: bool,
+    ) -> Result<(), BackendError> {
+        let duration = self.copy_duration(engine, len as u64, pageable);
+        self.clock
+            .fits(operation, engine, stream.0, Duration::from_nanos(duration))
+    }
+
     /// Places a copy of `bytes` on its engine after the stream's earlier
     /// work, at the pageable bandwidth when `pageable`; returns when it ends.
     fn timed_copy(
@@ -399,11 +424,8 @@ impl SimState {
                 (Activity::HostToDevice, "upload", " from pageable memory")
             }
         };
-        let (duration, memory) = if pageable {
-            (self.clock.pageable_copy_ns(engine, bytes), host)
-        } else {
-            (self.clock.copy_ns(engine, bytes), "")
-        };
+        let duration = self.copy_duration(engine, bytes, pageable);
+        let memory = if pageable { host } else { "" };
         self.clock.run(
             engine,
             duration,

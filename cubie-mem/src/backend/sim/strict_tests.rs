@@ -246,3 +246,57 @@ fn a_polling_loop_ends_as_the_hosts_clock_passes_the_event() {
     assert_eq!(polls, (1u64 << 20).div_ceil(clock::POLL_NS));
     assert!(sim.now() >= Duration::from_nanos(1 << 20));
 }
+
+#[test]
+fn work_the_clock_cannot_hold_is_refused_and_later_timings_stay_exact() {
+    use crate::backend::{Access, KernelArg, KernelBody, KernelLaunch};
+    let sim = sim();
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(8, stream).unwrap();
+    sim.copy_to_device(ptr, 0, &[1; 8], stream).unwrap();
+    let args = [KernelArg {
+        ptr,
+        bytes: 8,
+        access: Access::ReadWrite,
+    }];
+    let launch = |duration: Duration| {
+        let mut body = |bytes: &mut [&mut [u8]]| bytes[0].fill(9);
+        sim.launch(
+            KernelLaunch {
+                name: "long",
+                args: &args,
+                body: KernelBody::Host {
+                    duration,
+                    run: &mut body,
+                },
+            },
+            stream,
+        )
+    };
+    for duration in [Duration::from_nanos(u64::MAX), Duration::MAX] {
+        let error = launch(duration).unwrap_err();
+        assert!(
+            matches!(error, BackendError::ClockOverflow { start_ns: 8, duration: d, .. }
+                if d == duration),
+            "{error}"
+        );
+    }
+    // Nothing ran: the data, the clock and the timeline are as they were.
+    let mut back = [0; 8];
+    sim.copy_from_device(&mut back, ptr, 0, stream).unwrap();
+    assert_eq!(back, [1; 8]);
+    assert_eq!(sim.now(), Duration::from_nanos(16));
+    assert_eq!(sim.timeline().spans().len(), 3, "alloc, upload, download");
+
+    // Work that ends exactly at the clock's end is placed exactly; after it
+    // nothing more fits, and nothing is timed at a saturated u64::MAX.
+    launch(Duration::from_nanos(u64::MAX - 16)).unwrap();
+    let end = sim.timeline().spans().last().unwrap().end_ns;
+    assert_eq!(end, u64::MAX);
+    let error = sim.copy_from_device(&mut back, ptr, 0, stream).unwrap_err();
+    assert!(
+        matches!(error, BackendError::ClockOverflow { .. }),
+        "{error}"
+    );
+    assert_eq!(sim.timeline().spans().len(), 4);
+}
