@@ -3,7 +3,13 @@
 //! (<https://ui.perfetto.dev>) and `chrome://tracing` open.
 //!
 //! The simulated device records one on its modelled clock
-//! ([`SimBackend::timeline`](crate::SimBackend::timeline)).
+//! ([`SimBackend::timeline`](crate::SimBackend::timeline)). Its memory is
+//! bounded: it keeps the most recent spans, up to a capacity
+//! ([`DEFAULT_TIMELINE_CAPACITY`] unless set with
+//! [`SimBackend::with_timeline_capacity`](crate::SimBackend::with_timeline_capacity)),
+//! and counts the ones it dropped ([`Timeline::dropped_spans`], and
+//! `otherData.dropped_spans` in the trace). Its figures (busy times,
+//! makespan) still cover every span recorded, dropped ones included.
 //!
 //! ```
 //! use cubie_mem::backend::Backend;
@@ -19,6 +25,7 @@
 //! assert!(trace["traceEvents"].as_array().unwrap().len() > 2);
 //! ```
 
+use std::collections::VecDeque;
 use std::io::Write;
 
 use serde_json::{Value, json};
@@ -67,6 +74,18 @@ impl Activity {
         }
     }
 
+    /// The activity's place in [`Activity::ALL`].
+    fn index(self) -> usize {
+        match self {
+            Activity::HostStaging => 0,
+            Activity::HostToDevice => 1,
+            Activity::DeviceToHost => 2,
+            Activity::Kernel => 3,
+            Activity::Alloc => 4,
+            Activity::Free => 5,
+        }
+    }
+
     /// The trace track (`tid`) the activity is drawn on: one per engine
     /// (the host's staging work its own), and one for the allocator.
     fn track(self) -> (u64, &'static str) {
@@ -90,7 +109,8 @@ pub struct Span {
     pub name: String,
     /// The stream it was ordered on (the backend's handle number).
     pub stream: u64,
-    /// Bytes moved, allocated or freed (0 for kernels).
+    /// Bytes moved, allocated or freed; for a kernel, the bytes of the
+    /// arrays it was given (each its own size), on both backends.
     pub bytes: u64,
     /// Start, in nanoseconds.
     pub start_ns: u64,
@@ -105,28 +125,60 @@ impl Span {
     }
 }
 
-/// The spans of device work, in the order they were issued.
+/// How many spans a timeline keeps by default: the most recent 131,072
+/// (about 10 MiB), enough for the whole of most runs.
+pub const DEFAULT_TIMELINE_CAPACITY: usize = 1 << 17;
+
+/// Figures over every span recorded, kept as spans come, so that they
+/// survive the spans a bounded log drops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Totals {
+    busy_ns: [u64; Activity::ALL.len()],
+    first_start_ns: Option<u64>,
+    last_end_ns: Option<u64>,
+}
+
+impl Totals {
+    fn add(&mut self, span: &Span) {
+        let busy = &mut self.busy_ns[span.activity.index()];
+        *busy = busy.saturating_add(span.duration_ns());
+        self.first_start_ns = Some(
+            self.first_start_ns
+                .map_or(span.start_ns, |start| start.min(span.start_ns)),
+        );
+        self.last_end_ns = Some(
+            self.last_end_ns
+                .map_or(span.end_ns, |end| end.max(span.end_ns)),
+        );
+    }
+}
+
+/// The spans of device work, in the order they were issued (the most
+/// recent ones, when a bounded log dropped older spans), with figures over
+/// every span recorded.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timeline {
     spans: Vec<Span>,
+    dropped: u64,
+    totals: Totals,
 }
 
 impl Timeline {
-    /// The spans, in the order they were issued.
+    /// The spans kept, in the order they were issued.
     pub fn spans(&self) -> &[Span] {
         &self.spans
     }
 
-    pub(crate) fn push(&mut self, span: Span) {
-        self.spans.push(span);
+    /// How many older spans were dropped to keep the timeline within its
+    /// capacity (they still count in the figures).
+    pub fn dropped_spans(&self) -> u64 {
+        self.dropped
     }
 
     /// From the start of the first span to the end of the last, in
     /// nanoseconds (0 when empty).
     pub fn makespan_ns(&self) -> u64 {
-        let start = self.spans.iter().map(|s| s.start_ns).min();
-        let end = self.spans.iter().map(|s| s.end_ns).max();
-        match (start, end) {
+        match (self.totals.first_start_ns, self.totals.last_end_ns) {
             (Some(start), Some(end)) => end.saturating_sub(start),
             _ => 0,
         }
@@ -134,10 +186,7 @@ impl Timeline {
 
     /// Total time spent on `activity`, in nanoseconds.
     pub fn busy_ns(&self, activity: Activity) -> u64 {
-        self.spans
-            .iter()
-            .filter(|s| s.activity == activity)
-            .fold(0u64, |sum, s| sum.saturating_add(s.duration_ns()))
+        self.totals.busy_ns[activity.index()]
     }
 
     /// The busy time of the busiest engine (the host's staging work,
@@ -157,9 +206,9 @@ impl Timeline {
     }
 
     /// The timeline as a Chrome trace: an object with `traceEvents`, one
-    /// `"ph": "X"` event per span (`ts` and `dur` in microseconds, `cat` the
-    /// activity's category, one `tid` per engine) and `"ph": "M"` events
-    /// naming the process and its tracks.
+    /// `"ph": "X"` event per span kept (`ts` and `dur` in microseconds, `cat`
+    /// the activity's category, one `tid` per engine) and `"ph": "M"` events
+    /// naming the process and its tracks, and `otherData.dropped_spans`.
     pub fn to_chrome_trace(&self) -> Value {
         const PID: u64 = 1;
         let mut events = vec![json!({
@@ -190,12 +239,86 @@ impl Timeline {
                 "args": { "stream": span.stream, "bytes": span.bytes },
             }));
         }
-        json!({ "traceEvents": events, "displayTimeUnit": "ns" })
+        json!({
+            "traceEvents": events,
+            "displayTimeUnit": "ns",
+            "otherData": { "dropped_spans": self.dropped },
+        })
     }
 
     /// Writes [`Timeline::to_chrome_trace`] as JSON.
     pub fn write_chrome_trace(&self, writer: impl Write) -> std::io::Result<()> {
         serde_json::to_writer(writer, &self.to_chrome_trace()).map_err(std::io::Error::from)
+    }
+}
+
+/// A bounded record of spans: the most recent ones up to a capacity, the
+/// count of those dropped, and figures over all of them.
+#[derive(Clone, Debug)]
+pub(crate) struct SpanLog {
+    spans: VecDeque<Span>,
+    capacity: usize,
+    dropped: u64,
+    totals: Totals,
+}
+
+impl Default for SpanLog {
+    fn default() -> Self {
+        SpanLog::new(DEFAULT_TIMELINE_CAPACITY)
+    }
+}
+
+impl SpanLog {
+    /// An empty log keeping at most `capacity` spans.
+    pub(crate) fn new(capacity: usize) -> Self {
+        SpanLog {
+            spans: VecDeque::new(),
+            capacity,
+            dropped: 0,
+            totals: Totals::default(),
+        }
+    }
+
+    /// Records `span`, dropping the oldest when the log is full.
+    pub(crate) fn push(&mut self, span: Span) {
+        self.totals.add(&span);
+        self.spans.push_back(span);
+        self.trim();
+    }
+
+    /// Keeps at most `capacity` spans from now on (dropping the oldest now).
+    pub(crate) fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+        self.trim();
+        self.spans.shrink_to(capacity);
+    }
+
+    fn trim(&mut self) {
+        while self.spans.len() > self.capacity {
+            self.spans.pop_front();
+            self.dropped = self.dropped.saturating_add(1);
+        }
+    }
+
+    /// Counts `spans` more spans as dropped (the CUDA recorder dropped
+    /// them before timing them).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn note_dropped(&mut self, spans: u64) {
+        self.dropped = self.dropped.saturating_add(spans);
+    }
+
+    /// Forgets every span and figure (the capacity stays).
+    pub(crate) fn clear(&mut self) {
+        *self = SpanLog::new(self.capacity);
+    }
+
+    /// The spans kept and the figures, as a [`Timeline`].
+    pub(crate) fn timeline(&self) -> Timeline {
+        Timeline {
+            spans: self.spans.iter().cloned().collect(),
+            dropped: self.dropped,
+            totals: self.totals,
+        }
     }
 }
 
@@ -216,28 +339,29 @@ mod tests {
 
     #[test]
     fn figures_of_an_overlapped_timeline() {
-        let mut t = Timeline::default();
-        t.push(span(Activity::Alloc, 0, 0));
-        t.push(span(Activity::HostToDevice, 0, 1000));
-        t.push(span(Activity::Kernel, 1000, 3000));
-        t.push(span(Activity::HostToDevice, 1000, 2000));
-        t.push(span(Activity::DeviceToHost, 3000, 3500));
+        let mut log = SpanLog::default();
+        log.push(span(Activity::Alloc, 0, 0));
+        log.push(span(Activity::HostToDevice, 0, 1000));
+        log.push(span(Activity::Kernel, 1000, 3000));
+        log.push(span(Activity::HostToDevice, 1000, 2000));
+        log.push(span(Activity::DeviceToHost, 3000, 3500));
+        let t = log.timeline();
         assert_eq!(t.makespan_ns(), 3500);
         assert_eq!(t.busy_ns(Activity::HostToDevice), 2000);
         assert_eq!(t.busiest_engine_ns(), 2000);
         // The host's staging work is an engine too: here the busiest.
-        t.push(span(Activity::HostStaging, 0, 2500));
-        assert_eq!(t.busiest_engine_ns(), 2500);
+        log.push(span(Activity::HostStaging, 0, 2500));
+        assert_eq!(log.timeline().busiest_engine_ns(), 2500);
         assert_eq!(Timeline::default().makespan_ns(), 0);
     }
 
     #[test]
     fn the_chrome_trace_parses_back_with_every_field() {
-        let mut t = Timeline::default();
-        t.push(span(Activity::HostToDevice, 1500, 4000));
-        t.push(span(Activity::Free, 4000, 4000));
+        let mut log = SpanLog::default();
+        log.push(span(Activity::HostToDevice, 1500, 4000));
+        log.push(span(Activity::Free, 4000, 4000));
         let mut out = Vec::new();
-        t.write_chrome_trace(&mut out).unwrap();
+        log.timeline().write_chrome_trace(&mut out).unwrap();
         let parsed: Value = serde_json::from_slice(&out).unwrap();
         let events = parsed["traceEvents"].as_array().unwrap();
         let spans: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
@@ -263,5 +387,37 @@ mod tests {
                 .iter()
                 .all(|e| e["pid"].is_u64() && e["tid"].is_u64())
         );
+    }
+
+    #[test]
+    fn a_bounded_log_keeps_the_most_recent_spans_and_every_figure() {
+        let mut log = SpanLog::new(3);
+        for i in 0..10u64 {
+            log.push(span(Activity::HostToDevice, i * 100, i * 100 + 50));
+        }
+        log.push(span(Activity::Kernel, 2000, 2600));
+        let t = log.timeline();
+        assert_eq!(t.spans().len(), 3);
+        assert_eq!(t.dropped_spans(), 8);
+        assert_eq!(t.spans()[0].start_ns, 800, "the most recent are kept");
+        assert_eq!(
+            t.busy_ns(Activity::HostToDevice),
+            500,
+            "dropped spans count"
+        );
+        assert_eq!(t.busy_ns(Activity::Kernel), 600);
+        assert_eq!(t.makespan_ns(), 2600);
+        let trace = t.to_chrome_trace();
+        assert_eq!(trace["otherData"]["dropped_spans"], 8);
+
+        log.set_capacity(1);
+        assert_eq!(log.timeline().spans().len(), 1);
+        assert_eq!(log.timeline().dropped_spans(), 10);
+        log.clear();
+        assert_eq!(log.timeline(), Timeline::default());
+        log.set_capacity(0);
+        log.push(span(Activity::Free, 5, 5));
+        assert!(log.timeline().spans().is_empty());
+        assert_eq!(log.timeline().dropped_spans(), 1);
     }
 }

@@ -348,6 +348,12 @@ fn run() -> Result<(), MemError> {
         busiest_name(&timeline),
         makespan as f64 / sum.max(1) as f64,
     );
+    println!(
+        "  {:<28} {} kept, {} older ones dropped (the figures above count them all)",
+        "timeline spans",
+        timeline.spans().len(),
+        timeline.dropped_spans(),
+    );
     println!();
     println!("{}", stats.report());
 

@@ -6,6 +6,7 @@
 use crate::common::{manager, queuing};
 use std::time::Duration;
 
+use cubie_mem::timeline::Activity;
 use cubie_mem::{ArrayRequest, HostKernel, MemError, MemoryKind, ReleaseReason};
 
 #[test]
@@ -51,6 +52,10 @@ fn a_small_array_in_a_reused_buffer_is_its_own_size() {
         })
         .unwrap();
     assert_eq!(seen, 10);
+    // The timeline's kernel span counts the array's own bytes, as the
+    // guide says.
+    let kernel = sim.timeline().spans().last().unwrap().clone();
+    assert_eq!((kernel.activity, kernel.bytes), (Activity::Kernel, 40));
     assert_eq!(x.to_vec().unwrap(), [7; 10]);
     assert!(matches!(
         x.copy_from_host(&[0u32; 200]),

@@ -217,7 +217,7 @@ pub trait LaunchArg: sealed::Sealed {
     fn param_ptr(&self) -> *mut c_void;
     /// The view, when the argument is one.
     #[doc(hidden)]
-    fn view(&self) -> Option<(StreamHandle, DevicePtr)> {
+    fn view(&self) -> Option<(StreamHandle, DevicePtr, u64)> {
         None
     }
 }
@@ -235,8 +235,8 @@ impl<T: Element> LaunchArg for CudaView<'_, T> {
         (&raw const self.address).cast_mut().cast()
     }
 
-    fn view(&self) -> Option<(StreamHandle, DevicePtr)> {
-        Some((self.stream, self.memory.ptr()))
+    fn view(&self) -> Option<(StreamHandle, DevicePtr, u64)> {
+        Some((self.stream, self.memory.ptr(), self.byte_len()))
     }
 }
 
@@ -248,7 +248,7 @@ pub struct LaunchBuilder<'a> {
     function_name: &'a str,
     function_context: &'a Arc<super::context::DeviceContext>,
     params: Vec<*mut c_void>,
-    views: Vec<(StreamHandle, DevicePtr)>,
+    views: Vec<(StreamHandle, DevicePtr, u64)>,
 }
 
 impl<'a> LaunchBuilder<'a> {
@@ -280,7 +280,7 @@ impl<'a> LaunchBuilder<'a> {
                 self.function_name
             )));
         }
-        if let Some(&(other, _)) = self.views.iter().find(|(s, _)| *s != stream.handle()) {
+        if let Some(&(other, _, _)) = self.views.iter().find(|(s, _, _)| *s != stream.handle()) {
             return Err(refused(format!(
                 "an argument of kernel '{}' is a view taken by stream {} for a launch on stream {}; \
                  take each view from the stream that launches the kernel",
@@ -314,7 +314,7 @@ impl<'a> LaunchBuilder<'a> {
             )
         };
         let launched = context.check(result, OPERATION).and_then(|()| {
-            self.views.iter().try_for_each(|&(_, ptr)| {
+            self.views.iter().try_for_each(|&(_, ptr, _)| {
                 stream
                     .backend
                     .note_use(ptr, stream.handle(), &stream.raw, OPERATION)
@@ -325,7 +325,9 @@ impl<'a> LaunchBuilder<'a> {
             (stream.handle().0, &stream.raw),
             Activity::Kernel,
             self.function_name,
-            0,
+            self.views
+                .iter()
+                .fold(0u64, |sum, &(_, _, bytes)| sum.saturating_add(bytes)),
         );
         launched.map_err(mem_error)
     }

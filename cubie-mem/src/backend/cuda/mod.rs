@@ -239,6 +239,13 @@ impl CudaBackend {
         self.shared.recorder.set(on);
     }
 
+    /// Keeps at most `spans` recorded spans (the most recent; the default
+    /// is [`DEFAULT_TIMELINE_CAPACITY`](crate::timeline::DEFAULT_TIMELINE_CAPACITY)):
+    /// each holds two CUDA events until it is dropped.
+    pub fn set_timeline_capacity(&self, spans: usize) {
+        self.shared.recorder.set_capacity(spans);
+    }
+
     /// The timeline recorded since [`record_timeline`](Self::record_timeline)
     /// was turned on, in the format the simulated device gives (waits for
     /// the device to reach the last recorded event). Spans start at 0.

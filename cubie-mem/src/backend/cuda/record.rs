@@ -4,17 +4,20 @@
 //! trace) the simulated device gives.
 //!
 //! Recording is diagnostics: a failure to record an event is logged and
-//! the span left out, never the operation's failure. Event timestamps
+//! the span left out, never the operation's failure. The recorder keeps
+//! the most recent spans up to its capacity (each holds two events), and
+//! counts the ones it dropped; on a GPU the figures cover the spans kept. Event timestamps
 //! have a resolution of about half a microsecond. Spans on
 //! one engine may overlap (copies of several streams share an engine's
 //! bandwidth on a GPU), so a busy time is the sum of its spans.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::stream::{RawEvent, RawStream};
 use crate::backend::BackendError;
-use crate::timeline::{Activity, Span, Timeline};
+use crate::timeline::{Activity, DEFAULT_TIMELINE_CAPACITY, Span, SpanLog, Timeline};
 
 /// A span whose events the device has not necessarily reached yet.
 #[derive(Clone)]
@@ -27,11 +30,31 @@ struct Pending {
     end: Arc<RawEvent>,
 }
 
+/// The spans recorded: the most recent up to a capacity, and how many
+/// older ones were dropped.
+struct Recorded {
+    spans: VecDeque<Pending>,
+    capacity: usize,
+    dropped: u64,
+}
+
 /// Collects timed spans while recording is on.
-#[derive(Default)]
 pub(super) struct Recorder {
     on: AtomicBool,
-    spans: Mutex<Vec<Pending>>,
+    spans: Mutex<Recorded>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            on: AtomicBool::new(false),
+            spans: Mutex::new(Recorded {
+                spans: VecDeque::new(),
+                capacity: DEFAULT_TIMELINE_CAPACITY,
+                dropped: 0,
+            }),
+        }
+    }
 }
 
 /// The start of a span being recorded; [`Recorder::finish`] closes it.
@@ -40,15 +63,24 @@ pub(super) struct Started {
 }
 
 impl Recorder {
-    fn spans(&self) -> MutexGuard<'_, Vec<Pending>> {
+    fn spans(&self) -> MutexGuard<'_, Recorded> {
         // The list is consistent after every statement.
         self.spans.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Turns recording on (from an empty timeline) or off.
     pub(super) fn set(&self, on: bool) {
-        self.spans().clear();
+        let mut recorded = self.spans();
+        recorded.spans.clear();
+        recorded.dropped = 0;
         self.on.store(on, Ordering::Relaxed);
+    }
+
+    /// Keeps at most `spans` spans from now on (dropping the oldest now).
+    pub(super) fn set_capacity(&self, spans: usize) {
+        let mut recorded = self.spans();
+        recorded.capacity = spans;
+        recorded.trim();
     }
 
     /// Records the start of a span on `stream`, when recording is on.
@@ -81,14 +113,18 @@ impl Recorder {
             return;
         };
         match RawEvent::record_timed(stream.1) {
-            Ok(end) => self.spans().push(Pending {
-                activity,
-                name: name.into(),
-                stream: stream.0,
-                bytes,
-                start,
-                end: Arc::new(end),
-            }),
+            Ok(end) => {
+                let mut recorded = self.spans();
+                recorded.spans.push_back(Pending {
+                    activity,
+                    name: name.into(),
+                    stream: stream.0,
+                    bytes,
+                    start,
+                    end: Arc::new(end),
+                });
+                recorded.trim();
+            }
             Err(error) => {
                 tracing::warn!(%error, "recording a timeline event failed; the span is left out");
             }
@@ -105,10 +141,17 @@ impl Recorder {
     /// nanoseconds from the earliest start.
     pub(super) fn timeline(&self) -> Result<Timeline, BackendError> {
         // Cloned out, so that the waits below hold no lock.
-        let pending: Vec<Pending> = self.spans().clone();
-        let mut timeline = Timeline::default();
+        let (pending, dropped) = {
+            let recorded = self.spans();
+            (
+                recorded.spans.iter().cloned().collect::<Vec<_>>(),
+                recorded.dropped,
+            )
+        };
+        let mut timeline = SpanLog::new(pending.len());
+        timeline.note_dropped(dropped);
         let Some(origin) = pending.first().map(|p| Arc::clone(&p.start)) else {
-            return Ok(timeline);
+            return Ok(timeline.timeline());
         };
         let mut timed = Vec::with_capacity(pending.len());
         for span in pending {
@@ -128,6 +171,16 @@ impl Recorder {
                 end_ns: (to - base).round() as u64,
             });
         }
-        Ok(timeline)
+        Ok(timeline.timeline())
+    }
+}
+
+impl Recorded {
+    /// Drops the oldest spans (and their events) past the capacity.
+    fn trim(&mut self) {
+        while self.spans.len() > self.capacity {
+            self.spans.pop_front();
+            self.dropped = self.dropped.saturating_add(1);
+        }
     }
 }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::backend::BackendError;
-use crate::timeline::{Activity, Span, Timeline};
+use crate::timeline::{Activity, Span, SpanLog, Timeline};
 
 /// The default bandwidth of each copy direction, bytes per second: about
 /// that of a PCIe Gen5 x16 link.
@@ -68,7 +68,7 @@ pub(super) struct DeviceClock {
     host_bandwidth: u64,
     /// Bytes per second of a pageable copy (at least 1).
     pageable_bandwidth: u64,
-    timeline: Timeline,
+    timeline: SpanLog,
 }
 
 impl DeviceClock {
@@ -81,7 +81,7 @@ impl DeviceClock {
             bandwidth: [DEFAULT_COPY_BANDWIDTH; 2],
             host_bandwidth: DEFAULT_HOST_BANDWIDTH,
             pageable_bandwidth: DEFAULT_PAGEABLE_BANDWIDTH,
-            timeline: Timeline::default(),
+            timeline: SpanLog::default(),
         }
     }
 
@@ -106,13 +106,18 @@ impl DeviceClock {
     }
 
     /// The recorded work.
-    pub(super) fn timeline(&self) -> &Timeline {
-        &self.timeline
+    pub(super) fn timeline(&self) -> Timeline {
+        self.timeline.timeline()
+    }
+
+    /// Keeps at most `spans` spans of recorded work from now on.
+    pub(super) fn set_timeline_capacity(&mut self, spans: usize) {
+        self.timeline.set_capacity(spans);
     }
 
     /// Forgets the recorded work (the clock keeps running).
     pub(super) fn clear_timeline(&mut self) {
-        self.timeline = Timeline::default();
+        self.timeline.clear();
     }
 
     /// How long a copy of `bytes` between page-locked and device memory

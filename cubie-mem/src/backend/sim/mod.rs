@@ -207,9 +207,19 @@ impl SimBackend {
         Duration::from_nanos(self.state().clock.now_ns())
     }
 
-    /// The work recorded so far, on the modelled clock.
+    /// The work recorded so far, on the modelled clock: the most recent
+    /// spans up to the timeline's capacity, with figures over all of them.
     pub fn timeline(&self) -> Timeline {
-        self.state().clock.timeline().clone()
+        self.state().clock.timeline()
+    }
+
+    /// Keeps at most `spans` spans of recorded work (the most recent; the
+    /// default is [`DEFAULT_TIMELINE_CAPACITY`](crate::timeline::DEFAULT_TIMELINE_CAPACITY)),
+    /// so that a long-running process does not grow: older spans are
+    /// dropped and counted ([`Timeline::dropped_spans`]).
+    pub fn with_timeline_capacity(self, spans: usize) -> Self {
+        self.state().clock.set_timeline_capacity(spans);
+        self
     }
 
     /// Forgets the recorded work (the clock keeps running).

@@ -300,3 +300,28 @@ fn work_the_clock_cannot_hold_is_refused_and_later_timings_stay_exact() {
     );
     assert_eq!(sim.timeline().spans().len(), 4);
 }
+
+#[test]
+fn the_timeline_keeps_its_capacity_and_figures_over_everything() {
+    let sim = sim().with_timeline_capacity(100);
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(10, stream).unwrap();
+    for _ in 0..1000 {
+        sim.copy_to_device(ptr, 0, &[1; 10], stream).unwrap();
+    }
+    let timeline = sim.timeline();
+    assert_eq!(timeline.spans().len(), 100);
+    assert_eq!(
+        timeline.dropped_spans(),
+        901,
+        "the allocation and 900 copies"
+    );
+    assert_eq!(timeline.busy_ns(Activity::HostToDevice), 10_000);
+    assert_eq!(timeline.makespan_ns(), 10_000);
+    assert_eq!(
+        timeline.to_chrome_trace()["otherData"]["dropped_spans"],
+        901
+    );
+    sim.clear_timeline();
+    assert_eq!(sim.timeline().dropped_spans(), 0);
+}
