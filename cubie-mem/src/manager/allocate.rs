@@ -18,6 +18,7 @@ use rustc_hash::FxHashSet;
 
 use super::Inner;
 use super::hooks::Hooks;
+use super::place::{Held, Placed, Placement, forget_released, sets_of};
 use super::state::{Queued, State};
 use crate::ChunkPlan;
 use crate::array::ReleaseReason;
@@ -29,8 +30,7 @@ use crate::ids::{InstanceId, OwnerId};
 use crate::plan::{BatchSizes, Budget, OVERSIZE_WARNING_FACTOR, plan_chunks};
 use crate::registration::ReadyHook;
 use crate::stats::UsageStats;
-use crate::streams::OwnedStream;
-use crate::{ArrayRequest, ArrayResponse, Bytes, DType, MemError, MemoryKind};
+use crate::{ArrayRequest, ArrayResponse, Bytes, DType, MemError};
 
 /// What a call produced: hooks to run (always), and the trigger's response.
 pub(crate) struct Outcome {
@@ -39,34 +39,20 @@ pub(crate) struct Outcome {
 }
 
 /// The participants of one call and the sets they queued.
-struct Batch {
+pub(super) struct Batch {
     trigger: InstanceId,
     group: Arc<str>,
-    owner: OwnerId,
+    pub(super) owner: OwnerId,
     /// The group's members of the trigger's owner, in the order they joined.
     participants: Vec<InstanceId>,
     /// The queued sets taken, in queue order.
-    taken: Vec<(InstanceId, Queued)>,
+    pub(super) taken: Vec<(InstanceId, Queued)>,
 }
 
 impl Batch {
-    fn requests(&self) -> impl Iterator<Item = (&str, &ArrayRequest)> + Clone {
+    pub(super) fn requests(&self) -> impl Iterator<Item = (&str, &ArrayRequest)> + Clone {
         self.taken.iter().flat_map(|(_, q)| q.set.iter())
     }
-}
-
-/// Where one requested array's buffer in one set comes from. Placements
-/// follow the order of the taken requests, and each request's sets in order.
-enum Placement {
-    /// The array held under the (label, set) has the same type and shape:
-    /// kept, and its handles stay valid.
-    Keep(Arc<Slot>),
-    /// The buffer held under the (label, set) is large enough: reused for
-    /// the new type and shape.
-    Reuse,
-    /// New memory, replacing what the (label, set) held (if anything) on
-    /// commit.
-    Fresh(Arc<Slot>),
 }
 
 /// The requests of a batch of several runs left unchunkable only by a
@@ -107,16 +93,6 @@ fn with_misaxed(error: MemError, misaxed: Vec<String>) -> MemError {
             axis_out_of_range: misaxed,
         },
         other => other,
-    }
-}
-
-/// The buffers `request` has under `plan`: one per buffer set when it is
-/// chunkable, else one shared by every set.
-fn sets_of(plan: &ChunkPlan, request: &ArrayRequest) -> usize {
-    if request.is_chunkable() {
-        plan.buffer_sets.max(1)
-    } else {
-        1
     }
 }
 
@@ -162,6 +138,7 @@ impl Inner {
         match self.prepare(s, &batch, hooks) {
             Ok((plan, placed)) => Ok(self.commit(s, batch, plan, placed, want_response, hooks)),
             Err(error) => {
+                forget_released(s, &batch.participants);
                 for (id, queued) in batch.taken {
                     if let Some(instance) = s.instances.get_mut(&id) {
                         instance.queued = Some(queued);
@@ -243,112 +220,6 @@ impl Inner {
         Ok((plan, placed))
     }
 
-    /// Decides where every requested array's buffer in every set comes
-    /// from, given the buffers `held` under the requested labels, and
-    /// allocates the new ones. All or nothing: on failure the new memory is
-    /// freed (dropped).
-    fn place(
-        &self,
-        s: &mut State,
-        batch: &Batch,
-        held: Held,
-        plan: &ChunkPlan,
-        stream: &Arc<OwnedStream>,
-        free_before: u64,
-    ) -> Result<Placed, MemError> {
-        let Held {
-            mut slots,
-            mut requests,
-        } = held;
-        let mut placements = std::mem::take(&mut s.scratch.placements);
-        placements.clear();
-        placements.reserve(slots.len());
-        let mut old = slots.drain(..);
-        for ((label, request), placed) in batch.requests().zip(&mut requests) {
-            let mut old_sets = old.by_ref().take(placed.held);
-            // New buffers of one request share one label, made when needed.
-            let mut fresh_label: Option<Arc<str>> = None;
-            let sets = sets_of(plan, request);
-            let bytes = plan.chunked_bytes(request);
-            for set in 0..sets {
-                let old = old_sets
-                    .next()
-                    .filter(|old| old.kind() == request.memory_kind());
-                let placement = match old {
-                    Some(old)
-                        if old.dtype() == request.dtype()
-                            && request
-                                .chunked_dims(plan.chunk_length)
-                                .eq(old.shape().iter().copied()) =>
-                    {
-                        Placement::Keep(old)
-                    }
-                    Some(old) if old.capacity() >= bytes => Placement::Reuse,
-                    _ => self.fresh(
-                        s,
-                        batch.owner,
-                        Arc::clone(fresh_label.get_or_insert_with(|| Arc::from(label))),
-                        request,
-                        bytes,
-                        plan,
-                        stream,
-                        free_before,
-                    )?,
-                };
-                tracing::debug!(
-                    label = %label,
-                    set,
-                    bytes = %Bytes(bytes),
-                    shape = ?plan.chunked_shape(request),
-                    memory = match placement {
-                        Placement::Keep(_) => "kept",
-                        Placement::Reuse => "reused",
-                        Placement::Fresh(_) => "allocated",
-                    },
-                    "placed an array"
-                );
-                placements.push(placement);
-            }
-            old_sets.for_each(drop);
-        }
-        drop(old);
-        s.scratch.held = slots;
-        Ok(Placed {
-            placements,
-            requests,
-        })
-    }
-
-    /// New memory for one request.
-    #[allow(clippy::too_many_arguments)]
-    fn fresh(
-        &self,
-        s: &mut State,
-        owner: OwnerId,
-        label: Arc<str>,
-        request: &ArrayRequest,
-        bytes: u64,
-        plan: &ChunkPlan,
-        stream: &Arc<OwnedStream>,
-        free_before: u64,
-    ) -> Result<Placement, MemError> {
-        Slot::allocate(
-            &self.backend,
-            owner,
-            Arc::clone(&label),
-            request.dtype(),
-            request.memory_kind(),
-            bytes,
-            request.chunked_dims(plan.chunk_length).collect(),
-            stream,
-        )
-        .map(Placement::Fresh)
-        .map_err(|error| self.explain_failure(s, error, &label, bytes, plan, free_before))
-    }
-
-    /// Applies the placements (in the order of the taken requests) and
-    /// builds every participant's response, moving each request's label and
-    /// shape into it.
     fn commit(
         &self,
         s: &mut State,
@@ -467,72 +338,8 @@ impl Inner {
     }
 }
 
-/// The buffers each participant holds under each label it requests (every
-/// set held), looked up once for the whole call, in the order of the taken
-/// requests.
-struct Held {
-    slots: Vec<Arc<Slot>>,
-    /// Per request, in order: how many of `slots` it has.
-    requests: Vec<PlacedRequest>,
-}
-
-/// Lists that serving a batch fills and empties again, kept between calls
-/// (empty, with their room) so that a batch of many instances does not ask
-/// the allocator for large ones each time.
-#[derive(Default)]
-pub(crate) struct Scratch {
-    held: Vec<Arc<Slot>>,
-    requests: Vec<PlacedRequest>,
-    placements: Vec<Placement>,
-    receivers: Vec<Receiver>,
-}
-
-/// One request of a batch as its buffers are placed.
-struct PlacedRequest {
-    /// How many buffer sets it held before.
-    held: usize,
-}
-
-impl Held {
-    fn look_up(s: &mut State, batch: &Batch) -> Held {
-        let mut held = Held {
-            slots: std::mem::take(&mut s.scratch.held),
-            requests: std::mem::take(&mut s.scratch.requests),
-        };
-        held.slots.clear();
-        held.requests.clear();
-        for (id, queued) in &batch.taken {
-            let allocations = s.instances.get(id).map(|i| &i.allocations);
-            for label in queued.set.labels() {
-                let sets = allocations
-                    .and_then(|a| a.get(label))
-                    .map_or(&[][..], |sets| sets.as_slice());
-                held.slots.extend(sets.iter().cloned());
-                held.requests.push(PlacedRequest { held: sets.len() });
-            }
-        }
-        held
-    }
-
-    /// Device bytes of the held arrays, every set: those about to be replaced.
-    fn replaced_bytes(&self) -> u64 {
-        self.slots
-            .iter()
-            .filter(|slot| slot.kind() == MemoryKind::Device)
-            .fold(0u64, |sum, slot| sum.saturating_add(slot.bytes()))
-    }
-}
-
-/// Where each requested array's buffers come from, and per request the
-/// label they share and how many sets it held (more than the plan has: the
-/// extra ones are retired).
-struct Placed {
-    placements: Vec<Placement>,
-    requests: Vec<PlacedRequest>,
-}
-
 /// A participant and the response it receives (if anyone receives one).
-struct Receiver {
+pub(super) struct Receiver {
     /// Its place in the group, the order hooks are called in.
     position: usize,
     id: InstanceId,

@@ -47,6 +47,7 @@ mod explain;
 mod groups;
 mod handles;
 mod hooks;
+mod place;
 mod queue;
 mod registry;
 mod release;

@@ -99,7 +99,7 @@ pub(crate) struct State {
     pub(crate) total_usage: UsageStats,
     pub(crate) group_usage: FxHashMap<Arc<str>, UsageStats>,
     /// Lists serving a batch reuses.
-    pub(crate) scratch: super::allocate::Scratch,
+    pub(crate) scratch: super::place::Scratch,
 }
 
 impl State {
@@ -114,7 +114,7 @@ impl State {
             queue_order: 0,
             total_usage: UsageStats::default(),
             group_usage: FxHashMap::default(),
-            scratch: super::allocate::Scratch::default(),
+            scratch: super::place::Scratch::default(),
         }
     }
 

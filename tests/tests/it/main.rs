@@ -18,6 +18,7 @@ mod host;
 mod host_limits;
 mod host_pipeline;
 mod identity;
+mod idle_eviction;
 mod overlap;
 mod pipeline_depth;
 mod pipeline_failures;

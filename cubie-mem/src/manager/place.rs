@@ -1,0 +1,344 @@
+//! Placing a planned batch: where each requested array's buffer in each set
+//! comes from (kept, a held buffer reused, or new memory), and the new
+//! memory allocated, all or nothing.
+//!
+//! The plan credits the bytes of the arrays the call replaces (`Fe`), so
+//! the allocation must be able to obtain them: when the device cannot hold
+//! the new arrays beside the arrays they replace, the replaced arrays are
+//! freed first (their handles report `Replaced`). Only then; a call that
+//! could not fit even so fails with every held array intact.
+
+use std::sync::Arc;
+
+use super::Inner;
+use super::allocate::{Batch, Receiver};
+use super::state::State;
+use crate::array::ReleaseReason;
+use crate::array::slot::Slot;
+use crate::backend::BackendResult;
+use crate::ids::{InstanceId, OwnerId};
+use crate::streams::OwnedStream;
+use crate::{ArrayRequest, Bytes, ChunkPlan, MemError, MemoryKind};
+
+/// Where one requested array's buffer in one set comes from. Placements
+/// follow the order of the taken requests, and each request's sets in order.
+pub(super) enum Placement {
+    /// The array held under the (label, set) has the same type and shape:
+    /// kept, and its handles stay valid.
+    Keep(Arc<Slot>),
+    /// The buffer held under the (label, set) is large enough: reused for
+    /// the new type and shape.
+    Reuse,
+    /// New memory, replacing what the (label, set) held (if anything) on
+    /// commit.
+    Fresh(Arc<Slot>),
+}
+
+/// A placement decided before anything is allocated.
+enum Decision<'b> {
+    Keep(Arc<Slot>),
+    Reuse,
+    /// New memory of `bytes` for `request` under `label`.
+    Fresh {
+        label: &'b str,
+        request: &'b ArrayRequest,
+        bytes: u64,
+    },
+}
+
+/// The buffers `request` has under `plan`: one per buffer set when it is
+/// chunkable, else one shared by every set.
+pub(super) fn sets_of(plan: &ChunkPlan, request: &ArrayRequest) -> usize {
+    if request.is_chunkable() {
+        plan.buffer_sets.max(1)
+    } else {
+        1
+    }
+}
+
+/// The buffers each participant holds under each label it requests (every
+/// set held), looked up once for the whole call, in the order of the taken
+/// requests.
+pub(super) struct Held {
+    slots: Vec<Arc<Slot>>,
+    /// Per request, in order: how many of `slots` it has.
+    requests: Vec<PlacedRequest>,
+}
+
+/// Lists that serving a batch fills and empties again, kept between calls
+/// (empty, with their room) so that a batch of many instances does not ask
+/// the allocator for large ones each time.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    held: Vec<Arc<Slot>>,
+    pub(super) requests: Vec<PlacedRequest>,
+    pub(super) placements: Vec<Placement>,
+    pub(super) receivers: Vec<Receiver>,
+}
+
+/// One request of a batch as its buffers are placed.
+pub(super) struct PlacedRequest {
+    /// How many buffer sets it held before.
+    pub(super) held: usize,
+}
+
+impl Held {
+    pub(super) fn look_up(s: &mut State, batch: &Batch) -> Held {
+        let mut held = Held {
+            slots: std::mem::take(&mut s.scratch.held),
+            requests: std::mem::take(&mut s.scratch.requests),
+        };
+        held.slots.clear();
+        held.requests.clear();
+        for (id, queued) in &batch.taken {
+            let allocations = s.instances.get(id).map(|i| &i.allocations);
+            for label in queued.set.labels() {
+                let sets = allocations
+                    .and_then(|a| a.get(label))
+                    .map_or(&[][..], |sets| sets.as_slice());
+                held.slots.extend(sets.iter().cloned());
+                held.requests.push(PlacedRequest { held: sets.len() });
+            }
+        }
+        held
+    }
+
+    /// Device bytes of the held arrays, every set: those about to be replaced.
+    pub(super) fn replaced_bytes(&self) -> u64 {
+        device_bytes(&self.slots)
+    }
+}
+
+fn device_bytes(slots: &[Arc<Slot>]) -> u64 {
+    slots
+        .iter()
+        .filter(|slot| slot.kind() == MemoryKind::Device)
+        .fold(0u64, |sum, slot| sum.saturating_add(slot.bytes()))
+}
+
+/// Where each requested array's buffers come from, and per request how
+/// many sets it held (more than the plan has: the extra ones are retired).
+pub(super) struct Placed {
+    pub(super) placements: Vec<Placement>,
+    pub(super) requests: Vec<PlacedRequest>,
+}
+
+impl Inner {
+    /// Decides where every requested array's buffer in every set comes
+    /// from, given the buffers `held` under the requested labels, and
+    /// allocates the new ones. All or nothing: on failure the new memory is
+    /// freed (dropped), and the held arrays are intact unless they had to
+    /// be freed first to make room for their successors.
+    pub(super) fn place(
+        &self,
+        s: &mut State,
+        batch: &Batch,
+        held: Held,
+        plan: &ChunkPlan,
+        stream: &Arc<OwnedStream>,
+        free_before: u64,
+    ) -> Result<Placed, MemError> {
+        let Held { slots, requests } = held;
+        let mut decisions = Vec::with_capacity(slots.len());
+        let mut replaced: Vec<Arc<Slot>> = Vec::new();
+        let mut old = slots.iter();
+        for ((label, request), placed) in batch.requests().zip(&requests) {
+            let mut old_sets = old.by_ref().take(placed.held);
+            let bytes = plan.chunked_bytes(request);
+            for _ in 0..sets_of(plan, request) {
+                let old = old_sets
+                    .next()
+                    .filter(|old| old.kind() == request.memory_kind());
+                decisions.push(match old {
+                    Some(old)
+                        if old.dtype() == request.dtype()
+                            && request
+                                .chunked_dims(plan.chunk_length)
+                                .eq(old.shape().iter().copied()) =>
+                    {
+                        Decision::Keep(Arc::clone(old))
+                    }
+                    Some(old) if old.capacity() >= bytes => Decision::Reuse,
+                    other => {
+                        replaced.extend(other.cloned());
+                        Decision::Fresh {
+                            label,
+                            request,
+                            bytes,
+                        }
+                    }
+                });
+            }
+            replaced.extend(old_sets.cloned());
+        }
+        drop(old);
+        self.make_room(&decisions, &replaced)?;
+        let mut placements = std::mem::take(&mut s.scratch.placements);
+        placements.clear();
+        placements.reserve(decisions.len());
+        // New buffers of one request share one label, made when needed.
+        let mut fresh_label: Option<(&str, Arc<str>)> = None;
+        for decision in decisions {
+            let placement = match decision {
+                Decision::Keep(slot) => Placement::Keep(slot),
+                Decision::Reuse => Placement::Reuse,
+                Decision::Fresh {
+                    label,
+                    request,
+                    bytes,
+                } => {
+                    let shared = match &fresh_label {
+                        Some((made_for, shared)) if *made_for == label => Arc::clone(shared),
+                        _ => {
+                            let shared: Arc<str> = Arc::from(label);
+                            fresh_label = Some((label, Arc::clone(&shared)));
+                            shared
+                        }
+                    };
+                    let fresh = self.fresh(
+                        s,
+                        batch.owner,
+                        shared,
+                        request,
+                        bytes,
+                        plan,
+                        stream,
+                        free_before,
+                    );
+                    match fresh {
+                        Ok(placement) => placement,
+                        Err(error) => {
+                            // What was allocated is freed with its slots.
+                            placements.clear();
+                            s.scratch.placements = placements;
+                            return Err(error);
+                        }
+                    }
+                }
+            };
+            tracing::debug!(
+                memory = match placement {
+                    Placement::Keep(_) => "kept",
+                    Placement::Reuse => "reused",
+                    Placement::Fresh(_) => "allocated",
+                },
+                "placed an array"
+            );
+            placements.push(placement);
+        }
+        let mut slots = slots;
+        slots.clear();
+        s.scratch.held = slots;
+        Ok(Placed {
+            placements,
+            requests,
+        })
+    }
+
+    /// Frees the device arrays the call replaces with new memory, before
+    /// that memory is allocated, when the device cannot hold both and can
+    /// hold the new arrays once they are gone: the plan counted their bytes
+    /// as free. Otherwise leaves them to be freed on commit, so that a
+    /// failed call leaves them intact.
+    fn make_room(
+        &self,
+        decisions: &[Decision<'_>],
+        replaced: &[Arc<Slot>],
+    ) -> Result<(), MemError> {
+        let new_bytes = decisions
+            .iter()
+            .filter_map(|decision| match decision {
+                Decision::Fresh { request, bytes, .. }
+                    if request.memory_kind() == MemoryKind::Device =>
+                {
+                    Some(*bytes)
+                }
+                _ => None,
+            })
+            .fold(0u64, u64::saturating_add);
+        let held_bytes = device_bytes(replaced);
+        if new_bytes == 0 || held_bytes == 0 {
+            return Ok(());
+        }
+        let free = self.backend.mem_info().on(&*self.backend)?.free;
+        if new_bytes <= free || new_bytes > free.saturating_add(held_bytes) {
+            return Ok(());
+        }
+        tracing::debug!(
+            new = %Bytes(new_bytes),
+            free = %Bytes(free),
+            replaced = %Bytes(held_bytes),
+            "the device cannot hold the new arrays beside those they replace: freeing those first"
+        );
+        // Released, not yet removed: commit retires them as it would have,
+        // and a failed call removes them ([`forget_released`]).
+        for slot in replaced
+            .iter()
+            .filter(|slot| slot.kind() == MemoryKind::Device)
+        {
+            if let Err(error) = slot.release(ReleaseReason::Replaced) {
+                tracing::warn!(label = %slot.label(), %error, "freeing a replaced array failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// New memory for one request.
+    #[allow(clippy::too_many_arguments)]
+    fn fresh(
+        &self,
+        s: &mut State,
+        owner: OwnerId,
+        label: Arc<str>,
+        request: &ArrayRequest,
+        bytes: u64,
+        plan: &ChunkPlan,
+        stream: &Arc<OwnedStream>,
+        free_before: u64,
+    ) -> Result<Placement, MemError> {
+        Slot::allocate(
+            &self.backend,
+            owner,
+            Arc::clone(&label),
+            request.dtype(),
+            request.memory_kind(),
+            bytes,
+            request.chunked_dims(plan.chunk_length).collect(),
+            stream,
+        )
+        .map(Placement::Fresh)
+        .map_err(|error| self.explain_failure(s, error, &label, bytes, plan, free_before))
+    }
+}
+
+/// After a failed call: removes from `participants` the arrays freed to
+/// make room for successors that were never made, counting them freed.
+pub(super) fn forget_released(s: &mut State, participants: &[InstanceId]) {
+    for &instance in participants {
+        let Ok(group) = s.group_of(instance) else {
+            continue;
+        };
+        let Some(state) = s.instances.get_mut(&instance) else {
+            continue;
+        };
+        let mut released = Vec::new();
+        state.allocations.retain(|_, sets| {
+            sets.retain(|slot| {
+                let live = slot.is_live();
+                if !live {
+                    released.push(Arc::clone(slot));
+                }
+                live
+            });
+            !sets.is_empty()
+        });
+        if released.is_empty() {
+            continue;
+        }
+        s.with_group_usage(&group, |s, usage| {
+            for slot in &released {
+                s.count_free(instance, usage, slot, false);
+            }
+        });
+    }
+}
