@@ -79,7 +79,17 @@ impl BatchSizes {
                     sizes.depth = sizes.depth.max(request.depth());
                     &mut sizes.chunkable_bytes
                 }
-                None => &mut sizes.unchunkable_bytes,
+                None => {
+                    if let Some(axis) = request.empty_chunk_axis() {
+                        return Err(MemError::RunCountMismatch {
+                            label: label.to_owned(),
+                            axis,
+                            axis_length: 0,
+                            total_runs,
+                        });
+                    }
+                    &mut sizes.unchunkable_bytes
+                }
             };
             *slot = slot.checked_add(bytes).ok_or_else(|| {
                 MemError::invalid_request(label, "total byte size overflows 64 bits")
@@ -258,6 +268,45 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
     // One chunk (chunks == 1) needs one set.
     plan.buffer_sets = sizes.depth.min(plan.chunks);
     Ok(plan)
+}
+
+/// The plan of a remembered partition: `chunks` chunks of `chunk_length`
+/// runs, when that partition covers the batch
+/// (`ceil(total_runs / chunks) == chunk_length`; the chunk count capped at
+/// the run count), with the budget's figures and the buffer sets of the
+/// batch's depth that fit. It comes before planning, as in cubie: a
+/// notary's arrays laid out for the partition stay valid whatever the
+/// budget would give now (a batch that then does not fit fails to
+/// allocate). `None` when the partition does not cover the batch.
+pub(crate) fn plan_partition(
+    sizes: &BatchSizes,
+    budget: &Budget,
+    chunk_length: usize,
+    chunks: usize,
+) -> Option<ChunkPlan> {
+    let (allocatable, withheld) = budget.allocatable().unwrap_or((0, budget.limit()));
+    let whole = ChunkPlan {
+        total_runs: sizes.total_runs,
+        chunks: 1,
+        chunk_length: sizes.total_runs,
+        chunkable_bytes: sizes.chunkable_bytes,
+        unchunkable_bytes: sizes.unchunkable_bytes,
+        allocatable,
+        withheld,
+        buffer_sets: 1,
+    };
+    whole.validate().ok()?;
+    let covers = chunks > 0 && sizes.total_runs.div_ceil(chunks) == chunk_length;
+    if !covers {
+        return None;
+    }
+    let chunks = chunks.min(sizes.total_runs);
+    let plan = ChunkPlan {
+        chunks,
+        chunk_length,
+        ..whole
+    };
+    plan.validate().ok().map(|()| plan.sets_for(sizes.depth))
 }
 
 /// Measures `requests` and plans them against `budget`.

@@ -1,7 +1,7 @@
 //! VRAM shares: the manual pool (instances with a fixed proportion) and the
 //! auto pool (instances splitting what is left evenly).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::MemError;
 use crate::ids::InstanceId;
@@ -24,7 +24,10 @@ pub(crate) enum ShareWarning {
 /// Which pool an instance is in, and each one's proportion.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Shares {
-    manual: BTreeMap<InstanceId, f64>,
+    /// The manual pool in the order its members joined it (a member whose
+    /// proportion is set again joins it anew, at the end), the order its
+    /// proportions are summed in, as in cubie: float sums depend on it.
+    manual: Vec<(InstanceId, f64)>,
     auto: BTreeSet<InstanceId>,
 }
 
@@ -39,7 +42,7 @@ fn check_proportion(proportion: f64) -> Result<(), MemError> {
 impl Shares {
     /// Sum of the manual pool's proportions.
     pub(crate) fn manual_sum(&self) -> f64 {
-        self.manual.values().sum()
+        self.manual.iter().map(|&(_, p)| p).sum()
     }
 
     /// The fraction left to the auto pool.
@@ -89,7 +92,7 @@ impl Shares {
             }
             warning = Some(ShareWarning::AutoPoolBelowMinimum { remaining });
         }
-        self.manual.insert(id, p);
+        self.manual.push((id, p));
         Ok(warning)
     }
 
@@ -109,18 +112,24 @@ impl Shares {
 
     /// Removes `id` from whichever pool holds it.
     pub(crate) fn remove(&mut self, id: InstanceId) {
-        self.manual.remove(&id);
+        self.manual.retain(|&(member, _)| member != id);
         self.auto.remove(&id);
+    }
+
+    fn manual_share(&self, id: InstanceId) -> Option<f64> {
+        self.manual
+            .iter()
+            .find_map(|&(member, p)| (member == id).then_some(p))
     }
 
     /// Whether `id` is in the manual pool.
     pub(crate) fn is_manual(&self, id: InstanceId) -> bool {
-        self.manual.contains_key(&id)
+        self.manual_share(id).is_some()
     }
 
     /// The proportion of `id`: its manual share, or an even split of the auto pool.
     pub(crate) fn proportion(&self, id: InstanceId) -> Option<f64> {
-        if let Some(&p) = self.manual.get(&id) {
+        if let Some(p) = self.manual_share(id) {
             return Some(p);
         }
         self.auto
@@ -240,5 +249,22 @@ mod tests {
         assert_eq!(s.proportion(i1), Some(0.3));
         s.set_auto(i1).unwrap();
         assert_eq!(s.proportion(i1), Some(0.5));
+    }
+
+    #[test]
+    fn manual_proportions_are_summed_in_the_order_members_joined() {
+        let [a, b, c, auto] = ids::<4>();
+        let mut s = Shares::default();
+        s.add(a, Some(0.1)).unwrap();
+        s.add(b, Some(0.2)).unwrap();
+        s.add(c, Some(0.3)).unwrap();
+        s.add(auto, None).unwrap();
+        // 0.1 + 0.2 + 0.3 rounds up: the auto pool gets 0.3999999999999999.
+        assert_eq!(s.proportion(auto), Some(1.0 - (0.1 + 0.2 + 0.3)));
+        // Setting a's proportion again moves it to the end of the pool:
+        // 0.2 + 0.3 + 0.1 is exactly 0.6, and the auto pool 0.4, as in cubie.
+        s.set_manual(a, 0.1).unwrap();
+        assert_eq!(s.proportion(auto), Some(0.4));
+        assert_eq!(s.proportion(a), Some(0.1));
     }
 }

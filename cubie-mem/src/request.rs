@@ -154,6 +154,13 @@ impl ArrayRequest {
         self.chunk_axis_in_use().is_some()
     }
 
+    /// The chunk axis when it has length 0 and the request is not flagged
+    /// unchunkable: a run-count mismatch, not an array of zero runs.
+    pub(crate) fn empty_chunk_axis(&self) -> Option<usize> {
+        let axis = self.chunk_axis.filter(|_| !self.unchunkable)?;
+        (self.shape.get(axis) == Some(&0)).then_some(axis)
+    }
+
     /// The axis the planner splits, when the request is chunkable.
     pub fn chunk_axis_in_use(&self) -> Option<usize> {
         if self.unchunkable {

@@ -27,7 +27,7 @@ use crate::array::slot::{Shape, Slot};
 use crate::backend::BackendResult;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, OwnerId};
-use crate::plan::{BatchSizes, Budget, OVERSIZE_WARNING_FACTOR, plan_chunks};
+use crate::plan::{BatchSizes, Budget, OVERSIZE_WARNING_FACTOR, plan_chunks, plan_partition};
 use crate::registration::ReadyHook;
 use crate::stats::UsageStats;
 use crate::{ArrayRequest, ArrayResponse, Bytes, DType, MemError};
@@ -179,7 +179,9 @@ impl Inner {
         }
         let headroom = match s.limit_mode {
             LimitMode::Passive => None,
-            LimitMode::Active => Some(s.cap_headroom(&batch.group, self.total, replaced)),
+            LimitMode::Active => {
+                Some(s.cap_headroom(&batch.group, self.total, held.replaced_cap_bytes()))
+            }
         };
         let mut budget = Budget {
             effective_free: free.saturating_add(replaced),
@@ -190,10 +192,18 @@ impl Inner {
             let released = self.evict(s, needed, batch.owner, hooks);
             budget.effective_free = budget.effective_free.saturating_add(released);
         }
-        let plan = plan_chunks(&sizes, &budget)
-            .map_err(|error| with_misaxed(error, misaxed))
-            .map_err(|error| self.explain_caps(s, error, &batch.group, &sizes, &budget))?;
-        let plan = reuse_partition(s, batch, plan, sizes.depth);
+        // A remembered partition a notary's arrays are laid out for comes
+        // first, as in cubie (after the rule that an empty batch is one
+        // chunk); otherwise the batch is planned.
+        let reused = remembered_partition(s, batch)
+            .filter(|_| requested > 0)
+            .and_then(|(length, chunks)| plan_partition(&sizes, &budget, length, chunks));
+        let plan = match reused {
+            Some(plan) => plan,
+            None => plan_chunks(&sizes, &budget)
+                .map_err(|error| with_misaxed(error, misaxed))
+                .map_err(|error| self.explain_caps(s, error, &batch.group, &sizes, &budget))?,
+        };
         tracing::debug!(
             group = %batch.group,
             owner = %s.named_owner(batch.owner),
@@ -347,11 +357,10 @@ pub(super) struct Receiver {
     response: Option<ArrayResponse>,
 }
 
-/// Keeps the remembered partition of the owner in this group when one of
-/// its notaries holds arrays and the partition still covers the batch and
-/// fits, so the notary's arrays stay valid. The reused plan has the sets of
-/// the batch's `depth` that fit its chunks (see [`ChunkPlan::sets_for`]).
-fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan, depth: usize) -> ChunkPlan {
+/// The remembered partition `(chunk_length, chunks)` of the owner in this
+/// group, when one of its notaries (participants that queued nothing) holds
+/// arrays, which are laid out for it.
+fn remembered_partition(s: &State, batch: &Batch) -> Option<(usize, usize)> {
     let notary_holds = batch.participants.len() > batch.taken.len() && {
         let queued: FxHashSet<InstanceId> = batch.taken.iter().map(|(id, _)| *id).collect();
         batch.participants.iter().any(|id| {
@@ -361,16 +370,13 @@ fn reuse_partition(s: &State, batch: &Batch, plan: ChunkPlan, depth: usize) -> C
                     .is_some_and(|i| !i.allocations.is_empty())
         })
     };
-    let remembered = s
-        .groups
-        .get(&batch.group)
-        .and_then(|g| g.partitions.get(&batch.owner));
-    match remembered {
-        Some(&(length, chunks)) if notary_holds => plan
-            .with_partition(length, chunks)
-            .map_or(plan, |reused| reused.sets_for(depth)),
-        _ => plan,
+    if !notary_holds {
+        return None;
     }
+    s.groups
+        .get(&batch.group)
+        .and_then(|g| g.partitions.get(&batch.owner))
+        .copied()
 }
 
 /// Which buffer a placement is for: `instance`'s array `label` in buffer

@@ -1,7 +1,9 @@
 //! Stream groups and their streams.
 
 use super::handles::Instance;
-use crate::backend::{BackendResult, StreamHandle};
+use super::state::State;
+use crate::backend::{Backend, BackendResult, StreamHandle};
+use crate::ids::InstanceId;
 use std::sync::Arc;
 
 use crate::streams::{CurrentStream, DEFAULT_STREAM_GROUP, OwnedStream};
@@ -18,8 +20,11 @@ impl MemoryManager {
             .map_or_else(String::new, |g| g.to_string())
     }
 
-    /// Moves `instance` to `group`, with its queued requests; its arrays are
-    /// ordered on the new group's stream from now on. On error nothing moves.
+    /// Moves `instance` to `group` together with every other member of its
+    /// owner in its group (an owner's work shares one stream), with their
+    /// queued requests and the owner's remembered partition; their arrays
+    /// are ordered on the new group's stream from now on. On error nothing
+    /// moves.
     pub fn change_stream_group(&self, instance: &Instance, group: &str) -> Result<(), MemError> {
         self.inner
             .lock()
@@ -87,6 +92,61 @@ impl MemoryManager {
                         .for_each(|slot| slot.set_stream(&stream));
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl State {
+    /// Moves `id` and the other members of its owner in its group to
+    /// `group`: their queued sets go with them, the owner's remembered
+    /// partition too, and their arrays are ordered on the new group's
+    /// stream (created before anything moves, so a failure changes
+    /// nothing).
+    pub(crate) fn change_group(
+        &mut self,
+        id: InstanceId,
+        group: &str,
+        backend: &Arc<dyn Backend>,
+    ) -> Result<(), MemError> {
+        let old = self.group_of(id)?;
+        if &*old == group {
+            return Ok(());
+        }
+        let owner = self.instance(id)?.owner;
+        let (members, partition) = match self.groups.get(&old) {
+            Some(g) => (
+                g.members_of(owner).collect::<Vec<_>>(),
+                g.partitions.get(&owner).copied(),
+            ),
+            None => (vec![id], None),
+        };
+        let needs_stream = members.iter().any(|member| {
+            self.instances
+                .get(member)
+                .is_some_and(|i| !i.allocations.is_empty())
+        });
+        // The first move creates the group's stream if need be: the only
+        // step that can fail, before anything moved; the others reuse it.
+        for member in members {
+            let stream = self
+                .groups
+                .move_to(member, owner, group, needs_stream, backend)?;
+            let instance = self.instance(member)?;
+            if let Some(stream) = &stream {
+                instance
+                    .allocations
+                    .values()
+                    .flatten()
+                    .for_each(|slot| slot.set_stream(stream));
+            }
+            let usage = instance.usage;
+            let new = self.group_of(member)?;
+            self.update_group_usage(&old, |u| u.transfer_current(&usage));
+            self.update_group_usage(&new, |u| u.receive_current(&usage));
+        }
+        if let (Some(partition), Some(g)) = (partition, self.groups.get_mut(group)) {
+            g.partitions.insert(owner, partition);
         }
         Ok(())
     }

@@ -103,9 +103,18 @@ impl Held {
         held
     }
 
-    /// Device bytes of the held arrays, every set: those about to be replaced.
+    /// Device bytes of the held arrays, every set: those about to be
+    /// replaced, which count as free device memory (`Fe`).
     pub(super) fn replaced_bytes(&self) -> u64 {
         device_bytes(&self.slots)
+    }
+
+    /// Bytes of the held arrays, device and pinned: what the caps count
+    /// as available again (`H`).
+    pub(super) fn replaced_cap_bytes(&self) -> u64 {
+        self.slots
+            .iter()
+            .fold(0u64, |sum, slot| sum.saturating_add(slot.bytes()))
     }
 }
 

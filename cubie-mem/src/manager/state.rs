@@ -54,6 +54,15 @@ impl InstanceState {
             .filter(|s| s.kind() == MemoryKind::Device)
             .fold(0, |sum, s| sum.saturating_add(s.bytes()))
     }
+
+    /// Bytes held, device and pinned: what counts against the instance's
+    /// cap, as in cubie.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.allocations
+            .values()
+            .flatten()
+            .fold(0, |sum, s| sum.saturating_add(s.bytes()))
+    }
 }
 
 /// One eviction unit.
@@ -251,40 +260,6 @@ impl State {
         }
     }
 
-    /// Moves `id` to `group`: its queued set goes with it, and its arrays
-    /// are ordered on the new group's stream (created first, so a failure
-    /// changes nothing).
-    pub(crate) fn change_group(
-        &mut self,
-        id: InstanceId,
-        group: &str,
-        backend: &Arc<dyn Backend>,
-    ) -> Result<(), MemError> {
-        let old = self.group_of(id)?;
-        if &*old == group {
-            return Ok(());
-        }
-        let instance = self.instance(id)?;
-        let owner = instance.owner;
-        let needs_stream = !instance.allocations.is_empty();
-        let stream = self
-            .groups
-            .move_to(id, owner, group, needs_stream, backend)?;
-        let instance = self.instance(id)?;
-        if let Some(stream) = &stream {
-            instance
-                .allocations
-                .values()
-                .flatten()
-                .for_each(|slot| slot.set_stream(stream));
-        }
-        let usage = instance.usage;
-        let new = self.group_of(id)?;
-        self.update_group_usage(&old, |u| u.transfer_current(&usage));
-        self.update_group_usage(&new, |u| u.receive_current(&usage));
-        Ok(())
-    }
-
     /// Updates the counters of `group` (created on first use).
     pub(crate) fn update_group_usage(
         &mut self,
@@ -415,16 +390,14 @@ impl State {
         (proportion * total as f64).floor() as u64
     }
 
-    /// Sum of the caps and of the device bytes held by `group`'s members.
+    /// Sum of the caps and of the bytes (device and pinned) held by
+    /// `group`'s members.
     pub(crate) fn group_caps_and_use(&self, group: &str, total: u64) -> (u64, u64) {
         let Some(group) = self.groups.get(group) else {
             return (0, 0);
         };
         group.members().fold((0u64, 0u64), |(caps, held), m| {
-            let bytes = self
-                .instances
-                .get(&m)
-                .map_or(0, InstanceState::device_bytes);
+            let bytes = self.instances.get(&m).map_or(0, InstanceState::held_bytes);
             (
                 caps.saturating_add(self.cap(m, total)),
                 held.saturating_add(bytes),

@@ -10,6 +10,7 @@ mod common;
 
 mod allocation;
 mod async_copy;
+mod cubie_agreement;
 mod derive;
 mod eviction;
 mod faults;
