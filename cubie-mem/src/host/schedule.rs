@@ -144,6 +144,7 @@ impl Schedule {
         lanes: &mut [Box<dyn Move + '_>],
         chunk: &Chunk,
     ) -> Result<(), MemError> {
+        self.at = Some(chunk.index);
         let queued = self.queue_download(lanes, chunk);
         match queued {
             Ok(()) => {
