@@ -194,7 +194,8 @@ pub enum MemError {
         requested: Bytes,
         /// Device free memory at the time.
         free: Bytes,
-        /// Bytes held by idle owners that could be evicted.
+        /// Device bytes held by idle owners that could be evicted for this
+        /// batch (the requester's own owner is never evicted for it).
         idle_held: Bytes,
         /// The limit that applied (free memory, or the group's caps in active mode).
         limit: Bytes,

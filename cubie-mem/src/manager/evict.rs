@@ -64,11 +64,13 @@ impl Inner {
         released
     }
 
-    /// Device bytes held by idle owners (for out-of-memory messages).
-    pub(super) fn idle_bytes(&self, s: &mut State) -> u64 {
+    /// Device bytes held by idle owners other than `protected` (the
+    /// requester's, never evicted for its own batch): what eviction could
+    /// release, for out-of-memory messages.
+    pub(super) fn idle_bytes(&self, s: &mut State, protected: OwnerId) -> u64 {
         let owners: Vec<OwnerId> = s.owners.keys().copied().collect();
         owners.into_iter().fold(0u64, |idle, owner| {
-            if s.owner_idle(owner, &*self.backend) {
+            if owner != protected && s.owner_idle(owner, &*self.backend) {
                 idle.saturating_add(s.owner_device_bytes(owner))
             } else {
                 idle

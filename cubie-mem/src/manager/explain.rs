@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::Inner;
 use super::state::State;
 use crate::ChunkPlan;
+use crate::ids::OwnerId;
 use crate::plan::{BatchSizes, Budget};
 use crate::{Bytes, MemError};
 
@@ -16,6 +17,7 @@ const CAP_WARNING_FRACTION: f64 = 0.95;
 impl Inner {
     /// Fills an out-of-memory error with the label, the idle bytes this
     /// manager holds and the limit that applied.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn explain_failure(
         &self,
         s: &mut State,
@@ -24,6 +26,7 @@ impl Inner {
         bytes: u64,
         plan: &ChunkPlan,
         free_before: u64,
+        requester: OwnerId,
     ) -> MemError {
         match error {
             MemError::OutOfMemory { free, .. } => MemError::OutOfMemory {
@@ -34,7 +37,7 @@ impl Inner {
                 } else {
                     free
                 },
-                idle_held: Bytes(self.idle_bytes(s)),
+                idle_held: Bytes(self.idle_bytes(s, requester)),
                 limit: Bytes(plan.allocatable.saturating_add(plan.withheld)),
             },
             other => other,

@@ -316,7 +316,7 @@ impl Inner {
             stream,
         )
         .map(Placement::Fresh)
-        .map_err(|error| self.explain_failure(s, error, &label, bytes, plan, free_before))
+        .map_err(|error| self.explain_failure(s, error, &label, bytes, plan, free_before, owner))
     }
 }
 

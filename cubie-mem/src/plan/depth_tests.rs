@@ -15,22 +15,28 @@ fn deep(total_runs: usize, c: u64, u: u64, depth: usize) -> BatchSizes {
 
 #[test]
 fn depth_one_plans_as_the_single_set_formula() {
-    // max_chunk = floor(total_runs * (alloc - U) / C), as before depths.
-    for (runs, c, u, free) in [
-        (100, 10_000, 0, 1000),
-        (58, 464_000, 0, 57_142),
-        (10, 990, 9, 1000),
-        (1000, 7_000_000, 123_456, 2_000_000),
-        (7, 70, 0, 60),
+    // alloc = free - floor(0.02 * free) without granule; max_chunk =
+    // floor(runs * (alloc - U) / C); chunks = ceil(runs / max_chunk);
+    // chunk_length = ceil(runs / chunks), all worked out by hand.
+    for ((runs, c, u, free), (alloc, chunks, chunk_length)) in [
+        // 100 * 980 / 10_000 = 9.8: 9 runs, 12 chunks, evened to 9.
+        ((100, 10_000, 0, 1000), (980, 12, 9)),
+        // 58 * 56_000 / 464_000 = 7 exactly: 9 chunks of 7.
+        ((58, 464_000, 0, 57_142), (56_000, 9, 7)),
+        // 10 * (980 - 9) / 990 = 9.8: 2 chunks of 5.
+        ((10, 990, 9, 1000), (980, 2, 5)),
+        // 1000 * (1_960_000 - 123_456) / 7_000_000 = 262.4: 4 chunks of 250.
+        ((1000, 7_000_000, 123_456, 2_000_000), (1_960_000, 4, 250)),
+        // 7 * 59 / 70 = 5.9: 2 chunks of 4.
+        ((7, 70, 0, 60), (59, 2, 4)),
     ] {
         let budget = Budget::passive(free).with_granule(0);
         let p = plan_chunks(&deep(runs, c, u, 1), &budget).unwrap();
-        let (alloc, _) = budget.allocatable().unwrap();
-        let max_chunk = (runs as u64 * (alloc - u) / c).min(runs as u64) as usize;
-        assert_eq!(p.chunks, runs.div_ceil(max_chunk), "{runs} {c} {u} {free}");
-        assert_eq!(p.chunk_length, runs.div_ceil(p.chunks));
-        assert_eq!(p.buffer_sets, 1);
-        assert_eq!(p, plan_chunks(&sizes(runs, c, u), &budget).unwrap());
+        let case = format!("{runs} runs, C {c}, U {u}, free {free}");
+        assert_eq!(p.allocatable, alloc, "{case}");
+        assert_eq!(p.withheld, free - alloc, "{case}");
+        assert_eq!((p.chunks, p.chunk_length), (chunks, chunk_length), "{case}");
+        assert_eq!(p.buffer_sets, 1, "{case}");
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::common;
 use crate::common::{Inbox, manager, queuing, runs_request};
-use cubie_mem::{ArrayRequest, MemError, MemoryKind};
+use cubie_mem::{ArrayRequest, Bytes, MemError, MemoryKind};
 
 /// Two participants, five arrays (device and pinned) in one group.
 const ALLOCATIONS_PER_CALL: usize = 5;
@@ -191,4 +191,38 @@ fn a_failure_while_growing_leaves_the_old_arrays_and_no_leak() {
     assert_eq!(mgr.allocated_bytes(&a), 320);
     assert_eq!(sim.live_allocations(), 2);
     assert!(!x.is_valid());
+}
+
+#[test]
+fn out_of_memory_counts_the_bytes_idle_owners_hold() {
+    let (mgr, sim) = manager(1 << 30, 1 << 20);
+    let idle = mgr.register(queuing().stream_group("idle")).unwrap();
+    let _cache = common::allocate_f64(&mgr, &idle, "cache", runs_request(64, 10));
+    let busy = mgr.register(queuing().stream_group("busy")).unwrap();
+    let _scratch = common::allocate_f64(&mgr, &busy, "scratch", runs_request(8, 10));
+    let _work = mgr.begin_work(&busy).unwrap();
+    let a = mgr.register(queuing().stream_group("g")).unwrap();
+    mgr.queue_request(&a, [("state", runs_request(16, 10))])
+        .unwrap();
+    // The batch fits the free memory, so nothing is evicted; the device
+    // refuses the allocation all the same.
+    sim.set_fail_allocations_after(Some(0));
+    let err = mgr.allocate_queue(&a).unwrap_err();
+    match err {
+        MemError::OutOfMemory {
+            label,
+            requested,
+            idle_held,
+            ..
+        } => {
+            assert_eq!(label, "state");
+            assert_eq!(requested, Bytes(160));
+            assert_eq!(
+                idle_held,
+                Bytes(640),
+                "the idle cache's bytes, not the busy owner's"
+            );
+        }
+        other => panic!("expected out of memory, got {other}"),
+    }
 }

@@ -167,3 +167,32 @@ fn with_room_for_both_a_failed_call_keeps_the_predecessor() {
     assert!(old.is_valid());
     assert_eq!(mgr.allocated_bytes(&solver), 400);
 }
+
+/// The out-of-memory error's `idle_held` counts what eviction could release
+/// for the batch: idle owners other than the requester's own.
+#[test]
+fn idle_held_leaves_out_the_requesters_own_owner() {
+    let (mgr, sim) = manager(1 << 30, 10_000);
+    let requester = mgr.register(queuing()).unwrap();
+    let sibling = mgr.register(queuing().owner(&requester)).unwrap();
+    let other = mgr.register(queuing()).unwrap();
+    for (instance, bytes) in [(&sibling, 500), (&other, 300)] {
+        mgr.queue_request(
+            instance,
+            [("held", ArrayRequest::of::<u8>([bytes]).unchunkable())],
+        )
+        .unwrap();
+        mgr.allocate_queue_for(instance).unwrap();
+    }
+    mgr.queue_request(
+        &requester,
+        [("x", ArrayRequest::of::<u8>([100]).unchunkable())],
+    )
+    .unwrap();
+    sim.set_fail_allocations_after(Some(0));
+    let error = mgr.allocate_queue_for(&requester).unwrap_err();
+    assert!(
+        matches!(error, cubie_mem::MemError::OutOfMemory { idle_held, .. } if idle_held.0 == 300),
+        "{error}"
+    );
+}

@@ -56,17 +56,35 @@ proptest! {
     }
 
     #[test]
-    fn more_memory_never_means_more_chunks(
+    fn more_memory_never_fails_a_plan_or_adds_chunks(
         total_runs in 1usize..50_000,
         bytes_per_run in 1u64..4_000,
-        free in 1_000u64..500_000_000,
-        extra in 0u64..500_000_000,
+        unchunkable in prop_oneof![Just(0u64), 0u64..1_000_000],
+        free in prop_oneof![0u64..500_000_000, edge_u64()],
+        extra in prop_oneof![Just(1u64), 0u64..500_000_000, edge_u64()],
+        granule in prop_oneof![Just(0u64), 1u64..1_000_000],
+        headroom in prop::option::of(prop_oneof![0u64..1_000_000_000, edge_u64()]),
+        depth in 1usize..5,
     ) {
-        let sizes = BatchSizes { total_runs, chunkable_bytes: bytes_per_run * total_runs as u64, unchunkable_bytes: 0, depth: 1 };
-        let small = plan_chunks(&sizes, &Budget::passive(free).with_granule(0));
-        let large = plan_chunks(&sizes, &Budget::passive(free + extra).with_granule(0));
-        if let (Ok(small), Ok(large)) = (small, large) {
-            prop_assert!(large.chunks() <= small.chunks());
+        let sizes = BatchSizes {
+            total_runs,
+            chunkable_bytes: bytes_per_run * total_runs as u64,
+            unchunkable_bytes: unchunkable,
+            depth,
+        };
+        // The caps stay as they are; only the free memory grows.
+        let budget = |effective_free| Budget { effective_free, cap_headroom: headroom, granule };
+        let more = free.saturating_add(extra);
+        match (plan_chunks(&sizes, &budget(free)), plan_chunks(&sizes, &budget(more))) {
+            (Ok(small), Ok(large)) => prop_assert!(
+                large.chunks() <= small.chunks(),
+                "{} chunks with {free} B free, {} with {more} B", small.chunks(), large.chunks()
+            ),
+            (Ok(small), Err(error)) => prop_assert!(
+                false,
+                "{} chunks with {free} B free, but {more} B fails: {error}", small.chunks()
+            ),
+            (Err(_), _) => {}
         }
     }
 

@@ -81,15 +81,15 @@ fn starving_a_non_empty_auto_pool_is_an_error() {
     let err = mgr
         .register(Registration::new().proportion(0.97))
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            MemError::AutoPoolStarved {
-                auto_members: 1,
-                ..
-            }
-        ),
-        "{err}"
+    assert_eq!(
+        err,
+        MemError::AutoPoolStarved {
+            requested: 0.97,
+            manual_sum: 0.0,
+            remaining: 1.0 - 0.97,
+            auto_members: 1,
+            minimum: MIN_AUTOPOOL_SIZE,
+        }
     );
     assert_eq!(mgr.instance_count(), 1);
     // Exactly 1 - MIN_AUTOPOOL_SIZE is still allowed.
@@ -128,7 +128,10 @@ fn set_manual_proportion_moves_from_either_pool() {
     mgr.set_manual_proportion(&a, 0.4).unwrap();
     assert_eq!(mgr.proportion(&a), 0.4);
     let err = mgr.set_manual_proportion(&a, 0.99).unwrap_err();
-    assert!(matches!(err, MemError::AutoPoolStarved { .. }));
+    assert!(
+        matches!(err, MemError::AutoPoolStarved { remaining, .. } if remaining == 1.0 - 0.99),
+        "{err:?}"
+    );
     assert_eq!(mgr.proportion(&a), 0.4, "a failed move changes nothing");
 }
 
@@ -160,9 +163,76 @@ fn set_auto_limit_mode_only_moves_manual_members() {
 #[test]
 fn set_auto_limit_mode_fails_cleanly_when_the_auto_pool_is_full() {
     let (mgr, _) = manager(GIB, GIB);
-    let a = mgr.register(Registration::new().proportion(0.5)).unwrap();
-    let _b = mgr.register(Registration::new().proportion(0.48)).unwrap();
-    // Moving a to auto leaves manual 0.48, auto 0.52: fine.
-    mgr.set_auto_limit_mode(&a).unwrap();
-    assert!((mgr.proportion(&a) - 0.52).abs() < 1e-12);
+    let a = mgr.register(Registration::new().proportion(0.04)).unwrap();
+    // 0.99 in all leaves less than the minimum to an empty auto pool: allowed.
+    let b = mgr.register(Registration::new().proportion(0.95)).unwrap();
+    let before = (
+        mgr.proportion(&a),
+        mgr.cap(&a),
+        mgr.proportion(&b),
+        mgr.manual_pool_proportion(),
+        mgr.auto_pool_proportion(),
+    );
+    // Without a, the manual pool holds 0.95, leaving the auto pool no more
+    // than the minimum: a cannot join it.
+    let err = mgr.set_auto_limit_mode(&a).unwrap_err();
+    assert_eq!(
+        err,
+        MemError::AutoPoolFull {
+            manual_sum: 0.95,
+            remaining: 1.0 - 0.95,
+            minimum: MIN_AUTOPOOL_SIZE,
+        }
+    );
+    let after = (
+        mgr.proportion(&a),
+        mgr.cap(&a),
+        mgr.proportion(&b),
+        mgr.manual_pool_proportion(),
+        mgr.auto_pool_proportion(),
+    );
+    assert_eq!(after, before, "a failed move changes nothing");
+    assert_eq!(after.0, 0.04, "a is still a manual member");
+}
+
+#[test]
+fn a_manual_pool_of_exactly_the_maximum_refuses_the_auto_pool_and_just_below_admits_it() {
+    // Sums are compared with a tolerance of 1e-9; twice that is past it.
+    const PAST_TOLERANCE: f64 = 2e-9;
+    let boundary = 1.0 - MIN_AUTOPOOL_SIZE;
+    assert_eq!(boundary, 0.95);
+
+    let (mgr, _) = manager(GIB, GIB);
+    let _manual = mgr
+        .register(Registration::new().proportion(boundary))
+        .unwrap();
+    let err = mgr.register(Registration::new()).unwrap_err();
+    assert_eq!(
+        err,
+        MemError::AutoPoolFull {
+            manual_sum: boundary,
+            remaining: 1.0 - boundary,
+            minimum: MIN_AUTOPOOL_SIZE,
+        },
+        "0.95 leaves exactly the minimum (a hair above it in floating point): refused"
+    );
+
+    let (mgr, _) = manager(GIB, GIB);
+    let manual = mgr
+        .register(Registration::new().proportion(boundary - PAST_TOLERANCE))
+        .unwrap();
+    let auto = mgr.register(Registration::new()).unwrap();
+    assert!((mgr.proportion(&auto) - (MIN_AUTOPOOL_SIZE + PAST_TOLERANCE)).abs() < 1e-15);
+
+    // With an auto member, the manual pool may reach 0.95 but not pass it.
+    mgr.set_manual_proportion(&manual, boundary).unwrap();
+    let err = mgr
+        .set_manual_proportion(&manual, boundary + PAST_TOLERANCE)
+        .unwrap_err();
+    assert!(
+        matches!(err, MemError::AutoPoolStarved { remaining, .. }
+            if remaining == 1.0 - (boundary + PAST_TOLERANCE)),
+        "{err:?}"
+    );
+    assert_eq!(mgr.proportion(&manual), boundary);
 }

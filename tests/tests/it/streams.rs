@@ -1,7 +1,8 @@
 //! Stream groups and the current-stream guard.
 
 use crate::common::{allocate_f64, logged_manager, manager, queuing, runs_request};
-use cubie_mem::Registration;
+use cubie_mem::timeline::Activity;
+use cubie_mem::{Registration, SimBackend};
 
 #[test]
 fn streams_are_created_lazily_and_shared_within_a_group() {
@@ -75,18 +76,62 @@ fn arrays_follow_their_instance_to_a_new_group_and_new_streams() {
     assert_eq!(mgr.stats().groups["g"].current_count, 0);
 }
 
+/// The activity and stream of every span the simulated device recorded
+/// from span `from` on.
+fn work_since(sim: &SimBackend, from: usize) -> Vec<(Activity, u64)> {
+    sim.timeline().spans()[from..]
+        .iter()
+        .map(|span| (span.activity, span.stream))
+        .collect()
+}
+
 #[test]
-fn the_current_stream_guard_binds_and_nests() {
-    let (mgr, _) = manager(1 << 30, 1 << 20);
-    let a = mgr.register(Registration::new().stream_group("a")).unwrap();
-    let b = mgr.register(Registration::new().stream_group("b")).unwrap();
-    let outer = mgr.bind_stream(&a).unwrap();
-    assert_eq!(outer.stream(), mgr.stream(&a).unwrap());
-    {
-        let inner = mgr.bind_stream(&b).unwrap();
-        assert_eq!(inner.stream(), mgr.stream(&b).unwrap());
-    }
-    drop(outer);
+fn nested_guards_order_work_on_the_innermost_stream_and_unbind_in_turn() {
+    let (mgr, sim) = manager(1 << 30, 1 << 20);
+    let solver = mgr.register(queuing().stream_group("solver")).unwrap();
+    let outer = mgr
+        .register(Registration::new().stream_group("outer"))
+        .unwrap();
+    let inner = mgr
+        .register(Registration::new().stream_group("inner"))
+        .unwrap();
+    let x = allocate_f64(&mgr, &solver, "x", runs_request(8, 4));
+    let own = mgr.stream(&solver).unwrap().0;
+    let (outer_stream, inner_stream) =
+        (mgr.stream(&outer).unwrap().0, mgr.stream(&inner).unwrap().0);
+    assert!(own != outer_stream && own != inner_stream && outer_stream != inner_stream);
+
+    let from = sim.timeline().spans().len();
+    let outer_guard = mgr.bind_stream(&outer).unwrap();
+    let inner_guard = mgr.bind_stream(&inner).unwrap();
+    let _y = allocate_f64(&mgr, &solver, "y", runs_request(8, 4));
+    x.copy_from_host(&[1.0; 4]).unwrap();
+    assert_eq!(
+        work_since(&sim, from),
+        [
+            (Activity::Alloc, inner_stream),
+            (Activity::HostToDevice, inner_stream)
+        ],
+        "the innermost guard wins"
+    );
+
+    let from = sim.timeline().spans().len();
+    drop(inner_guard);
+    x.copy_from_host(&[2.0; 4]).unwrap();
+    assert_eq!(
+        work_since(&sim, from),
+        [(Activity::HostToDevice, outer_stream)],
+        "the outer guard's stream is current again"
+    );
+
+    let from = sim.timeline().spans().len();
+    drop(outer_guard);
+    x.copy_from_host(&[3.0; 4]).unwrap();
+    assert_eq!(
+        work_since(&sim, from),
+        [(Activity::HostToDevice, own)],
+        "no stream is current: the group's stream"
+    );
 }
 
 #[test]

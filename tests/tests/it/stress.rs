@@ -1,9 +1,11 @@
 //! Many threads registering, queueing, allocating, using, freeing, evicting
 //! and dropping on one manager at once, with accesses and guards held across
-//! manager calls. Every thread must finish within a deadline: a deadlock
-//! fails the test instead of hanging CI.
+//! manager calls. A thread's panic fails the test at once, as that panic;
+//! every thread must finish within a deadline, so that a deadlock fails the
+//! test instead of hanging CI.
 
-use std::sync::mpsc;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -134,32 +136,59 @@ fn occasional_calls(mgr: &MemoryManager, instance: &Instance, round: usize) {
     }
 }
 
+/// Runs `work(t)` on threads `t` in `0..threads` and returns their results
+/// in thread order. A thread's panic is raised here as soon as the thread
+/// ends, with its own payload; threads still running at the deadline are
+/// reported as a deadlock.
+fn run_threads<T, F>(threads: usize, deadline: Duration, work: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> T + Clone + Send + 'static,
+{
+    let (done, finished) = mpsc::channel();
+    for t in 0..threads {
+        let (done, work) = (done.clone(), work.clone());
+        thread::spawn(move || {
+            // The work (and what it holds) is gone before the result is sent.
+            let result = panic::catch_unwind(AssertUnwindSafe(move || work(t)));
+            // The receiver is gone only once the test has already failed.
+            let _ = done.send((t, result));
+        });
+    }
+    drop(done);
+    let start = Instant::now();
+    let mut results: Vec<Option<T>> = (0..threads).map(|_| None).collect();
+    for finishing in 0..threads {
+        match finished.recv_timeout(deadline.saturating_sub(start.elapsed())) {
+            Ok((t, Ok(result))) => results[t] = Some(result),
+            Ok((_, Err(payload))) => panic::resume_unwind(payload),
+            Err(RecvTimeoutError::Timeout) => panic!(
+                "deadlock: {} of {threads} threads did not finish within {deadline:?}",
+                threads - finishing
+            ),
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("a thread ended without reporting its result")
+            }
+        }
+    }
+    results.into_iter().flatten().collect()
+}
+
 #[test]
 fn eight_threads_end_with_an_empty_registry_and_free_memory() {
     // 1 MiB free: the threads' batches do not all fit, so idle owners are
     // evicted and batches chunked all along.
     let (mgr, sim) = manager(1 << 30, 1 << 20);
     let free_before = sim.free_bytes();
-    let (done, finished) = mpsc::channel();
-    for t in 0..THREADS {
-        let (mgr, done) = (mgr.clone(), done.clone());
-        thread::spawn(move || {
-            let mut kept = Vec::new();
-            let served = (0..ROUNDS)
-                .filter(|&r| round(&mgr, t, r, &mut kept))
-                .count();
-            drop(kept);
-            done.send(served).unwrap();
-        });
-    }
-    let start = Instant::now();
-    let mut served = 0;
-    for _ in 0..THREADS {
-        let left = DEADLINE.saturating_sub(start.elapsed());
-        served += finished
-            .recv_timeout(left)
-            .expect("deadlock: a thread did not finish before the deadline");
-    }
+    let worker_mgr = mgr.clone();
+    let served: usize = run_threads(THREADS, DEADLINE, move |t| {
+        let mut kept = Vec::new();
+        (0..ROUNDS)
+            .filter(|&r| round(&worker_mgr, t, r, &mut kept))
+            .count()
+    })
+    .into_iter()
+    .sum();
     assert!(
         served >= THREADS * ROUNDS * 9 / 10,
         "only {served} of {} rounds were served",
@@ -175,4 +204,41 @@ fn eight_threads_end_with_an_empty_registry_and_free_memory() {
     assert_eq!(stats.total.current_count, 0);
     assert!(stats.total.evictions > 0, "the pressure evicted owners");
     assert!(stats.total.allocations >= (THREADS * ROUNDS) as u64);
+}
+
+#[test]
+fn a_panicking_thread_fails_the_run_at_once_with_its_own_panic() {
+    let started = Instant::now();
+    let outcome = panic::catch_unwind(|| {
+        run_threads(2, DEADLINE, |t| {
+            if t == 1 {
+                panic!("thread 1 gave up");
+            }
+            t
+        })
+    });
+    let payload = outcome.expect_err("the thread's panic fails the run");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"thread 1 gave up"));
+    assert!(
+        started.elapsed() < DEADLINE / 10,
+        "reported after {:?}, not at once",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_thread_still_running_at_the_deadline_is_reported_as_a_deadlock() {
+    let outcome = panic::catch_unwind(|| {
+        run_threads(2, Duration::from_millis(50), |t| {
+            if t == 0 {
+                thread::sleep(Duration::from_secs(1));
+            }
+        })
+    });
+    let payload = outcome.expect_err("the hang fails the run");
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(message.starts_with("deadlock: 1 of 2 threads"), "{message}");
 }
