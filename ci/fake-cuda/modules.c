@@ -381,13 +381,22 @@ static CUresult launch(CUfunction hf, const unsigned grid[3], const unsigned blo
         r = bytes > SIZE_MAX ? CUDA_ERROR_INVALID_VALUE
                              : fk_mem_check(args.u[i], (size_t)bytes, c->dev, &q.clock, who,
                                             &allocs[i]);
+        if (r == CUDA_ERROR_INVALID_VALUE && bytes <= SIZE_MAX && !fk_alloc_find(args.u[i])) {
+            /* Unified addressing: a kernel reads and writes page-locked host
+             * memory in place, through its host address; no copy in flight
+             * may touch those bytes unordered. */
+            const void *host = (const void *)(uintptr_t)args.u[i];
+            struct fk_pinned *pb = NULL;
+            if (fk_pinned_find(host, (size_t)bytes, &pb) == CUDA_SUCCESS && pb)
+                r = fk_pinned_check(pb, host, (size_t)bytes, 1, &q.clock, who);
+        }
         if (r == CUDA_ERROR_INVALID_VALUE) {
             fk_violation("kernel %s on stream %u: parameter %s = 0x%llx (+%llu bytes) is not "
                          "inside a live allocation of device %d (illegal address)",
                          f->name, s->sid, k->pnames[i], (unsigned long long)args.u[i],
                          (unsigned long long)bytes, c->dev);
             r = CUDA_ERROR_ILLEGAL_ADDRESS;
-        } else if (r == CUDA_SUCCESS) {
+        } else if (r == CUDA_SUCCESS && allocs[i]) {
             r = fk_alloc_reserve_use(allocs[i]);
         }
     }

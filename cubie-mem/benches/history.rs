@@ -79,7 +79,7 @@ fn pipeline(d: &Device) -> Result<(), MemError> {
     d.mgr
         .chunk_streamer(&d.solver, &plan)?
         .pipeline()
-        .inout(&mut host, &d.set, 0)
+        .inout(&mut host, d.set.along(0))
         .run(|_, _| Ok::<_, MemError>(()))?;
     Ok(())
 }

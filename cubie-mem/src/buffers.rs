@@ -2,20 +2,20 @@
 //! the typed result of allocating one.
 
 use std::ops::Deref;
+use std::sync::Weak;
 
 use crate::ChunkPlan;
+use crate::array::slot::Slot;
 use crate::{ArrayResponse, Instance, MemError, MemoryManager, Registration, RequestSet};
 
 /// A struct of device and pinned arrays declared once, usually through
 /// `#[derive(GpuBuffers)]`: it knows its requests for given dimensions and
 /// how to take its arrays out of a response.
 pub trait GpuBuffers: Sized {
-    /// The dimensions the shapes refer to (number of states, saves, runs...).
-    ///
-    /// It may be unsized: the impl `#[derive(GpuBuffers)]` emits beside the
-    /// compile errors of a declaration without a dims type uses `dyn Any`,
-    /// so that the code passing dims to the struct reports nothing more.
-    type Dims: ?Sized;
+    /// The dimensions the shapes refer to (number of states, saves, runs...):
+    /// with `#[derive(GpuBuffers)]`, the struct named by
+    /// `#[buffers(dims = ..)]`, whose `usize` fields the shapes name.
+    type Dims;
     /// The stream group instances holding these buffers belong to.
     const STREAM_GROUP: &'static str;
     /// The labels of the arrays, in declaration order.
@@ -60,19 +60,40 @@ pub trait GpuBuffers: Sized {
     }
 }
 
+/// A buffer struct whose requests never ask for more than one buffer set
+/// (no `pipeline_depth` above 1), so that an [`Allocated`] of it holds
+/// exactly one struct and may dereference to it.
+///
+/// `#[derive(GpuBuffers)]` implements it unless the struct declares a
+/// `pipeline_depth` other than `1`; a hand-written [`GpuBuffers`] may
+/// implement it when its requests keep depth 1.
+pub trait SingleBufferSet: GpuBuffers {}
+
 /// Buffers allocated by [`MemoryManager::allocate_buffers`], with the chunk
 /// plan they were laid out for: one buffer struct per buffer set of the plan
-/// ([`ChunkPlan::buffer_sets`]). Dereferences to the struct of set 0.
+/// ([`ChunkPlan::buffer_sets`]).
+///
+/// It dereferences to its struct only when there is one set by
+/// construction ([`SingleBufferSet`]); with a pipeline depth, name the set:
+/// [`set`](Self::set), [`sets`](Self::sets), or hand the sets to
+/// [`ChunkStreamer::pipeline_sets`](crate::ChunkStreamer::pipeline_sets).
+///
+/// The manager owns the memory: dropping this (or the arrays in it) frees
+/// nothing while the instance is registered, and a later allocation of
+/// the same labels reuses it. [`release`](Self::release) gives it back
+/// now; deregistering the instance (dropping its [`Instance`]) does too.
 #[derive(Debug)]
 pub struct Allocated<B> {
     /// One struct per buffer set, in set order; never empty.
     sets: Vec<B>,
     plan: ChunkPlan,
+    /// The buffers of every set, for [`release`](Self::release).
+    slots: Vec<Weak<Slot>>,
 }
 
 impl<B> Allocated<B> {
     /// `sets` laid out for `plan`; an error when there is no set.
-    fn new(sets: Vec<B>, plan: ChunkPlan) -> Result<Self, MemError> {
+    fn new(sets: Vec<B>, plan: ChunkPlan, slots: Vec<Weak<Slot>>) -> Result<Self, MemError> {
         if sets.is_empty() {
             return Err(MemError::SetOutOfRange {
                 label: String::new(),
@@ -80,7 +101,21 @@ impl<B> Allocated<B> {
                 buffer_sets: 0,
             });
         }
-        Ok(Allocated { sets, plan })
+        Ok(Allocated { sets, plan, slots })
+    }
+
+    /// The buffer struct of set `set`, if the plan has that set.
+    pub fn set(&self, set: usize) -> Option<&B> {
+        self.sets.get(set)
+    }
+
+    /// Frees the arrays of every set now, as
+    /// [`MemoryManager::free`] does for one label: later uses of their
+    /// handles return [`MemError::Released`]. Arrays the instance no longer
+    /// holds (replaced or evicted since) are skipped; an array still in use
+    /// (a copy, a kernel, a pinned guard) goes when that use ends.
+    pub fn release(self, manager: &MemoryManager, instance: &Instance) -> Result<(), MemError> {
+        manager.free_slots(instance, &self.slots)
     }
 
     /// The chunk plan the arrays follow.
@@ -102,7 +137,7 @@ impl<B> Allocated<B> {
 
     /// The buffer struct of set 0 (the others are dropped; their arrays
     /// stay allocated in the manager).
-    pub fn into_inner(self) -> B {
+    pub fn into_first(self) -> B {
         let mut sets = self.sets;
         sets.truncate(1);
         // `new` refuses an empty list, so there is a set 0.
@@ -110,7 +145,14 @@ impl<B> Allocated<B> {
     }
 }
 
-impl<B> Deref for Allocated<B> {
+impl<B: SingleBufferSet> Allocated<B> {
+    /// The buffer struct (the only set).
+    pub fn into_inner(self) -> B {
+        self.into_first()
+    }
+}
+
+impl<B: SingleBufferSet> Deref for Allocated<B> {
     type Target = B;
     fn deref(&self) -> &B {
         // `new` refuses an empty list, so there is a set 0.
@@ -133,7 +175,8 @@ impl MemoryManager {
         self.queue_buffers::<B>(instance, dims)?;
         let response = self.allocate_queue_for(instance)?;
         let plan = *response.plan();
-        Allocated::new(B::sets_from_response(response)?, plan)
+        let slots = response.untaken_slots();
+        Allocated::new(B::sets_from_response(response)?, plan, slots)
     }
 
     /// Queues `B`'s requests for `dims` on `instance` without allocating, so

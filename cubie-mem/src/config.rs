@@ -1,6 +1,7 @@
 //! Manager configuration, and parsing of sizes such as `512MiB`.
 
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
 
 use crate::MemError;
 
@@ -19,11 +20,17 @@ pub(crate) const DEFAULT_PINNED_MAX_BYTES: u64 = 1 << 30;
 
 /// Settings of a [`MemoryManager`](crate::MemoryManager).
 ///
+/// Change a setting with its chainable setter, as with a
+/// [`Registration`](crate::Registration); the struct-update form works too,
+/// and gives the same value:
+///
 /// ```
 /// use cubie_mem::{LimitMode, ManagerConfig};
 ///
-/// let config = ManagerConfig { allocation_granule_bytes: 0, limit_mode: LimitMode::Active, ..Default::default() };
-/// assert_eq!(config.pinned_max_bytes, 1 << 30);
+/// let config = ManagerConfig::default().granule(0).limit_mode(LimitMode::Active);
+/// let same = ManagerConfig { allocation_granule_bytes: 0, limit_mode: LimitMode::Active, ..Default::default() };
+/// assert_eq!(config, same);
+/// assert_eq!(config.pinned_max_bytes, ManagerConfig::DEFAULT_PINNED_MAX_BYTES);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ManagerConfig {
@@ -44,6 +51,68 @@ pub struct ManagerConfig {
 impl ManagerConfig {
     /// The default [`pinned_max_bytes`](Self::pinned_max_bytes): 1 GiB.
     pub const DEFAULT_PINNED_MAX_BYTES: u64 = DEFAULT_PINNED_MAX_BYTES;
+
+    /// Sets [`allocation_granule_bytes`](Self::allocation_granule_bytes):
+    /// the memory always left free, below which nothing is allocated
+    /// (default 32 MiB). `granule(0)` lets a small (simulated) device use
+    /// all of its free memory.
+    pub fn granule(mut self, bytes: u64) -> Self {
+        self.allocation_granule_bytes = bytes;
+        self
+    }
+
+    /// Sets the initial [`limit_mode`](Self::limit_mode) (default passive).
+    pub fn limit_mode(mut self, mode: LimitMode) -> Self {
+        self.limit_mode = mode;
+        self
+    }
+
+    /// Sets [`pinned_max_bytes`](Self::pinned_max_bytes): host arrays up to
+    /// this size may be pinned (default 1 GiB).
+    pub fn pinned_max_bytes(mut self, bytes: u64) -> Self {
+        self.pinned_max_bytes = bytes;
+        self
+    }
+
+    /// Sets [`host_spill_threshold`](Self::host_spill_threshold): host
+    /// arrays above this size spill to a file, unless an instance or its
+    /// owner sets its own threshold.
+    pub fn host_spill_threshold(mut self, bytes: u64) -> Self {
+        self.host_spill_threshold = Some(bytes);
+        self
+    }
+
+    /// Sets [`spill_directory`](Self::spill_directory): where spill files
+    /// go, unless an instance or its owner sets its own directory. It must
+    /// exist: [`validate`](Self::validate) (and so
+    /// [`MemoryManager::try_with_config`](crate::MemoryManager::try_with_config))
+    /// checks it.
+    pub fn spill_directory(mut self, directory: impl Into<PathBuf>) -> Self {
+        self.spill_directory = Some(directory.into());
+        self
+    }
+
+    /// Checks the settings that can be wrong before they are used: the
+    /// [`spill_directory`](Self::spill_directory), when set, must be an
+    /// existing directory (it is never created, so that a typo cannot
+    /// scatter files). A missing one is [`MemError::Config`] naming the
+    /// setting and the path, here rather than at the first spilled array.
+    ///
+    /// ```
+    /// use cubie_mem::{ManagerConfig, MemError};
+    ///
+    /// assert!(ManagerConfig::default().spill_directory(std::env::temp_dir()).validate().is_ok());
+    /// let missing = ManagerConfig::default().spill_directory("/no/such/spill/dir");
+    /// assert!(matches!(missing.validate(), Err(MemError::Config { .. })));
+    /// ```
+    pub fn validate(&self) -> Result<(), MemError> {
+        match &self.spill_directory {
+            Some(directory) => {
+                check_spill_directory("ManagerConfig::spill_directory".to_owned(), directory)
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 impl Default for ManagerConfig {
@@ -56,6 +125,27 @@ impl Default for ManagerConfig {
             spill_directory: None,
         }
     }
+}
+
+/// `Ok` when `directory`, the spill directory `setting` names (the call
+/// that set it), exists and is a directory; else [`MemError::Config`]
+/// naming the setting, the path and what to do. Spill directories are never
+/// created, so that a typo cannot scatter files.
+pub(crate) fn check_spill_directory(setting: String, directory: &Path) -> Result<(), MemError> {
+    let problem = match std::fs::metadata(directory) {
+        Ok(meta) if meta.is_dir() => return Ok(()),
+        Ok(_) => "it is not a directory".to_owned(),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => "no such directory".to_owned(),
+        Err(error) => format!("it cannot be read: {error}"),
+    };
+    Err(MemError::Config {
+        name: setting,
+        value: directory.display().to_string(),
+        reason: format!(
+            "{problem}; spill files go there and it is not created for you: create it, or set \
+             an existing directory"
+        ),
+    })
 }
 
 /// Parses a byte size: a number with an optional unit, binary (`KiB`, `MiB`,

@@ -1,12 +1,27 @@
-//! Element types: the closed set of plain-old-data scalars a buffer may hold.
+//! Element types: the runtime tag of what a buffer holds ([`DType`]) and the
+//! Rust types a typed handle may hold ([`Element`]).
+//!
+//! The built-in tags cover the scalars of batch solvers' kernels, half
+//! precision and complex numbers (their [`Element`] impls behind the
+//! features `half` and `num-complex`); a user's own `#[repr(C)]`
+//! `bytemuck::Pod` struct opts in with one line, its tag made by
+//! [`DType::of`].
+//!
+//! Allocations are sized from the request's tag, typed access from
+//! `size_of::<T>()`, so the two must agree: every read of `T::DTYPE` in the
+//! crate goes through [`dtype_of`], which refuses at compile time an
+//! `Element` whose tag does not describe its layout.
 
 use std::fmt;
 
-/// Runtime tag of an element type, carried by every [`ArrayRequest`](crate::ArrayRequest).
+/// Runtime tag of an element type, carried by every [`ArrayRequest`](crate::ArrayRequest):
+/// what the manager needs to know of an element (its size, alignment and
+/// name) without knowing the Rust type.
 ///
-/// The set is closed: it matches the scalars CUDA kernels of batch solvers use
-/// (cubie's f32, f64 and i32, plus byte and wide integer types).
+/// The built-in tags are [`DType::ALL`]; [`DType::Custom`] describes a
+/// user's own plain-old-data type. Non-exhaustive: built-in tags may be added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum DType {
     /// 32-bit IEEE float.
     F32,
@@ -22,11 +37,40 @@ pub enum DType {
     I64,
     /// 64-bit unsigned integer.
     U64,
+    /// 16-bit IEEE half-precision float (`half::f16`, an [`Element`] with
+    /// the feature `half`).
+    F16,
+    /// 16-bit brain float (`half::bf16`, an [`Element`] with the feature
+    /// `half`).
+    BF16,
+    /// Complex number of two `f32`, real part first
+    /// (`num_complex::Complex<f32>`, an [`Element`] with the feature
+    /// `num-complex`).
+    ComplexF32,
+    /// Complex number of two `f64`, real part first
+    /// (`num_complex::Complex<f64>`, an [`Element`] with the feature
+    /// `num-complex`).
+    ComplexF64,
+    /// A user's own plain-old-data type, made by [`DType::of`] (which is
+    /// the only way to make one, so the figures are those of a real type).
+    /// Two types described with the same name, size and alignment are one
+    /// element type to the manager.
+    #[non_exhaustive]
+    Custom {
+        /// The name the type was described with (in errors and `Display`).
+        name: &'static str,
+        /// `size_of` the type, in bytes (at least 1).
+        size: usize,
+        /// `align_of` the type, in bytes (at most [`DType::MAX_ALIGN`]).
+        align: usize,
+    },
 }
 
 impl DType {
-    /// Every element type, in declaration order.
-    pub const ALL: [DType; 7] = [
+    /// Every built-in element type, in declaration order. The tags of the
+    /// half-precision and complex types exist whether or not the features
+    /// that make those types [`Element`]s are on; custom types are not listed.
+    pub const ALL: [DType; 11] = [
         DType::F32,
         DType::F64,
         DType::I32,
@@ -34,18 +78,107 @@ impl DType {
         DType::U32,
         DType::I64,
         DType::U64,
+        DType::F16,
+        DType::BF16,
+        DType::ComplexF32,
+        DType::ComplexF64,
     ];
+
+    /// The largest alignment an element type may have, in bytes: that of
+    /// host blocks (pageable and simulated memory); page-locked memory,
+    /// spill files and device allocations are aligned further.
+    pub const MAX_ALIGN: usize = 64;
+
+    /// The tag of a user's own plain-old-data type `T`, named `name`: its
+    /// size and alignment are `T`'s. It makes `T` an element type in one
+    /// line:
+    ///
+    /// ```
+    /// use cubie_mem::{DType, Element};
+    ///
+    /// #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+    /// #[repr(C)]
+    /// struct State {
+    ///     y: f64,
+    ///     dy: f64,
+    /// }
+    ///
+    /// impl Element for State {
+    ///     const DTYPE: DType = DType::of::<Self>("State");
+    /// }
+    ///
+    /// assert_eq!(State::DTYPE.size_bytes(), 16);
+    /// assert_eq!(State::DTYPE.align_bytes(), 8);
+    /// assert_eq!(State::DTYPE.to_string(), "State");
+    /// ```
+    ///
+    /// A zero-sized `T`, or one aligned to more than [`DType::MAX_ALIGN`]
+    /// bytes, is refused at compile time (memory is not aligned for it):
+    ///
+    /// ```compile_fail,E0080
+    /// use cubie_mem::{DType, Element};
+    ///
+    /// #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+    /// #[repr(C, align(128))]
+    /// struct Wide([u8; 128]);
+    ///
+    /// impl Element for Wide {
+    ///     // error: an element type may be aligned to at most 64 bytes
+    ///     const DTYPE: DType = DType::of::<Self>("Wide");
+    /// }
+    ///
+    /// let _ = Wide::DTYPE;
+    /// ```
+    pub const fn of<T: bytemuck::Pod>(name: &'static str) -> DType {
+        const {
+            assert!(
+                size_of::<T>() > 0,
+                "cubie-mem: an element type cannot be zero-sized"
+            );
+            assert!(
+                align_of::<T>() <= DType::MAX_ALIGN,
+                "cubie-mem: an element type may be aligned to at most 64 bytes (host memory \
+                 blocks are 64-byte aligned): lower its #[repr(align(..))]"
+            );
+        }
+        DType::Custom {
+            name,
+            size: size_of::<T>(),
+            align: align_of::<T>(),
+        }
+    }
 
     /// Size of one element in bytes.
     pub const fn size_bytes(self) -> usize {
         match self {
-            DType::U8 => 1,
-            DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::U8 => size_of::<u8>(),
+            DType::F16 | DType::BF16 => size_of::<u16>(),
+            DType::F32 | DType::I32 | DType::U32 => size_of::<u32>(),
+            DType::F64 | DType::I64 | DType::U64 => size_of::<u64>(),
+            DType::ComplexF32 => 2 * size_of::<f32>(),
+            DType::ComplexF64 => 2 * size_of::<f64>(),
+            DType::Custom { size, .. } => size,
         }
     }
 
-    /// The Rust name of the element type (`"f32"`, `"i64"`, ...).
+    /// Alignment of one element in bytes (that of the Rust type on this
+    /// target: `f64`'s is 4 on some 32-bit targets).
+    pub const fn align_bytes(self) -> usize {
+        match self {
+            DType::U8 => align_of::<u8>(),
+            DType::F16 | DType::BF16 => align_of::<u16>(),
+            DType::F32 | DType::ComplexF32 => align_of::<f32>(),
+            DType::I32 => align_of::<i32>(),
+            DType::U32 => align_of::<u32>(),
+            DType::F64 | DType::ComplexF64 => align_of::<f64>(),
+            DType::I64 => align_of::<i64>(),
+            DType::U64 => align_of::<u64>(),
+            DType::Custom { align, .. } => align,
+        }
+    }
+
+    /// The Rust name of the element type (`"f32"`, `"Complex<f64>"`, ...),
+    /// or the name a custom type was described with.
     pub const fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -55,9 +188,17 @@ impl DType {
             DType::U32 => "u32",
             DType::I64 => "i64",
             DType::U64 => "u64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::ComplexF32 => "Complex<f32>",
+            DType::ComplexF64 => "Complex<f64>",
+            DType::Custom { name, .. } => name,
         }
     }
 }
+
+// Host blocks hold any element type's values at any element offset.
+const _: () = assert!(DType::MAX_ALIGN <= crate::block::BLOCK_ALIGNMENT);
 
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -65,35 +206,88 @@ impl fmt::Display for DType {
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// A scalar type a device or pinned buffer may hold.
+/// A type a device or pinned buffer may hold: one of the built-in scalars,
+/// `half::f16`/`half::bf16` (feature `half`),
+/// `num_complex::Complex<f32>`/`Complex<f64>` (feature `num-complex`), or a
+/// `#[repr(C)]` struct of your own that derives `bytemuck::Pod`, opted in
+/// with [`DType::of`]:
 ///
-/// Sealed: the set is [`DType::ALL`]. `bytemuck::Pod` guarantees that any bit
-/// pattern is a valid value, so buffers can be copied byte-wise to and from
-/// the device.
+/// ```
+/// # use cubie_mem::{DType, Element};
+/// # #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+/// # #[repr(C)]
+/// # struct State { y: f64, dy: f64 }
+/// impl Element for State {
+///     const DTYPE: DType = DType::of::<Self>("State");
+/// }
+/// ```
+///
+/// `bytemuck::Pod` guarantees that any bit pattern is a valid value, so
+/// buffers can be copied byte-wise to and from the device. `DTYPE` must
+/// describe `Self` (its size and alignment): an impl whose tag does not
+/// fails to build where the crate uses it (a post-monomorphisation error,
+/// which `cargo build` and `cargo test` report, `cargo check` does not):
+///
+/// ```compile_fail,E0080
+/// use cubie_mem::{ArrayRequest, DType, Element};
+///
+/// #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+/// #[repr(C)]
+/// struct Celsius(f32);
+///
+/// impl Element for Celsius {
+///     const DTYPE: DType = DType::F64; // 8 bytes, but a Celsius has 4
+/// }
+///
+/// // error: `Element::DTYPE` does not describe the type
+/// let request = ArrayRequest::of::<Celsius>([10]);
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a cubie-mem element type",
     label = "unsupported element type",
-    note = "supported element types: f32, f64, i32, u8, u32, i64, u64"
+    note = "element types: f32, f64, i32, u8, u32, i64, u64; half::f16 and half::bf16 with \
+            feature `half`; num_complex::Complex<f32> and Complex<f64> with feature `num-complex`",
+    note = "a #[repr(C)] struct of your own deriving bytemuck::Pod opts in with `impl \
+            cubie_mem::Element for MyType {{ const DTYPE: cubie_mem::DType = \
+            cubie_mem::DType::of::<Self>(\"MyType\"); }}`"
 )]
-pub trait Element:
-    bytemuck::Pod + Send + Sync + fmt::Debug + PartialEq + 'static + sealed::Sealed
-{
-    /// The runtime tag of this type.
+pub trait Element: bytemuck::Pod + Send + Sync + fmt::Debug + PartialEq + 'static {
+    /// The runtime tag of this type: a built-in tag, or
+    /// `DType::of::<Self>("Name")` for a type of your own.
     const DTYPE: DType;
 }
 
+/// `T::DTYPE`, checked at compile time against `T`'s layout: an [`Element`]
+/// impl whose tag has another size or alignment than `T` (allocations are
+/// sized by the tag, typed access by `size_of::<T>()`) fails to build where
+/// this is called, as `bytemuck::must_cast` does. The crate reads `T::DTYPE`
+/// through this only.
+pub(crate) const fn dtype_of<T: Element>() -> DType {
+    const {
+        assert!(
+            T::DTYPE.size_bytes() == size_of::<T>() && T::DTYPE.align_bytes() == align_of::<T>(),
+            "cubie-mem: `Element::DTYPE` does not describe the type (its size or alignment \
+             differs): write `const DTYPE: DType = DType::of::<Self>(\"Name\");`"
+        );
+        T::DTYPE
+    }
+}
+
+mod sealed {
+    /// Keeps [`Precision`](super::Precision) to `f32` and `f64`.
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
 /// The floating-point element types (f32, f64), for solver structs generic
-/// over their precision.
+/// over their precision. Sealed: `Element` is open, the precisions are not.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a floating-point precision",
     label = "not f32 or f64",
     note = "the precisions are f32 and f64"
 )]
-pub trait Precision: Element + PartialOrd {
+pub trait Precision: Element + PartialOrd + sealed::Sealed {
     /// Converts from `f64`, rounding to the nearest representable value.
     fn from_f64(value: f64) -> Self;
     /// Widens to `f64`.
@@ -102,7 +296,6 @@ pub trait Precision: Element + PartialOrd {
 
 macro_rules! element {
     ($($t:ty => $tag:ident),* $(,)?) => {$(
-        impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$tag;
         }
@@ -110,6 +303,12 @@ macro_rules! element {
 }
 
 element!(f32 => F32, f64 => F64, i32 => I32, u8 => U8, u32 => U32, i64 => I64, u64 => U64);
+
+#[cfg(feature = "half")]
+element!(half::f16 => F16, half::bf16 => BF16);
+
+#[cfg(feature = "num-complex")]
+element!(num_complex::Complex<f32> => ComplexF32, num_complex::Complex<f64> => ComplexF64);
 
 impl Precision for f32 {
     fn from_f64(value: f64) -> Self {
@@ -133,20 +332,133 @@ impl Precision for f64 {
 mod tests {
     use super::*;
 
+    /// Size, alignment and tag of `T` as the crate reads them.
+    fn layout<T: Element>() -> (usize, usize, DType) {
+        let dtype = dtype_of::<T>();
+        assert_eq!(dtype.size_bytes(), size_of::<T>(), "{dtype}");
+        assert_eq!(dtype.align_bytes(), align_of::<T>(), "{dtype}");
+        (dtype.size_bytes(), dtype.align_bytes(), dtype)
+    }
+
     #[test]
-    fn sizes_match_rust_types() {
-        assert_eq!(f32::DTYPE.size_bytes(), size_of::<f32>());
-        assert_eq!(f64::DTYPE.size_bytes(), size_of::<f64>());
-        assert_eq!(i32::DTYPE.size_bytes(), size_of::<i32>());
-        assert_eq!(u8::DTYPE.size_bytes(), size_of::<u8>());
-        assert_eq!(u32::DTYPE.size_bytes(), size_of::<u32>());
-        assert_eq!(i64::DTYPE.size_bytes(), size_of::<i64>());
-        assert_eq!(u64::DTYPE.size_bytes(), size_of::<u64>());
+    fn sizes_and_alignments_match_rust_types() {
+        assert_eq!(layout::<f32>(), (4, 4, DType::F32));
+        assert_eq!(layout::<f64>().2, DType::F64);
+        assert_eq!(layout::<i32>(), (4, 4, DType::I32));
+        assert_eq!(layout::<u8>(), (1, 1, DType::U8));
+        assert_eq!(layout::<u32>(), (4, 4, DType::U32));
+        assert_eq!(layout::<i64>().2, DType::I64);
+        assert_eq!(layout::<u64>().2, DType::U64);
+    }
+
+    #[cfg(feature = "half")]
+    #[test]
+    fn half_types_are_elements() {
+        assert_eq!(layout::<half::f16>(), (2, 2, DType::F16));
+        assert_eq!(layout::<half::bf16>(), (2, 2, DType::BF16));
+    }
+
+    #[cfg(feature = "num-complex")]
+    #[test]
+    fn complex_types_are_elements() {
+        use num_complex::Complex;
+        assert_eq!(layout::<Complex<f32>>(), (8, 4, DType::ComplexF32));
+        assert_eq!(layout::<Complex<f64>>().2, DType::ComplexF64);
+        assert_eq!(DType::ComplexF64.size_bytes(), 16);
     }
 
     #[test]
     fn names_are_rust_names() {
         let names: Vec<_> = DType::ALL.iter().map(|d| d.to_string()).collect();
-        assert_eq!(names, ["f32", "f64", "i32", "u8", "u32", "i64", "u64"]);
+        assert_eq!(
+            names,
+            [
+                "f32",
+                "f64",
+                "i32",
+                "u8",
+                "u32",
+                "i64",
+                "u64",
+                "f16",
+                "bf16",
+                "Complex<f32>",
+                "Complex<f64>"
+            ]
+        );
+    }
+
+    #[test]
+    fn built_in_alignments_divide_sizes_and_fit_host_blocks() {
+        for dtype in DType::ALL {
+            let (size, align) = (dtype.size_bytes(), dtype.align_bytes());
+            assert!(align.is_power_of_two() && size % align == 0, "{dtype}");
+            assert!(align <= DType::MAX_ALIGN, "{dtype}");
+        }
+    }
+
+    /// A state of three fields per run, 8-byte aligned.
+    #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+    #[repr(C)]
+    struct State {
+        y: f64,
+        t: f64,
+        steps: u64,
+    }
+
+    impl Element for State {
+        const DTYPE: DType = DType::of::<Self>("State");
+    }
+
+    /// Cache-line aligned: the largest alignment allowed.
+    #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+    #[repr(C, align(64))]
+    struct Line {
+        values: [f32; 16],
+    }
+
+    impl Element for Line {
+        const DTYPE: DType = DType::of::<Self>("Line");
+    }
+
+    #[test]
+    fn a_custom_type_is_described_by_its_layout() {
+        assert_eq!(layout::<State>(), (24, align_of::<f64>(), State::DTYPE));
+        assert_eq!(
+            State::DTYPE,
+            DType::Custom {
+                name: "State",
+                size: 24,
+                align: align_of::<f64>()
+            }
+        );
+        assert_eq!(State::DTYPE.to_string(), "State");
+        assert_eq!(layout::<Line>(), (64, 64, Line::DTYPE));
+    }
+
+    #[test]
+    fn custom_tags_compare_by_name_size_and_alignment() {
+        let a = DType::of::<[f64; 3]>("State");
+        assert_eq!(a, State::DTYPE, "same name and layout: one element type");
+        assert_ne!(DType::of::<[f64; 3]>("Other"), State::DTYPE);
+        assert_ne!(DType::of::<[f32; 6]>("State"), State::DTYPE, "alignment 4");
+        assert_ne!(
+            DType::of::<u64>("u64"),
+            DType::U64,
+            "a custom tag is never built in"
+        );
+        let mut tags = vec![State::DTYPE, DType::F64, Line::DTYPE, DType::U8];
+        tags.sort();
+        assert_eq!(tags, [DType::F64, DType::U8, Line::DTYPE, State::DTYPE]);
+    }
+
+    #[test]
+    fn precision_is_the_floating_subset() {
+        fn round_trip<P: Precision>(x: f64) -> f64 {
+            P::from_f64(x).to_f64()
+        }
+        assert_eq!(round_trip::<f64>(0.1), 0.1);
+        assert_eq!(round_trip::<f32>(0.5), 0.5);
+        assert_ne!(round_trip::<f32>(0.1), 0.1);
     }
 }

@@ -37,6 +37,9 @@ pub mod host_memory {}
 #[doc = include_str!("../docs/device-model.md")]
 pub mod device_model {}
 
+#[doc = include_str!("../docs/logging.md")]
+pub mod logging {}
+
 #[cfg(feature = "cuda")]
 #[doc = include_str!("../docs/cuda.md")]
 pub mod cuda {}

@@ -11,7 +11,57 @@ use std::time::Duration;
 
 use crate::array::slot::{Memory, Slot};
 use crate::backend::{Access, BackendResult, KernelArg, KernelBody, KernelLaunch};
-use crate::{DeviceArray, Element, MemError};
+use crate::{DeviceArray, Element, MemError, MemoryKind, PinnedArray};
+
+mod sealed {
+    use std::sync::Arc;
+
+    use crate::array::slot::Slot;
+
+    /// The allocation behind a kernel argument, opaque outside the crate.
+    pub struct SlotRef<'a>(pub(crate) &'a Arc<Slot>);
+
+    /// Implemented by the array handles only.
+    pub trait Sealed {
+        fn slot(&self) -> SlotRef<'_>;
+    }
+}
+
+/// An array a [`HostKernel`] takes: a [`DeviceArray`], or a [`PinnedArray`]
+/// (page-locked host memory a kernel uses in place, as a CUDA kernel reads
+/// page-locked memory through its device address).
+pub trait KernelArray: sealed::Sealed {
+    /// The element type.
+    type Element: Element;
+    /// The label the array was requested under.
+    fn label(&self) -> &str;
+}
+
+impl<T: Element> sealed::Sealed for DeviceArray<T> {
+    fn slot(&self) -> sealed::SlotRef<'_> {
+        sealed::SlotRef(DeviceArray::slot(self))
+    }
+}
+
+impl<T: Element> KernelArray for DeviceArray<T> {
+    type Element = T;
+    fn label(&self) -> &str {
+        DeviceArray::label(self)
+    }
+}
+
+impl<T: Element> sealed::Sealed for PinnedArray<T> {
+    fn slot(&self) -> sealed::SlotRef<'_> {
+        sealed::SlotRef(PinnedArray::slot(self))
+    }
+}
+
+impl<T: Element> KernelArray for PinnedArray<T> {
+    type Element = T;
+    fn label(&self) -> &str {
+        PinnedArray::label(self)
+    }
+}
 
 /// A kernel over device arrays whose body runs on the host: what a solver's
 /// GPU kernel is on the simulated device.
@@ -59,23 +109,23 @@ impl<'a> HostKernel<'a> {
         }
     }
 
-    fn arg<T: Element>(mut self, array: &'a DeviceArray<T>, access: Access) -> Self {
-        self.args.push((array.slot(), access));
+    fn arg(mut self, array: &'a impl KernelArray, access: Access) -> Self {
+        self.args.push((sealed::Sealed::slot(array).0, access));
         self
     }
 
-    /// The kernel reads `array`.
-    pub fn reads<T: Element>(self, array: &'a DeviceArray<T>) -> Self {
+    /// The kernel reads `array` (a device or a pinned array).
+    pub fn reads(self, array: &'a impl KernelArray) -> Self {
         self.arg(array, Access::Read)
     }
 
     /// The kernel writes `array` (whatever it held before is not read).
-    pub fn writes<T: Element>(self, array: &'a DeviceArray<T>) -> Self {
+    pub fn writes(self, array: &'a impl KernelArray) -> Self {
         self.arg(array, Access::Write)
     }
 
     /// The kernel reads and writes `array`.
-    pub fn updates<T: Element>(self, array: &'a DeviceArray<T>) -> Self {
+    pub fn updates(self, array: &'a impl KernelArray) -> Self {
         self.arg(array, Access::ReadWrite)
     }
 
@@ -107,30 +157,65 @@ impl<'a> HostKernel<'a> {
                 other.label()
             )));
         }
+        if let Some((twice, _)) = self
+            .args
+            .iter()
+            .enumerate()
+            .find(|(i, (slot, _))| self.args[..*i].iter().any(|(s, _)| Arc::ptr_eq(s, slot)))
+            .map(|(_, arg)| arg)
+        {
+            return Err(self.error(format!(
+                "'{}' is listed twice; list each array once, with updates(..) when it is both read and written",
+                twice.label()
+            )));
+        }
         let memories = self
             .args
             .iter()
             .map(|(slot, _)| slot.memory())
             .collect::<Result<Vec<_>, _>>()?;
         let mut launch_args = Vec::with_capacity(memories.len());
-        let mut stream = None;
+        // The thread's current stream, else that of the first device array.
+        let mut stream = first.current_stream();
+        let mut pinned = Vec::new();
         for ((slot, access), memory) in self.args.iter().zip(&memories) {
-            let Memory::Device(device) = memory else {
-                return Err(self.error(format!("'{}' is not device memory", slot.label())));
-            };
-            // Every array is ordered on the stream of the first.
-            let stream = stream.get_or_insert_with(|| slot.work_stream(device));
-            device.use_on(stream)?;
-            launch_args.push(KernelArg {
-                ptr: device.ptr(),
-                bytes: slot.bytes(),
-                access: *access,
-            });
+            match memory {
+                Memory::Device(device) => {
+                    let stream = stream.get_or_insert_with(|| slot.work_stream(device));
+                    device.use_on(stream)?;
+                    launch_args.push(KernelArg {
+                        ptr: device.ptr(),
+                        bytes: slot.bytes(),
+                        access: *access,
+                    });
+                }
+                // Held for the launch; the host kernel runs on it in place.
+                Memory::Pinned(block) => pinned.push(block.write()),
+            }
         }
         let Some(stream) = stream else {
-            return Err(self.error("it has no arrays; list what it reads and writes"));
+            return Err(self.error(
+                "it takes only pinned arrays and no stream is current: launch it inside a \
+                 pipeline's computation or under a CurrentStream, or list a device array",
+            ));
         };
-        let entries: Vec<(usize, Arc<str>, Access)> = self
+        // Each pinned argument's own bytes, in launch order.
+        let mut pinned_bytes: Vec<&mut [u8]> = pinned
+            .iter_mut()
+            .zip(
+                self.args
+                    .iter()
+                    .filter(|(slot, _)| matches!(slot.kind(), MemoryKind::Pinned)),
+            )
+            .map(|(block, (slot, _))| {
+                let bytes = block.bytes_mut();
+                let own = usize::try_from(slot.bytes())
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
+                &mut bytes[..own]
+            })
+            .collect();
+        let entries: Vec<(usize, Arc<str>, Access, MemoryKind)> = self
             .args
             .iter()
             .map(|(slot, access)| {
@@ -138,6 +223,7 @@ impl<'a> HostKernel<'a> {
                     Arc::as_ptr(slot) as usize,
                     Arc::clone(slot.label()),
                     *access,
+                    slot.kind(),
                 )
             })
             .collect();
@@ -146,16 +232,22 @@ impl<'a> HostKernel<'a> {
         let mut outcome = Ok(());
         let mut run = |bytes: &mut [&mut [u8]]| {
             if let Some(body) = body.take() {
+                let (mut device, mut pinned) = (bytes.iter_mut(), pinned_bytes.iter_mut());
                 let mut args = KernelArgs {
                     kernel: name,
                     entries: entries
                         .iter()
-                        .zip(bytes.iter_mut())
-                        .map(|((slot, label, access), bytes)| Entry {
-                            slot: *slot,
-                            label: Arc::clone(label),
-                            access: *access,
-                            bytes: Some(std::mem::take(bytes)),
+                        .map(|(slot, label, access, kind)| {
+                            let bytes: Option<&mut [u8]> = match kind {
+                                MemoryKind::Device => device.next().map(std::mem::take),
+                                MemoryKind::Pinned => pinned.next().map(|bytes| &mut **bytes),
+                            };
+                            Entry {
+                                slot: *slot,
+                                label: Arc::clone(label),
+                                access: *access,
+                                bytes,
+                            }
                         })
                         .collect(),
                 };
@@ -176,7 +268,6 @@ impl<'a> HostKernel<'a> {
                 stream.handle(),
             )
             .for_array(backend, first.label())?;
-        drop(memories);
         outcome
     }
 }
@@ -215,13 +306,13 @@ pub struct KernelArgs<'k> {
 }
 
 impl<'k> KernelArgs<'k> {
-    fn take<T: Element>(
+    fn take<A: KernelArray>(
         &mut self,
-        array: &DeviceArray<T>,
+        array: &A,
         wanted: &str,
         allowed: fn(Access) -> bool,
-    ) -> Result<&'k mut [T], MemError> {
-        let identity = Arc::as_ptr(array.slot()) as usize;
+    ) -> Result<&'k mut [A::Element], MemError> {
+        let identity = Arc::as_ptr(sealed::Sealed::slot(array).0) as usize;
         let kernel = self.kernel;
         let error = |reason: String| MemError::Kernel {
             kernel: kernel.to_owned(),
@@ -248,19 +339,19 @@ impl<'k> KernelArgs<'k> {
             error(format!(
                 "'{}' cannot be viewed as {}: {cast}",
                 entry.label,
-                T::DTYPE
+                crate::dtype::dtype_of::<A::Element>()
             ))
         })
     }
 
     /// The elements of `array`, listed with `reads` or `updates`.
-    pub fn read<T: Element>(&mut self, array: &DeviceArray<T>) -> Result<&'k [T], MemError> {
+    pub fn read<A: KernelArray>(&mut self, array: &A) -> Result<&'k [A::Element], MemError> {
         self.take(array, "read", Access::reads)
             .map(|elements| &*elements)
     }
 
     /// The elements of `array`, writable, listed with `writes` or `updates`.
-    pub fn write<T: Element>(&mut self, array: &DeviceArray<T>) -> Result<&'k mut [T], MemError> {
+    pub fn write<A: KernelArray>(&mut self, array: &A) -> Result<&'k mut [A::Element], MemError> {
         self.take(array, "write", Access::writes)
     }
 }

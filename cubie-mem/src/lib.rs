@@ -11,14 +11,15 @@
 //! Without a GPU everything runs on [`SimBackend`], a device held in host
 //! memory (the default). The CUDA backend is behind the feature `cuda`.
 //!
+//! The library logs its decisions (plans, evictions, placements) through
+//! `tracing`: [`guide::logging`] shows how to see them with `RUST_LOG`.
+//!
 //! ```
 //! use cubie_mem::{ArrayRequest, DType, ManagerConfig, MemoryManager, Registration, SimBackend};
 //!
 //! // A device with 1 MiB free: a 4 MiB batch must run in chunks.
-//! let mgr = MemoryManager::with_config(
-//!     SimBackend::new(1 << 30).with_free(1 << 20),
-//!     ManagerConfig { allocation_granule_bytes: 0, ..Default::default() },
-//! );
+//! let sim = SimBackend::new(1 << 30).with_free(1 << 20);
+//! let mgr = MemoryManager::with_config(sim, ManagerConfig::default().granule(0));
 //! let solver = mgr.register(Registration::new().on_invalidate(|| {})).unwrap();
 //! let runs = 4096;
 //! mgr.queue_request(&solver, [("state", ArrayRequest::new(DType::F64, [16, 8, runs]).total_runs(runs))]).unwrap();
@@ -69,18 +70,19 @@ pub mod timeline;
 
 pub use array::{ArrayResponse, DeviceArray, PinnedArray, PinnedMut, PinnedRef, ReleaseReason};
 pub use backend::sim::SimBackend;
-pub use buffers::{Allocated, GpuBuffers};
+pub use buffers::{Allocated, GpuBuffers, SingleBufferSet};
 pub use bytes::Bytes;
 pub use config::{LimitMode, ManagerConfig, parse_size};
 pub use default::default_memmgr;
 pub use dtype::{DType, Element, Precision};
 pub use error::{ArraySide, MemError};
 pub use host::{
-    AnyHostArray, AsyncCopyError, BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer, HostArray,
-    HostMemoryKind, PendingCopy, StagingBuffer, StagingKey, StagingPool, SystemMemory,
+    AnyHostArray, AsyncCopyError, BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer,
+    ChunkTarget, HostArray, HostMemoryKind, PendingCopy, StagingBuffer, StagingKey, StagingPool,
+    SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};
-pub use kernel::{HostKernel, KernelArgs};
+pub use kernel::{HostKernel, KernelArgs, KernelArray};
 pub use manager::{Instance, MemoryManager, Owner, Work};
 pub use plan::chunks::{Chunk, ChunkPlan, Chunks};
 pub use pools::MIN_AUTOPOOL_SIZE;

@@ -17,6 +17,8 @@
 
 use crate::{ArrayRequest, Bytes, MemError};
 
+pub use limit::Limit;
+
 /// Percentage of the available memory withheld against fragmentation.
 pub const FRAGMENTATION_RESERVE_PERCENT: u64 = 2;
 
@@ -165,10 +167,20 @@ impl Budget {
                 granule: Bytes(self.granule),
             });
         }
+        let (reserve_bound, granule_bound) = self.bounds();
+        let alloc = reserve_bound.min(granule_bound);
+        Ok((alloc, self.limit() - alloc))
+    }
+
+    /// The two bounds of `alloc`: `A - floor(0.02 A)` (the fragmentation
+    /// reserve withheld) and `Fe - granule` (0 below the granule).
+    fn bounds(&self) -> (u64, u64) {
         let limit = self.limit();
         let reserve = (u128::from(limit) * u128::from(FRAGMENTATION_RESERVE_PERCENT) / 100) as u64;
-        let alloc = (limit - reserve).min(self.effective_free - self.granule);
-        Ok((alloc, limit - alloc))
+        (
+            limit - reserve,
+            self.effective_free.saturating_sub(self.granule),
+        )
     }
 
     /// The physical shortage that idle owners must release before a batch of
@@ -195,7 +207,9 @@ impl Budget {
 /// split evenly so that the chunkable bytes of one chunk in each of the `d`
 /// buffer sets, plus the unchunkable bytes, fit in `alloc`:
 /// `max_chunk = floor(total_runs * (alloc - U) / (d * C))`, in exact integer
-/// arithmetic. Hand-made sizes with 0 runs or depth 0 are an error.
+/// arithmetic. Hand-made sizes with 0 runs or depth 0 are an error. A plan
+/// of several chunks names what bounded its chunk length
+/// ([`ChunkPlan::limited_by`]).
 pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, MemError> {
     if sizes.total_runs == 0 {
         return Err(MemError::ZeroRuns {
@@ -219,6 +233,7 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
         allocatable,
         withheld,
         buffer_sets: 1,
+        limited_by: None,
     };
     if total == 0 {
         let figures = budget.allocatable().unwrap_or((0, budget.limit()));
@@ -267,6 +282,9 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
     plan.chunk_length = sizes.total_runs.div_ceil(plan.chunks);
     // One chunk (chunks == 1) needs one set.
     plan.buffer_sets = sizes.depth.min(plan.chunks);
+    plan.limited_by = plan
+        .is_chunked()
+        .then(|| limit::of_split(sizes, budget, alloc));
     Ok(plan)
 }
 
@@ -294,6 +312,7 @@ pub(crate) fn plan_partition(
         allocatable,
         withheld,
         buffer_sets: 1,
+        limited_by: None,
     };
     whole.validate().ok()?;
     let covers = chunks > 0 && sizes.total_runs.div_ceil(chunks) == chunk_length;
@@ -304,6 +323,7 @@ pub(crate) fn plan_partition(
     let plan = ChunkPlan {
         chunks,
         chunk_length,
+        limited_by: (chunks > 1).then_some(Limit::ReusedPartition),
         ..whole
     };
     plan.validate().ok().map(|()| plan.sets_for(sizes.depth))
@@ -320,6 +340,7 @@ pub fn plan<'a>(
 pub(crate) mod chunks;
 #[cfg(test)]
 mod depth_tests;
+mod limit;
 #[cfg(test)]
 mod tests;
 

@@ -2,6 +2,7 @@
 //! auto pool (instances splitting what is left evenly).
 
 use std::collections::BTreeSet;
+use std::fmt;
 
 use crate::MemError;
 use crate::ids::InstanceId;
@@ -13,6 +14,52 @@ pub const MIN_AUTOPOOL_SIZE: f64 = 0.05;
 /// Tolerance for sums of proportions, so that `0.1 + 0.2 + 0.7` fills the pool
 /// exactly instead of overflowing by one rounding error.
 const EPSILON: f64 = 1e-9;
+
+/// A proportion of device memory as messages and logs print it: six
+/// significant digits with trailing zeros trimmed (`0.3`, `0.03` for
+/// `1 - 0.97`), in scientific notation below 0.001 (`1e-6`), `0` for
+/// either zero (never `-0`). A value that would round to 1 without being 1
+/// prints in full (`1.000000001`, `0.9999999999`), so that no figure
+/// seems to sit on the bound it misses.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Proportion(pub(crate) f64);
+
+impl fmt::Display for Proportion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const DIGITS: usize = 6;
+        let p = self.0;
+        if p == 0.0 {
+            return f.pad("0");
+        }
+        if !p.is_finite() {
+            return f.pad(&p.to_string());
+        }
+        // The exponent after rounding to DIGITS significant digits.
+        let scientific = format!("{:.*e}", DIGITS - 1, p);
+        let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+        let exponent: i32 = exponent.parse().unwrap_or(0);
+        let short = if (-3..6).contains(&exponent) {
+            let decimals = usize::try_from(DIGITS as i32 - 1 - exponent).unwrap_or(0);
+            trim_zeros(&format!("{p:.decimals$}")).to_owned()
+        } else {
+            format!("{}e{exponent}", trim_zeros(mantissa))
+        };
+        if short.trim_start_matches('-') == "1" && p.abs() != 1.0 {
+            return f.pad(&p.to_string());
+        }
+        f.pad(&short)
+    }
+}
+
+/// `number` without the trailing zeros of its fraction (and without a
+/// trailing point).
+fn trim_zeros(number: &str) -> &str {
+    if number.contains('.') {
+        number.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        number
+    }
+}
 
 /// A warning raised by an accepted change.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -40,9 +87,10 @@ fn check_proportion(proportion: f64) -> Result<(), MemError> {
 }
 
 impl Shares {
-    /// Sum of the manual pool's proportions.
+    /// Sum of the manual pool's proportions: `0.0` for an empty pool (a
+    /// float `sum()` of nothing is `-0.0`).
     pub(crate) fn manual_sum(&self) -> f64 {
-        self.manual.iter().map(|&(_, p)| p).sum()
+        self.manual.iter().fold(0.0, |sum, &(_, p)| sum + p)
     }
 
     /// The fraction left to the auto pool.
@@ -249,6 +297,38 @@ mod tests {
         assert_eq!(s.proportion(i1), Some(0.3));
         s.set_auto(i1).unwrap();
         assert_eq!(s.proportion(i1), Some(0.5));
+    }
+
+    #[test]
+    fn proportions_print_readably() {
+        let printed = |p: f64| Proportion(p).to_string();
+        assert_eq!(printed(0.0), "0");
+        assert_eq!(printed(-0.0), "0");
+        assert_eq!(printed(1e-6), "1e-6");
+        assert_eq!(printed(1.5e-7), "1.5e-7");
+        assert_eq!(printed(0.001), "0.001");
+        assert_eq!(printed(0.000_999_999_9), "0.001");
+        assert_eq!(printed(0.6), "0.6");
+        assert_eq!(printed(1.0 - 0.97), "0.03");
+        assert_eq!(printed(0.1 + 0.2), "0.3");
+        assert_eq!(printed(0.123_456_78), "0.123457");
+        assert_eq!(printed(1.0), "1");
+        assert_eq!(printed(1.5), "1.5");
+        assert_eq!(printed(-0.1), "-0.1");
+        assert_eq!(printed(2e9), "2e9");
+        // Near 1 without being 1: printed in full.
+        assert_eq!(printed(1.000_000_001), "1.000000001");
+        assert_eq!(printed(0.999_999_999_9), "0.9999999999");
+        assert_eq!(printed(f64::NAN), "NaN");
+        assert_eq!(printed(f64::NEG_INFINITY), "-inf");
+        assert_eq!(format!("[{:>5}]", Proportion(0.5)), "[  0.5]");
+    }
+
+    #[test]
+    fn an_empty_manual_pool_sums_to_positive_zero() {
+        let s = Shares::default();
+        assert!(s.manual_sum().is_sign_positive());
+        assert_eq!(s.auto_sum(), 1.0);
     }
 
     #[test]

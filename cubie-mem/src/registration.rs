@@ -181,7 +181,10 @@ impl Registration {
         self
     }
 
-    /// Directory for this instance's spill files (must exist).
+    /// Directory for this instance's spill files. It must exist, and is
+    /// never created: [`MemoryManager::register`](crate::MemoryManager::register)
+    /// refuses a path that is not an existing directory, naming this
+    /// registration and the path, rather than the first array that spills.
     pub fn spill_directory(mut self, directory: impl Into<PathBuf>) -> Self {
         self.spill.directory = Some(directory.into());
         self

@@ -59,7 +59,7 @@ impl ArrayRequest {
 
     /// [`ArrayRequest::new`] with the element type taken from `T`.
     pub fn of<T: Element>(shape: impl Into<Vec<usize>>) -> Self {
-        Self::new(T::DTYPE, shape)
+        Self::new(crate::dtype::dtype_of::<T>(), shape)
     }
 
     /// Sets where the array lives.
@@ -159,6 +159,16 @@ impl ArrayRequest {
     pub(crate) fn empty_chunk_axis(&self) -> Option<usize> {
         let axis = self.chunk_axis.filter(|_| !self.unchunkable)?;
         (self.shape.get(axis) == Some(&0)).then_some(axis)
+    }
+
+    /// The axis that holds the batch's runs, which its arrays remember and
+    /// chunk pipelines bind along by default: the chunk axis, unless the
+    /// request is flagged unchunkable or the axis lies beyond its shape.
+    /// Unlike [`chunk_axis_in_use`](Self::chunk_axis_in_use) it is kept for
+    /// an axis of one run.
+    pub fn run_axis(&self) -> Option<usize> {
+        self.chunk_axis
+            .filter(|&axis| !self.unchunkable && axis < self.shape.len())
     }
 
     /// The axis the planner splits, when the request is chunkable.

@@ -7,6 +7,7 @@ use std::fmt;
 
 use crate::backend::MemInfo;
 use crate::ids::InstanceId;
+use crate::pools::Proportion;
 use crate::{Bytes, LimitMode, MemoryKind};
 
 /// Counters for one scope (an instance, a group, or the whole manager).
@@ -103,6 +104,64 @@ impl UsageStats {
     }
 }
 
+/// A count printed with thousands separators: `27,273`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Count(pub(crate) u64);
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let digits = self.0.to_string();
+        let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+        for (i, digit) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                grouped.push(',');
+            }
+            grouped.push(digit);
+        }
+        f.pad(&grouped)
+    }
+}
+
+/// `n` and a regular noun, in the plural unless `n` is 1: `1 run`, `27,273 runs`.
+pub(crate) fn counted(n: u64, noun: &str) -> String {
+    format!("{} {noun}{}", Count(n), if n == 1 { "" } else { "s" })
+}
+
+/// One line: the bytes held now (device, pinned) and at the peak, the
+/// arrays held now and at the peak, and the event counters.
+///
+/// ```
+/// use cubie_mem::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
+///
+/// let mgr = MemoryManager::with_config(SimBackend::new(1 << 30), ManagerConfig::default().granule(0));
+/// let solver = mgr.register(Registration::new().on_invalidate(|| {}))?;
+/// mgr.queue_request(&solver, [("state", ArrayRequest::of::<f32>([1 << 20]).unchunkable())])?;
+/// mgr.allocate_queue(&solver)?;
+/// assert_eq!(
+///     mgr.stats().total.to_string(),
+///     "device 4194304 B (4.00 MiB), pinned 0 B, peak 4194304 B (4.00 MiB); 1 array (peak 1); \
+///      1 allocation, 0 frees, 0 evictions, 0 chunked requests"
+/// );
+/// # Ok::<(), cubie_mem::MemError>(())
+/// ```
+impl fmt::Display for UsageStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "device {}, pinned {}, peak {}; {} (peak {}); {}, {}, {}, {}",
+            Bytes(self.device_bytes),
+            Bytes(self.pinned_bytes),
+            Bytes(self.peak_bytes),
+            counted(self.current_count, "array"),
+            Count(self.peak_count),
+            counted(self.allocations, "allocation"),
+            counted(self.frees, "free"),
+            counted(self.evictions, "eviction"),
+            counted(self.chunked_requests, "chunked request"),
+        )
+    }
+}
+
 /// One registered instance's figures.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -128,6 +187,24 @@ impl InstanceStats {
             Some(name) => name.clone(),
             None => self.instance.to_string(),
         }
+    }
+}
+
+/// One line: the instance's name, group, share and cap, then its
+/// [usage](UsageStats): `rk45-outputs (group integrators): share 25%, cap
+/// 268435456 B (256.00 MiB); device ...`. The cap is a limit only in active
+/// limit mode.
+impl fmt::Display for InstanceStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (group {}): share {}%, cap {}; {}",
+            self.display_name(),
+            self.group,
+            Proportion(self.proportion * 100.0),
+            Bytes(self.cap),
+            self.usage
+        )
     }
 }
 

@@ -181,13 +181,8 @@ pub struct Outcome {
 pub fn run(job: &Job) -> Result<Outcome, MemError> {
     // An 8 GiB device of which other processes leave `device_free` to us.
     let sim = SimBackend::new(8 << 30).with_free(job.device_free);
-    let mgr = MemoryManager::with_config(
-        sim.clone(),
-        ManagerConfig {
-            allocation_granule_bytes: job.granule,
-            ..Default::default()
-        },
-    );
+    let mgr =
+        MemoryManager::with_config(sim.clone(), ManagerConfig::default().granule(job.granule));
 
     // An idle cache in another group: evicted when the batch needs the room.
     let cache = mgr.register(
@@ -237,19 +232,14 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         Bytes(job.cache_bytes),
         batch_bytes as f64 / free_after_cache.max(1) as f64
     );
-    println!(
-        "plan: {} chunks of {} runs in {} buffer sets (allocatable {}, withheld {})",
-        plan.chunks(),
-        plan.chunk_length(),
-        plan.buffer_sets(),
-        Bytes(plan.allocatable()),
-        Bytes(plan.withheld())
-    );
+    println!("plan: {plan}, withheld {}", Bytes(plan.withheld()));
+    // Every set's arrays have the same shapes; the weights are shared.
+    let first = &buffers.sets()[0];
     for (name, shape) in [
-        ("initial", buffers.initial.shape()),
-        ("rates", buffers.rates.shape()),
-        ("state", buffers.state.shape()),
-        ("weights", buffers.weights.shape()),
+        ("initial", first.initial.shape()),
+        ("rates", first.rates.shape()),
+        ("state", first.state.shape()),
+        ("weights", first.weights.shape()),
     ] {
         println!("  {name:<8} {shape:?}");
     }
@@ -268,7 +258,7 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
     } else {
         mgr.new_host_array::<f64>(state_shape, None, &solver)?
     };
-    buffers.weights.copy_from_host(&WEIGHTS)?;
+    first.weights.copy_from_host(&WEIGHTS)?;
     println!(
         "host: initial {:?}, rates {:?}, state {:?}{}",
         host_initial.kind(),
@@ -296,9 +286,9 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         .with_pool(mgr.new_staging_pool());
     streamer
         .pipeline_sets(buffers.sets())
-        .input_with(&host_initial, |set| &set.initial, 1)
-        .input_with(&host_rates, |set| &set.rates, 0)
-        .output_with(&mut host_state, |set| &set.state, 2)
+        .input_with(&host_initial, |set| &set.initial)
+        .input_with(&host_rates, |set| &set.rates)
+        .output_with(&mut host_state, |set| &set.state)
         .run(|chunk, set| {
             progress.set_message(format!("chunk {}/{}", chunk.index + 1, plan.chunks()));
             integrate_chunk(set, &dims, chunk.len())?;

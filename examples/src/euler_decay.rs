@@ -2,7 +2,7 @@
 //! explicit Euler step of `y' = -k y`, loaded from PTX and launched on a
 //! stream group's [`CudaStream`] over views of the arrays.
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaModule, CudaStream, LaunchConfig};
+use cubie_mem::backend::cuda::{CudaBackend, CudaModule, CudaStream, CudaView, LaunchConfig};
 use cubie_mem::{DeviceArray, MemError};
 
 /// PTX of `euler_decay(y, k, dt, n)`: `y[i] = y[i] + dt * (-(k[i] * y[i]))`
@@ -48,6 +48,29 @@ impl EulerDecay {
                 found: k.len(),
             });
         }
+        self.step_views(stream, &stream.view(y)?, &stream.view(k)?, dt)
+    }
+
+    /// [`step`](Self::step) over views the caller took from `stream`: of
+    /// device arrays ([`CudaStream::view`]) or of pinned arrays, which the
+    /// kernel reads and writes in place ([`CudaStream::view_pinned`]).
+    pub fn step_views(
+        &self,
+        stream: &CudaStream,
+        y: &CudaView<'_, f64>,
+        k: &CudaView<'_, f64>,
+        dt: f64,
+    ) -> Result<(), MemError> {
+        if k.len() != y.len() {
+            return Err(MemError::Kernel {
+                kernel: "euler_decay".into(),
+                reason: format!(
+                    "k has {} elements and y {}; they must match",
+                    k.len(),
+                    y.len()
+                ),
+            });
+        }
         let Ok(n) = u32::try_from(y.len()) else {
             return Err(MemError::Kernel {
                 kernel: "euler_decay".into(),
@@ -58,15 +81,14 @@ impl EulerDecay {
             return Ok(());
         }
         let function = self.module.function("euler_decay")?;
-        let (y, k) = (stream.view(y)?, stream.view(k)?);
         // SAFETY: the arguments are (f64 view, f64 view, f64, u32), the
         // kernel's parameters (.u64 addresses, .f64, .u32); both views hold
         // `n` elements and the kernel touches only indices below `n`.
         unsafe {
             stream
                 .launch_builder(&function)
-                .arg(&y)
-                .arg(&k)
+                .arg(y)
+                .arg(k)
                 .arg(&dt)
                 .arg(&n)
                 .launch(LaunchConfig::for_elements(n, BLOCK_THREADS))

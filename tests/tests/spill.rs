@@ -160,8 +160,8 @@ fn nothing_is_left_when_a_transfer_panics() {
         mgr.chunk_streamer(&solver, &plan)
             .unwrap()
             .pipeline()
-            .input(&input, &device_in, 2)
-            .output(&mut output, &device_out, 2)
+            .input(&input, device_in.along(2))
+            .output(&mut output, device_out.along(2))
             .run(|chunk, _| {
                 // The arrays are in use, their files already gone.
                 assert_eq!(entries(&spill_dir), Vec::<String>::new());

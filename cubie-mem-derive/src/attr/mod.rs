@@ -11,12 +11,14 @@
 mod keys;
 mod values;
 
-use proc_macro2::{Span, TokenTree};
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::quote;
 use syn::meta::ParseNestedMeta;
-use syn::parse::ParseStream;
+use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
 use syn::{Attribute, Expr, Ident, LitStr, Meta, Path, Token, Type};
 
+use crate::ast::unraw;
 use crate::ctxt::{Ctxt, Reported};
 pub(crate) use keys::BufferKey;
 use keys::{ContainerKey, Key, Lookup, lookup};
@@ -169,6 +171,9 @@ fn parse_list(
 
 /// One key of `#[buffers(..)]` and its value.
 fn container_key(cx: &Ctxt, parsed: &mut ContainerAttrs, meta: ParseNestedMeta) -> syn::Result<()> {
+    if meta.path.is_ident(STREAM_GROUP) {
+        return misplaced_stream_group(cx, &meta, "#[buffers(..)]", "but an attribute of its own");
+    }
     let key = match lookup::<ContainerKey>(cx, &meta) {
         Lookup::Known(key) | Lookup::Misspelt(key) => key,
         Lookup::Unknown(reported) => {
@@ -247,8 +252,72 @@ fn stream_group(cx: &Ctxt, parsed: &mut ContainerAttrs, attr: &Attribute) {
     parsed.stream_group = Some(lit);
 }
 
+/// `stream_group` written as a key of `attribute` (`#[buffers(stream_group
+/// = "x")]`), which is `what` instead: reported over the key and its value
+/// with the attribute to write, `#[stream_group("x")]`, the user's name in
+/// it. The name is not read as the struct's group: the impl is not generated
+/// while there are errors, and nothing else depends on it.
+fn misplaced_stream_group(
+    cx: &Ctxt,
+    meta: &ParseNestedMeta,
+    attribute: &str,
+    what: &str,
+) -> syn::Result<()> {
+    let mut value = TokenStream::new();
+    while !meta.input.is_empty() && !meta.input.peek(Token![,]) {
+        value.extend([meta.input.parse::<TokenTree>()?]);
+    }
+    let name = match written_group_name(value.clone()) {
+        Some(name) if !name.value().is_empty() => name.token().to_string(),
+        _ => "\"integrators\"".to_owned(),
+    };
+    let path = &meta.path;
+    cx.error_spanned_by(
+        quote!(#path #value),
+        format!(
+            "`{STREAM_GROUP}` is not a key of `{attribute}` {what}: write `#[{STREAM_GROUP}({name})]` on the struct"
+        ),
+    );
+    Ok(())
+}
+
+/// The group name written after a misplaced `stream_group` key: `= "x"`,
+/// `("x")`, or a bare word, `= x`, read as `"x"`.
+fn written_group_name(value: TokenStream) -> Option<LitStr> {
+    fn name(input: ParseStream) -> syn::Result<LitStr> {
+        if input.peek(LitStr) {
+            return input.parse();
+        }
+        let ident: Ident = input.parse()?;
+        Ok(LitStr::new(&unraw(&ident), ident.span()))
+    }
+    let written = |input: ParseStream| {
+        if input.peek(Token![=]) {
+            input.parse::<Token![=]>()?;
+            return name(input);
+        }
+        let content;
+        syn::parenthesized!(content in input);
+        let lit = name(&content)?;
+        if content.is_empty() {
+            Ok(lit)
+        } else {
+            Err(content.error("expected one name"))
+        }
+    };
+    written.parse2(value).ok()
+}
+
 /// One key of `#[buffer(..)]` and its value.
 fn buffer_key(cx: &Ctxt, parsed: &mut BufferAttrs, meta: ParseNestedMeta) -> syn::Result<()> {
+    if meta.path.is_ident(STREAM_GROUP) {
+        return misplaced_stream_group(
+            cx,
+            &meta,
+            "#[buffer(..)]",
+            "but an attribute of the struct, whose buffers share one group",
+        );
+    }
     let key = match lookup::<BufferKey>(cx, &meta) {
         Lookup::Known(key) | Lookup::Misspelt(key) => key,
         Lookup::Unknown(reported) => {
@@ -347,4 +416,57 @@ fn skip(input: ParseStream) -> syn::Result<()> {
         input.parse::<TokenTree>()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+    use syn::{Attribute, parse_quote};
+
+    use super::{container, written_group_name};
+    use crate::ctxt::Ctxt;
+
+    #[test]
+    fn reads_the_group_name_written_after_a_stream_group_key() {
+        let name = |tokens| written_group_name(tokens).map(|lit| lit.token().to_string());
+        assert_eq!(
+            name(quote!(= "integrators")).as_deref(),
+            Some("\"integrators\"")
+        );
+        assert_eq!(name(quote!(("loaders"))).as_deref(), Some("\"loaders\""));
+        assert_eq!(name(quote!(= io)).as_deref(), Some("\"io\""));
+        assert_eq!(name(quote!(= r#type)).as_deref(), Some("\"type\""));
+        assert_eq!(name(quote!()), None);
+        assert_eq!(name(quote!(= 3)), None);
+        assert_eq!(name(quote!(("a", "b"))), None);
+    }
+
+    #[test]
+    fn a_stream_group_key_suggests_the_attribute() {
+        let message = |attr: Attribute| {
+            let cx = Ctxt::new();
+            let parsed = container(&cx, &[attr]);
+            assert!(parsed.stream_group.is_none());
+            assert!(parsed.incomplete.is_none(), "the dims are not hidden");
+            match cx.finish(Ok(())) {
+                Ok(()) => String::new(),
+                Err(error) => error.to_string(),
+            }
+        };
+        assert!(
+            message(parse_quote!(#[buffers(stream_group = r"x y")]))
+                .ends_with("write `#[stream_group(r\"x y\")]` on the struct")
+        );
+        for attr in [
+            parse_quote!(#[buffers(stream_group)]),
+            parse_quote!(#[buffers(stream_group = "")]),
+            parse_quote!(#[buffers(stream_group = 1 + 2)]),
+        ] {
+            let message = message(attr);
+            assert!(
+                message.ends_with("write `#[stream_group(\"integrators\")]` on the struct"),
+                "{message}"
+            );
+        }
+    }
 }

@@ -58,6 +58,10 @@ pub(crate) struct Buffer<'a> {
     pub(crate) placement: Placement,
     /// The element type as written in the field type.
     pub(crate) element: &'a Type,
+    /// Whether the element type names a generic parameter of the struct
+    /// (`P`, `Complex<P>`): its `Element` bound is then checked where the
+    /// struct is used, not where the impl is declared.
+    pub(crate) element_is_generic: bool,
     /// The shape's lengths, at least one.
     pub(crate) shape: Vec<Length<'a>>,
     /// How the batch is split across the buffer.
@@ -243,7 +247,8 @@ fn buffer<'a>(
     Ok(Buffer {
         field: field.ident,
         placement: array.placement,
-        element: array.element,
+        element,
+        element_is_generic: parameters.named_in(quote!(#element)),
         shape,
         chunking,
         precision,

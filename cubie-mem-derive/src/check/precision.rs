@@ -67,8 +67,8 @@ pub(super) fn check<'a>(
             return Err(cx.error_spanned_by(
                 precision,
                 format!(
-                    "`precision = {name}`: a precision is a floating-point type, `f32` or `f64`; \
-                     leave `precision` out for a buffer of integers"
+                    "`precision = {name}`: a precision is `f32` or `f64`, the floating-point types of \
+                     `Precision`; leave `precision` out for a buffer of another element type"
                 ),
             ));
         }
@@ -90,10 +90,17 @@ pub(super) fn check<'a>(
             ),
             _ => String::new(),
         };
+        // An element type that is no precision (`i32`, `f16`) takes none.
+        let instead = match &element_name {
+            TypeName::Primitive(name) if !PRECISIONS.contains(&name.as_str()) => {
+                format!("leave `precision` out (a buffer of `{element}` has none)")
+            }
+            _ => format!("write `precision = {element}`"),
+        };
         return Err(cx.error_spanned_by(
             precision,
             format!(
-                "`precision = {written}` contradicts the field type `{field}`{why}: write `precision = {element}`, \
+                "`precision = {written}` contradicts the field type `{field}`{why}: {instead}, \
                  or change the element type to `{written}`"
             ),
         ));

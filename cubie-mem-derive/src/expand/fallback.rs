@@ -1,36 +1,59 @@
-//! The impl emitted beside the errors of a struct with mistakes.
+//! The errors of a struct with mistakes, and the impls emitted beside them.
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
+use syn::{Expr, ExprLit, Lit};
 
 use super::{import_name, wrap};
 use crate::ast::Container;
 
-/// The fallback impl: it states what could be parsed and generates nothing
-/// that could fail to compile on its own, so that only the real mistakes are
-/// reported, neither in the impl nor in the code using the struct.
+/// The compile errors of `errors`, with the fallback impls (`GpuBuffers`,
+/// and `SingleBufferSet` where the real impls would have it): they state
+/// what could be parsed and generate nothing that could fail to compile on
+/// their own, so that only the real mistakes are reported, neither in the
+/// impls nor in the code using the struct.
 ///
 /// Its `Dims` is the dims type when one was given, even under a misspelt
-/// key; else `dyn Any`, to which the user's `&dims` of any (sized,
-/// `'static`) type coerces, so that a call such as
-/// `mgr.allocate_buffers::<S>(&instance, &dims)` reports nothing more.
-pub(super) fn fallback(container: &Container) -> TokenStream {
+/// key. Else it is `[(); compile_error!(..)]` with the last error as the
+/// length: rustc reports that error there, after the others as they were
+/// written, and the type it leaves (an array, sized) refers to an error, so
+/// that rustc accepts any dims the code using the struct passes for it:
+/// `mgr.allocate_buffers::<S>(&instance, &dims)` reports nothing more. A
+/// struct without a dims type always has an error to report (its absence,
+/// or the mistake that hid it), so the last one exists.
+pub(super) fn errors_with_fallback(container: &Container, errors: syn::Error) -> TokenStream {
     let cubie_mem = import_name(Span::call_site());
+    let mut errors: Vec<syn::Error> = errors.into_iter().collect();
+    let dims = match (&container.attrs.dims, errors.pop()) {
+        (Some(dims), last) => {
+            errors.extend(last);
+            quote!(#dims)
+        }
+        (None, Some(last)) => {
+            let last = last.to_compile_error();
+            quote!([(); #last])
+        }
+        // A `syn::Error` holds one error at least, so this is not reached;
+        // were it, the uses would report their mismatches, nothing worse.
+        (None, None) => quote!(()),
+    };
     let ident = container.ident;
     let (impl_generics, type_generics, where_clause) = container.generics.split_for_impl();
-    let dims = match &container.attrs.dims {
-        Some(dims) => quote!(#dims),
-        None => quote!(dyn ::core::any::Any),
-    };
     let group = match &container.attrs.stream_group {
         Some(name) => quote!(#name),
         None => quote!(#cubie_mem::Registration::DEFAULT_STREAM_GROUP),
     };
-    wrap(
+    let single_set = single_set(container.attrs.pipeline_depth.as_ref()).then(|| {
+        quote! {
+            #[automatically_derived]
+            impl #impl_generics #cubie_mem::SingleBufferSet for #ident #type_generics #where_clause {}
+        }
+    });
+    let errors = errors.iter().map(syn::Error::to_compile_error);
+    let fallback = wrap(
         &container.attrs.krate(),
         quote! {
             #[automatically_derived]
-            #[allow(unused_qualifications)]
             impl #impl_generics #cubie_mem::GpuBuffers for #ident #type_generics #where_clause {
                 type Dims = #dims;
                 const STREAM_GROUP: &'static str = #group;
@@ -52,6 +75,25 @@ pub(super) fn fallback(container: &Container) -> TokenStream {
                     })
                 }
             }
+
+            #single_set
         },
-    )
+    );
+    quote!(#(#errors)* #fallback)
+}
+
+/// Whether the fallback implements `SingleBufferSet`, as the real impl does
+/// for a struct without a pipeline depth above 1, so that the code
+/// dereferencing its allocation (`outputs.state`) reports nothing more: all
+/// but a depth written as an integer above 1, including one too malformed
+/// to read (reported).
+fn single_set(depth: Option<&Expr>) -> bool {
+    let Some(Expr::Lit(ExprLit {
+        lit: Lit::Int(depth),
+        ..
+    })) = depth
+    else {
+        return true;
+    };
+    !matches!(depth.base10_parse::<usize>(), Ok(depth) if depth > 1)
 }

@@ -15,7 +15,7 @@ mod tests;
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{DeriveInput, Generics, Ident, parse_quote_spanned};
+use syn::{DeriveInput, Generics, Ident, Lifetime, parse_quote_spanned};
 
 use crate::ast::{Container, source_text, unraw};
 use crate::attr::Placement;
@@ -29,11 +29,7 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
     let checked = check::check(&cx, &container);
     match cx.finish(checked) {
         Ok(checked) => implementation(&checked),
-        Err(errors) => {
-            let mut tokens = errors.to_compile_error();
-            tokens.extend(fallback::fallback(&container));
-            tokens
-        }
+        Err(errors) => fallback::errors_with_fallback(&container, errors),
     }
 }
 
@@ -43,10 +39,22 @@ fn import_name(span: Span) -> Ident {
     Ident::new("_cubie_mem", span)
 }
 
-/// `const _: () = { use <krate> as _cubie_mem; <items> };`.
+/// `const _: () = { use <krate> as _cubie_mem; <items> };`, hidden from the
+/// documentation (the impl inside is documented on the struct's page) and
+/// allowing the lints serde's block allows, for the same reason: the code is
+/// written to resolve in any crate, whatever it imports (hence qualified
+/// paths such as `::core::result::Result`), trips them in some, and cannot
+/// be changed by the user.
 fn wrap(krate: &syn::Path, items: TokenStream) -> TokenStream {
     let cubie_mem = import_name(Span::call_site());
     quote! {
+        #[doc(hidden)]
+        #[allow(
+            non_upper_case_globals,
+            unused_attributes,
+            unused_qualifications,
+            clippy::absolute_paths
+        )]
         const _: () = {
             use #krate as #cubie_mem;
             #items
@@ -106,6 +114,14 @@ fn implementation(checked: &Checked) -> TokenStream {
         quote_spanned! {element.span()=> #field: response.#take::<#element>(#label, set)?}
     });
 
+    // Requests of depth 1 always give one buffer set: `Allocated` may
+    // dereference to it.
+    let single_set = matches!(checked.pipeline_depth, None | Some(1)).then(|| {
+        quote! {
+            #[automatically_derived]
+            impl #impl_generics #cubie_mem::SingleBufferSet for #ident #type_generics #where_clause {}
+        }
+    });
     let docs = docs::Docs::new(checked);
     let (impl_doc, dims_doc, group_doc, labels_doc) =
         (&docs.implementation, &docs.dims, &docs.group, &docs.labels);
@@ -118,7 +134,6 @@ fn implementation(checked: &Checked) -> TokenStream {
 
             #[doc = #impl_doc]
             #[automatically_derived]
-            #[allow(unused_qualifications)]
             impl #impl_generics #cubie_mem::GpuBuffers for #ident #type_generics #where_clause {
                 #[doc = #dims_doc]
                 type Dims = #dims;
@@ -150,20 +165,31 @@ fn implementation(checked: &Checked) -> TokenStream {
                         .stream_group(<Self as #cubie_mem::GpuBuffers>::STREAM_GROUP)
                 }
             }
+
+            #single_set
         },
     )
 }
 
-/// The struct's generics with `T: Element` added to the where clause for
+/// The struct's generics with an `Element` bound in the where clause for
 /// each distinct element type, spanned on its first mention.
 ///
-/// This is the element check: for a concrete type the bound is checked where
-/// the impl is declared, so an unsupported type is reported on the user's
-/// token with `Element`'s list of supported types; for a type parameter the
-/// bound is assumed, leaving the one error of the field's own type (whose
-/// `DeviceArray<T: Element>` bound rustc checks) instead of one per use.
+/// The bounds let the impl make requests and take arrays of each element
+/// type; they are not the element check. That is the field's own type:
+/// `DeviceArray<T>` requires `T: Element`, which rustc checks on the struct
+/// and reports on the user's field with `Element`'s message, once.
+///
+/// So the bound of an element type that names no parameter of the struct
+/// (`f64`, a user's `State`) is higher-ranked, `for<'element> f64: Element`,
+/// as thiserror's are: rustc checks a bound without parameters where the
+/// impl is declared (rust-lang/rust#48214, "trivial bounds"), which for an
+/// unsupported type would report the field's error a second time, but not a
+/// higher-ranked one, while the impl can still rely on it. The bound of an
+/// element type naming a parameter (`P`) is plain: rustc checks it where the
+/// struct is used, with the parameter chosen.
 fn with_element_bounds(checked: &Checked) -> Generics {
     let mut generics = checked.generics.clone();
+    let binder = binder_lifetime(checked.generics);
     let mut bounded: Vec<String> = Vec::new();
     for buffer in &checked.buffers {
         let element = buffer.element;
@@ -174,12 +200,28 @@ fn with_element_bounds(checked: &Checked) -> Generics {
         bounded.push(text);
         let span = element.span();
         let cubie_mem = import_name(span);
-        generics
-            .make_where_clause()
-            .predicates
-            .push(parse_quote_spanned! {span=> #element: #cubie_mem::Element});
+        let bound = if buffer.element_is_generic {
+            parse_quote_spanned! {span=> #element: #cubie_mem::Element}
+        } else {
+            parse_quote_spanned! {span=> for<#binder> #element: #cubie_mem::Element}
+        };
+        generics.make_where_clause().predicates.push(bound);
     }
     generics
+}
+
+/// The lifetime the higher-ranked element bounds bind: `'element`, or with
+/// as many `_` appended as make it differ from the struct's lifetimes, which
+/// it would otherwise shadow (an error).
+fn binder_lifetime(generics: &Generics) -> Lifetime {
+    let mut name = String::from("element");
+    while generics
+        .lifetimes()
+        .any(|parameter| parameter.lifetime.ident == name)
+    {
+        name.push('_');
+    }
+    Lifetime::new(&format!("'{name}"), Span::call_site())
 }
 
 /// The local variable holding a dims field's value.

@@ -42,13 +42,20 @@ fn block_items(file: &syn::File) -> Vec<syn::Stmt> {
     block.block.stmts.clone()
 }
 
-/// The impl among `items`.
+/// The impl of `GpuBuffers` among `items`.
 fn the_impl(items: &[syn::Stmt]) -> syn::ItemImpl {
     let impls: Vec<&syn::ItemImpl> = items
         .iter()
         .filter_map(|stmt| match stmt {
             syn::Stmt::Item(syn::Item::Impl(implementation)) => Some(implementation),
             _ => None,
+        })
+        .filter(|implementation| {
+            implementation.trait_.as_ref().is_some_and(|(_, path, _)| {
+                path.segments
+                    .last()
+                    .is_some_and(|segment| segment.ident == "GpuBuffers")
+            })
         })
         .collect();
     let [implementation] = impls.as_slice() else {
@@ -78,7 +85,7 @@ fn expands_to_one_anonymous_const_holding_the_import_and_the_impl() {
         .map(source_text);
     assert_eq!(
         where_clause.as_deref(),
-        Some("where P: _cubie_mem::Element, i32: _cubie_mem::Element")
+        Some("where P: _cubie_mem::Element, for<'element>i32: _cubie_mem::Element")
     );
     let documented = implementation
         .items
@@ -297,7 +304,7 @@ fn a_misspelt_dims_key_still_gives_the_fallback_its_type() {
 }
 
 #[test]
-fn without_a_dims_type_the_fallback_takes_any_dims() {
+fn without_a_dims_type_the_fallback_dims_carry_the_last_error() {
     for attrs in [quote!(), quote!(#[buffers(dimensions = RunDims)])] {
         let (errors, fallback) = errors_and_fallback(quote! {
             #attrs
@@ -306,12 +313,84 @@ fn without_a_dims_type_the_fallback_takes_any_dims() {
                 a: DeviceArray<f32>,
             }
         });
-        assert_eq!(errors, 1, "{attrs}");
+        assert_eq!(errors, 0, "{attrs}");
         assert!(
-            fallback.contains("type Dims = dyn :: core :: any :: Any ;"),
+            fallback.contains("type Dims = [() ; :: core :: compile_error !"),
             "{fallback}"
         );
     }
+    let (errors, fallback) = errors_and_fallback(quote! {
+        struct B {
+            #[buffer(shape = [0], chunk_axis = 0)]
+            a: DeviceArray<f32>,
+            #[buffer(shpe = [n], chunk_axis = 0)]
+            b: DeviceArray<f32>,
+        }
+    });
+    // The zero dimension and the unknown key before it; the missing dims
+    // type, found last, in the fallback's `Dims`.
+    assert_eq!(errors, 2);
+    assert!(
+        fallback.contains("compile_error ! { \"missing the dims type"),
+        "{fallback}"
+    );
+}
+
+#[test]
+fn the_block_is_hidden_and_allows_what_serde_allows() {
+    let with_errors = quote! {
+        struct B {
+            #[buffer(shape = [n], chunk_axis = 0)]
+            a: DeviceArray<f32>,
+        }
+    };
+    for file in [expand(design_example()), expand(with_errors)] {
+        let block = file
+            .items
+            .iter()
+            .find_map(|item| match item {
+                syn::Item::Const(block) => Some(block),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no const block"));
+        let attrs: Vec<String> = block.attrs.iter().map(source_text).collect();
+        assert_eq!(
+            attrs,
+            [
+                "#[doc(hidden)]",
+                "#[allow(non_upper_case_globals, unused_attributes, unused_qualifications, clippy::absolute_paths)]"
+            ]
+        );
+    }
+}
+
+#[test]
+fn element_bounds_without_parameters_are_higher_ranked() {
+    let implementation = the_impl(&block_items(&expand(quote! {
+        #[buffers(dims = D)]
+        struct B<'element, const N: usize, T: Element> {
+            #[buffer(shape = [n], chunk_axis = 0)]
+            a: DeviceArray<State>,
+            #[buffer(shape = [n], chunk_axis = 0)]
+            b: DeviceArray<[f32; N]>,
+            #[buffer(shape = [n], chunk_axis = 0)]
+            c: PinnedArray<Complex<T>>,
+            #[buffer(shape = [n], chunk_axis = 0)]
+            d: PinnedArray<State>,
+        }
+    })));
+    let where_clause = implementation
+        .generics
+        .where_clause
+        .as_ref()
+        .map(|clause| clause.to_token_stream().to_string());
+    assert_eq!(
+        where_clause.as_deref(),
+        Some(
+            "where for < 'element_ > State : _cubie_mem :: Element , \
+             [f32 ; N] : _cubie_mem :: Element , Complex < T > : _cubie_mem :: Element"
+        )
+    );
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Every supported element type, on the device and pinned.
+//! Every primitive element type, on the device and pinned.
 
 use cubie_mem::{DType, DeviceArray, GpuBuffers, PinnedArray};
 
@@ -30,5 +30,7 @@ fn main() {
         .iter()
         .map(|(_, request)| request.dtype())
         .collect();
-    assert_eq!(dtypes, DType::ALL);
+    // The seven primitives: the tags after them need the features `half`
+    // and `num-complex`.
+    assert_eq!(dtypes, DType::ALL[..7]);
 }

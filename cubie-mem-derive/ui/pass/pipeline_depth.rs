@@ -49,8 +49,10 @@ fn main() {
     let buffers = mgr.allocate_buffers::<Buffers>(&holder, &dims).unwrap();
     assert_eq!(buffers.plan().buffer_sets(), 3);
     assert_eq!(buffers.sets().len(), 3);
+    // `Buffers` is not `SingleBufferSet`: name the set.
+    let first = buffers.set(0).unwrap();
     for set in buffers.sets() {
-        assert_eq!(set.state.shape(), buffers.state.shape());
+        assert_eq!(set.state.shape(), first.state.shape());
         assert_eq!(set.initial.shape(), [4]);
     }
 }

@@ -147,6 +147,13 @@ macro_rules! common_accessors {
             self.inner.slot.shape()
         }
 
+        /// The axis that holds the batch's runs (the request's chunk axis),
+        /// which chunk pipelines bind along unless told otherwise; `None`
+        /// for an unchunkable array.
+        pub fn chunk_axis(&self) -> Option<usize> {
+            self.inner.slot.chunk_axis()
+        }
+
         /// Number of elements.
         pub fn len(&self) -> usize {
             self.inner.len()
@@ -234,11 +241,6 @@ impl<T: Element> DeviceArray<T> {
 
     common_accessors!();
 
-    /// The owner of the instance holding the array.
-    pub(crate) fn owner(&self) -> crate::ids::OwnerId {
-        self.inner.slot.owner()
-    }
-
     /// The slot, for identity and backend.
     pub(crate) fn slot(&self) -> &Arc<Slot> {
         &self.inner.slot
@@ -290,7 +292,13 @@ impl<T: Element> PinnedArray<T> {
 
     common_accessors!();
 
-    fn pinned(&self) -> Result<Arc<super::slot::PinnedMemory>, MemError> {
+    /// The slot, for identity and backend.
+    pub(crate) fn slot(&self) -> &Arc<Slot> {
+        &self.inner.slot
+    }
+
+    /// The page-locked memory, kept allocated while the result lives.
+    pub(crate) fn pinned_memory(&self) -> Result<Arc<super::slot::PinnedMemory>, MemError> {
         match self.inner.slot.memory()? {
             Memory::Pinned(memory) => Ok(memory),
             Memory::Device(_) => Err(MemError::WrongArrayType {
@@ -307,7 +315,7 @@ impl<T: Element> PinnedArray<T> {
     /// into the manager.
     pub fn read(&self) -> Result<PinnedRef<'_, T>, MemError> {
         Ok(PinnedRef {
-            guard: self.pinned()?.read_arc(),
+            guard: self.pinned_memory()?.read_arc(),
             len: self.len(),
             _borrow: PhantomData,
         })
@@ -316,7 +324,7 @@ impl<T: Element> PinnedArray<T> {
     /// Borrows the elements mutably, as [`PinnedArray::read`] does.
     pub fn write(&self) -> Result<PinnedMut<'_, T>, MemError> {
         Ok(PinnedMut {
-            guard: self.pinned()?.write_arc(),
+            guard: self.pinned_memory()?.write_arc(),
             len: self.len(),
             _borrow: PhantomData,
         })
@@ -374,7 +382,7 @@ impl<T: Element> fmt::Debug for DeviceArray<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceArray")
             .field("label", &self.label())
-            .field("dtype", &T::DTYPE)
+            .field("dtype", &crate::dtype::dtype_of::<T>())
             .field("shape", &self.shape())
             .field("valid", &self.is_valid())
             .finish()
@@ -385,7 +393,7 @@ impl<T: Element> fmt::Debug for PinnedArray<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PinnedArray")
             .field("label", &self.label())
-            .field("dtype", &T::DTYPE)
+            .field("dtype", &crate::dtype::dtype_of::<T>())
             .field("shape", &self.shape())
             .field("valid", &self.is_valid())
             .finish()

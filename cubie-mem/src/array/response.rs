@@ -92,7 +92,25 @@ impl ArrayResponse {
         self.plan.buffer_sets
     }
 
-    /// An empty response with room for `arrays` arrays.
+    /// Every buffer not yet taken, weakly: what a typed view of the
+    /// response (an [`Allocated`](crate::Allocated)) gives back on release.
+    pub(crate) fn untaken_slots(&self) -> Vec<std::sync::Weak<Slot>> {
+        let mut slots: Vec<std::sync::Weak<Slot>> = Vec::new();
+        for slot in self
+            .arrays
+            .iter()
+            .flat_map(|held| held.sets.iter().flatten())
+        {
+            if !slots
+                .iter()
+                .any(|seen| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(slot)))
+            {
+                slots.push(Arc::downgrade(slot));
+            }
+        }
+        slots
+    }
+
     /// Sets the shapes of the arrays, by label, at once (cheaper than one
     /// insertion each).
     pub(crate) fn set_shapes(&mut self, shapes: Vec<(String, Vec<usize>)>) {
@@ -234,10 +252,11 @@ impl ArrayResponse {
                 label: label.to_owned(),
             });
         };
-        if slot.dtype() != T::DTYPE || slot.kind() != kind {
+        let dtype = crate::dtype::dtype_of::<T>();
+        if slot.dtype() != dtype || slot.kind() != kind {
             let requested = match kind {
-                MemoryKind::Device => format!("DeviceArray<{}>", T::DTYPE),
-                MemoryKind::Pinned => format!("PinnedArray<{}>", T::DTYPE),
+                MemoryKind::Device => format!("DeviceArray<{dtype}>"),
+                MemoryKind::Pinned => format!("PinnedArray<{dtype}>"),
             };
             return Err(MemError::WrongArrayType {
                 label: label.to_owned(),

@@ -133,6 +133,9 @@ pub(crate) struct Slot {
     /// buffer reused.
     capacity: u64,
     shape: Shape,
+    /// The axis holding the runs, from the request; `None` when the
+    /// array holds no runs (unchunkable).
+    chunk_axis: Option<usize>,
     backend: Arc<dyn Backend>,
     state: Mutex<SlotState>,
 }
@@ -158,6 +161,7 @@ impl Slot {
         kind: MemoryKind,
         bytes: u64,
         shape: Shape,
+        chunk_axis: Option<usize>,
         stream: &Arc<OwnedStream>,
     ) -> Result<Arc<Slot>, MemError> {
         let memory = match kind {
@@ -186,6 +190,7 @@ impl Slot {
             bytes,
             capacity: bytes,
             shape,
+            chunk_axis,
             backend: Arc::clone(backend),
             state: Mutex::new(SlotState::Live(memory)),
         }))
@@ -195,7 +200,7 @@ impl Slot {
     /// (a buffer at least as large, reused: the new array is its own size,
     /// the buffer keeps its capacity); this slot's handles then report
     /// `Replaced`. A released slot yields a released slot.
-    pub(crate) fn reuse(&self, dtype: DType, shape: Shape) -> Arc<Slot> {
+    pub(crate) fn reuse(&self, dtype: DType, shape: Shape, chunk_axis: Option<usize>) -> Arc<Slot> {
         let previous = std::mem::replace(
             &mut *self.state.lock(),
             SlotState::Released(ReleaseReason::Replaced),
@@ -208,6 +213,7 @@ impl Slot {
             bytes: own_bytes(dtype, &shape),
             capacity: self.capacity,
             shape,
+            chunk_axis,
             backend: Arc::clone(&self.backend),
             state: Mutex::new(previous),
         })
@@ -215,9 +221,10 @@ impl Slot {
 
     /// Gives this slot a new type and shape in place: only for a slot no
     /// handle refers to (the caller holds it uniquely).
-    pub(crate) fn reshape(&mut self, dtype: DType, shape: &[usize]) {
+    pub(crate) fn reshape(&mut self, dtype: DType, shape: &[usize], chunk_axis: Option<usize>) {
         self.dtype = dtype;
         self.shape = Shape::from_slice(shape);
+        self.chunk_axis = chunk_axis;
         self.bytes = own_bytes(dtype, shape);
     }
 
@@ -266,7 +273,13 @@ impl Slot {
     /// The stream work on `memory` goes to: the thread's current stream
     /// when one is bound for this backend, else the group's.
     pub(crate) fn work_stream(&self, memory: &DeviceMemory) -> Arc<OwnedStream> {
-        current_stream_for(&self.backend).unwrap_or_else(|| memory.group_stream())
+        self.current_stream()
+            .unwrap_or_else(|| memory.group_stream())
+    }
+
+    /// The thread's current stream for this slot's backend, if one is bound.
+    pub(crate) fn current_stream(&self) -> Option<Arc<OwnedStream>> {
+        current_stream_for(&self.backend)
     }
 
     pub(crate) fn backend(&self) -> &dyn Backend {
@@ -292,6 +305,11 @@ impl Slot {
     /// the label can reuse.
     pub(crate) fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// The axis holding the runs, if the array holds any.
+    pub(crate) fn chunk_axis(&self) -> Option<usize> {
+        self.chunk_axis
     }
 
     pub(crate) fn shape(&self) -> &[usize] {
@@ -357,6 +375,7 @@ mod tests {
             MemoryKind::Device,
             100,
             Shape::from_slice(&[100]),
+            Some(0),
             stream,
         )
         .unwrap()
@@ -395,14 +414,14 @@ mod tests {
     fn reuse_moves_the_memory_and_retires_the_old_slot() {
         let (backend, sim, stream) = setup();
         let slot = device_slot(&backend, &stream);
-        let new = slot.reuse(DType::I32, Shape::from_slice(&[5]));
+        let new = slot.reuse(DType::I32, Shape::from_slice(&[5]), Some(0));
         assert_eq!(slot.release_reason(), Some(ReleaseReason::Replaced));
         assert_eq!(new.shape(), [5]);
         assert_eq!((new.bytes(), new.capacity()), (20, 100));
         assert_eq!(sim.live_allocations(), 1);
         assert!(slot.memory().is_err());
         assert_eq!(
-            slot.reuse(DType::U8, Shape::from_slice(&[1]))
+            slot.reuse(DType::U8, Shape::from_slice(&[1]), None)
                 .release_reason(),
             Some(ReleaseReason::Replaced),
             "a released slot yields a released slot"

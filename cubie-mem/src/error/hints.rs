@@ -19,13 +19,62 @@ impl std::fmt::Display for ArraySide {
     }
 }
 
-/// The axis to bind instead, for `ChunkShapeMismatch`.
-pub(super) fn runs_axis_hint(runs_axis: Option<usize>, total_runs: usize) -> String {
-    match runs_axis {
-        Some(axis) => format!(
-            " (axis {axis} holds the batch's {total_runs} runs: bind the array with chunk axis {axis})"
-        ),
-        None => String::new(),
+impl ArraySide {
+    /// How a message names the array of a binding labelled `label`.
+    pub(super) fn naming(self, label: &str) -> String {
+        match self {
+            ArraySide::Host => format!("bound to '{label}'"),
+            ArraySide::Device => format!("'{label}'"),
+        }
+    }
+}
+
+/// `n` entries, in the singular for one.
+fn entries(n: usize) -> String {
+    format!("{n} entr{}", if n == 1 { "y" } else { "ies" })
+}
+
+/// What is wrong with the shape, and the fix, for `ChunkShapeMismatch`:
+/// the host array's axis bound against the batch's runs, or the device
+/// array against one chunk; `runs_axis` is another axis of the array that
+/// has the runs (the batch's, or one chunk's), where the caller likely
+/// meant to bind.
+pub(super) fn shape_problem(
+    side: ArraySide,
+    found: &[usize],
+    expected: &[usize],
+    axis: usize,
+    total_runs: usize,
+    chunk_length: usize,
+    runs_axis: Option<usize>,
+) -> String {
+    match side {
+        ArraySide::Host => {
+            let bound = match found.get(axis) {
+                Some(&n) => format!("its axis {axis} has {}", entries(n)),
+                None => format!("it has no axis {axis}"),
+            };
+            let fix = match runs_axis {
+                Some(runs) => format!("the runs lie on axis {runs}: bind it along axis {runs}"),
+                None => format!(
+                    "a host array holds the whole batch: give the axis that holds the runs \
+                     {total_runs} entries and bind along it"
+                ),
+            };
+            format!("{bound}, but the batch has {total_runs} runs; {fix}")
+        }
+        ArraySide::Device => {
+            let fix = match runs_axis {
+                Some(runs) => format!(
+                    "its axis {runs} has the chunk's {chunk_length} runs: if the runs lie there, bind along \
+                     axis {runs}"
+                ),
+                None => "allocate it at the plan's chunked shape".to_owned(),
+            };
+            format!(
+                "one chunk ({chunk_length} runs along axis {axis} of the host array) has shape {expected:?}; {fix}"
+            )
+        }
     }
 }
 

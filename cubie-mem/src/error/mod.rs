@@ -3,30 +3,29 @@
 //! Every message says what was asked, what was available, and what the caller
 //! can change. Byte figures are printed exactly and in binary units.
 
+use crate::pools::Proportion;
 use crate::{Bytes, DType};
 
 mod constructors;
 mod hints;
+mod messages;
 
 pub use hints::ArraySide;
-use hints::{depth_fix, depth_need, misaxed_hint, runs_axis_hint};
+use hints::{depth_fix, depth_need, misaxed_hint, shape_problem};
 
 /// Every failure of cubie-mem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum MemError {
     /// A VRAM proportion outside `[0, 1]` (or not a number).
-    #[error("proportion {proportion} is outside [0, 1]: give a fraction of total device memory")]
+    #[error("proportion {} is outside [0, 1]: give a fraction of total device memory", Proportion(*.proportion))]
     InvalidProportion {
         /// The proportion given.
         proportion: f64,
     },
 
     /// Adding to the manual pool would take more than all of device memory.
-    #[error(
-        "manual pool would exceed total memory: {manual_sum:.4} already assigned + {requested:.4} requested > 1; \
-         lower this proportion or free manual shares"
-    )]
+    #[error("{}", messages::manual_pool_overflow(*.manual_sum, *.requested))]
     ManualPoolOverflow {
         /// The proportion asked for.
         requested: f64,
@@ -35,11 +34,7 @@ pub enum MemError {
     },
 
     /// Adding to the manual pool would starve the non-empty auto pool.
-    #[error(
-        "manual pool would leave {remaining:.4} of memory to {auto_members} auto-pool instance(s), \
-         below the minimum auto pool of {minimum}; lower the proportion ({manual_sum:.4} assigned + {requested:.4} requested) \
-         or move the auto instances to manual shares"
-    )]
+    #[error("{}", messages::auto_pool_starved(*.manual_sum, *.requested, *.remaining, *.auto_members, *.minimum))]
     AutoPoolStarved {
         /// The proportion asked for.
         requested: f64,
@@ -54,10 +49,7 @@ pub enum MemError {
     },
 
     /// The auto pool has no room for another member.
-    #[error(
-        "cannot join the auto pool: the manual pool holds {manual_sum:.4} of memory, leaving {remaining:.4} <= the minimum \
-         auto pool of {minimum}; give this instance a manual proportion or shrink the manual shares"
-    )]
+    #[error("{}", messages::auto_pool_full(*.manual_sum, *.remaining, *.minimum))]
     AutoPoolFull {
         /// The manual pool's sum.
         manual_sum: f64,
@@ -121,8 +113,9 @@ pub enum MemError {
 
     /// The effective free memory is below the allocation granule.
     #[error(
-        "cannot allocate: {free} free (including memory the requesters already hold) is below the allocation granule of {granule}; \
-         free device memory or lower ManagerConfig::allocation_granule_bytes"
+        "cannot allocate: {free} free (including memory the requesters already hold) is below the allocation granule of {granule}, \
+         the memory always left free (setting ManagerConfig::allocation_granule_bytes); free device memory, or lower the granule: \
+         MemoryManager::with_config(backend, ManagerConfig::default().granule(0)) allocates down to the last byte"
     )]
     BelowGranule {
         /// Effective free memory.
@@ -211,12 +204,7 @@ pub enum MemError {
     },
 
     /// Active-mode caps, not the device, keep the batch from fitting.
-    #[error(
-        "stream group '{group}' is held to its caps in active limit mode: its members' proportion {proportion:.4} \
-         gives caps of {caps}, {held} of which are in use, so {allowed} can be allocated, but the batch needs \
-         at least {needed} (its unchunkable arrays and one run in each buffer set); the device has {free} free: give the instances \
-         a larger proportion (set_manual_proportion) or use LimitMode::Passive"
-    )]
+    #[error("{}", messages::cap_limited(.group, *.proportion, *.caps, *.held, *.allowed, *.needed, *.free))]
     CapLimited {
         /// The stream group.
         group: String,
@@ -408,13 +396,9 @@ pub enum MemError {
         shape: Vec<usize>,
     },
 
-    /// A host or device array whose shape does not fit the chunk plan.
-    #[error(
-        "'{label}': the {side} array has shape {found:?}, but chunk axis {axis} of this plan needs {expected:?}{}; \
-         host arrays hold the whole batch ({total_runs} runs on the chunk axis) and device arrays one chunk \
-         ({chunk_length} runs, the plan's chunked shape)",
-        runs_axis_hint(*runs_axis, *total_runs)
-    )]
+    /// A host or device array whose shape does not fit the chunk plan: a host array holds
+    /// the whole batch on the axis bound, a device array one chunk (the chunked shape).
+    #[error("{side} array {} has shape {found:?}: {}", side.naming(label), shape_problem(*side, found, expected, *axis, *total_runs, *chunk_length, *runs_axis))]
     ChunkShapeMismatch {
         /// The device array's label.
         label: String,
@@ -422,9 +406,9 @@ pub enum MemError {
         side: ArraySide,
         /// The shape found.
         found: Vec<usize>,
-        /// The shape the plan needs.
+        /// The shape the plan needs (one chunk, for a device array).
         expected: Vec<usize>,
-        /// The chunk axis.
+        /// The axis bound: the one the runs are taken to lie on.
         axis: usize,
         /// The plan's run count.
         total_runs: usize,
@@ -508,6 +492,34 @@ pub enum MemError {
     )]
     NoBufferSets,
 
+    /// A pipeline binding without an axis, of an array that holds no runs.
+    #[error(
+        "'{label}' was requested unchunkable, so it has no axis of runs to bind along: bind \
+         it with .along(axis) naming the axis of the host array that holds the runs, or leave it \
+         out of the pipeline (an unchunkable array is the same for every chunk)"
+    )]
+    NoRunAxis {
+        /// The array's label.
+        label: String,
+    },
+
+    /// A pipeline binding whose buffer sets chunk along different axes.
+    #[error(
+        "pipeline binding '{label}' chunks set 0 along axis {first} but set {set} along axis \
+         {axis}: one host array has one axis of runs; make every set's array the same (or name \
+         the axis with .along(axis) in the selector)"
+    )]
+    BindingAxes {
+        /// The binding's label.
+        label: String,
+        /// The axis of set 0.
+        first: usize,
+        /// The set that differs.
+        set: usize,
+        /// Its axis.
+        axis: usize,
+    },
+
     /// A chunk of a batch failed; the chunks before it were computed and
     /// their results written into the host arrays before the run returned.
     #[error(
@@ -526,10 +538,7 @@ pub enum MemError {
     },
 
     /// A chunk plan whose figures are inconsistent (made by hand or altered).
-    #[error(
-        "invalid chunk plan of {chunks} chunk(s) of {chunk_length} run(s) for {total_runs} run(s): {reason}; \
-         take plans from the manager's response or plan::plan"
-    )]
+    #[error("{}", messages::invalid_plan(*.total_runs, *.chunks, *.chunk_length, .reason))]
     InvalidPlan {
         /// The plan's run count.
         total_runs: usize,
@@ -542,10 +551,7 @@ pub enum MemError {
     },
 
     /// Batch sizes with no runs, given to the planner by hand.
-    #[error(
-        "the batch has 0 runs ({chunkable} chunkable, {unchunkable} unchunkable); a batch has at least one run: \
-         set BatchSizes::total_runs to 1 or more, or measure the requests with BatchSizes::measure"
-    )]
+    #[error("{}", messages::zero_runs(*.chunkable, *.unchunkable))]
     ZeroRuns {
         /// Bytes of the chunkable requests.
         chunkable: Bytes,
@@ -582,10 +588,7 @@ pub enum MemError {
     },
 
     /// Batch sizes with a pipeline depth of 0, given to the planner by hand.
-    #[error(
-        "the batch has a pipeline depth of 0 ({chunkable} chunkable, {unchunkable} unchunkable); a pipeline has at \
-         least one buffer set: set BatchSizes::depth to 1 or more, or measure the requests with BatchSizes::measure"
-    )]
+    #[error("{}", messages::zero_depth(*.chunkable, *.unchunkable))]
     ZeroDepth {
         /// Bytes of the chunkable requests.
         chunkable: Bytes,

@@ -247,7 +247,7 @@ impl<T: Element> AsMut<[T]> for HostArray<T> {
 impl<T: Element> fmt::Debug for HostArray<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HostArray")
-            .field("dtype", &T::DTYPE)
+            .field("dtype", &crate::dtype::dtype_of::<T>())
             .field("shape", &self.shape)
             .field("kind", &self.kind())
             .field("spill_path", &self.spill_path())
@@ -287,9 +287,10 @@ impl AnyHostArray {
 
     /// The typed array; an error when `T` is not its element type.
     pub fn into_typed<T: Element>(self) -> Result<HostArray<T>, MemError> {
-        if T::DTYPE != self.dtype {
+        let expected = crate::dtype::dtype_of::<T>();
+        if expected != self.dtype {
             return Err(MemError::DTypeMismatch {
-                expected: T::DTYPE,
+                expected,
                 found: self.dtype,
             });
         }
@@ -308,7 +309,7 @@ impl<T: Element> From<HostArray<T>> for AnyHostArray {
         AnyHostArray {
             storage: array.storage,
             shape: array.shape,
-            dtype: T::DTYPE,
+            dtype: crate::dtype::dtype_of::<T>(),
         }
     }
 }
@@ -359,7 +360,7 @@ impl MemoryManager {
                 });
             }
         }
-        let storage = self.host_storage(&shape, T::DTYPE, kind, instance)?;
+        let storage = self.host_storage(&shape, crate::dtype::dtype_of::<T>(), kind, instance)?;
         let mut array = HostArray {
             storage,
             shape,

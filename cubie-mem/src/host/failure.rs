@@ -19,8 +19,9 @@ use crate::MemError;
 /// [`MemError::BatchFailed`] (or into the failure itself when it was no
 /// chunk's); [`into_error`](Self::into_error) keeps only the failure, for
 /// an error type of one's own. Boxed, so that a run's `Result` stays one
-/// pointer wide.
-pub struct BatchError<E>(Box<Stopped<E>>);
+/// pointer wide. `E` is [`MemError`] unless the computation has an error
+/// type of its own ([`run_with_error`](super::ChunkPipeline::run_with_error)).
+pub struct BatchError<E = MemError>(Box<Stopped<E>>);
 
 /// The figures of a [`BatchError`].
 #[derive(Debug, Clone, PartialEq)]

@@ -1,5 +1,5 @@
 //! One binding of a chunk pipeline: a host array of the whole batch, the
-//! device array of each buffer set, and the asynchronous copies between them.
+//! device (or pinned) array of each buffer set, and the copies between them.
 //!
 //! A chunk moves directly when the host array is page-locked and the chunk
 //! is one contiguous block of it; otherwise it is gathered into (or
@@ -7,6 +7,11 @@
 //! copy is queued on the pipeline's upload or download stream and returns at
 //! once; a staging buffer is only touched again once the copy that used it
 //! is done ([`Stage`]).
+//!
+//! A pinned array in a buffer set is host memory the kernels use in place:
+//! a chunk is gathered into it on the host once the copy stream reached the
+//! chunk's turn (the computation that last used the set is done), and
+//! scattered out of it once the chunk's computation is done.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -16,8 +21,8 @@ use super::layout::ChunkLayout;
 use super::stage::{Stage, queue_download, queue_upload};
 use super::transfer::direct_range;
 use crate::Chunk;
-use crate::array::slot::DeviceMemory;
-use crate::backend::{Backend, HostWork, StreamHandle};
+use crate::array::slot::{DeviceMemory, Memory, PinnedMemory};
+use crate::backend::{Backend, BackendResult, HostWork, StreamHandle};
 use crate::streams::OwnedStream;
 use crate::{Element, MemError};
 
@@ -58,8 +63,9 @@ impl Direction {
 pub(super) struct Lane<'p, T: Element> {
     pub(super) label: String,
     pub(super) host: HostRef<'p, T>,
-    /// The device array of each buffer set, held allocated for the run.
-    pub(super) devices: Vec<Arc<DeviceMemory>>,
+    /// The device or pinned array of each buffer set, held allocated for
+    /// the run.
+    pub(super) devices: Vec<Memory>,
     pub(super) layout: ChunkLayout,
     pub(super) direction: Direction,
     pub(super) backend: Arc<dyn Backend>,
@@ -74,6 +80,9 @@ pub(super) struct Lane<'p, T: Element> {
 pub(super) trait Move {
     /// Copies both ways.
     fn is_inout(&self) -> bool;
+    /// Moves chunks on the host (its buffer sets are pinned arrays), so its
+    /// uploads wait for the copy stream: they go before the others.
+    fn is_host_side(&self) -> bool;
     /// Orders `stream` after the last use of every device array of the
     /// lane, and makes it their last use (the run's copies are ordered
     /// through it).
@@ -100,16 +109,64 @@ fn host_range_error(label: &str, range: &Range<usize>, len: usize) -> MemError {
     }
 }
 
+/// Where buffer set `set` of a lane holds its chunk.
+enum SetMemory {
+    Device(Arc<DeviceMemory>),
+    Pinned(Arc<PinnedMemory>),
+}
+
+/// The elements of a pinned array's first `len` elements, as `T`.
+fn pinned_elements<'b, T: Element>(
+    bytes: &'b mut [u8],
+    label: &str,
+    len: usize,
+) -> Result<&'b mut [T], MemError> {
+    let found = bytes.len() / size_of::<T>().max(1);
+    bytes
+        .get_mut(..len.saturating_mul(size_of::<T>()))
+        .and_then(|bytes| bytemuck::try_cast_slice_mut(bytes).ok())
+        .ok_or_else(|| MemError::LengthMismatch {
+            label: label.to_owned(),
+            expected: len,
+            found,
+        })
+}
+
 impl<T: Element> Lane<'_, T> {
-    fn device(&self, set: usize) -> Result<Arc<DeviceMemory>, MemError> {
-        self.devices
-            .get(set)
-            .cloned()
-            .ok_or_else(|| MemError::PipelineSets {
+    fn device(&self, set: usize) -> Result<SetMemory, MemError> {
+        match self.devices.get(set) {
+            Some(Memory::Device(memory)) => Ok(SetMemory::Device(Arc::clone(memory))),
+            Some(Memory::Pinned(memory)) => Ok(SetMemory::Pinned(Arc::clone(memory))),
+            None => Err(MemError::PipelineSets {
                 label: self.label.clone(),
                 bound: self.devices.len(),
                 sets: set.saturating_add(1),
-            })
+            }),
+        }
+    }
+
+    /// Waits until the copy stream reached this point: the computation
+    /// that last used the set (or this chunk's, for a download) is done.
+    fn wait_for(&self, stream: StreamHandle) -> Result<(), MemError> {
+        self.backend.synchronize(stream).on(&*self.backend)
+    }
+
+    /// Gathers chunk `runs` of the host array into a pinned set.
+    fn gather_pinned(
+        &self,
+        pinned: &PinnedMemory,
+        runs: Range<usize>,
+        extent: usize,
+        stream: StreamHandle,
+    ) -> Result<(), MemError> {
+        self.wait_for(stream)?;
+        let mut block = pinned.write();
+        let part = pinned_elements::<T>(block.bytes_mut(), &self.label, extent)?;
+        self.layout
+            .gather(self.host.get().as_slice(), runs, 0, part)?;
+        self.backend
+            .host_work(HostWork::Gather, size_of_val(part) as u64);
+        Ok(())
     }
 
     /// The range of the host array that chunk `runs` moves from or to
@@ -136,14 +193,21 @@ impl<T: Element> Move for Lane<'_, T> {
         self.direction == Direction::InOut
     }
 
+    fn is_host_side(&self) -> bool {
+        self.devices
+            .iter()
+            .any(|memory| matches!(memory, Memory::Pinned(_)))
+    }
+
     fn retire_host(&self) {
         self.host.get().retire();
     }
 
     fn order_on(&self, stream: &Arc<OwnedStream>) -> Result<(), MemError> {
-        self.devices
-            .iter()
-            .try_for_each(|device| device.use_on(stream))
+        self.devices.iter().try_for_each(|memory| match memory {
+            Memory::Device(device) => device.use_on(stream),
+            Memory::Pinned(_) => Ok(()),
+        })
     }
 
     fn reserve(&mut self, first: &Chunk) -> Result<(), MemError> {
@@ -176,7 +240,10 @@ impl<T: Element> Move for Lane<'_, T> {
         if extent == 0 {
             return Ok(());
         }
-        let device = self.device(set)?;
+        let device = match self.device(set)? {
+            SetMemory::Device(device) => device,
+            SetMemory::Pinned(pinned) => return self.gather_pinned(&pinned, runs, extent, stream),
+        };
         let direct = self.direct(&runs);
         let host = self.host.get();
         if let Some(range) = direct {
@@ -225,10 +292,25 @@ impl<T: Element> Move for Lane<'_, T> {
         if extent == 0 {
             return Ok(());
         }
-        let device = self.device(set)?;
+        let memory = self.device(set)?;
+        if matches!(memory, SetMemory::Pinned(_)) {
+            // The download stream waited for this chunk's computation.
+            self.wait_for(stream)?;
+        }
         let direct = self.direct(&runs);
         let HostRef::Exclusive(host) = &mut self.host else {
             return Ok(());
+        };
+        let device = match memory {
+            SetMemory::Device(device) => device,
+            SetMemory::Pinned(pinned) => {
+                let mut block = pinned.write();
+                let part = pinned_elements::<T>(block.bytes_mut(), &self.label, extent)?;
+                self.layout.scatter(part, 0, runs, host.as_mut_slice())?;
+                self.backend
+                    .host_work(HostWork::Scatter, size_of_val(part) as u64);
+                return Ok(());
+            }
         };
         if let Some(range) = direct {
             let len = host.len();

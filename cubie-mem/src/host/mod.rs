@@ -31,6 +31,7 @@ mod schedule;
 mod spill;
 mod stage;
 mod staging;
+mod target;
 mod transfer;
 
 pub use array::{AnyHostArray, HostArray};
@@ -42,4 +43,5 @@ pub use pipeline::ChunkPipeline;
 pub use ram::SystemMemory;
 pub(crate) use spill::SPILL_FILE_PREFIX;
 pub use staging::{StagingBuffer, StagingKey, StagingPool};
+pub use target::ChunkTarget;
 pub use transfer::ChunkStreamer;

@@ -8,11 +8,13 @@ use std::sync::Arc;
 use super::lane::{Direction, HostRef, Lane, Move};
 use super::schedule::Schedule;
 use super::stage::Stage;
+use super::target::ChunkTarget;
 use super::transfer::ChunkStreamer;
 use super::{BatchError, HostArray};
+use crate::array::slot::Memory;
 use crate::ids::OwnerId;
 use crate::streams::CurrentStream;
-use crate::{Chunk, DeviceArray, Element, MemError, Work};
+use crate::{Chunk, Element, MemError, Work};
 
 /// Runs a batch through the device chunk by chunk, overlapping the copies of
 /// some chunks with the computation of another. Made by
@@ -54,16 +56,25 @@ pub struct ChunkPipeline<'p, S = ()> {
     bindings: Vec<Box<dyn Bind<'p> + 'p>>,
 }
 
-/// A device array's identity: the address of its device memory, which every
-/// handle to the array (and every set sharing one buffer) refers to.
+/// An array's identity: the address of its device (or pinned) memory,
+/// which every handle to the array (and every set sharing one buffer)
+/// refers to.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct ArrayId(usize);
+
+impl ArrayId {
+    fn of(memory: &Memory) -> Self {
+        ArrayId(match memory {
+            Memory::Device(device) => Arc::as_ptr(device).addr(),
+            Memory::Pinned(pinned) => Arc::as_ptr(pinned).addr(),
+        })
+    }
+}
 
 /// A binding before the run checked it.
 struct Binding<'p, T: Element> {
     host: HostRef<'p, T>,
-    devices: Vec<&'p DeviceArray<T>>,
-    axis: usize,
+    targets: Vec<ChunkTarget<'p, T>>,
     direction: Direction,
 }
 
@@ -81,17 +92,20 @@ trait Bind<'p> {
 
 impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
     fn label(&self) -> &str {
-        self.devices.first().map_or("", |device| device.label())
+        self.targets.first().map_or("", |target| target.label())
     }
 
     fn owners(&self) -> Vec<OwnerId> {
-        self.devices.iter().map(|device| device.owner()).collect()
+        self.targets
+            .iter()
+            .map(|target| target.slot().owner())
+            .collect()
     }
 
     fn arrays(&self) -> Result<Vec<ArrayId>, MemError> {
-        self.devices
+        self.targets
             .iter()
-            .map(|device| Ok(ArrayId(Arc::as_ptr(&device.device_memory()?).addr())))
+            .map(|target| Ok(ArrayId::of(&target.slot().memory()?)))
             .collect()
     }
 
@@ -101,16 +115,30 @@ impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
         sets: usize,
     ) -> Result<Box<dyn Move + 'p>, MemError> {
         let label = self.label().to_owned();
-        if self.devices.len() != sets || sets == 0 {
+        if self.targets.len() != sets || sets == 0 {
             return Err(MemError::PipelineSets {
                 label,
-                bound: self.devices.len(),
+                bound: self.targets.len(),
                 sets,
             });
         }
         let mut layout = None;
-        for device in &self.devices {
-            layout = Some(streamer.layout(self.host.get().shape(), device, self.axis)?);
+        let mut first_axis = None;
+        for (set, target) in self.targets.iter().enumerate() {
+            let axis = target.run_axis()?;
+            match first_axis {
+                Some(first) if first != axis => {
+                    return Err(MemError::BindingAxes {
+                        label,
+                        first,
+                        set,
+                        axis,
+                    });
+                }
+                _ => first_axis = Some(axis),
+            }
+            let host_shape = self.host.get().shape();
+            layout = Some(streamer.layout(host_shape, target.label(), target.shape(), axis)?);
         }
         let layout = layout.ok_or_else(|| MemError::PipelineSets {
             label: label.clone(),
@@ -118,14 +146,16 @@ impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
             sets,
         })?;
         let devices = self
-            .devices
+            .targets
             .iter()
-            .map(|device| device.device_memory())
+            .map(|target| target.slot().memory())
             .collect::<Result<Vec<_>, _>>()?;
+        // Only device sets copy through staging buffers.
+        let copies = devices.iter().any(|m| matches!(m, Memory::Device(_)));
         let stage = || Stage::new(streamer.stager(&layout, &label));
         Ok(Box::new(Lane {
-            input: self.direction.uploads().then(stage),
-            output: self.direction.downloads().then(stage),
+            input: (copies && self.direction.uploads()).then(stage),
+            output: (copies && self.direction.downloads()).then(stage),
             label,
             host: self.host,
             devices,
@@ -160,95 +190,91 @@ impl<'p, S> ChunkPipeline<'p, S> {
     fn bind<T: Element>(
         mut self,
         host: HostRef<'p, T>,
-        devices: Vec<&'p DeviceArray<T>>,
-        axis: usize,
+        targets: Vec<ChunkTarget<'p, T>>,
         direction: Direction,
     ) -> Self {
         self.bindings.push(Box::new(Binding {
             host,
-            devices,
-            axis,
+            targets,
             direction,
         }));
         self
     }
 
-    fn select<T: Element>(
+    fn select<T: Element, A: Into<ChunkTarget<'p, T>>>(
         &self,
-        select: impl Fn(&'p S) -> &'p DeviceArray<T>,
-    ) -> Vec<&'p DeviceArray<T>> {
-        self.sets.iter().map(select).collect()
+        select: impl Fn(&'p S) -> A,
+    ) -> Vec<ChunkTarget<'p, T>> {
+        self.sets.iter().map(|set| select(set).into()).collect()
     }
 
-    /// Copies each chunk of `host` (the whole batch, chunked along `axis`)
-    /// into `device` before the chunk computes (a pipeline of one buffer set).
+    /// Copies each chunk of `host` (the whole batch) into `array` before
+    /// the chunk computes (a pipeline of one buffer set).
+    ///
+    /// `array` is a `&DeviceArray` or a `&PinnedArray`, chunked along its
+    /// own chunk axis, or `array.along(axis)` for another (see
+    /// [`ChunkTarget`]); `host` has the batch's runs on that axis.
     pub fn input<T: Element>(
         self,
         host: &'p HostArray<T>,
-        device: &'p DeviceArray<T>,
-        axis: usize,
+        array: impl Into<ChunkTarget<'p, T>>,
     ) -> Self {
-        self.bind(HostRef::Shared(host), vec![device], axis, Direction::In)
+        self.bind(HostRef::Shared(host), vec![array.into()], Direction::In)
     }
 
-    /// Copies `device` into each chunk of `host` after the chunk computes (a
-    /// pipeline of one buffer set).
+    /// Copies `array` into each chunk of `host` after the chunk computes (a
+    /// pipeline of one buffer set). `array` as in [`input`](Self::input).
     pub fn output<T: Element>(
         self,
         host: &'p mut HostArray<T>,
-        device: &'p DeviceArray<T>,
-        axis: usize,
+        array: impl Into<ChunkTarget<'p, T>>,
     ) -> Self {
-        self.bind(HostRef::Exclusive(host), vec![device], axis, Direction::Out)
+        self.bind(HostRef::Exclusive(host), vec![array.into()], Direction::Out)
     }
 
     /// Both: copies each chunk in before it computes and back after (a
-    /// pipeline of one buffer set).
+    /// pipeline of one buffer set). `array` as in [`input`](Self::input).
     pub fn inout<T: Element>(
         self,
         host: &'p mut HostArray<T>,
-        device: &'p DeviceArray<T>,
-        axis: usize,
+        array: impl Into<ChunkTarget<'p, T>>,
     ) -> Self {
         self.bind(
             HostRef::Exclusive(host),
-            vec![device],
-            axis,
+            vec![array.into()],
             Direction::InOut,
         )
     }
 
-    /// [`input`](Self::input) into the array `select` picks in every set.
-    pub fn input_with<T: Element>(
+    /// [`input`](Self::input) into the array `select` picks in every set
+    /// (`|set| &set.state`, or `|set| set.state.along(1)`).
+    pub fn input_with<T: Element, A: Into<ChunkTarget<'p, T>>>(
         self,
         host: &'p HostArray<T>,
-        select: impl Fn(&'p S) -> &'p DeviceArray<T>,
-        axis: usize,
+        select: impl Fn(&'p S) -> A,
     ) -> Self {
-        let devices = self.select(select);
-        self.bind(HostRef::Shared(host), devices, axis, Direction::In)
+        let targets = self.select(select);
+        self.bind(HostRef::Shared(host), targets, Direction::In)
     }
 
     /// [`output`](Self::output) from the array `select` picks in every set.
-    pub fn output_with<T: Element>(
+    pub fn output_with<T: Element, A: Into<ChunkTarget<'p, T>>>(
         self,
         host: &'p mut HostArray<T>,
-        select: impl Fn(&'p S) -> &'p DeviceArray<T>,
-        axis: usize,
+        select: impl Fn(&'p S) -> A,
     ) -> Self {
-        let devices = self.select(select);
-        self.bind(HostRef::Exclusive(host), devices, axis, Direction::Out)
+        let targets = self.select(select);
+        self.bind(HostRef::Exclusive(host), targets, Direction::Out)
     }
 
     /// [`inout`](Self::inout) with the array `select` picks in every set.
-    pub fn inout_with<T: Element>(
+    pub fn inout_with<T: Element, A: Into<ChunkTarget<'p, T>>>(
         self,
         host: &'p mut HostArray<T>,
-        select: impl Fn(&'p S) -> &'p DeviceArray<T>,
-        axis: usize,
+        select: impl Fn(&'p S) -> A,
     ) -> Self {
-        let devices = self.select(select);
-        self.bind(HostRef::Exclusive(host), devices, axis, Direction::InOut)
+        let targets = self.select(select);
+        self.bind(HostRef::Exclusive(host), targets, Direction::InOut)
     }
 
     /// Runs every chunk through `compute`, which is handed the chunk and
@@ -264,7 +290,20 @@ impl<'p, S> ChunkPipeline<'p, S> {
     /// finished chunks are downloaded and every copy is waited for before
     /// the panic resumes (when waiting fails, the page-locked memory a copy
     /// may still use is leaked, never freed under it).
-    pub fn run<E: From<MemError>>(
+    ///
+    /// `compute` returns `Result<(), MemError>`; a computation with an
+    /// error type of its own runs with [`run_with_error`](Self::run_with_error).
+    pub fn run(
+        self,
+        compute: impl FnMut(&Chunk, &S) -> Result<(), MemError>,
+    ) -> Result<(), BatchError> {
+        self.run_with_error(compute)
+    }
+
+    /// [`run`](Self::run) with a computation whose error is the caller's
+    /// own type `E` (which a [`MemError`] converts into, for the pipeline's
+    /// own failures): the [`BatchError`] carries an `E`.
+    pub fn run_with_error<E: From<MemError>>(
         self,
         mut compute: impl FnMut(&Chunk, &S) -> Result<(), E>,
     ) -> Result<(), BatchError<E>> {
@@ -275,7 +314,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         } = self;
         let _span = tracing::debug_span!(
             "pipeline",
-            instance = %streamer.instance.id(),
+            instance = %streamer.named_instance(),
             chunks = streamer.plan().chunks,
             chunk_length = streamer.plan().chunk_length,
             sets = sets.len(),
@@ -380,6 +419,9 @@ fn start<'p>(
     for lane in &lanes {
         lane.order_on(current.owned())?;
     }
+    // Pinned sets are filled on the host once the upload stream reaches
+    // them: they go first, so that they wait for no other upload.
+    lanes.sort_by_key(|lane| !lane.is_host_side());
     let schedule = Schedule::new(streamer.manager.backend(), current.stream(), sets)?;
     Ok(Started {
         lanes,

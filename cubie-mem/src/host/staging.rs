@@ -179,7 +179,7 @@ impl StagingPool {
         let key = StagingKey {
             label: label.to_owned(),
             shape: shape.to_vec(),
-            dtype: T::DTYPE,
+            dtype: crate::dtype::dtype_of::<T>(),
         };
         let shared = &self.shared;
         let mut state = shared.lock();

@@ -16,6 +16,7 @@ use super::staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
 use super::{HostArray, HostMemoryKind};
 use crate::Chunks;
 use crate::backend::HostWork;
+use crate::ids::{InstanceId, Named};
 use crate::streams::CurrentStream;
 use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
 
@@ -100,7 +101,7 @@ impl<'a> ChunkStreamer<'a> {
         chunk: usize,
     ) -> Result<(), MemError> {
         let chunk = self.plan.chunk(chunk)?;
-        let layout = self.layout(host.shape(), device, axis)?;
+        let layout = self.layout(host.shape(), device.label(), device.shape(), axis)?;
         let _stream = self.bind_stream()?;
         let mut staging = self.stager(&layout, device.label());
         upload(host, device, &layout, &chunk.runs, &mut staging)
@@ -117,7 +118,7 @@ impl<'a> ChunkStreamer<'a> {
         chunk: usize,
     ) -> Result<(), MemError> {
         let chunk = self.plan.chunk(chunk)?;
-        let layout = self.layout(host.shape(), device, axis)?;
+        let layout = self.layout(host.shape(), device.label(), device.shape(), axis)?;
         let _stream = self.bind_stream()?;
         let mut staging = self.stager(&layout, device.label());
         download(device, host, &layout, &chunk.runs, &mut staging)
@@ -127,17 +128,27 @@ impl<'a> ChunkStreamer<'a> {
         self.manager.bind_stream(self.instance)
     }
 
+    /// The instance with its name, as logs and messages print it:
+    /// `'solver' (instance 7)`, or `instance 7` when unnamed.
+    pub(crate) fn named_instance(&self) -> Named<InstanceId> {
+        Named {
+            id: self.instance.id,
+            name: self.instance.name.clone(),
+        }
+    }
+
     /// Checks the shapes of a host array and a device array against the plan
     /// and returns their layout.
-    pub(super) fn layout<T: Element>(
+    pub(super) fn layout(
         &self,
         host_shape: &[usize],
-        device: &DeviceArray<T>,
+        label: &str,
+        device_shape: &[usize],
         axis: usize,
     ) -> Result<ChunkLayout, MemError> {
         let mismatch = |side, found: &[usize], expected: Vec<usize>, runs: usize| {
             MemError::ChunkShapeMismatch {
-                label: device.label().to_owned(),
+                label: label.to_owned(),
                 side,
                 found: found.to_vec(),
                 expected,
@@ -167,10 +178,10 @@ impl<'a> ChunkStreamer<'a> {
         }
         let layout = ChunkLayout::new(host_shape, axis, self.plan.chunk_length)?;
         let expected_device = layout.chunk_shape();
-        if device.shape() != expected_device {
+        if device_shape != expected_device {
             return Err(mismatch(
                 ArraySide::Device,
-                device.shape(),
+                device_shape,
                 expected_device,
                 self.plan.chunk_length,
             ));
@@ -198,7 +209,7 @@ impl<'a> ChunkStreamer<'a> {
 impl std::fmt::Debug for ChunkStreamer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChunkStreamer")
-            .field("instance", &self.instance.id())
+            .field("instance", &format_args!("{}", self.named_instance()))
             .field("plan", &self.plan)
             .field("staging_bytes", &self.staging_bytes)
             .finish()

@@ -100,9 +100,10 @@ impl Inner {
     /// Serves `trigger`'s owner in its group. `want_response`: the caller
     /// takes the trigger's response.
     pub(crate) fn allocate_queue(&self, trigger: InstanceId, want_response: bool) -> Outcome {
-        let _span = tracing::debug_span!("allocate_queue", trigger = %trigger).entered();
+        let mut s = self.lock();
+        let _span = tracing::debug_span!("allocate_queue", trigger = %s.named(trigger)).entered();
         let mut hooks = Hooks::default();
-        let result = self.serve(&mut self.lock(), trigger, want_response, &mut hooks);
+        let result = self.serve(&mut s, trigger, want_response, &mut hooks);
         Outcome { hooks, result }
     }
 
@@ -215,12 +216,14 @@ impl Inner {
             free = %Bytes(free),
             replaced = %Bytes(replaced),
             effective_free = %Bytes(budget.effective_free),
-            cap_headroom = ?headroom.map(Bytes),
+            cap_headroom = %OrNone(headroom.map(Bytes)),
+            granule = %Bytes(budget.granule),
             allocatable = %Bytes(plan.allocatable),
             withheld = %Bytes(plan.withheld),
             chunks = plan.chunks,
             chunk_length = plan.chunk_length,
             buffer_sets = plan.buffer_sets,
+            limited_by = %OrNone(plan.limited_by()),
             "planned a batch: {} chunk(s) of {} run(s)",
             plan.chunks,
             plan.chunk_length
@@ -286,7 +289,7 @@ impl Inner {
                     Vec::with_capacity(queued.set.len())
                 });
                 for (label, request) in queued.set {
-                    let dtype = request.dtype();
+                    let (dtype, axis) = (request.dtype(), request.run_axis());
                     let sets = sets_of(&plan, &request);
                     let shape = request.into_chunked_shape(plan.chunk_length);
                     let held = requests.next().map_or(0, |placed| placed.held);
@@ -297,7 +300,7 @@ impl Inner {
                             label: &label,
                             set,
                         };
-                        let slot = apply(s, usage, at, dtype, &shape, placement);
+                        let slot = apply(s, usage, at, (dtype, &shape, axis), placement);
                         if let Some(slots) = slots.as_mut() {
                             slots.push(slot);
                         }
@@ -357,6 +360,18 @@ pub(super) struct Receiver {
     response: Option<ArrayResponse>,
 }
 
+/// An optional figure in a log: the figure, or `none`.
+struct OrNone<T>(Option<T>);
+
+impl<T: std::fmt::Display> std::fmt::Display for OrNone<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(value) => value.fmt(f),
+            None => f.write_str("none"),
+        }
+    }
+}
+
 /// The remembered partition `(chunk_length, chunks)` of the owner in this
 /// group, when one of its notaries (participants that queued nothing) holds
 /// arrays, which are laid out for it.
@@ -387,14 +402,14 @@ struct At<'a> {
     set: usize,
 }
 
-/// Applies one placement at `at`, counting it in `usage` (its group's
-/// counters); returns the array it holds now.
+/// Applies one placement at `at` of an array of `(dtype, shape,
+/// chunk_axis)`, counting it in `usage` (its group's counters); returns the
+/// array it holds now.
 fn apply(
     s: &mut State,
     usage: &mut UsageStats,
     at: At,
-    dtype: DType,
-    shape: &[usize],
+    (dtype, shape, chunk_axis): (DType, &[usize], Option<usize>),
     placement: Placement,
 ) -> Option<Arc<Slot>> {
     let At {
@@ -411,11 +426,11 @@ fn apply(
             let new = match Arc::get_mut(entry) {
                 // No handle refers to the array: reshape it where it is.
                 Some(unique) => {
-                    unique.reshape(dtype, shape);
+                    unique.reshape(dtype, shape, chunk_axis);
                     Arc::clone(entry)
                 }
                 None => {
-                    let new = entry.reuse(dtype, Shape::from_slice(shape));
+                    let new = entry.reuse(dtype, Shape::from_slice(shape), chunk_axis);
                     *entry = Arc::clone(&new);
                     new
                 }

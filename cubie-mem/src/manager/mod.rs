@@ -60,6 +60,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::MemError;
 use crate::backend::Backend;
 use crate::config::ManagerConfig;
 
@@ -73,10 +74,7 @@ use state::State;
 /// ```
 /// use cubie_mem::{ArrayRequest, DType, ManagerConfig, MemoryManager, Registration, SimBackend};
 ///
-/// let mgr = MemoryManager::with_config(
-///     SimBackend::new(1 << 30),
-///     ManagerConfig { allocation_granule_bytes: 0, ..Default::default() },
-/// );
+/// let mgr = MemoryManager::with_config(SimBackend::new(1 << 30), ManagerConfig::default().granule(0));
 /// let solver = mgr.register(Registration::new().on_invalidate(|| {})).unwrap();
 /// mgr.queue_request(&solver, [("state", ArrayRequest::new(DType::F32, [4, 2, 100]).total_runs(100))]).unwrap();
 /// let mut response = mgr.allocate_queue_for(&solver).unwrap();
@@ -125,14 +123,47 @@ impl MemoryManager {
         Self::with_config(backend, ManagerConfig::default())
     }
 
-    /// A manager on `backend` with `config`.
+    /// A manager on `backend` with `config`. A setting that
+    /// [`ManagerConfig::validate`] refuses (a spill directory that does not
+    /// exist) is reported through `tracing::warn!` here, and is an error
+    /// where it is used (the first array that spills);
+    /// [`try_with_config`](Self::try_with_config) refuses it at once.
     pub fn with_config(backend: impl Backend, config: ManagerConfig) -> Self {
         Self::from_shared(Arc::new(backend), config)
     }
 
+    /// A manager on `backend` with `config`, once [`ManagerConfig::validate`]
+    /// accepts it: a spill directory that does not exist is an error here
+    /// rather than at the first array that spills.
+    ///
+    /// ```
+    /// use cubie_mem::{ManagerConfig, MemError, MemoryManager, SimBackend};
+    ///
+    /// let config = ManagerConfig::default().granule(0).spill_directory("/no/such/spill/dir");
+    /// let error = MemoryManager::try_with_config(SimBackend::new(1 << 30), config).unwrap_err();
+    /// assert!(matches!(error, MemError::Config { .. }));
+    /// assert!(error.to_string().contains("/no/such/spill/dir"));
+    /// ```
+    pub fn try_with_config(backend: impl Backend, config: ManagerConfig) -> Result<Self, MemError> {
+        config.validate()?;
+        Ok(Self::assemble(Arc::new(backend), config))
+    }
+
     /// A manager on a shared backend. Managers sharing one backend share its
-    /// current-stream bindings.
+    /// current-stream bindings. The configuration is checked as by
+    /// [`with_config`](Self::with_config).
     pub fn from_shared(backend: Arc<dyn Backend>, config: ManagerConfig) -> Self {
+        if let Err(error) = config.validate() {
+            tracing::warn!(
+                %error,
+                "the manager's configuration is unusable; arrays that need the setting will fail"
+            );
+        }
+        Self::assemble(backend, config)
+    }
+
+    /// A manager on `backend` with `config`, already checked or warned about.
+    fn assemble(backend: Arc<dyn Backend>, config: ManagerConfig) -> Self {
         let total = match backend.mem_info() {
             Ok(info) => info.total,
             Err(error) => {

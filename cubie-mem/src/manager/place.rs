@@ -36,8 +36,10 @@ pub(super) enum Placement {
 
 /// A placement decided before anything is allocated.
 enum Decision<'b> {
-    Keep(Arc<Slot>),
-    Reuse,
+    /// The held array, kept under `label`.
+    Keep { slot: Arc<Slot>, label: &'b str },
+    /// The held buffer, reused for `bytes` under `label`.
+    Reuse { label: &'b str, bytes: u64 },
     /// New memory of `bytes` for `request` under `label`.
     Fresh {
         label: &'b str,
@@ -165,9 +167,12 @@ impl Inner {
                                 .chunked_dims(plan.chunk_length)
                                 .eq(old.shape().iter().copied()) =>
                     {
-                        Decision::Keep(Arc::clone(old))
+                        Decision::Keep {
+                            slot: Arc::clone(old),
+                            label,
+                        }
                     }
-                    Some(old) if old.capacity() >= bytes => Decision::Reuse,
+                    Some(old) if old.capacity() >= bytes => Decision::Reuse { label, bytes },
                     other => {
                         replaced.extend(other.cloned());
                         Decision::Fresh {
@@ -188,9 +193,15 @@ impl Inner {
         // New buffers of one request share one label, made when needed.
         let mut fresh_label: Option<(&str, Arc<str>)> = None;
         for decision in decisions {
+            let (label, bytes) = match &decision {
+                Decision::Keep { slot, label } => (*label, slot.bytes()),
+                Decision::Reuse { label, bytes } | Decision::Fresh { label, bytes, .. } => {
+                    (*label, *bytes)
+                }
+            };
             let placement = match decision {
-                Decision::Keep(slot) => Placement::Keep(slot),
-                Decision::Reuse => Placement::Reuse,
+                Decision::Keep { slot, .. } => Placement::Keep(slot),
+                Decision::Reuse { .. } => Placement::Reuse,
                 Decision::Fresh {
                     label,
                     request,
@@ -226,6 +237,8 @@ impl Inner {
                 }
             };
             tracing::debug!(
+                label,
+                bytes = %Bytes(bytes),
                 memory = match placement {
                     Placement::Keep(_) => "kept",
                     Placement::Reuse => "reused",
@@ -313,6 +326,7 @@ impl Inner {
             request.memory_kind(),
             bytes,
             request.chunked_dims(plan.chunk_length).collect(),
+            request.run_axis(),
             stream,
         )
         .map(Placement::Fresh)

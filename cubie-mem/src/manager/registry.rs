@@ -5,12 +5,22 @@ use std::sync::Arc;
 
 use super::handles::{Instance, Owner};
 use super::shares::warn_share;
+use crate::config::check_spill_directory;
 use crate::ids::{InstanceId, OwnerId};
 use crate::{MemError, MemoryManager, Registration, SpillSettings};
 
 impl MemoryManager {
-    /// Registers an instance. On error nothing is registered.
+    /// Registers an instance. On error nothing is registered; a spill
+    /// directory ([`Registration::spill_directory`]) that is not an existing
+    /// directory is such an error, naming the registration and the path.
     pub fn register(&self, registration: Registration) -> Result<Instance, MemError> {
+        if let Some(directory) = &registration.spill.directory {
+            let of = match &registration.name {
+                Some(name) => format!("'{name}'"),
+                None => "an unnamed registration".to_owned(),
+            };
+            check_spill_directory(format!("Registration::spill_directory of {of}"), directory)?;
+        }
         let id = InstanceId::fresh();
         let name = registration.name.as_deref().map(Arc::from);
         let (owner, warning) = self.inner.lock().register(id, registration)?;
@@ -35,13 +45,22 @@ impl MemoryManager {
         self.new_owner_with_spill(None, None)
     }
 
-    /// [`MemoryManager::new_owner`] with spill settings its registrations inherit.
+    /// [`MemoryManager::new_owner`] with spill settings its registrations
+    /// inherit. A spill directory that is not an existing directory is
+    /// reported through `tracing::warn!` here, and is an error when an
+    /// array would spill there.
     pub fn new_owner_with_spill(
         &self,
         host_spill_threshold: Option<u64>,
         spill_directory: Option<PathBuf>,
     ) -> Owner {
         let id = OwnerId::fresh();
+        if let Some(directory) = &spill_directory {
+            let setting = format!("the spill directory of {id}");
+            if let Err(error) = check_spill_directory(setting, directory) {
+                tracing::warn!(%error, "an owner's spill directory is unusable");
+            }
+        }
         self.inner.lock().add_owner(
             id,
             SpillSettings {

@@ -1,5 +1,7 @@
 //! Freeing arrays on request.
 
+use std::sync::Arc;
+
 use super::handles::Instance;
 use super::hooks::Hooks;
 use crate::array::ReleaseReason;
@@ -27,6 +29,46 @@ impl MemoryManager {
             first_error.map_or(Ok(()), Err)
         })?;
         Ok(true)
+    }
+
+    /// Frees the instance's arrays among `slots` that it still holds (an
+    /// array replaced since is another allocation and stays); the others
+    /// are skipped. Every one is released even when one fails.
+    pub(crate) fn free_slots(
+        &self,
+        instance: &Instance,
+        slots: &[std::sync::Weak<crate::array::slot::Slot>],
+    ) -> Result<(), MemError> {
+        let mut s = self.inner.lock();
+        let group = s.group_of(instance.id)?;
+        let allocations = &mut s.instance_mut(instance.id)?.allocations;
+        let mut freed = Vec::new();
+        allocations.retain(|_, sets| {
+            let held = sets.len();
+            sets.retain(|slot| {
+                let ours = slots
+                    .iter()
+                    .any(|weak| std::ptr::eq(weak.as_ptr(), Arc::as_ptr(slot)));
+                if ours {
+                    freed.push(Arc::clone(slot));
+                }
+                !ours
+            });
+            // A label keeps its entry only while it holds every set.
+            if !sets.is_empty() && sets.len() < held {
+                freed.extend(sets.drain(..));
+            }
+            !sets.is_empty()
+        });
+        s.with_group_usage(&group, |s, usage| {
+            let mut first_error = None;
+            for slot in &freed {
+                if let Err(error) = s.release_slot(instance.id, usage, slot, ReleaseReason::Freed) {
+                    first_error.get_or_insert(error);
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        })
     }
 
     /// Frees every allocation of every instance.

@@ -3,16 +3,19 @@
 use super::handles::Instance;
 use crate::backend::BackendResult;
 use crate::config::LimitMode;
-use crate::pools::ShareWarning;
+use crate::pools::{MIN_AUTOPOOL_SIZE, Proportion, ShareWarning};
 use crate::{MemError, MemoryManager};
 
 /// Logs the warning an accepted share change raised.
 pub(super) fn warn_share(warning: Option<ShareWarning>) {
     if let Some(ShareWarning::AutoPoolBelowMinimum { remaining }) = warning {
         tracing::warn!(
-            remaining,
-            minimum = crate::pools::MIN_AUTOPOOL_SIZE,
-            "the manual pool leaves less than the minimum auto pool; later auto registrations will fail"
+            remaining = %Proportion(remaining),
+            minimum = %Proportion(MIN_AUTOPOOL_SIZE),
+            "the manual pool leaves {} to the auto pool, below the minimum auto pool of {}; later auto \
+             registrations will fail: lower the manual proportions to leave room for them",
+            Proportion(remaining),
+            Proportion(MIN_AUTOPOOL_SIZE)
         );
     }
 }

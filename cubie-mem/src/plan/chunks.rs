@@ -1,10 +1,14 @@
 //! What the planner gives: [`ChunkPlan`], how a batch is split, and the one
 //! way to walk it, its chunks, each with its index and runs.
 
+use std::fmt;
 use std::ops::Range;
 
+use super::Limit;
 use crate::ArrayRequest;
+use crate::Bytes;
 use crate::MemError;
+use crate::stats::{Count, counted};
 
 /// One chunk of a plan: its index and the runs it covers.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -130,6 +134,8 @@ pub struct ChunkPlan {
     /// many would not fit). Unchunkable arrays have one buffer, shared by
     /// every set.
     pub(crate) buffer_sets: usize,
+    /// What bounded the chunk length of a split plan (see [`Limit`]).
+    pub(crate) limited_by: Option<Limit>,
 }
 
 impl Default for ChunkPlan {
@@ -143,6 +149,52 @@ impl Default for ChunkPlan {
             allocatable: 0,
             withheld: 0,
             buffer_sets: 1,
+            limited_by: None,
+        }
+    }
+}
+
+/// One line a user can print: the runs, the chunks and their length, the
+/// buffer sets, for a plan the planner made the bytes it could allocate,
+/// and for a split plan what [limited](ChunkPlan::limited_by) the chunk
+/// length. Counts have thousands separators.
+///
+/// ```
+/// use cubie_mem::plan::{self, Budget};
+/// use cubie_mem::{ArrayRequest, ChunkPlan};
+///
+/// let plan = ChunkPlan::new(300_000, 11, 27_273)?.with_buffer_sets(2)?;
+/// assert_eq!(plan.to_string(), "300,000 runs in 11 chunks of 27,273, 2 buffer sets");
+///
+/// // 32000 B of runs; the caps leave 10000 B of 10 MB free.
+/// let request = ArrayRequest::of::<f64>([4, 1000]).chunk_axis(1).total_runs(1000);
+/// let capped = plan::plan([("state", &request)], &Budget::active(10_000_000, 10_000).with_granule(0))?;
+/// assert_eq!(
+///     capped.to_string(),
+///     "1,000 runs in 4 chunks of 250, 1 buffer set, 9800 B (9.57 KiB) allocatable \
+///      (limited by instance caps)"
+/// );
+/// # Ok::<(), cubie_mem::MemError>(())
+/// ```
+impl fmt::Display for ChunkPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        write!(
+            f,
+            "{} in {} of {}, {}",
+            counted(count(self.total_runs), "run"),
+            counted(count(self.chunks), "chunk"),
+            Count(count(self.chunk_length)),
+            counted(count(self.buffer_sets), "buffer set"),
+        )?;
+        let planned =
+            self.allocatable > 0 || self.chunkable_bytes > 0 || self.unchunkable_bytes > 0;
+        if planned {
+            write!(f, ", {} allocatable", Bytes(self.allocatable))?;
+        }
+        match self.limited_by {
+            Some(limit) => write!(f, " (limited by {limit})"),
+            None => Ok(()),
         }
     }
 }
@@ -220,6 +272,15 @@ impl ChunkPlan {
     /// chunk in flight (see the field's rule in the planner's docs).
     pub fn buffer_sets(&self) -> usize {
         self.buffer_sets
+    }
+
+    /// What bounded the chunk length, for a plan the planner split into
+    /// several chunks: the free memory, the caps, the fragmentation
+    /// reserve, the allocation granule, the pipeline depth, or a reused
+    /// partition ([`Limit`]). `None` for a batch in one chunk and for a
+    /// plan made by hand ([`ChunkPlan::new`]).
+    pub fn limited_by(&self) -> Option<Limit> {
+        self.limited_by
     }
 
     /// Checks that the plan's figures are consistent: at least one run, one
@@ -310,17 +371,25 @@ impl ChunkPlan {
     /// the run count (only a partition of one-run chunks can exceed it), and
     /// the buffer sets at the new chunk count: no more sets than this plan's,
     /// each of chunks no longer than this plan's, so they fit where this
-    /// plan's sets did, and the plan stays [valid](Self::validate).
+    /// plan's sets did, and the plan stays [valid](Self::validate). A
+    /// different partition of several chunks is
+    /// [limited by](Self::limited_by) [`Limit::ReusedPartition`].
     pub fn with_partition(&self, chunk_length: usize, chunks: usize) -> Option<ChunkPlan> {
         let covers = chunks > 0 && self.total_runs.div_ceil(chunks) == chunk_length;
         if !covers || chunk_length > self.chunk_length {
             return None;
         }
         let chunks = chunks.min(self.total_runs).max(1);
+        let same = (chunks, chunk_length) == (self.chunks, self.chunk_length);
         let plan = ChunkPlan {
             chunks,
             chunk_length,
             buffer_sets: self.buffer_sets.min(chunks).max(1),
+            limited_by: if same {
+                self.limited_by
+            } else {
+                (chunks > 1).then_some(Limit::ReusedPartition)
+            },
             ..*self
         };
         plan.validate().ok().map(|()| plan)

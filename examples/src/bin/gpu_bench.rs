@@ -233,13 +233,7 @@ fn allocation(cuda: &CudaBackend, driver: &driver::Driver, goals: &mut Goals) ->
     })?;
     cuda.destroy_stream(stream)?;
 
-    let mgr = MemoryManager::with_config(
-        cuda.clone(),
-        ManagerConfig {
-            allocation_granule_bytes: 0,
-            ..Default::default()
-        },
-    );
+    let mgr = MemoryManager::with_config(cuda.clone(), ManagerConfig::default().granule(0));
     let solver = mgr.register(
         Registration::new()
             .stream_group("bench")
@@ -432,8 +426,8 @@ fn pipeline(
     let streamer = mgr.chunk_streamer(&solver, &plan)?;
     let ran = streamer
         .pipeline_sets(sets)
-        .inout_with(&mut y, |set| &set.y, 0)
-        .input_with(&k, |set| &set.k, 0)
+        .inout_with(&mut y, |set| set.y.along(0))
+        .input_with(&k, |set| set.k.along(0))
         .run(|_, set| {
             for _ in 0..steps {
                 kernel.step(&stream, &set.y, &set.k, 1e-3)?;

@@ -46,8 +46,8 @@ fn round_trip<T: Element>(mgr: &MemoryManager, kind: HostMemoryKind) -> Result<(
             .unwrap()
             .with_staging_bytes(13 * size_of::<T>())
             .pipeline()
-            .input(&host_in, &device_in, axis)
-            .output(&mut host_out, &device_out, axis)
+            .input(&host_in, device_in.along(axis))
+            .output(&mut host_out, device_out.along(axis))
             .run(|_, _| device_out.copy_from_host(&device_in.to_vec()?))?;
         assert_eq!(
             bytemuck::cast_slice::<T, u8>(host_out.as_slice()),

@@ -133,6 +133,46 @@ fn the_example_kernel_matches_the_host_computation() {
     });
 }
 
+/// A pinned array is a kernel's argument in place: the kernel reads and
+/// writes its page-locked pages through their address, no copy.
+#[test]
+fn a_kernel_updates_a_pinned_array_in_place() {
+    on_device(|cuda| {
+        let mgr = manager(&cuda);
+        let solver = mgr.register(
+            Registration::new()
+                .stream_group("cuda-pinned")
+                .on_invalidate(|| {}),
+        )?;
+        mgr.queue_request(
+            &solver,
+            [
+                (
+                    "y",
+                    ArrayRequest::of::<f64>([RUNS])
+                        .unchunkable()
+                        .memory(MemoryKind::Pinned),
+                ),
+                ("k", ArrayRequest::of::<f64>([RUNS]).unchunkable()),
+            ],
+        )?;
+        let mut response = mgr.allocate_queue_for(&solver)?;
+        let y: PinnedArray<f64> = response.take_pinned("y")?;
+        let k = response.take::<f64>("k")?;
+        y.write()?.copy_from_slice(&initial_state());
+        k.copy_from_host(&decay_rates())?;
+        let kernel = EulerDecay::load(&cuda)?;
+        let stream = CudaStream::of(&mgr, &solver)?;
+        let steps = 10;
+        for _ in 0..steps {
+            kernel.step_views(&stream, &stream.view_pinned(&y)?, &stream.view(&k)?, DT)?;
+        }
+        stream.synchronize()?;
+        assert_matches_host(&y.read()?, steps);
+        Ok(())
+    });
+}
+
 #[test]
 fn a_kernel_on_arrays_of_another_groups_stream_is_ordered_after_their_upload() {
     on_device(|cuda| {

@@ -210,6 +210,9 @@ struct SolverDims {
     n_runs: usize,
 }
 
+/// Its requests keep depth 1: one buffer set, so `Allocated` derefs.
+impl cubie_mem::SingleBufferSet for SolverBuffers {}
+
 impl GpuBuffers for SolverBuffers {
     type Dims = SolverDims;
     const STREAM_GROUP: &'static str = "cuda-integrators";

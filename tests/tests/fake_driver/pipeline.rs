@@ -105,8 +105,8 @@ fn the_pipelines_copies_are_not_ordered_after_the_kernels_they_overlap() {
     mgr.chunk_streamer(&solver, &plan)
         .unwrap()
         .pipeline_sets(&sets)
-        .inout_with(&mut y, |set| &set.y, 0)
-        .input_with(&k, |set| &set.k, 0)
+        .inout_with(&mut y, |set| set.y.along(0))
+        .input_with(&k, |set| set.k.along(0))
         .run(|_, set| kernel.step(&stream, &set.y, &set.k, DT))
         .unwrap();
     fake.command("log=");
@@ -159,5 +159,76 @@ fn the_pipelines_copies_are_not_ordered_after_the_kernels_they_overlap() {
             "the download of chunk {} waits for the kernel of chunk {chunk}",
             chunk - 1
         );
+    }
+}
+
+/// One buffer set whose state is page-locked host memory the kernel
+/// updates in place.
+struct PinnedSet {
+    y: cubie_mem::PinnedArray<f64>,
+    k: DeviceArray<f64>,
+}
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn a_pipeline_over_pinned_sets_runs_its_kernels_in_place() {
+    let fake = Fake::open();
+    let cuda = CudaBackend::new(0).unwrap();
+    let mgr = manager(&cuda);
+    let solver = mgr
+        .register(
+            Registration::new()
+                .stream_group("pinned-pipeline")
+                .on_invalidate(|| {}),
+        )
+        .unwrap();
+    let pinned = || {
+        ArrayRequest::of::<f64>([CHUNK_RUNS])
+            .unchunkable()
+            .memory(cubie_mem::MemoryKind::Pinned)
+    };
+    let device = || ArrayRequest::of::<f64>([CHUNK_RUNS]).unchunkable();
+    mgr.queue_request(
+        &solver,
+        [
+            ("y0", pinned()),
+            ("k0", device()),
+            ("y1", pinned()),
+            ("k1", device()),
+        ],
+    )
+    .unwrap();
+    let mut response = mgr.allocate_queue_for(&solver).unwrap();
+    let sets: Vec<PinnedSet> = (0..2)
+        .map(|s| PinnedSet {
+            y: response.take_pinned(["y0", "y1"][s]).unwrap(),
+            k: response.take(["k0", "k1"][s]).unwrap(),
+        })
+        .collect();
+    let runs = CHUNKS * CHUNK_RUNS;
+    let y0: Vec<f64> = (0..runs).map(|i| 1.0 + (i % 89) as f64 / 89.0).collect();
+    let rates: Vec<f64> = (0..runs).map(|i| 0.2 + (i % 11) as f64 * 0.5).collect();
+    let mut y = mgr
+        .create_host_array([runs], HostMemoryKind::Pageable, Some(&y0), &solver)
+        .unwrap();
+    let k = mgr
+        .create_host_array([runs], HostMemoryKind::Pinned, Some(&rates), &solver)
+        .unwrap();
+    let plan = ChunkPlan::new(runs, CHUNKS, CHUNK_RUNS).unwrap();
+    let kernel = EulerDecay::load(&cuda).unwrap();
+    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    mgr.chunk_streamer(&solver, &plan)
+        .unwrap()
+        .pipeline_sets(&sets)
+        .inout_with(&mut y, |set| set.y.along(0))
+        .input_with(&k, |set| set.k.along(0))
+        .run(|_, set| {
+            let (y, k) = (stream.view_pinned(&set.y)?, stream.view(&set.k)?);
+            kernel.step_views(&stream, &y, &k, DT)
+        })
+        .unwrap();
+    fake.assert_clean();
+    for (run, (got, (y0, rate))) in y.as_slice().iter().zip(y0.iter().zip(&rates)).enumerate() {
+        assert_eq!(*got, y0 + DT * -(rate * y0), "run {run}");
     }
 }

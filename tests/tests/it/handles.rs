@@ -196,12 +196,15 @@ fn spill_settings_resolve_instance_then_owner_then_manager() {
     let owner = mgr.new_owner_with_spill(Some(200), None);
     let plain = mgr.register(Registration::new()).unwrap();
     let owned = mgr.register(Registration::new().owner(&owner)).unwrap();
+    // A registration's spill directory must exist (the manager's is only
+    // checked where it is used).
+    let own_dir = tempfile::tempdir().unwrap();
     let own = mgr
         .register(
             Registration::new()
                 .owner(&owner)
                 .host_spill_threshold(100)
-                .spill_directory("/own"),
+                .spill_directory(own_dir.path()),
         )
         .unwrap();
     let parent = mgr
@@ -226,7 +229,7 @@ fn spill_settings_resolve_instance_then_owner_then_manager() {
         mgr.spill_settings(&own),
         SpillSettings {
             threshold: Some(100),
-            directory: Some("/own".into())
+            directory: Some(own_dir.path().to_path_buf())
         }
     );
     assert_eq!(

@@ -209,8 +209,8 @@ fn pipeline_batch(
     let mut seen = Vec::new();
     streamer
         .pipeline()
-        .input(&host_in, &device_in, axis)
-        .output(&mut host_out, &device_out, axis)
+        .input(&host_in, device_in.along(axis))
+        .output(&mut host_out, device_out.along(axis))
         .run(|chunk, _| {
             seen.push(chunk.runs.clone());
             let values: Vec<f64> = device_in.to_vec()?.into_iter().map(&f).collect();
@@ -252,7 +252,7 @@ fn inout_pipeline_updates_the_host_array_in_place() {
     let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
     streamer
         .pipeline()
-        .inout(&mut state, &device, 1)
+        .inout(&mut state, device.along(1))
         .run(|chunk, _| {
             let mut values = device.to_vec()?;
             // Only the chunk's leading runs on the axis are valid.
@@ -301,8 +301,8 @@ fn a_plan_from_the_manager_streams_a_batch_larger_than_the_device() {
     mgr.chunk_streamer(&solver, response.plan())
         .unwrap()
         .pipeline()
-        .input(&host_in, &device_in, 2)
-        .output(&mut host_out, &device_out, 2)
+        .input(&host_in, device_in.along(2))
+        .output(&mut host_out, device_out.along(2))
         .run(|_, _| device_out.copy_from_host(&device_in.to_vec()?))
         .unwrap();
     assert_eq!(host_out.as_slice(), data);
@@ -339,7 +339,7 @@ fn pipeline_holds_the_owner_busy_so_it_is_not_evicted_mid_batch() {
     mgr.chunk_streamer(&streaming, &plan)
         .unwrap()
         .pipeline()
-        .input(&host, &device, 0)
+        .input(&host, device.along(0))
         .run(|_, _| {
             mgr.queue_request(&other, other_request())?;
             refused.push(mgr.allocate_queue(&other).is_err());

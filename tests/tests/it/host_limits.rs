@@ -71,7 +71,7 @@ fn a_reused_partition_with_an_empty_last_chunk_streams() {
     let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
     streamer
         .pipeline()
-        .inout(&mut back, &device, 1)
+        .inout(&mut back, device.along(1))
         .run(|chunk, _| {
             lengths.push(chunk.len());
             Ok::<_, MemError>(())
@@ -214,10 +214,10 @@ fn wrong_shapes_and_indices_are_clear_errors() {
 
     // The run count sits on axis 1: binding axis 0 says so.
     let error = streamer.copy_in(&host, &device, 0, 0).unwrap_err();
-    let message = error.to_string();
-    assert!(
-        message.contains("axis 1 holds the batch's 10 runs: bind the array with chunk axis 1"),
-        "{message}"
+    assert_eq!(
+        error.to_string(),
+        "host array bound to 'state' has shape [2, 10]: its axis 0 has 2 entries, but the batch \
+         has 10 runs; the runs lie on axis 1: bind it along axis 1"
     );
 
     let error = streamer.copy_in(&host, &wrong_device, 1, 0).unwrap_err();
@@ -248,8 +248,8 @@ fn wrong_shapes_and_indices_are_clear_errors() {
         .unwrap();
     let error = streamer
         .pipeline()
-        .input(&host, &device, 1)
-        .output(&mut out, &device, 1)
+        .input(&host, device.along(1))
+        .output(&mut out, device.along(1))
         .run(|_, _| Ok::<_, MemError>(()))
         .unwrap_err();
     assert_eq!(error.chunk(), None);
@@ -262,7 +262,7 @@ fn wrong_shapes_and_indices_are_clear_errors() {
 
     let error = streamer
         .pipeline()
-        .input(&wrong_runs, &device, 1)
+        .input(&wrong_runs, device.along(1))
         .run(|_, _| -> Result<(), MemError> { panic!("must not run with a bad binding") })
         .unwrap_err()
         .into_error();

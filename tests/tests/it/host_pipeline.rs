@@ -53,8 +53,8 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
     mgr.chunk_streamer(&solver, &plan)
         .unwrap()
         .pipeline()
-        .input(&host_in, &device_in, 1)
-        .output(&mut host_out, &device_out, 1)
+        .input(&host_in, device_in.along(1))
+        .output(&mut host_out, device_out.along(1))
         .run(|chunk, _| {
             log.lock().unwrap().push(format!("compute {}", chunk.index));
             // The instance's stream is current here too: this copy is ordered on it.
@@ -165,8 +165,8 @@ fn every_owner_a_pipeline_binds_is_busy_for_the_run() {
     mgr.chunk_streamer(&solver, &plan())
         .unwrap()
         .pipeline()
-        .input(&host_params, &params, 0)
-        .output(&mut host_out, &out, 0)
+        .input(&host_params, params.along(0))
+        .output(&mut host_out, out.along(0))
         .run(|chunk, _| {
             if chunk.index == 0 {
                 // Another owner needs room mid-batch: 6000 bytes with 5968
@@ -235,8 +235,8 @@ fn pipelines_whose_inputs_and_outputs_cross_share_a_pool_without_deadlock() {
                     .unwrap()
                     .with_pool(pool1)
                     .pipeline()
-                    .input(in1, p1, 0)
-                    .output(o1, q1, 0)
+                    .input(in1, p1.along(0))
+                    .output(o1, q1.along(0))
                     .run(|_, _| {
                         meet(&to_second, &from_second);
                         q1.copy_from_host(&p1.to_vec()?)
@@ -248,8 +248,8 @@ fn pipelines_whose_inputs_and_outputs_cross_share_a_pool_without_deadlock() {
                     .unwrap()
                     .with_pool(pool2)
                     .pipeline()
-                    .input(in2, q2, 0)
-                    .output(o2, p2, 0)
+                    .input(in2, q2.along(0))
+                    .output(o2, p2.along(0))
                     .run(|_, _| {
                         meet(&to_first, &from_first);
                         p2.copy_from_host(&q2.to_vec()?)

@@ -269,7 +269,7 @@ fn caps_that_block_a_batch_are_named_with_the_fix() {
     let text = error.to_string();
     assert!(matches!(error, MemError::CapLimited { .. }), "{text}");
     for needle in [
-        "0.0100",
+        "proportion 0.01 gives",
         "caps of",
         "set_manual_proportion",
         "LimitMode::Passive",

@@ -78,8 +78,8 @@ fn stream_batch(chunks: usize, depth: usize, kind: HostMemoryKind) -> Figures {
     let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
     streamer
         .pipeline_sets(&sets)
-        .input_with(&host_in, |set| &set.input, 1)
-        .output_with(&mut host_out, |set| &set.output, 1)
+        .input_with(&host_in, |set| set.input.along(1))
+        .output_with(&mut host_out, |set| set.output.along(1))
         .run(|_, set| {
             HostKernel::new("double", STEP)
                 .reads(&set.input)

@@ -405,7 +405,8 @@ fn the_derive_sets_the_depth_and_builds_a_struct_per_set() {
     assert_eq!(sets.len(), 2);
     assert_ne!(ptr(&sets[0].state), ptr(&sets[1].state));
     assert_eq!(ptr(&sets[0].params), ptr(&sets[1].params));
-    assert_eq!(ptr(&allocated.state), ptr(&sets[0].state), "Deref is set 0");
+    assert_eq!(ptr(&allocated.set(0).unwrap().state), ptr(&sets[0].state));
+    assert!(allocated.set(2).is_none());
     assert_eq!(sets[1].status.shape(), [25]);
     sets[0].status.write().unwrap().fill(1);
     sets[1].status.write().unwrap().fill(7);
@@ -426,7 +427,7 @@ fn a_batch_that_fits_has_one_set_even_when_deep() {
     let allocated = mgr.allocate_buffers::<Pipelined>(&solver, &DIMS).unwrap();
     assert_eq!(allocated.plan().chunks(), 1);
     assert_eq!(allocated.sets().len(), 1);
-    assert_eq!(allocated.into_inner().state.shape(), [8, 100]);
+    assert_eq!(allocated.into_first().state.shape(), [8, 100]);
 }
 
 #[test]

@@ -134,9 +134,9 @@ fn run_case(case: &Case, sim: &SimBackend) -> Result<Outcome, MemError> {
         .with_staging_bytes(case.staging_bytes);
     let pipeline = streamer
         .pipeline_sets(&sets)
-        .input_with(&host_in, |set| &set.input, 1)
-        .output_with(&mut host_out, |set| &set.output, 1)
-        .inout_with(&mut host_state, |set| &set.state, 1);
+        .input_with(&host_in, |set| set.input.along(1))
+        .output_with(&mut host_out, |set| set.output.along(1))
+        .inout_with(&mut host_state, |set| set.state.along(1));
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
         pipeline.run(|chunk, set| {
             let failing = chunk.index == case.fail_at;
@@ -310,7 +310,7 @@ fn a_pipeline_without_buffer_sets_is_refused_before_anything_runs() {
     let no_sets: [(); 0] = [];
     let error = streamer
         .pipeline_sets(&no_sets)
-        .input(&input, &bench.sets[0], 1)
+        .input(&input, bench.sets[0].along(1))
         .run(|_, _| -> Result<(), MemError> { panic!("no chunk may compute") })
         .unwrap_err();
     assert_eq!(error.chunk(), None);
@@ -335,7 +335,7 @@ fn one_array_in_two_buffer_sets_is_refused_before_anything_moves() {
     let before = bench.sim.timeline().spans().len();
     let error = streamer
         .pipeline_sets(&sets)
-        .output_with(&mut output, |_| &bench.sets[0], 1)
+        .output_with(&mut output, |_| bench.sets[0].along(1))
         .run(|_, _| -> Result<(), MemError> { panic!("no chunk may compute") })
         .unwrap_err()
         .into_error();
@@ -352,7 +352,7 @@ fn one_array_in_two_buffer_sets_is_refused_before_anything_moves() {
     // Two arrays of one label, one per set, run.
     streamer
         .pipeline_sets(&sets)
-        .output_with(&mut output, |&set| &bench.sets[set], 1)
+        .output_with(&mut output, |&set| bench.sets[set].along(1))
         .run(|_, _| Ok::<_, MemError>(()))
         .unwrap();
 }
@@ -373,8 +373,8 @@ fn bindings_are_distinct_by_array_not_by_label() {
         .unwrap();
     streamer
         .pipeline()
-        .input(&input, &bench.sets[0], 1)
-        .output(&mut output, &other_x, 1)
+        .input(&input, bench.sets[0].along(1))
+        .output(&mut output, other_x.along(1))
         .run(|_, _| {
             cubie_mem::HostKernel::new("copy", Duration::from_nanos(10))
                 .reads(&bench.sets[0])
@@ -390,8 +390,8 @@ fn bindings_are_distinct_by_array_not_by_label() {
     // The same array bound twice is refused, whatever the directions.
     let error = streamer
         .pipeline()
-        .input(&input, &bench.sets[0], 1)
-        .output(&mut output, &bench.sets[0], 1)
+        .input(&input, bench.sets[0].along(1))
+        .output(&mut output, bench.sets[0].along(1))
         .run(|_, _| Ok::<_, MemError>(()))
         .unwrap_err();
     assert_eq!(
@@ -416,7 +416,7 @@ fn another_managers_page_locked_arrays_go_through_staging() {
     let x = &bench.sets[0];
     streamer
         .pipeline()
-        .inout(&mut foreign, x, 1)
+        .inout(&mut foreign, x.along(1))
         .run(|_, _| {
             cubie_mem::HostKernel::new("add one", Duration::from_nanos(10))
                 .updates(x)

@@ -114,9 +114,9 @@ fn run_case(case: &Case) -> Result<(), MemError> {
         .with_staging_bytes(case.staging_bytes);
     streamer
         .pipeline_sets(&sets)
-        .input_with(&host_in, |set| &set.input, case.axis)
-        .output_with(&mut host_out, |set| &set.output, case.axis)
-        .inout_with(&mut host_state, |set| &set.state, case.axis)
+        .input_with(&host_in, |set| set.input.along(case.axis))
+        .output_with(&mut host_out, |set| set.output.along(case.axis))
+        .inout_with(&mut host_state, |set| set.state.along(case.axis))
         .run(|_, set| {
             HostKernel::new("reference step", Duration::from_nanos(100))
                 .reads(&set.input)

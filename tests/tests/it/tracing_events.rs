@@ -34,7 +34,7 @@ fn debug_events_explain_registration_planning_eviction_placement_and_transfers()
         mgr.chunk_streamer(&solver, &plan)
             .unwrap()
             .pipeline()
-            .input(&host, &x, 1)
+            .input(&host, x.along(1))
             .run(|_, _| Ok::<_, cubie_mem::MemError>(()))
             .unwrap();
     });

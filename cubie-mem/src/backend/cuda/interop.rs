@@ -16,11 +16,11 @@ use super::driver::mem_error;
 use super::module::CudaFunction;
 use super::stream::RawStream;
 use super::{CudaBackend, NAME};
-use crate::array::slot::DeviceMemory;
+use crate::array::slot::{DeviceMemory, PinnedMemory};
 use crate::backend::{Backend, BackendError, DevicePtr, StreamHandle};
 use crate::streams::OwnedStream;
 use crate::timeline::Activity;
-use crate::{DeviceArray, Element, Instance, MemError, MemoryManager};
+use crate::{DeviceArray, Element, Instance, MemError, MemoryManager, PinnedArray};
 
 /// The stream of a stream group on a CUDA backend, for launching your own
 /// kernels there, ordered with the manager's allocations, copies and frees
@@ -75,18 +75,7 @@ impl CudaStream {
         array: &'a DeviceArray<T>,
     ) -> Result<CudaView<'a, T>, MemError> {
         const OPERATION: &str = "take an array's CUDA memory";
-        let owner = cuda_backend(array.slot().backend(), OPERATION)?;
-        if !Arc::ptr_eq(&owner.shared, &self.backend.shared) {
-            return Err(mem_error(BackendError::Unsupported {
-                operation: OPERATION,
-                reason: format!(
-                    "array '{}' lives on another CUDA backend (device {}) than this stream (device {})",
-                    array.label(),
-                    owner.ordinal(),
-                    self.backend.ordinal()
-                ),
-            }));
-        }
+        self.check_backend(array.slot().backend(), array.label(), OPERATION)?;
         let memory = array.device_memory()?;
         memory.use_on(&self.stream)?;
         self.backend
@@ -96,9 +85,57 @@ impl CudaStream {
             address: memory.ptr().0,
             len: array.len(),
             stream: self.handle(),
-            memory,
+            memory: ViewMemory::Device(memory),
             _array: PhantomData,
         })
+    }
+
+    /// `array`'s page-locked memory for a kernel launched on this stream
+    /// next, which reads and writes it in place through its address (with
+    /// unified addressing, which every 64-bit CUDA device has, a
+    /// page-locked page's device address is its host address).
+    ///
+    /// Nothing orders host access with the kernel: read or write the array
+    /// on the host only once the stream's work is done (the chunk pipeline
+    /// does so for the pinned arrays bound to it). The memory stays
+    /// allocated while the view lives. Refused when the array is released
+    /// already, or belongs to another backend.
+    pub fn view_pinned<'a, T: Element>(
+        &self,
+        array: &'a PinnedArray<T>,
+    ) -> Result<CudaView<'a, T>, MemError> {
+        const OPERATION: &str = "take an array's page-locked memory";
+        self.check_backend(array.slot().backend(), array.label(), OPERATION)?;
+        let memory = array.pinned_memory()?;
+        let address = memory.read().bytes().as_ptr().addr() as u64;
+        Ok(CudaView {
+            address,
+            len: array.len(),
+            stream: self.handle(),
+            memory: ViewMemory::Pinned { _alive: memory },
+            _array: PhantomData,
+        })
+    }
+
+    /// Refuses an array of another backend than this stream's.
+    fn check_backend(
+        &self,
+        backend: &dyn Backend,
+        label: &str,
+        operation: &'static str,
+    ) -> Result<(), MemError> {
+        let owner = cuda_backend(backend, operation)?;
+        if Arc::ptr_eq(&owner.shared, &self.backend.shared) {
+            return Ok(());
+        }
+        Err(mem_error(BackendError::Unsupported {
+            operation,
+            reason: format!(
+                "array '{label}' lives on another CUDA backend (device {}) than this stream (device {})",
+                owner.ordinal(),
+                self.backend.ordinal()
+            ),
+        }))
     }
 
     /// A launch of `function` on this stream; give its arguments in order
@@ -134,8 +171,18 @@ pub struct CudaView<'a, T> {
     len: usize,
     stream: StreamHandle,
     /// Keeps the memory allocated while the view lives.
-    memory: Arc<DeviceMemory>,
+    memory: ViewMemory,
     _array: PhantomData<(&'a (), T)>,
+}
+
+/// The memory a view keeps allocated.
+enum ViewMemory {
+    Device(Arc<DeviceMemory>),
+    /// Page-locked host memory, which a kernel uses in place; held only to
+    /// keep it allocated.
+    Pinned {
+        _alive: Arc<PinnedMemory>,
+    },
 }
 
 impl<T: Element> CudaView<'_, T> {
@@ -215,9 +262,10 @@ pub trait LaunchArg: sealed::Sealed {
     /// Where the parameter's bytes are, for the driver to copy at launch.
     #[doc(hidden)]
     fn param_ptr(&self) -> *mut c_void;
-    /// The view, when the argument is one.
+    /// The view, when the argument is one: its stream, its device memory
+    /// (`None` for page-locked host memory) and its bytes.
     #[doc(hidden)]
-    fn view(&self) -> Option<(StreamHandle, DevicePtr, u64)> {
+    fn view(&self) -> Option<(StreamHandle, Option<DevicePtr>, u64)> {
         None
     }
 }
@@ -235,8 +283,12 @@ impl<T: Element> LaunchArg for CudaView<'_, T> {
         (&raw const self.address).cast_mut().cast()
     }
 
-    fn view(&self) -> Option<(StreamHandle, DevicePtr, u64)> {
-        Some((self.stream, self.memory.ptr(), self.byte_len()))
+    fn view(&self) -> Option<(StreamHandle, Option<DevicePtr>, u64)> {
+        let device = match &self.memory {
+            ViewMemory::Device(memory) => Some(memory.ptr()),
+            ViewMemory::Pinned { .. } => None,
+        };
+        Some((self.stream, device, self.byte_len()))
     }
 }
 
@@ -248,7 +300,7 @@ pub struct LaunchBuilder<'a> {
     function_name: &'a str,
     function_context: &'a Arc<super::context::DeviceContext>,
     params: Vec<*mut c_void>,
-    views: Vec<(StreamHandle, DevicePtr, u64)>,
+    views: Vec<(StreamHandle, Option<DevicePtr>, u64)>,
 }
 
 impl<'a> LaunchBuilder<'a> {
@@ -314,11 +366,14 @@ impl<'a> LaunchBuilder<'a> {
             )
         };
         let launched = context.check(result, OPERATION).and_then(|()| {
-            self.views.iter().try_for_each(|&(_, ptr, _)| {
-                stream
-                    .backend
-                    .note_use(ptr, stream.handle(), &stream.raw, OPERATION)
-            })
+            self.views
+                .iter()
+                .filter_map(|&(_, ptr, _)| ptr)
+                .try_for_each(|ptr| {
+                    stream
+                        .backend
+                        .note_use(ptr, stream.handle(), &stream.raw, OPERATION)
+                })
         });
         recorder.finish(
             started,

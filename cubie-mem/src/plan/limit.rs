@@ -1,0 +1,180 @@
+//! Which limit decided a plan's split: [`Limit`], computed by the planner
+//! from the same figures it planned with.
+
+use std::fmt;
+
+use super::{BatchSizes, Budget};
+
+/// What bounded the chunk length of a plan split into several chunks: the
+/// figure to change for longer (and fewer) chunks. Read it with
+/// [`ChunkPlan::limited_by`](crate::ChunkPlan::limited_by); it prints as a
+/// short phrase for messages (`instance caps`).
+///
+/// The planner allocates at most
+/// `alloc = min(A - floor(0.02 * A), Fe - granule)`, where `A` is the free
+/// memory `Fe` (passive) or `min(Fe, H)` under the caps (active), and
+/// shares `alloc` less the unchunkable bytes among the pipeline's buffer
+/// sets. The limit is the term that set `alloc`, or the depth when one
+/// buffer set would have held the whole batch.
+///
+/// ```
+/// use cubie_mem::plan::{self, Budget, Limit};
+/// use cubie_mem::ArrayRequest;
+///
+/// let requests = [("state", ArrayRequest::of::<f64>([4, 1000]).chunk_axis(1).total_runs(1000))];
+/// let requests = || requests.iter().map(|(l, r)| (*l, r));
+/// // 32000 B of runs: 10 MB free, but the caps leave 10000 B.
+/// let capped = plan::plan(requests(), &Budget::active(10_000_000, 10_000).with_granule(0))?;
+/// assert_eq!(capped.limited_by(), Some(Limit::Caps));
+/// assert_eq!(Limit::Caps.to_string(), "instance caps");
+/// // A batch in one chunk was limited by nothing.
+/// let whole = plan::plan(requests(), &Budget::passive(10_000_000).with_granule(0))?;
+/// assert_eq!(whole.limited_by(), None);
+/// # Ok::<(), cubie_mem::MemError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Limit {
+    /// The device's free memory (with what the batch replaces and what
+    /// eviction released, `Fe`): free device memory, or run a smaller batch.
+    FreeMemory,
+    /// The caps of the stream group's instances in active limit mode
+    /// (`H < Fe`): give the instances a larger proportion, or use
+    /// `LimitMode::Passive`.
+    Caps,
+    /// The fragmentation reserve: the batch fits the memory available but
+    /// not once 2% of it is withheld, so it runs in a few chunks.
+    Reserve,
+    /// The allocation granule, always left free (`Fe - granule` is below
+    /// the reserve's bound): lower `ManagerConfig::allocation_granule_bytes`.
+    Granule,
+    /// The pipeline depth: one buffer set would hold the whole batch, but
+    /// the depth's sets share the budget: lower the requests'
+    /// `pipeline_depth`.
+    PipelineDepth,
+    /// Not planned: the partition remembered for the owner, reused because
+    /// an instance that queued nothing holds arrays laid out for it (or a
+    /// partition given to [`ChunkPlan::with_partition`](crate::ChunkPlan::with_partition)).
+    ReusedPartition,
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Limit::FreeMemory => "free device memory",
+            Limit::Caps => "instance caps",
+            Limit::Reserve => "fragmentation reserve",
+            Limit::Granule => "allocation granule",
+            Limit::PipelineDepth => "pipeline depth",
+            Limit::ReusedPartition => "reused partition",
+        })
+    }
+}
+
+/// The limit of a batch of `sizes` split into several chunks under
+/// `budget`, which allows `alloc` bytes.
+pub(super) fn of_split(sizes: &BatchSizes, budget: &Budget, alloc: u64) -> Limit {
+    let room = alloc.saturating_sub(sizes.unchunkable_bytes);
+    if sizes.depth > 1 && room >= sizes.chunkable_bytes {
+        return Limit::PipelineDepth;
+    }
+    let (reserve_bound, granule_bound) = budget.bounds();
+    let available = budget.limit();
+    if granule_bound < reserve_bound {
+        Limit::Granule
+    } else if sizes.total_bytes() < available {
+        Limit::Reserve
+    } else if budget
+        .cap_headroom
+        .is_some_and(|h| h < budget.effective_free)
+    {
+        Limit::Caps
+    } else {
+        Limit::FreeMemory
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::plan_chunks;
+
+    fn sizes(c: u64, u: u64, depth: usize) -> BatchSizes {
+        BatchSizes {
+            total_runs: 100,
+            chunkable_bytes: c,
+            unchunkable_bytes: u,
+            depth,
+        }
+    }
+
+    fn limit(sizes: BatchSizes, budget: Budget) -> Option<Limit> {
+        plan_chunks(&sizes, &budget).unwrap().limited_by()
+    }
+
+    #[test]
+    fn each_limit_is_the_term_that_set_the_budget() {
+        let passive = |free| Budget::passive(free).with_granule(0);
+        // 1000 free, alloc 980: 5000 B of runs exceed the free memory.
+        assert_eq!(
+            limit(sizes(5000, 0, 1), passive(1000)),
+            Some(Limit::FreeMemory)
+        );
+        // 990 B fit the 1000 B free but not the 980 left after the reserve.
+        assert_eq!(limit(sizes(990, 0, 1), passive(1000)), Some(Limit::Reserve));
+        // The caps leave 500 B of 1000 B free.
+        let active = Budget::active(1000, 500).with_granule(0);
+        assert_eq!(limit(sizes(5000, 0, 1), active), Some(Limit::Caps));
+        // Caps above the free memory do not bind.
+        let loose = Budget::active(1000, 5000).with_granule(0);
+        assert_eq!(limit(sizes(5000, 0, 1), loose), Some(Limit::FreeMemory));
+        // A granule of 400 B leaves 600 B, below the reserve's 980 B.
+        let granule = Budget::passive(1000).with_granule(400);
+        assert_eq!(limit(sizes(5000, 0, 1), granule), Some(Limit::Granule));
+        assert_eq!(limit(sizes(700, 0, 1), granule), Some(Limit::Granule));
+        // Two sets of 480 B runs: one set (980 - 500 unchunkable) held them all.
+        assert_eq!(
+            limit(sizes(480, 500, 2), passive(1000)),
+            Some(Limit::PipelineDepth)
+        );
+        // Two sets, but one set could not hold the batch either.
+        assert_eq!(
+            limit(sizes(5000, 0, 2), passive(1000)),
+            Some(Limit::FreeMemory)
+        );
+    }
+
+    #[test]
+    fn a_batch_in_one_chunk_has_no_limit() {
+        let budget = Budget::passive(1000).with_granule(0);
+        assert_eq!(limit(sizes(900, 0, 1), budget), None);
+        assert_eq!(limit(sizes(0, 0, 1), budget), None);
+        // R == alloc at depth 1 still fits in one chunk.
+        assert_eq!(limit(sizes(980, 0, 1), budget), None);
+    }
+
+    #[test]
+    fn a_reused_partition_is_named() {
+        let budget = Budget::passive(1000).with_granule(0);
+        let small = sizes(500, 0, 1);
+        let reused = crate::plan::plan_partition(&small, &budget, 50, 2).unwrap();
+        assert_eq!(reused.limited_by(), Some(Limit::ReusedPartition));
+        // One chunk reused is still one chunk.
+        let whole = crate::plan::plan_partition(&small, &budget, 100, 1).unwrap();
+        assert_eq!(whole.limited_by(), None);
+        // A plan keeps its limit on its own partition, and names a finer one.
+        let planned = plan_chunks(&sizes(5000, 0, 1), &budget).unwrap();
+        assert_eq!(planned.limited_by(), Some(Limit::FreeMemory));
+        let same = planned.with_partition(planned.chunk_length(), planned.chunks());
+        assert_eq!(same.and_then(|p| p.limited_by()), Some(Limit::FreeMemory));
+        let finer = planned.with_partition(1, 100).unwrap();
+        assert_eq!(finer.limited_by(), Some(Limit::ReusedPartition));
+    }
+
+    #[test]
+    fn limits_print_as_phrases() {
+        assert_eq!(Limit::FreeMemory.to_string(), "free device memory");
+        assert_eq!(Limit::Granule.to_string(), "allocation granule");
+        assert_eq!(format!("[{:>16}]", Limit::Caps), "[   instance caps]");
+    }
+}

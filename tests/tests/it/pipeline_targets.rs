@@ -1,0 +1,334 @@
+//! What a pipeline binding names: arrays that remember their axis of runs,
+//! `along` for another, pinned arrays bound and used by kernels in place,
+//! computations that infer their error type, and `Allocated`'s sets and
+//! release.
+
+use std::time::Duration;
+
+use crate::common::manager;
+use cubie_mem::{
+    ArrayRequest, BatchError, ChunkTarget, DeviceArray, GpuBuffers, HostKernel, HostMemoryKind,
+    MemError, MemoryKind, MemoryManager, PinnedArray, ReleaseReason,
+};
+
+const RUNS: usize = 1000;
+
+pub struct Dims {
+    pub n_states: usize,
+    pub n_runs: usize,
+}
+
+const DIMS: Dims = Dims {
+    n_states: 3,
+    n_runs: RUNS,
+};
+
+/// A state on the device and a per-run status in pinned memory, two sets.
+#[derive(GpuBuffers)]
+#[buffers(dims = Dims, pipeline_depth = 2)]
+pub struct Solve {
+    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs)]
+    state: DeviceArray<f64>,
+    #[buffer(shape = [n_runs], chunk_axis = n_runs, memory = pinned)]
+    status: PinnedArray<i32>,
+    #[buffer(shape = [n_states], unchunkable)]
+    scale: DeviceArray<f64>,
+}
+
+/// The same without a pipeline depth: one set, so `Allocated` derefs.
+#[derive(GpuBuffers)]
+#[buffers(dims = Dims)]
+pub struct Single {
+    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs)]
+    state: DeviceArray<f64>,
+}
+
+/// 24 kB of state and 4 kB of status, 10 kB free: several chunks.
+fn chunked() -> MemoryManager {
+    manager(1 << 30, 10_000).0
+}
+
+fn inputs() -> Vec<f64> {
+    (0..3 * RUNS).map(|i| i as f64).collect()
+}
+
+/// Doubles the state and flags each run whose first state is odd, in
+/// every chunk; the status lives in pinned memory the kernel writes in
+/// place.
+fn run_solve(mgr: &MemoryManager) -> (Vec<f64>, Vec<i32>, usize) {
+    let solver = mgr
+        .register(Solve::registration().on_invalidate(|| {}))
+        .unwrap();
+    let allocated = mgr.allocate_buffers::<Solve>(&solver, &DIMS).unwrap();
+    assert!(allocated.plan().chunks() > 2);
+    assert_eq!(allocated.sets().len(), 2);
+    let sets = allocated.sets();
+    sets[0].scale.copy_from_host(&[2.0; 3]).unwrap();
+    let values = inputs();
+    let mut host_state = mgr
+        .create_host_array([3, RUNS], HostMemoryKind::Pageable, Some(&values), &solver)
+        .unwrap();
+    let mut host_status = mgr
+        .create_host_array::<i32>([RUNS], HostMemoryKind::Pageable, None, &solver)
+        .unwrap();
+    let mut chunks = 0;
+    let streamer = mgr.chunk_streamer(&solver, allocated.plan()).unwrap();
+    streamer
+        .pipeline_sets(sets)
+        .inout_with(&mut host_state, |set| &set.state)
+        .output_with(&mut host_status, |set| &set.status)
+        .run(|chunk, set| {
+            chunks += 1;
+            let runs = chunk.runs.len();
+            let length = set.status.len();
+            HostKernel::new("flag", Duration::from_micros(2))
+                .updates(&set.state)
+                .reads(&set.scale)
+                .writes(&set.status)
+                .launch(|args| {
+                    let scale = args.read(&set.scale)?[0];
+                    let status = args.write(&set.status)?;
+                    let state = args.write(&set.state)?;
+                    for run in 0..runs {
+                        status[run] = (state[run] as i64 % 2) as i32;
+                    }
+                    state.iter_mut().for_each(|x| *x *= scale);
+                    assert_eq!(status.len(), length);
+                    Ok(())
+                })?;
+            Ok(())
+        })
+        .unwrap();
+    (
+        host_state.as_slice().to_vec(),
+        host_status.as_slice().to_vec(),
+        chunks,
+    )
+}
+
+#[test]
+fn bindings_default_to_the_axis_each_array_was_requested_on() {
+    let mgr = chunked();
+    let (state, status, chunks) = run_solve(&mgr);
+    assert!(chunks > 2);
+    let expected: Vec<f64> = inputs().iter().map(|x| 2.0 * x).collect();
+    assert_eq!(state, expected);
+    let flags: Vec<i32> = (0..RUNS).map(|run| (run % 2) as i32).collect();
+    assert_eq!(
+        status, flags,
+        "every chunk's pinned status reached the host"
+    );
+}
+
+#[test]
+fn arrays_remember_their_axis_of_runs() {
+    let mgr = chunked();
+    let solver = mgr
+        .register(Solve::registration().on_invalidate(|| {}))
+        .unwrap();
+    let allocated = mgr.allocate_buffers::<Solve>(&solver, &DIMS).unwrap();
+    let set = allocated.set(1).unwrap();
+    assert_eq!(set.state.chunk_axis(), Some(1));
+    assert_eq!(set.status.chunk_axis(), Some(0));
+    assert_eq!(set.scale.chunk_axis(), None);
+    assert_eq!(ChunkTarget::from(&set.state).axis(), Some(1));
+    assert_eq!(set.state.along(0).axis(), Some(0));
+    assert_eq!(ChunkTarget::from(&set.status).axis(), Some(0));
+}
+
+#[test]
+fn a_binding_along_another_axis_still_works() {
+    // A [runs, 2] array requested on axis 0, bound explicitly on axis 0,
+    // and a [2, runs] array whose request left the default axis (2, beyond
+    // its shape) bound along 1.
+    let (mgr, _) = manager(1 << 30, 1 << 20);
+    let solver = mgr
+        .register(cubie_mem::Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    mgr.queue_request(
+        &solver,
+        [
+            (
+                "rows",
+                ArrayRequest::of::<u32>([100, 2])
+                    .chunk_axis(0)
+                    .total_runs(100),
+            ),
+            ("cols", ArrayRequest::of::<u32>([2, 100]).total_runs(100)),
+        ],
+    )
+    .unwrap();
+    let mut response = mgr.allocate_queue_for(&solver).unwrap();
+    let rows = response.take::<u32>("rows").unwrap();
+    let cols = response.take::<u32>("cols").unwrap();
+    assert_eq!(cols.chunk_axis(), None, "axis 2 lies beyond a 2-D shape");
+    let values: Vec<u32> = (0..200).collect();
+    let host_rows = mgr
+        .create_host_array([100, 2], HostMemoryKind::Pageable, Some(&values), &solver)
+        .unwrap();
+    let host_cols = mgr
+        .create_host_array([2, 100], HostMemoryKind::Pageable, Some(&values), &solver)
+        .unwrap();
+    let streamer = mgr.chunk_streamer(&solver, response.plan()).unwrap();
+    streamer
+        .pipeline()
+        .input(&host_rows, rows.along(0))
+        .input(&host_cols, cols.along(1))
+        .run(|_, _| Ok(()))
+        .unwrap();
+    assert_eq!(rows.to_vec().unwrap(), values);
+    assert_eq!(cols.to_vec().unwrap(), values);
+
+    let refused = streamer
+        .pipeline()
+        .input(&host_cols, &cols)
+        .run(|_, _| Ok(()))
+        .unwrap_err();
+    assert!(
+        matches!(refused.error(), MemError::NoRunAxis { label } if label == "cols"),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains(".along(axis)"), "{refused}");
+}
+
+#[test]
+fn a_pinned_array_without_a_pipeline_is_a_kernel_argument() {
+    let (mgr, _) = manager(1 << 30, 1 << 20);
+    let solver = mgr
+        .register(cubie_mem::Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    mgr.queue_request(
+        &solver,
+        [
+            ("x", ArrayRequest::of::<f32>([4])),
+            (
+                "flags",
+                ArrayRequest::of::<u8>([4]).memory(MemoryKind::Pinned),
+            ),
+        ],
+    )
+    .unwrap();
+    let mut response = mgr.allocate_queue_for(&solver).unwrap();
+    let x = response.take::<f32>("x").unwrap();
+    let flags: PinnedArray<u8> = response.take_pinned("flags").unwrap();
+    x.copy_from_host(&[1.0, -2.0, 3.0, -4.0]).unwrap();
+    HostKernel::new("sign", Duration::from_micros(1))
+        .reads(&x)
+        .writes(&flags)
+        .launch(|args| {
+            let x = args.read(&x)?;
+            let flags = args.write(&flags)?;
+            flags
+                .iter_mut()
+                .zip(x)
+                .for_each(|(flag, x)| *flag = u8::from(*x < 0.0));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(&*flags.read().unwrap(), &[0, 1, 0, 1]);
+
+    let alone = HostKernel::new("alone", Duration::from_micros(1))
+        .writes(&flags)
+        .launch(|_| Ok(()))
+        .unwrap_err();
+    assert!(
+        alone.to_string().contains("no stream is current"),
+        "{alone}"
+    );
+    let twice = HostKernel::new("twice", Duration::from_micros(1))
+        .reads(&flags)
+        .writes(&flags)
+        .launch(|_| Ok(()))
+        .unwrap_err();
+    assert!(twice.to_string().contains("listed twice"), "{twice}");
+}
+
+#[derive(Debug)]
+enum SolverError {
+    Diverged(usize),
+    Memory(MemError),
+}
+
+impl From<MemError> for SolverError {
+    fn from(error: MemError) -> Self {
+        SolverError::Memory(error)
+    }
+}
+
+#[test]
+fn a_computation_with_its_own_error_type_runs_with_error() {
+    let mgr = chunked();
+    let solver = mgr
+        .register(Single::registration().on_invalidate(|| {}))
+        .unwrap();
+    let allocated = mgr.allocate_buffers::<Single>(&solver, &DIMS).unwrap();
+    let values = inputs();
+    let host = mgr
+        .create_host_array([3, RUNS], HostMemoryKind::Pageable, Some(&values), &solver)
+        .unwrap();
+    let streamer = mgr.chunk_streamer(&solver, allocated.plan()).unwrap();
+    let stopped: BatchError<SolverError> = streamer
+        .pipeline()
+        .input(&host, &allocated.state)
+        .run_with_error(|chunk, _| match chunk.index {
+            1 => Err(SolverError::Diverged(chunk.runs.start)),
+            _ => Ok(()),
+        })
+        .unwrap_err();
+    assert!(matches!(stopped.error(), SolverError::Diverged(start) if *start > 0));
+    assert_eq!(stopped.chunk(), Some(1));
+    // A MemError from the pipeline itself arrives converted.
+    let refused = streamer
+        .pipeline_sets::<()>(&[])
+        .run_with_error(|_, _| Ok::<(), SolverError>(()))
+        .unwrap_err();
+    assert!(matches!(
+        refused.error(),
+        SolverError::Memory(MemError::NoBufferSets)
+    ));
+}
+
+#[test]
+fn allocated_of_one_set_derefs_and_release_frees_its_arrays() {
+    let (mgr, sim) = manager(1 << 30, 1 << 20);
+    let solver = mgr
+        .register(Single::registration().on_invalidate(|| {}))
+        .unwrap();
+    let allocated = mgr.allocate_buffers::<Single>(&solver, &DIMS).unwrap();
+    let state = allocated.state.clone();
+    assert_eq!(state.shape(), [3, RUNS]);
+    assert_eq!(sim.live_allocations(), 1);
+    drop(allocated);
+    assert!(state.is_valid(), "dropping the struct frees nothing");
+    assert_eq!(sim.live_allocations(), 1);
+
+    let allocated = mgr.allocate_buffers::<Single>(&solver, &DIMS).unwrap();
+    let state = allocated.state.clone();
+    allocated.release(&mgr, &solver).unwrap();
+    assert_eq!(state.release_reason(), Some(ReleaseReason::Freed));
+    assert_eq!(sim.live_allocations(), 0);
+    assert_eq!(mgr.allocated_bytes(&solver), 0);
+}
+
+#[test]
+fn release_frees_every_set_and_skips_arrays_replaced_since() {
+    let mgr = chunked();
+    let solver = mgr
+        .register(Solve::registration().on_invalidate(|| {}))
+        .unwrap();
+    let first = mgr.allocate_buffers::<Solve>(&solver, &DIMS).unwrap();
+    let old: Vec<DeviceArray<f64>> = first.sets().iter().map(|s| s.state.clone()).collect();
+    let smaller = Dims {
+        n_states: 3,
+        n_runs: 10,
+    };
+    // A new allocation replaces the arrays; releasing the old struct must
+    // not free the new ones.
+    let second = mgr.allocate_buffers::<Solve>(&solver, &smaller).unwrap();
+    first.release(&mgr, &solver).unwrap();
+    assert!(second.set(0).unwrap().state.is_valid());
+    assert!(old.iter().all(|state| !state.is_valid()));
+    let kept = second.set(0).unwrap().status.clone();
+    second.release(&mgr, &solver).unwrap();
+    assert_eq!(kept.release_reason(), Some(ReleaseReason::Freed));
+}
