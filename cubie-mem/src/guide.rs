@@ -4,6 +4,9 @@
 //! their code blocks run as the crate's doctests (the `cuda` page with the
 //! feature `cuda`).
 
+#[doc = include_str!("../docs/glossary.md")]
+pub mod glossary {}
+
 #[doc = include_str!("../docs/default-manager.md")]
 pub mod default_manager {}
 

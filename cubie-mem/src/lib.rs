@@ -92,3 +92,8 @@ pub use streams::CurrentStream;
 
 #[cfg(feature = "derive")]
 pub use cubie_mem_derive::GpuBuffers;
+
+/// The crate README's example, run as a doctest.
+#[cfg(all(doctest, feature = "derive"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;

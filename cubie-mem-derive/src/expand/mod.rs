@@ -44,7 +44,9 @@ fn import_name(span: Span) -> Ident {
 /// allowing the lints serde's block allows, for the same reason: the code is
 /// written to resolve in any crate, whatever it imports (hence qualified
 /// paths such as `::core::result::Result`), trips them in some, and cannot
-/// be changed by the user.
+/// be changed by the user. So are clippy's lints on the element bounds,
+/// which repeat a parameter the struct bounds already (`P: Element` beside
+/// `P: Precision`), spanned on the user's tokens.
 fn wrap(krate: &syn::Path, items: TokenStream) -> TokenStream {
     let cubie_mem = import_name(Span::call_site());
     quote! {
@@ -53,7 +55,9 @@ fn wrap(krate: &syn::Path, items: TokenStream) -> TokenStream {
             non_upper_case_globals,
             unused_attributes,
             unused_qualifications,
-            clippy::absolute_paths
+            clippy::absolute_paths,
+            clippy::trait_duplication_in_bounds,
+            clippy::type_repetition_in_bounds
         )]
         const _: () = {
             use #krate as #cubie_mem;
@@ -111,7 +115,10 @@ fn implementation(checked: &Checked) -> TokenStream {
             Placement::Device => quote!(take_set),
             Placement::Pinned => quote!(take_pinned_set),
         };
-        quote_spanned! {element.span()=> #field: response.#take::<#element>(#label, set)?}
+        // The macro's own span, not the element's: the impl's bounds make
+        // the call compile, and lints of the user's code skip the macro's
+        // (`clippy::question_mark_used` would flag the `?` at the field).
+        quote! {#field: response.#take::<#element>(#label, set)?}
     });
 
     // Requests of depth 1 always give one buffer set: `Allocated` may

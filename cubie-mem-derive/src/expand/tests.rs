@@ -358,7 +358,8 @@ fn the_block_is_hidden_and_allows_what_serde_allows() {
             attrs,
             [
                 "#[doc(hidden)]",
-                "#[allow(non_upper_case_globals, unused_attributes, unused_qualifications, clippy::absolute_paths)]"
+                "#[allow(non_upper_case_globals, unused_attributes, unused_qualifications, clippy::absolute_paths, \
+                 clippy::trait_duplication_in_bounds, clippy::type_repetition_in_bounds)]"
             ]
         );
     }

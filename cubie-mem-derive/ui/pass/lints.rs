@@ -1,7 +1,8 @@
-//! The generated code trips no lint a crate may deny: rustc's warnings and
-//! its allow-by-default lints that apply to code like it, and clippy's
-//! groups (checked when clippy compiles the case), on a struct using every
-//! part of the grammar.
+//! The generated code trips no lint a crate may deny, on structs using every
+//! part of the grammar: rustc's warnings and its allow-by-default lints that
+//! apply to code like it, which the suite checks, and clippy's groups and
+//! the restriction lints generated code could trip, which hold when clippy
+//! compiles the case (rustc accepts and skips them).
 
 #![deny(
     warnings,
@@ -41,11 +42,13 @@
     clippy::pedantic,
     clippy::nursery,
     clippy::absolute_paths,
-    clippy::std_instead_of_core,
-    clippy::used_underscore_binding
+    clippy::question_mark_used,
+    clippy::std_instead_of_core
 )]
 
-use cubie_mem::{DeviceArray, GpuBuffers, MemoryManager, PinnedArray, Precision, SimBackend};
+use cubie_mem::{
+    DeviceArray, Element, GpuBuffers, MemoryManager, PinnedArray, Precision, SimBackend,
+};
 
 /// The dimensions.
 struct RunDims {
@@ -71,30 +74,40 @@ struct Outputs<P: Precision> {
     bounds: DeviceArray<Real>,
 }
 
-/// Concrete element types only.
+/// A bounded element parameter, and concrete element types only.
 #[derive(GpuBuffers)]
 #[buffers(dims = RunDims)]
-struct Times {
+struct Flags<I: Element> {
+    #[buffer(shape = [n_runs], chunk_axis = 0)]
+    flags: DeviceArray<I>,
     #[buffer(shape = [n_runs], chunk_axis = 0)]
     times: DeviceArray<f64>,
 }
 
-fn main() -> Result<(), cubie_mem::MemError> {
+fn main() {
     let mgr = MemoryManager::new(SimBackend::new(1 << 30));
-    let solver = mgr.register(Outputs::<f32>::registration().on_invalidate(|| {}))?;
     let dims = RunDims {
         n_states: 3,
         n_runs: 100,
     };
-    let outputs = mgr.allocate_buffers::<Outputs<f32>>(&solver, &dims)?;
-    assert!(!outputs.sets().is_empty());
+    let solver = mgr
+        .register(Outputs::<f32>::registration().on_invalidate(|| {}))
+        .expect("registers");
+    let outputs = mgr
+        .allocate_buffers::<Outputs<f32>>(&solver, &dims)
+        .expect("allocates");
+    assert!(!outputs.sets().is_empty(), "one buffer set at least");
     for set in outputs.sets() {
-        assert_eq!(set.state.shape()[0], 3);
-        assert_eq!(set.status.shape().len(), 1);
-        assert_eq!(set.bounds.shape(), [3, 2]);
+        assert_eq!(set.state.shape().first(), Some(&3), "n_states first");
+        assert_eq!(set.status.shape().len(), 1, "one axis");
+        assert_eq!(set.bounds.shape(), [3, 2], "unchunked");
     }
-    let timer = mgr.register(Times::registration().on_invalidate(|| {}))?;
-    let times = mgr.allocate_buffers::<Times>(&timer, &dims)?;
-    assert_eq!(times.times.shape(), [100]);
-    Ok(())
+    let flagger = mgr
+        .register(Flags::<u8>::registration().on_invalidate(|| {}))
+        .expect("registers");
+    let flags = mgr
+        .allocate_buffers::<Flags<u8>>(&flagger, &dims)
+        .expect("allocates");
+    assert_eq!(flags.flags.shape(), [100], "one chunk");
+    assert_eq!(flags.times.shape(), [100], "one chunk");
 }

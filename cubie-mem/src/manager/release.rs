@@ -12,6 +12,11 @@ impl MemoryManager {
     /// Frees the instance's array `label`, in every buffer set; returns
     /// whether it existed. The memory goes at once, or when the last access
     /// in progress ends.
+    ///
+    /// Dropping an array's handles frees nothing: the manager owns the
+    /// memory until this, [`Allocated::release`](crate::Allocated::release)
+    /// (every array of a derived struct), eviction, or the instance's
+    /// deregistration.
     pub fn free(&self, instance: &Instance, label: &str) -> Result<bool, MemError> {
         let mut s = self.inner.lock();
         let group = s.group_of(instance.id)?;
