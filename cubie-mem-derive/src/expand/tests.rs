@@ -408,3 +408,27 @@ fn a_misspelt_chunk_axis_still_names_the_run_axis() {
     // The typo alone: `b` is split along `n`, the run axis `a` meant.
     assert_eq!(errors, 1);
 }
+
+#[test]
+fn the_fallback_is_a_single_buffer_set_unless_the_depth_says_otherwise() {
+    for (depth, single) in [
+        (quote!(), true),
+        (quote!(pipeline_depth = 1,), true),
+        (quote!(pipeline_depth = 0,), true),
+        (quote!(pipeline_depth = two,), true),
+        (quote!(pipeline_depth = 3,), false),
+    ] {
+        let (_, fallback) = errors_and_fallback(quote! {
+            #[buffers(dims = D, #depth)]
+            struct B {
+                #[buffer(shpe = [n], chunk_axis = 0)]
+                a: DeviceArray<f32>,
+            }
+        });
+        assert_eq!(
+            fallback.contains("_cubie_mem :: SingleBufferSet for B"),
+            single,
+            "{depth}: {fallback}"
+        );
+    }
+}

@@ -76,7 +76,7 @@ impl Drop for PinnedStorage {
     fn drop(&mut self) {
         if self.retired.load(Ordering::Acquire) {
             tracing::warn!(
-                bytes = self.len,
+                bytes = %crate::Bytes(u64::try_from(self.len).unwrap_or(u64::MAX)),
                 "a page-locked host array is leaked: a copy using it could not be waited for"
             );
             return;

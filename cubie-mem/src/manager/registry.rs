@@ -23,11 +23,15 @@ impl MemoryManager {
         }
         let id = InstanceId::fresh();
         let name = registration.name.as_deref().map(Arc::from);
-        let (owner, warning) = self.inner.lock().register(id, registration)?;
+        let (owner, warning, named_owner) = {
+            let mut s = self.inner.lock();
+            let (owner, warning) = s.register(id, registration)?;
+            (owner, warning, s.named_owner(owner))
+        };
         warn_share(warning);
         tracing::debug!(
             instance = %crate::ids::Named { id, name: name.clone() },
-            %owner,
+            owner = %named_owner,
             "registered"
         );
         Ok(Instance {

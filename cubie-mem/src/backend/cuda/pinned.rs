@@ -297,7 +297,7 @@ fn out_of_page_locked_memory(bytes: u64) -> BackendError {
 /// Page-locking `bytes` failed for want of memory.
 fn page_locking_failed(bytes: usize) -> BackendError {
     tracing::debug!(
-        bytes,
+        bytes = %Bytes(bytes as u64),
         "page-locking host memory failed; lowering ManagerConfig::pinned_max_bytes makes large host arrays use pageable memory"
     );
     out_of_page_locked_memory(bytes as u64)
