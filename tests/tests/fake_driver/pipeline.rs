@@ -6,8 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
-use cubie_mem::{ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Registration};
+use cubie_mem::backend::cuda::{CudaBackend, CudaStream, CudaView};
+use cubie_mem::{
+    ArrayRequest, ChunkPlan, ChunkTarget, DeviceArray, HostMemoryKind, MemError, MemoryKind,
+    PinnedArray, Registration,
+};
 use cubie_mem_examples::euler_decay::EulerDecay;
 use serde_json::Value;
 
@@ -162,16 +165,50 @@ fn the_pipelines_copies_are_not_ordered_after_the_kernels_they_overlap() {
     }
 }
 
-/// One buffer set whose state is page-locked host memory the kernel
-/// updates in place.
-struct PinnedSet {
-    y: cubie_mem::PinnedArray<f64>,
-    k: DeviceArray<f64>,
+/// An array of a buffer set, in device memory or in page-locked host
+/// memory that the kernel uses in place.
+enum Memory {
+    Device(DeviceArray<f64>),
+    Pinned(PinnedArray<f64>),
 }
 
-#[test]
-#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
-fn a_pipeline_over_pinned_sets_runs_its_kernels_in_place() {
+impl Memory {
+    fn take(response: &mut cubie_mem::ArrayResponse, label: &str, pinned: bool) -> Self {
+        if pinned {
+            Memory::Pinned(response.take_pinned(label).unwrap())
+        } else {
+            Memory::Device(response.take(label).unwrap())
+        }
+    }
+
+    fn target(&self) -> ChunkTarget<'_, f64> {
+        match self {
+            Memory::Device(array) => array.along(0),
+            Memory::Pinned(array) => array.along(0),
+        }
+    }
+
+    fn view<'a>(&'a self, stream: &CudaStream) -> Result<CudaView<'a, f64>, MemError> {
+        match self {
+            Memory::Device(array) => stream.view(array),
+            Memory::Pinned(array) => stream.view_pinned(array),
+        }
+    }
+}
+
+/// One buffer set: the state and the rates.
+struct MixedSet {
+    y: Memory,
+    k: Memory,
+}
+
+/// Euler steps over `CHUNKS` chunks in two sets whose state and rates are
+/// pinned as asked, from and into page-locked host arrays: their copies
+/// are direct, so nothing but the pipeline's own waits orders the host's
+/// gathers and scatters of pinned sets with the kernels, which the fake
+/// runs lazily. A gather before the kernel that last read the set ran, or
+/// a scatter before the chunk's own kernel ran, changes the results.
+fn pinned_sets_pipeline(y_pinned: bool, k_pinned: bool) {
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
     let mgr = manager(&cuda);
@@ -182,34 +219,36 @@ fn a_pipeline_over_pinned_sets_runs_its_kernels_in_place() {
                 .on_invalidate(|| {}),
         )
         .unwrap();
-    let pinned = || {
-        ArrayRequest::of::<f64>([CHUNK_RUNS])
-            .unchunkable()
-            .memory(cubie_mem::MemoryKind::Pinned)
+    let request = |pinned: bool| {
+        let request = ArrayRequest::of::<f64>([CHUNK_RUNS]).unchunkable();
+        if pinned {
+            request.memory(MemoryKind::Pinned)
+        } else {
+            request
+        }
     };
-    let device = || ArrayRequest::of::<f64>([CHUNK_RUNS]).unchunkable();
     mgr.queue_request(
         &solver,
         [
-            ("y0", pinned()),
-            ("k0", device()),
-            ("y1", pinned()),
-            ("k1", device()),
+            ("y0", request(y_pinned)),
+            ("k0", request(k_pinned)),
+            ("y1", request(y_pinned)),
+            ("k1", request(k_pinned)),
         ],
     )
     .unwrap();
     let mut response = mgr.allocate_queue_for(&solver).unwrap();
-    let sets: Vec<PinnedSet> = (0..2)
-        .map(|s| PinnedSet {
-            y: response.take_pinned(["y0", "y1"][s]).unwrap(),
-            k: response.take(["k0", "k1"][s]).unwrap(),
+    let sets: Vec<MixedSet> = (0..2)
+        .map(|s| MixedSet {
+            y: Memory::take(&mut response, ["y0", "y1"][s], y_pinned),
+            k: Memory::take(&mut response, ["k0", "k1"][s], k_pinned),
         })
         .collect();
     let runs = CHUNKS * CHUNK_RUNS;
     let y0: Vec<f64> = (0..runs).map(|i| 1.0 + (i % 89) as f64 / 89.0).collect();
     let rates: Vec<f64> = (0..runs).map(|i| 0.2 + (i % 11) as f64 * 0.5).collect();
     let mut y = mgr
-        .create_host_array([runs], HostMemoryKind::Pageable, Some(&y0), &solver)
+        .create_host_array([runs], HostMemoryKind::Pinned, Some(&y0), &solver)
         .unwrap();
     let k = mgr
         .create_host_array([runs], HostMemoryKind::Pinned, Some(&rates), &solver)
@@ -220,15 +259,30 @@ fn a_pipeline_over_pinned_sets_runs_its_kernels_in_place() {
     mgr.chunk_streamer(&solver, &plan)
         .unwrap()
         .pipeline_sets(&sets)
-        .inout_with(&mut y, |set| set.y.along(0))
-        .input_with(&k, |set| set.k.along(0))
-        .run(|_, set| {
-            let (y, k) = (stream.view_pinned(&set.y)?, stream.view(&set.k)?);
-            kernel.step_views(&stream, &y, &k, DT)
-        })
+        .inout_with(&mut y, |set| set.y.target())
+        .input_with(&k, |set| set.k.target())
+        .run(|_, set| kernel.step_views(&stream, &set.y.view(&stream)?, &set.k.view(&stream)?, DT))
         .unwrap();
     fake.assert_clean();
     for (run, (got, (y0, rate))) in y.as_slice().iter().zip(y0.iter().zip(&rates)).enumerate() {
         assert_eq!(*got, y0 + DT * -(rate * y0), "run {run}");
     }
+}
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn pinned_rates_are_gathered_only_after_the_kernel_that_read_the_set() {
+    pinned_sets_pipeline(false, true);
+}
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn a_pinned_state_is_scattered_only_after_its_kernel_ran() {
+    pinned_sets_pipeline(true, false);
+}
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn a_pipeline_over_pinned_sets_alone_runs_its_kernels_in_place() {
+    pinned_sets_pipeline(true, true);
 }

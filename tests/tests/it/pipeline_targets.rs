@@ -332,3 +332,54 @@ fn release_frees_every_set_and_skips_arrays_replaced_since() {
     second.release(&mgr, &solver).unwrap();
     assert_eq!(kept.release_reason(), Some(ReleaseReason::Freed));
 }
+
+#[test]
+fn one_pinned_set_carries_every_chunk_in_and_out_in_turn() {
+    // 8 kB of pinned runs with 2 kB free for chunkable arrays: one set,
+    // several chunks, each gathered into the same pinned buffer only after
+    // the previous chunk's results were scattered out of it.
+    let (mgr, _) = manager(1 << 30, 2_000);
+    let solver = mgr
+        .register(cubie_mem::Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    mgr.queue_request(
+        &solver,
+        [(
+            "y",
+            ArrayRequest::of::<f64>([RUNS])
+                .chunk_axis(0)
+                .total_runs(RUNS)
+                .memory(MemoryKind::Pinned),
+        )],
+    )
+    .unwrap();
+    let mut response = mgr.allocate_queue_for(&solver).unwrap();
+    assert!(response.chunks > 3 && response.buffer_sets() == 1);
+    let y: PinnedArray<f64> = response.take_pinned("y").unwrap();
+    let values: Vec<f64> = (0..RUNS).map(|i| i as f64).collect();
+    let mut host = mgr
+        .create_host_array([RUNS], HostMemoryKind::Pageable, Some(&values), &solver)
+        .unwrap();
+    let streamer = mgr.chunk_streamer(&solver, response.plan()).unwrap();
+    let mut starts = Vec::new();
+    streamer
+        .pipeline()
+        .inout(&mut host, &y)
+        .run(|chunk, _| {
+            starts.push(chunk.runs.start);
+            let first = chunk.runs.start as f64;
+            let runs = chunk.runs.len();
+            HostKernel::new("negate", Duration::from_micros(3))
+                .updates(&y)
+                .launch(|args| {
+                    let y = args.write(&y)?;
+                    assert_eq!(y[0], first, "the chunk's own runs are in place");
+                    y[..runs].iter_mut().for_each(|v| *v = -*v);
+                    Ok(())
+                })
+        })
+        .unwrap();
+    assert_eq!(starts.len(), response.chunks);
+    let negated: Vec<f64> = values.iter().map(|v| -v).collect();
+    assert_eq!(host.as_slice(), negated);
+}
