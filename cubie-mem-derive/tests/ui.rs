@@ -162,15 +162,17 @@ fn case_name(case: &Path) -> String {
     case.file_stem().unwrap().to_string_lossy().into_owned()
 }
 
-/// Writes a package with one bin per case, depending on cubie-mem, with the
-/// workspace's lock file; returns its directory.
+/// Writes a package with one bin per case, depending on what trybuild gives
+/// the cases (cubie-mem, and bytemuck for element types of their own), with
+/// the workspace's lock file; returns its directory.
 fn write_package(crate_dir: &Path, cases: &[PathBuf]) -> PathBuf {
     let package = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-fail-headlines");
     fs::create_dir_all(&package).unwrap();
     let workspace = crate_dir.parent().unwrap();
     let mut manifest = format!(
         "[package]\nname = \"ui-fail-headlines\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\
-         publish = false\n\n[workspace]\n\n[dependencies]\ncubie-mem = {{ path = {:?} }}\n",
+         publish = false\n\n[workspace]\n\n[dependencies]\ncubie-mem = {{ path = {:?} }}\n\
+         bytemuck = {{ version = \"1\", features = [\"derive\"] }}\n",
         workspace.join("cubie-mem")
     );
     for case in cases {

@@ -28,7 +28,7 @@ impl DimLength for usize {
 #[diagnostic::on_unimplemented(
     message = "`precision = {Self}` contradicts the field's element type `{Element}`",
     label = "not the field's element type",
-    note = "write `precision = {Element}`, or change the field's element type to `{Self}`"
+    note = "make `precision` the field's element type `{Element}` (a precision is f32 or f64: for another element type leave `precision` out), or change the field's element type to `{Self}`"
 )]
 pub trait ElementIs<Element: ?Sized> {}
 

@@ -202,22 +202,21 @@ pub(crate) fn axis(input: ParseStream) -> syn::Result<AxisSpec> {
 /// typo.
 pub(crate) fn memory(input: ParseStream) -> syn::Result<(Placement, Ident)> {
     let expr: Expr = input.parse()?;
-    if let Expr::Path(path) = &expr {
-        if let Some(ident) = path.path.get_ident() {
-            let written = ident.to_string();
-            if let Some(placement) = Placement::ALL.iter().find(|p| written == p.keyword()) {
-                return Ok((*placement, ident.clone()));
-            }
-            let hint =
-                match did_you_mean(&written.to_lowercase(), Placement::ALL, Placement::keyword) {
-                    Some(close) => format!("did you mean `{}`? ", close.keyword()),
-                    None => String::new(),
-                };
-            return Err(syn::Error::new(
-                ident.span(),
-                format!("unknown memory `{ident}`: {hint}memory is `device` or `pinned`"),
-            ));
+    if let Expr::Path(path) = &expr
+        && let Some(ident) = path.path.get_ident()
+    {
+        let written = ident.to_string();
+        if let Some(placement) = Placement::ALL.iter().find(|p| written == p.keyword()) {
+            return Ok((*placement, ident.clone()));
         }
+        let hint = match did_you_mean(&written.to_lowercase(), Placement::ALL, Placement::keyword) {
+            Some(close) => format!("did you mean `{}`? ", close.keyword()),
+            None => String::new(),
+        };
+        return Err(syn::Error::new(
+            ident.span(),
+            format!("unknown memory `{ident}`: {hint}memory is `device` or `pinned`"),
+        ));
     }
     Err(syn::Error::new_spanned(
         &expr,

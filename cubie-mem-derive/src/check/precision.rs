@@ -62,16 +62,16 @@ pub(super) fn check<'a>(
     parameters: &[String],
 ) -> Result<Option<&'a Type>, Reported> {
     let precision_name = TypeName::of(precision, parameters);
-    if let TypeName::Primitive(name) = &precision_name {
-        if !PRECISIONS.contains(&name.as_str()) {
-            return Err(cx.error_spanned_by(
-                precision,
-                format!(
-                    "`precision = {name}`: a precision is `f32` or `f64`, the floating-point types of \
-                     `Precision`; leave `precision` out for a buffer of another element type"
-                ),
-            ));
-        }
+    if let TypeName::Primitive(name) = &precision_name
+        && !PRECISIONS.contains(&name.as_str())
+    {
+        return Err(cx.error_spanned_by(
+            precision,
+            format!(
+                "`precision = {name}`: a precision is `f32` or `f64`, the floating-point types of \
+                 `Precision`; leave `precision` out for a buffer of another element type"
+            ),
+        ));
     }
     let element_name = TypeName::of(element, parameters);
     if precision_name == TypeName::Unknown || element_name == TypeName::Unknown {

@@ -2,10 +2,11 @@
 //! input has mistakes, the errors with a fallback impl that keeps rustc from
 //! reporting secondary errors at every use of the struct.
 //!
-//! Either impl sits in `const _: () = { use <crate> as _cubie_mem; .. };`,
-//! as serde's do: the generated code reaches cubie-mem through one import,
-//! resolved once, and nothing it declares enters the user's namespace. The
-//! helpers it calls live in cubie-mem's hidden `__private` module.
+//! Either impl sits in a `#[doc(hidden)]` `const _: () = { use <crate> as
+//! _cubie_mem; .. };` with serde's lint allowances, as serde's do: the
+//! generated code reaches cubie-mem through one import, resolved once, and
+//! nothing it declares enters the user's namespace. The helpers it calls
+//! live in cubie-mem's hidden `__private` module.
 
 mod docs;
 mod fallback;
@@ -243,10 +244,10 @@ fn dim_bindings(buffers: &[Buffer]) -> TokenStream {
     let mut seen: Vec<&Ident> = Vec::new();
     for buffer in buffers {
         for length in &buffer.shape {
-            if let Length::Field(field) = length {
-                if !seen.contains(field) {
-                    seen.push(field);
-                }
+            if let Length::Field(field) = length
+                && !seen.contains(field)
+            {
+                seen.push(field);
             }
         }
     }

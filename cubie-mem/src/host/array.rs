@@ -351,14 +351,14 @@ impl MemoryManager {
     ) -> Result<HostArray<T>, MemError> {
         let shape = shape.into();
         let (len, _) = shape_size(&shape, size_of::<T>())?;
-        if let Some(like) = like {
-            if like.len() != len {
-                return Err(MemError::LengthMismatch {
-                    label: "like".into(),
-                    expected: len,
-                    found: like.len(),
-                });
-            }
+        if let Some(like) = like
+            && like.len() != len
+        {
+            return Err(MemError::LengthMismatch {
+                label: "like".into(),
+                expected: len,
+                found: like.len(),
+            });
         }
         let storage = self.host_storage(&shape, crate::dtype::dtype_of::<T>(), kind, instance)?;
         let mut array = HostArray {

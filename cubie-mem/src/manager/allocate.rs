@@ -450,10 +450,10 @@ fn apply(
                 }
             };
             s.count_allocation(instance, usage, &slot);
-            if let Some(old) = old {
-                if let Err(error) = s.release_slot(instance, usage, &old, ReleaseReason::Replaced) {
-                    tracing::warn!(label = %old.label(), %error, "freeing a replaced array failed");
-                }
+            if let Some(old) = old
+                && let Err(error) = s.release_slot(instance, usage, &old, ReleaseReason::Replaced)
+            {
+                tracing::warn!(label = %old.label(), %error, "freeing a replaced array failed");
             }
             Some(slot)
         }

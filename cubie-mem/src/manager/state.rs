@@ -186,12 +186,12 @@ impl State {
             on_allocation_ready,
             spill,
         } = registration;
-        if let Some(owner) = owner {
-            if !self.owners.contains_key(&owner) {
-                return Err(MemError::UnknownOwner {
-                    owner: owner.to_string(),
-                });
-            }
+        if let Some(owner) = owner
+            && !self.owners.contains_key(&owner)
+        {
+            return Err(MemError::UnknownOwner {
+                owner: owner.to_string(),
+            });
         }
         let warning = self.shares.add(id, proportion)?;
         let name: Option<Arc<str>> = name.map(Arc::from);

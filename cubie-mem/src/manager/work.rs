@@ -35,10 +35,10 @@ impl Drop for Work {
         if self.finished {
             return;
         }
-        if let Some(inner) = self.manager.upgrade() {
-            if let Err(error) = inner.finish_work(self.owner) {
-                tracing::warn!(owner = %self.owner, %error, "recording work completion failed");
-            }
+        if let Some(inner) = self.manager.upgrade()
+            && let Err(error) = inner.finish_work(self.owner)
+        {
+            tracing::warn!(owner = %self.owner, %error, "recording work completion failed");
         }
     }
 }

@@ -354,15 +354,16 @@ impl Drop for DeviceContext {
         for event in std::mem::take(&mut *self.idle_events()) {
             destroy_event(self, event);
         }
-        if !self.pool.is_null() && !self.pool_in_use.load(Ordering::Relaxed) {
-            if let Ok(_guard) = self.enter("destroy the memory pool") {
-                // SAFETY: the pool is this context's and is destroyed once;
-                // allocations still out are released by the driver when
-                // they are freed.
-                let result = unsafe { sys::cuMemPoolDestroy(self.pool) };
-                if result != CuResult::SUCCESS {
-                    tracing::debug!(error = %describe(result), "destroying the memory pool failed");
-                }
+        if !self.pool.is_null()
+            && !self.pool_in_use.load(Ordering::Relaxed)
+            && let Ok(_guard) = self.enter("destroy the memory pool")
+        {
+            // SAFETY: the pool is this context's and is destroyed once;
+            // allocations still out are released by the driver when
+            // they are freed.
+            let result = unsafe { sys::cuMemPoolDestroy(self.pool) };
+            if result != CuResult::SUCCESS {
+                tracing::debug!(error = %describe(result), "destroying the memory pool failed");
             }
         }
         // SAFETY: the primary context was retained once by `open`.
