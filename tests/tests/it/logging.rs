@@ -160,3 +160,28 @@ fn a_host_array_bound_on_the_wrong_axis_says_where_the_runs_are() {
          array) has shape [5, 4, 500]; allocate it at the plan's chunked shape"
     );
 }
+
+#[test]
+fn the_pipeline_span_names_its_instance() {
+    let (mgr, _) = manager(GIB, GIB);
+    let solver = mgr.register(queuing().name("rk45")).unwrap();
+    mgr.queue_request(&solver, [("x", runs_request(8, 100))])
+        .unwrap();
+    let mut response = mgr.allocate_queue_for(&solver).unwrap();
+    let x = response.take::<f64>("x").unwrap();
+    let host = mgr
+        .create_host_array::<f64>([1, 100], HostMemoryKind::Pageable, None, &solver)
+        .unwrap();
+    let streamer = mgr.chunk_streamer(&solver, response.plan()).unwrap();
+    let ((), logs) = capture_logs(|| {
+        streamer
+            .pipeline()
+            .input(&host, &x)
+            .run(|_, _| Ok(()))
+            .unwrap();
+    });
+    assert!(
+        logs.contains("pipeline{instance='rk45' (instance "),
+        "no named pipeline span in:\n{logs}"
+    );
+}
