@@ -52,6 +52,7 @@ mod buffers;
 mod bytes;
 mod config;
 mod default;
+mod devices;
 mod dtype;
 mod error;
 #[cfg(any(doc, doctest))]
@@ -74,12 +75,13 @@ pub use buffers::{Allocated, GpuBuffers, SingleBufferSet};
 pub use bytes::Bytes;
 pub use config::{LimitMode, ManagerConfig, parse_size};
 pub use default::default_memmgr;
+pub use devices::{DeviceSet, DeviceShare, SetBuffers, SetReport, Throughput};
 pub use dtype::{DType, Element, Precision};
 pub use error::{ArraySide, MemError};
 pub use host::{
     AnyHostArray, AsyncCopyError, BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer,
-    ChunkTarget, HostArray, HostMemoryKind, PendingCopy, StagingBuffer, StagingKey, StagingPool,
-    SystemMemory,
+    ChunkTarget, HostArray, HostMemoryKind, PendingCopy, SetError, SetPipeline, SetRun,
+    StagingBuffer, StagingKey, StagingPool, SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs, KernelArray};

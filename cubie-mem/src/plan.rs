@@ -341,6 +341,7 @@ pub(crate) mod chunks;
 #[cfg(test)]
 mod depth_tests;
 mod limit;
+pub mod split;
 #[cfg(test)]
 mod tests;
 

@@ -210,10 +210,20 @@ impl Timeline {
     /// the activity's category, one `tid` per engine) and `"ph": "M"` events
     /// naming the process and its tracks, and `otherData.dropped_spans`.
     pub fn to_chrome_trace(&self) -> Value {
-        const PID: u64 = 1;
+        json!({
+            "traceEvents": self.chrome_events(1, "cubie-mem device"),
+            "displayTimeUnit": "ns",
+            "otherData": { "dropped_spans": self.dropped },
+        })
+    }
+
+    /// The events of [`to_chrome_trace`](Self::to_chrome_trace) as process
+    /// `pid` named `process`: several devices' timelines in one trace
+    /// (see [`SetReport`](crate::SetReport)).
+    pub fn chrome_events(&self, pid: u64, process: &str) -> Vec<Value> {
         let mut events = vec![json!({
-            "ph": "M", "name": "process_name", "pid": PID, "tid": 0,
-            "args": { "name": "cubie-mem device" },
+            "ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+            "args": { "name": process },
         })];
         let mut named = Vec::new();
         for activity in Activity::ALL {
@@ -221,7 +231,7 @@ impl Timeline {
             if !named.contains(&tid) {
                 named.push(tid);
                 events.push(json!({
-                    "ph": "M", "name": "thread_name", "pid": PID, "tid": tid,
+                    "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                     "args": { "name": name },
                 }));
             }
@@ -232,18 +242,14 @@ impl Timeline {
                 "ph": "X",
                 "name": span.name,
                 "cat": span.activity.category(),
-                "pid": PID,
+                "pid": pid,
                 "tid": tid,
                 "ts": span.start_ns as f64 / 1000.0,
                 "dur": span.duration_ns() as f64 / 1000.0,
                 "args": { "stream": span.stream, "bytes": span.bytes },
             }));
         }
-        json!({
-            "traceEvents": events,
-            "displayTimeUnit": "ns",
-            "otherData": { "dropped_spans": self.dropped },
-        })
+        events
     }
 
     /// Writes [`Timeline::to_chrome_trace`] as JSON.

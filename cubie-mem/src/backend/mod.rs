@@ -19,10 +19,12 @@ use std::fmt;
 
 mod error;
 mod kernel;
+mod rates;
 pub(crate) mod sim;
 
 pub use error::{BackendError, HandleKind, HazardMemory, MemorySpace};
 pub use kernel::{Access, HostKernelFn, KernelArg, KernelBody, KernelLaunch};
+pub use rates::EngineRates;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -247,6 +249,17 @@ pub trait Backend: Send + Sync + 'static {
     /// A real device ignores it (the default).
     fn host_work(&self, work: HostWork, bytes: u64) {
         let _ = (work, bytes);
+    }
+
+    /// How fast the device's engines work, for splitting a batch across
+    /// devices in proportion to their throughput
+    /// ([`plan::split::weights`](crate::plan::split::weights)). Backends
+    /// that model or know their rates return them (the simulated device
+    /// its modelled bandwidths and compute speed). `None`, the default and
+    /// the CUDA device's answer: the rates are unknown, so the devices of a
+    /// set are treated as equal unless the user gives weights.
+    fn engine_rates(&self) -> Option<EngineRates> {
+        None
     }
 
     /// The backend as [`Any`](std::any::Any), so that a backend's own API

@@ -1,10 +1,80 @@
 //! Messages too long to sit in the error enum's attributes: the VRAM share
 //! errors (proportions printed with [`Proportion`], so that a share of
 //! `1e-6` and an empty pool's `0` read as they are), and the planner's
-//! errors for figures given by hand.
+//! errors for figures given by hand, and the longest of the others.
 
 use crate::Bytes;
+use crate::plan::split::Skip;
 use crate::pools::Proportion;
+
+/// `MemError::RunCountMismatch`.
+pub(super) fn run_count_mismatch(
+    label: &str,
+    axis: usize,
+    axis_length: usize,
+    total_runs: usize,
+) -> String {
+    format!(
+        "request '{label}' has length {axis_length} on its chunk axis {axis}, but the batch has \
+         {total_runs} runs; size the chunk axis to the run count or mark the request unchunkable"
+    )
+}
+
+/// `MemError::BelowGranule`.
+pub(super) fn below_granule(free: Bytes, granule: Bytes) -> String {
+    format!(
+        "cannot allocate: {free} free (including memory the requesters already hold) is below the \
+         allocation granule of {granule}, the memory always left free (setting \
+         ManagerConfig::allocation_granule_bytes); free device memory, or lower the granule: \
+         MemoryManager::with_config(backend, ManagerConfig::default().granule(0)) allocates down to \
+         the last byte"
+    )
+}
+
+/// `MemError::OutOfMemory`.
+pub(super) fn out_of_memory(
+    label: &str,
+    requested: Bytes,
+    free: Bytes,
+    idle_held: Bytes,
+    limit: Bytes,
+) -> String {
+    format!(
+        "out of memory allocating '{label}': requested {requested}, device free {free}, held idle by \
+         this manager {idle_held}, limit {limit}; free or evict idle buffers, lower the batch size, \
+         or raise the limit"
+    )
+}
+
+/// `MemError::NoDeviceTakesPart`: each device's reason, then the fixes
+/// those reasons call for.
+pub(super) fn no_device_takes_part(reasons: &[Skip]) -> String {
+    if reasons.is_empty() {
+        return "a batch cannot be split across a set of no devices: give the set at least one \
+                device"
+            .to_owned();
+    }
+    let each: Vec<String> = reasons
+        .iter()
+        .enumerate()
+        .map(|(device, skip)| format!("device {device} {skip}"))
+        .collect();
+    let mut fixes = Vec::new();
+    if reasons.iter().any(|r| !matches!(r, Skip::ZeroWeight)) {
+        fixes.push(
+            "free memory on a device, or shrink the batch's unchunkable or per-run arrays (a device \
+             holds the unchunkable arrays and one run in each buffer set)",
+        );
+    }
+    if reasons.contains(&Skip::ZeroWeight) {
+        fixes.push("give a device a weight above 0");
+    }
+    format!(
+        "no device can take part in the batch: {}; {}",
+        each.join("; "),
+        fixes.join(", or ")
+    )
+}
 
 /// `MemError::ManualPoolOverflow`.
 pub(super) fn manual_pool_overflow(manual_sum: f64, requested: f64) -> String {

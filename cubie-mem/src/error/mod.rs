@@ -96,10 +96,7 @@ pub enum MemError {
     },
 
     /// A chunkable request's chunk axis does not have the batch's run count.
-    #[error(
-        "request '{label}' has length {axis_length} on its chunk axis {axis}, but the batch has {total_runs} runs; \
-         size the chunk axis to the run count or mark the request unchunkable"
-    )]
+    #[error("{}", messages::run_count_mismatch(.label, *.axis, *.axis_length, *.total_runs))]
     RunCountMismatch {
         /// The request's label.
         label: String,
@@ -112,11 +109,7 @@ pub enum MemError {
     },
 
     /// The effective free memory is below the allocation granule.
-    #[error(
-        "cannot allocate: {free} free (including memory the requesters already hold) is below the allocation granule of {granule}, \
-         the memory always left free (setting ManagerConfig::allocation_granule_bytes); free device memory, or lower the granule: \
-         MemoryManager::with_config(backend, ManagerConfig::default().granule(0)) allocates down to the last byte"
-    )]
+    #[error("{}", messages::below_granule(*.free, *.granule))]
     BelowGranule {
         /// Effective free memory.
         free: Bytes,
@@ -176,10 +169,7 @@ pub enum MemError {
     },
 
     /// The device could not provide the memory.
-    #[error(
-        "out of memory allocating '{label}': requested {requested}, device free {free}, held idle by this manager {idle_held}, \
-         limit {limit}; free or evict idle buffers, lower the batch size, or raise the limit"
-    )]
+    #[error("{}", messages::out_of_memory(.label, *.requested, *.free, *.idle_held, *.limit))]
     OutOfMemory {
         /// The label being allocated.
         label: String,
@@ -537,6 +527,43 @@ pub enum MemError {
         source: Box<MemError>,
     },
 
+    /// A streamer's run range that does not fit its plan or the batch.
+    #[error(
+        "runs {start}..{end} cannot be streamed under a plan of {plan_runs} run(s) within a batch of \
+         {batch_runs}: give a range of the plan's run count that ends within the batch"
+    )]
+    RunRange {
+        /// The range's first run.
+        start: usize,
+        /// Its end.
+        end: usize,
+        /// The plan's run count.
+        plan_runs: usize,
+        /// The host arrays' run count.
+        batch_runs: usize,
+    },
+
+    /// A device of a set stopped because another device failed.
+    #[error(
+        "device {device} stopped before its next chunk because another device of the set failed; \
+         its computed chunks are in the host arrays"
+    )]
+    SetStopped {
+        /// The device that stopped.
+        device: usize,
+    },
+
+    /// A device of a set failed mid-batch; the others stopped.
+    #[error("device {device} of the set failed: {source}; the runs saved by device are {saved:?}")]
+    DeviceFailed {
+        /// The device that failed.
+        device: usize,
+        /// Its failure (with the chunk it stopped at).
+        source: Box<MemError>,
+        /// The runs whose results are in the host arrays, by device.
+        saved: Vec<std::ops::Range<usize>>,
+    },
+
     /// A chunk plan whose figures are inconsistent (made by hand or altered).
     #[error("{}", messages::invalid_plan(*.total_runs, *.chunks, *.chunk_length, .reason))]
     InvalidPlan {
@@ -594,5 +621,12 @@ pub enum MemError {
         chunkable: Bytes,
         /// Bytes of the unchunkable requests.
         unchunkable: Bytes,
+    },
+
+    /// No device of a set can take part in a batch split across them.
+    #[error("{}", messages::no_device_takes_part(.reasons))]
+    NoDeviceTakesPart {
+        /// Each device's reason, in device order (none for an empty set).
+        reasons: Vec<crate::plan::split::Skip>,
     },
 }

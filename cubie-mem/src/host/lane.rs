@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use super::HostArray;
 use super::layout::ChunkLayout;
+use super::shared::RunsAccess;
 use super::stage::{Stage, queue_download, queue_upload};
 use super::transfer::direct_range;
 use crate::Chunk;
@@ -27,23 +28,98 @@ use crate::streams::OwnedStream;
 use crate::{Element, MemError};
 
 /// How the host side of a binding is borrowed.
-pub(super) enum HostRef<'p, T: Element> {
+pub(crate) enum HostRef<'p, T: Element> {
+    /// Read only: an input.
     Shared(&'p HostArray<T>),
+    /// Read and written: the whole array is the pipeline's.
     Exclusive(&'p mut HostArray<T>),
+    /// Read and written, its runs only: other devices of a set stream the
+    /// array's other runs at the same time.
+    Runs(RunsAccess<'p, T>),
 }
 
 impl<T: Element> HostRef<'_, T> {
+    /// The array, for its shape, kind and retirement.
     pub(super) fn get(&self) -> &HostArray<T> {
         match self {
             HostRef::Shared(host) => host,
             HostRef::Exclusive(host) => host,
+            HostRef::Runs(access) => access.array(),
+        }
+    }
+
+    /// The contiguous elements `range` that hold chunk `runs`.
+    fn range(
+        &self,
+        layout: &ChunkLayout,
+        runs: &Range<usize>,
+        range: Range<usize>,
+    ) -> Result<&[T], MemError> {
+        let whole = match self {
+            HostRef::Shared(host) => host.as_slice(),
+            HostRef::Exclusive(host) => host.as_slice(),
+            HostRef::Runs(access) => return access.range(layout, runs, range),
+        };
+        whole
+            .get(range.clone())
+            .ok_or_else(|| host_range_error("host", &range, whole.len()))
+    }
+
+    /// The contiguous elements `range` that hold chunk `runs`, writable;
+    /// `None` for an input's array.
+    fn range_mut(
+        &mut self,
+        layout: &ChunkLayout,
+        runs: &Range<usize>,
+        range: Range<usize>,
+    ) -> Result<Option<&mut [T]>, MemError> {
+        let whole = match self {
+            HostRef::Shared(_) => return Ok(None),
+            HostRef::Exclusive(host) => host.as_mut_slice(),
+            HostRef::Runs(access) => return access.range_mut(layout, runs, range).map(Some),
+        };
+        let len = whole.len();
+        whole
+            .get_mut(range.clone())
+            .map(Some)
+            .ok_or_else(|| host_range_error("host", &range, len))
+    }
+
+    /// Gathers chunk `runs` into `part`, the device window from `start`.
+    fn gather(
+        &self,
+        layout: &ChunkLayout,
+        runs: Range<usize>,
+        start: usize,
+        part: &mut [T],
+    ) -> Result<(), MemError> {
+        match self {
+            HostRef::Shared(host) => layout.gather(host.as_slice(), runs, start, part),
+            HostRef::Exclusive(host) => layout.gather(host.as_slice(), runs, start, part),
+            HostRef::Runs(access) => access.gather(layout, runs, start, part),
+        }
+    }
+
+    /// Scatters `part`, the device window from `start`, into chunk `runs`;
+    /// nothing for an input's array.
+    fn scatter(
+        &mut self,
+        layout: &ChunkLayout,
+        part: &[T],
+        start: usize,
+        runs: Range<usize>,
+    ) -> Result<(), MemError> {
+        match self {
+            HostRef::Shared(_) => Ok(()),
+            HostRef::Exclusive(host) => layout.scatter(part, start, runs, host.as_mut_slice()),
+            HostRef::Runs(access) => access.scatter(layout, part, start, runs),
         }
     }
 }
 
 /// Which ways a binding copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Direction {
+pub(crate) enum Direction {
     In,
     Out,
     InOut,
@@ -162,8 +238,7 @@ impl<T: Element> Lane<'_, T> {
         self.wait_for(stream)?;
         let mut block = pinned.write();
         let part = pinned_elements::<T>(block.bytes_mut(), &self.label, extent)?;
-        self.layout
-            .gather(self.host.get().as_slice(), runs, 0, part)?;
+        self.host.gather(&self.layout, runs, 0, part)?;
         self.backend
             .host_work(HostWork::Gather, size_of_val(part) as u64);
         Ok(())
@@ -174,9 +249,8 @@ impl<T: Element> Lane<'_, T> {
     /// Anything else (pageable, spilled, strided, or another backend's
     /// page-locked memory) goes through a staging buffer.
     fn direct(&self, runs: &Range<usize>) -> Option<Range<usize>> {
-        let host = self.host.get();
-        let range = direct_range(host, &self.layout, runs)?;
-        let bytes = host.as_slice().get(range.clone())?;
+        let range = direct_range(self.host.get(), &self.layout, runs)?;
+        let bytes = self.host.range(&self.layout, runs, range.clone()).ok()?;
         self.backend
             .is_page_locked(bytes.as_ptr().cast(), size_of_val(bytes))
             .then_some(range)
@@ -244,13 +318,8 @@ impl<T: Element> Move for Lane<'_, T> {
             SetMemory::Device(device) => device,
             SetMemory::Pinned(pinned) => return self.gather_pinned(&pinned, runs, extent, stream),
         };
-        let direct = self.direct(&runs);
-        let host = self.host.get();
-        if let Some(range) = direct {
-            let src = host
-                .as_slice()
-                .get(range.clone())
-                .ok_or_else(|| host_range_error(&self.label, &range, host.len()))?;
+        if let Some(range) = self.direct(&runs) {
+            let src = self.host.range(&self.layout, &runs, range)?;
             // SAFETY: the host array is page-locked, borrowed by the pipeline
             // for the whole run and only read; the run waits for every copy
             // before it returns.
@@ -260,7 +329,7 @@ impl<T: Element> Move for Lane<'_, T> {
             return Ok(());
         };
         let window = stage.host()?.len().max(1);
-        let (backend, label, layout) = (&self.backend, &self.label, &self.layout);
+        let (backend, label, layout, host) = (&self.backend, &self.label, &self.layout, &self.host);
         let mut start = 0;
         while start < extent {
             let len = window.min(extent - start);
@@ -268,7 +337,7 @@ impl<T: Element> Move for Lane<'_, T> {
             // on `stream`; the stage keeps the buffer until it is done.
             unsafe {
                 stage.lend(backend, stream, len, |part| {
-                    layout.gather(host.as_slice(), runs.clone(), start, part)?;
+                    host.gather(layout, runs.clone(), start, part)?;
                     backend.host_work(HostWork::Gather, size_of_val(part) as u64);
                     queue_upload(&**backend, &device, label, start, part, stream)
                 })?;
@@ -297,37 +366,36 @@ impl<T: Element> Move for Lane<'_, T> {
             // The download stream waited for this chunk's computation.
             self.wait_for(stream)?;
         }
-        let direct = self.direct(&runs);
-        let HostRef::Exclusive(host) = &mut self.host else {
+        if matches!(self.host, HostRef::Shared(_)) {
             return Ok(());
-        };
+        }
+        let direct = self.direct(&runs);
         let device = match memory {
             SetMemory::Device(device) => device,
             SetMemory::Pinned(pinned) => {
                 let mut block = pinned.write();
                 let part = pinned_elements::<T>(block.bytes_mut(), &self.label, extent)?;
-                self.layout.scatter(part, 0, runs, host.as_mut_slice())?;
+                self.host.scatter(&self.layout, part, 0, runs)?;
                 self.backend
                     .host_work(HostWork::Scatter, size_of_val(part) as u64);
                 return Ok(());
             }
         };
-        if let Some(range) = direct {
-            let len = host.len();
-            let dst = host
-                .as_mut_slice()
-                .get_mut(range.clone())
-                .ok_or_else(|| host_range_error(&self.label, &range, len))?;
-            // SAFETY: the host array is page-locked and borrowed exclusively
-            // by the pipeline for the whole run; chunks are disjoint, and
-            // the run waits for every copy before it returns.
+        if let Some(range) = direct
+            && let Some(dst) = self.host.range_mut(&self.layout, &runs, range)?
+        {
+            // SAFETY: the host array is page-locked and the pipeline's to
+            // write (wholly, or these runs of it) for the whole run; chunks
+            // are disjoint, and the run waits for every copy before it
+            // returns.
             return unsafe { queue_download(&*self.backend, &device, &self.label, 0, dst, stream) };
         }
         let Some(stage) = self.output.as_mut().or(self.input.as_mut()) else {
             return Ok(());
         };
         let window = stage.host()?.len().max(1);
-        let (backend, label, layout) = (&self.backend, &self.label, &self.layout);
+        let (backend, label, layout, host) =
+            (&self.backend, &self.label, &self.layout, &mut self.host);
         let mut start = 0;
         while start < extent {
             let len = window.min(extent - start);
@@ -341,7 +409,7 @@ impl<T: Element> Move for Lane<'_, T> {
             // `host` waits for the copy before giving the bytes back.
             let staged = stage.host()?;
             let part = staged.get(..len).unwrap_or(&[]);
-            layout.scatter(part, start, runs.clone(), host.as_mut_slice())?;
+            host.scatter(layout, part, start, runs.clone())?;
             backend.host_work(HostWork::Scatter, size_of_val(part) as u64);
             start += len;
         }

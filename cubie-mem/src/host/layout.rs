@@ -218,6 +218,23 @@ impl ChunkLayout {
         }
     }
 
+    /// Checks a gather or scatter of `runs` through the device window
+    /// `[window_start, +window_len)` against a host array of `host_len`
+    /// elements, then calls `copy(staging_range, host_range)` for each of
+    /// its contiguous blocks: for host memory reached other than through
+    /// one slice (a run range of an array that several threads share).
+    pub(crate) fn blocks(
+        &self,
+        host_len: usize,
+        runs: &Range<usize>,
+        window_start: usize,
+        window_len: usize,
+        copy: impl FnMut(Range<usize>, Range<usize>) -> Result<(), MemError>,
+    ) -> Result<(), MemError> {
+        self.check(host_len, runs, window_start, window_len)?;
+        self.for_each_block(runs, window_start, window_len, copy)
+    }
+
     /// Calls `copy(staging_range, host_range)` for each contiguous block of
     /// the chunk `runs` inside the device window `[window_start, +window_len)`.
     fn for_each_block(

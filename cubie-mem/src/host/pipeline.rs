@@ -187,7 +187,8 @@ impl<'s> ChunkStreamer<'s> {
 }
 
 impl<'p, S> ChunkPipeline<'p, S> {
-    fn bind<T: Element>(
+    /// Adds a binding of `host` to `targets` (one per buffer set).
+    pub(super) fn bind<T: Element>(
         mut self,
         host: HostRef<'p, T>,
         targets: Vec<ChunkTarget<'p, T>>,

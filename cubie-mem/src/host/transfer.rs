@@ -14,11 +14,11 @@ use std::ops::Range;
 use super::layout::ChunkLayout;
 use super::staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
 use super::{HostArray, HostMemoryKind};
-use crate::Chunks;
 use crate::backend::HostWork;
 use crate::ids::{InstanceId, Named};
 use crate::streams::CurrentStream;
 use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
+use crate::{Chunk, Chunks};
 
 /// Moves chunks of host arrays to and from device arrays of one chunk, for
 /// one instance and one chunk plan. Made by [`MemoryManager::chunk_streamer`].
@@ -36,6 +36,12 @@ pub struct ChunkStreamer<'a> {
     pub(super) manager: &'a MemoryManager,
     pub(super) instance: &'a Instance,
     plan: ChunkPlan,
+    /// Where the plan's runs start in the host arrays: 0, or a device's
+    /// first run when a batch is split across devices.
+    first_run: usize,
+    /// The runs of the host arrays: the plan's, or the whole batch's when
+    /// the plan covers one device's share of it.
+    batch_runs: usize,
     pool: StagingPool,
     staging_bytes: usize,
 }
@@ -56,6 +62,8 @@ impl MemoryManager {
             manager: self,
             instance,
             plan: *plan,
+            first_run: 0,
+            batch_runs: plan.total_runs,
             pool: self.new_staging_pool(),
             staging_bytes: STAGING_BYTES_PER_TRANSFER,
         })
@@ -86,9 +94,42 @@ impl<'a> ChunkStreamer<'a> {
         &self.pool
     }
 
-    /// The plan's chunks.
+    /// Streams the runs `runs` of host arrays that hold `batch_runs` runs
+    /// (a device's share of a batch split across devices) instead of host
+    /// arrays of the plan's own runs: chunk `k` of the plan moves runs
+    /// `runs.start + k * chunk_length..`. `runs` must have the plan's run
+    /// count and end within the batch ([`MemError::RunRange`] otherwise).
+    pub fn for_runs(mut self, runs: Range<usize>, batch_runs: usize) -> Result<Self, MemError> {
+        if runs.len() != self.plan.total_runs || runs.start > runs.end || runs.end > batch_runs {
+            return Err(MemError::RunRange {
+                start: runs.start,
+                end: runs.end,
+                plan_runs: self.plan.total_runs,
+                batch_runs,
+            });
+        }
+        self.first_run = runs.start;
+        self.batch_runs = batch_runs;
+        Ok(self)
+    }
+
+    /// The runs of the host arrays this streamer moves.
+    pub fn runs(&self) -> Range<usize> {
+        // `for_runs` checked that the plan's runs end within the batch.
+        self.first_run..self.first_run + self.plan.total_runs
+    }
+
+    /// The plan's chunks, with the runs they move in the host arrays.
     pub fn chunks(&self) -> Chunks {
-        self.plan.iter_chunks()
+        self.plan.iter_chunks().starting_at(self.first_run)
+    }
+
+    /// Chunk `index`, with the runs it moves in the host arrays.
+    fn chunk(&self, index: usize) -> Result<Chunk, MemError> {
+        self.chunks().nth(index).ok_or(MemError::ChunkOutOfRange {
+            chunk: index,
+            chunks: self.plan.chunks,
+        })
     }
 
     /// Copies chunk `chunk` of `host` (the whole batch, chunked along `axis`)
@@ -100,7 +141,7 @@ impl<'a> ChunkStreamer<'a> {
         axis: usize,
         chunk: usize,
     ) -> Result<(), MemError> {
-        let chunk = self.plan.chunk(chunk)?;
+        let chunk = self.chunk(chunk)?;
         let layout = self.layout(host.shape(), device.label(), device.shape(), axis)?;
         let _stream = self.bind_stream()?;
         let mut staging = self.stager(&layout, device.label());
@@ -117,7 +158,7 @@ impl<'a> ChunkStreamer<'a> {
         axis: usize,
         chunk: usize,
     ) -> Result<(), MemError> {
-        let chunk = self.plan.chunk(chunk)?;
+        let chunk = self.chunk(chunk)?;
         let layout = self.layout(host.shape(), device.label(), device.shape(), axis)?;
         let _stream = self.bind_stream()?;
         let mut staging = self.stager(&layout, device.label());
@@ -153,14 +194,14 @@ impl<'a> ChunkStreamer<'a> {
                 found: found.to_vec(),
                 expected,
                 axis,
-                total_runs: self.plan.total_runs,
+                total_runs: self.batch_runs,
                 chunk_length: self.plan.chunk_length,
                 runs_axis: other_axis_of_length(found, axis, runs),
             }
         };
         let mut expected_host = host_shape.to_vec();
         match expected_host.get_mut(axis) {
-            Some(d) => *d = self.plan.total_runs,
+            Some(d) => *d = self.batch_runs,
             None => {
                 return Err(MemError::InvalidChunkAxis {
                     axis,
@@ -173,7 +214,7 @@ impl<'a> ChunkStreamer<'a> {
                 ArraySide::Host,
                 host_shape,
                 expected_host,
-                self.plan.total_runs,
+                self.batch_runs,
             ));
         }
         let layout = ChunkLayout::new(host_shape, axis, self.plan.chunk_length)?;

@@ -42,6 +42,7 @@
 //! and their invalidate hooks are called.
 
 mod allocate;
+mod budget;
 mod evict;
 mod explain;
 mod groups;

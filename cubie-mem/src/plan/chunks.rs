@@ -38,6 +38,26 @@ pub struct Chunks {
     plan: ChunkPlan,
     next: usize,
     end: usize,
+    /// Added to every chunk's runs: where the plan's runs start in a larger
+    /// batch (a device's share of a batch split across devices).
+    first_run: usize,
+}
+
+impl Chunks {
+    /// Chunk `index` of the plan, its runs shifted by `first_run`.
+    fn shifted(&self, index: usize) -> Option<Chunk> {
+        let runs = self.plan.chunk_runs(index)?;
+        Some(Chunk {
+            index,
+            runs: runs.start.checked_add(self.first_run)?..runs.end.checked_add(self.first_run)?,
+        })
+    }
+
+    /// The same chunks with their runs shifted by `first_run`.
+    pub(crate) fn starting_at(mut self, first_run: usize) -> Chunks {
+        self.first_run = first_run;
+        self
+    }
 }
 
 impl Iterator for Chunks {
@@ -49,9 +69,7 @@ impl Iterator for Chunks {
         }
         let index = self.next;
         self.next += 1;
-        self.plan
-            .chunk_runs(index)
-            .map(|runs| Chunk { index, runs })
+        self.shifted(index)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -66,10 +84,7 @@ impl DoubleEndedIterator for Chunks {
             return None;
         }
         self.end -= 1;
-        self.plan.chunk_runs(self.end).map(|runs| Chunk {
-            index: self.end,
-            runs,
-        })
+        self.shifted(self.end)
     }
 }
 
@@ -91,6 +106,7 @@ impl ChunkPlan {
             plan: *self,
             next: 0,
             end: self.chunks,
+            first_run: 0,
         }
     }
 

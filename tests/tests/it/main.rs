@@ -13,6 +13,7 @@ mod async_copy;
 mod config_builder;
 mod cubie_agreement;
 mod derive;
+mod device_set;
 mod element_types;
 mod eviction;
 mod faults;

@@ -64,12 +64,10 @@ unsafe impl Send for DeviceContext {}
 unsafe impl Sync for DeviceContext {}
 
 impl DeviceContext {
-    /// Initialises the driver, finds device `ordinal`, checks that it
-    /// supports stream-ordered allocation, retains its primary context,
-    /// creates the backend's memory pool and checks that the context
-    /// answers. Every failure is [`MemError::NoDevice`] naming the step and
-    /// the driver's real code.
-    pub(super) fn open(ordinal: u32) -> Result<Arc<Self>, MemError> {
+    /// Loads and initialises the driver and counts the devices it lists
+    /// (the visible ones: the driver honours `CUDA_VISIBLE_DEVICES`).
+    /// Every failure is [`MemError::NoDevice`] naming the step.
+    pub(super) fn count() -> Result<u32, MemError> {
         sys::load().map_err(|cause| MemError::NoDevice { cause })?;
         // SAFETY: cuInit takes flags (0) and may be called any number of times.
         let result = unsafe { sys::cuInit(0) };
@@ -80,7 +78,16 @@ impl DeviceContext {
             unsafe { sys::cuDeviceGetCount(&mut count) },
             "counting CUDA devices",
         )?;
-        let count = u32::try_from(count).unwrap_or(0);
+        Ok(u32::try_from(count).unwrap_or(0))
+    }
+
+    /// Initialises the driver, finds device `ordinal`, checks that it
+    /// supports stream-ordered allocation, retains its primary context,
+    /// creates the backend's memory pool and checks that the context
+    /// answers. Every failure is [`MemError::NoDevice`] naming the step and
+    /// the driver's real code.
+    pub(super) fn open(ordinal: u32) -> Result<Arc<Self>, MemError> {
+        let count = Self::count()?;
         let mut version: c_int = 0;
         // SAFETY: the out-pointer is a live c_int.
         let result = unsafe { sys::cuDriverGetVersion(&mut version) };

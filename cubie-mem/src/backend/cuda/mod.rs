@@ -179,6 +179,13 @@ impl CudaBackend {
         })
     }
 
+    /// The number of CUDA devices the driver lists: the visible ones,
+    /// numbered from 0 (the driver honours `CUDA_VISIBLE_DEVICES`). No
+    /// driver is [`MemError::NoDevice`].
+    pub fn device_count() -> Result<u32, MemError> {
+        DeviceContext::count()
+    }
+
     /// The device ordinal.
     pub fn ordinal(&self) -> u32 {
         self.shared.context.ordinal()

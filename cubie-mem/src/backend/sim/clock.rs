@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::backend::BackendError;
+use crate::backend::{BackendError, EngineRates};
 use crate::timeline::{Activity, Span, SpanLog, Timeline};
 
 /// The default bandwidth of each copy direction, bytes per second: about
@@ -30,6 +30,10 @@ pub(crate) const DEFAULT_HOST_BANDWIDTH: u64 = 12_000_000_000;
 /// second: the driver stages it through page-locked buffers with the CPU,
 /// so it moves at about the host's memcpy speed.
 pub(crate) const DEFAULT_PAGEABLE_BANDWIDTH: u64 = 12_000_000_000;
+
+/// The default compute speed, in percent of the kernels' declared
+/// durations: a kernel takes the time its launch declares.
+pub(crate) const DEFAULT_COMPUTE_PERCENT: u32 = 100;
 
 /// The modelled time of one poll of an event the host's clock has not
 /// reached: a poll is a driver call, and a loop of them lets time pass.
@@ -68,6 +72,9 @@ pub(super) struct DeviceClock {
     host_bandwidth: u64,
     /// Bytes per second of a pageable copy (at least 1).
     pageable_bandwidth: u64,
+    /// Compute speed in percent of the kernels' declared durations (at
+    /// least 1).
+    compute_percent: u32,
     timeline: SpanLog,
 }
 
@@ -81,6 +88,7 @@ impl DeviceClock {
             bandwidth: [DEFAULT_COPY_BANDWIDTH; 2],
             host_bandwidth: DEFAULT_HOST_BANDWIDTH,
             pageable_bandwidth: DEFAULT_PAGEABLE_BANDWIDTH,
+            compute_percent: DEFAULT_COMPUTE_PERCENT,
             timeline: SpanLog::default(),
         }
     }
@@ -98,6 +106,35 @@ impl DeviceClock {
     /// Sets the bandwidth of pageable copies (0 counts as 1).
     pub(super) fn set_pageable_bandwidth(&mut self, bytes_per_second: u64) {
         self.pageable_bandwidth = bytes_per_second.max(1);
+    }
+
+    /// Sets the compute speed in percent of the kernels' declared
+    /// durations (0 counts as 1).
+    pub(super) fn set_compute_speed(&mut self, percent: u32) {
+        self.compute_percent = percent.max(1);
+    }
+
+    /// The engines' rates, as [`Backend::engine_rates`](crate::backend::Backend::engine_rates)
+    /// reports them.
+    pub(super) fn rates(&self) -> EngineRates {
+        let [host_to_device, device_to_host] = self.bandwidth;
+        EngineRates::new(
+            host_to_device,
+            device_to_host,
+            self.host_bandwidth,
+            self.compute_percent,
+        )
+    }
+
+    /// How long a kernel declared at `declared` (its time at 100%) takes at
+    /// the compute speed: `declared * 100 / percent`, rounded up to the
+    /// nanosecond, [`Duration::MAX`] past its range (which the clock then
+    /// refuses as an overflow).
+    pub(super) fn kernel_duration(&self, declared: Duration) -> Duration {
+        let ns = (declared.as_nanos() * 100).div_ceil(u128::from(self.compute_percent));
+        // The remainder is below 10^9: the cast is exact.
+        let nanos = (ns % 1_000_000_000) as u32;
+        u64::try_from(ns / 1_000_000_000).map_or(Duration::MAX, |secs| Duration::new(secs, nanos))
     }
 
     /// The host's clock.
@@ -361,6 +398,26 @@ mod tests {
         assert_eq!(c.copy_ns(Engine::HostToDevice, 1), 333_333_334);
         assert_eq!(c.copy_ns(Engine::DeviceToHost, 1), 1_000_000_000);
         assert_eq!(c.copy_ns(Engine::DeviceToHost, u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn kernels_take_their_declared_time_over_the_compute_speed() {
+        let mut c = DeviceClock::new();
+        let declared = Duration::from_micros(10);
+        assert_eq!(c.kernel_duration(declared), declared);
+        c.set_compute_speed(200);
+        assert_eq!(c.kernel_duration(declared), Duration::from_micros(5));
+        c.set_compute_speed(0);
+        assert_eq!(c.kernel_duration(declared), Duration::from_millis(1));
+        c.set_compute_speed(3);
+        // 10 µs * 100 / 3, rounded up.
+        assert_eq!(c.kernel_duration(declared), Duration::from_nanos(333_334));
+        assert_eq!(
+            c.kernel_duration(Duration::new(1, 999_999_999)),
+            Duration::new(66, 666_666_634)
+        );
+        c.set_compute_speed(1);
+        assert_eq!(c.kernel_duration(Duration::MAX), Duration::MAX);
     }
 
     #[test]

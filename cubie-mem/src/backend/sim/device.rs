@@ -7,8 +7,8 @@ use super::pinned::SimPinnedBlock;
 use super::{NAME, SimBackend, SimState};
 use crate::Bytes;
 use crate::backend::{
-    Backend, BackendError, DevicePtr, EventHandle, HandleKind, HostWork, KernelBody, KernelLaunch,
-    MemInfo, MemorySpace, PinnedBlock, StreamHandle, byte_range,
+    Backend, BackendError, DevicePtr, EngineRates, EventHandle, HandleKind, HostWork, KernelBody,
+    KernelLaunch, MemInfo, MemorySpace, PinnedBlock, StreamHandle, byte_range,
 };
 use crate::timeline::Activity;
 
@@ -388,6 +388,14 @@ impl Backend for SimBackend {
         }
     }
 
+    fn engine_rates(&self) -> Option<EngineRates> {
+        Some(self.state().clock.rates())
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError> {
         const OPERATION: &str = "launch";
         let KernelBody::Host { duration, run } = launch.body;
@@ -411,6 +419,8 @@ impl Backend for SimBackend {
                 });
             }
         }
+        // The launch declares the kernel's time at 100% compute speed.
+        let duration = s.clock.kernel_duration(duration);
         s.clock
             .fits(OPERATION, Engine::Compute, stream.0, duration)?;
         let at = s.order.next(stream.0);

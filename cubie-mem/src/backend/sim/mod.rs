@@ -12,7 +12,8 @@
 //! - **Time** ([`clock`]): four engines (host to device, device to host,
 //!   compute, and the host's own staging work) run one operation at a time;
 //!   copies take bytes / bandwidth (pageable ones a slower bandwidth, the
-//!   host waiting), kernels the time their launch declares, gathers,
+//!   host waiting), kernels the time their launch declares (scaled by the
+//!   device's compute speed), gathers,
 //!   scatters and spill I/O bytes / host bandwidth; streams order their own
 //!   work, events order work across streams, and the host's clock advances
 //!   when it works and when it waits or polls. An event fires once the
@@ -112,6 +113,9 @@ impl SimBackend {
     /// The default bandwidth of copies from or into pageable memory, bytes
     /// per second (the driver stages them with the CPU).
     pub const DEFAULT_PAGEABLE_BANDWIDTH: u64 = clock::DEFAULT_PAGEABLE_BANDWIDTH;
+    /// The default compute speed, in percent of the kernels' declared
+    /// durations: a kernel takes the time its launch declares.
+    pub const DEFAULT_COMPUTE_PERCENT: u32 = clock::DEFAULT_COMPUTE_PERCENT;
 
     /// A device with `total_bytes` of memory, all of it free.
     pub fn new(total_bytes: u64) -> Self {
@@ -198,6 +202,19 @@ impl SimBackend {
     /// copy is never faster than its engine's bandwidth.
     pub fn with_pageable_bandwidth(self, bytes_per_second: u64) -> Self {
         self.state().clock.set_pageable_bandwidth(bytes_per_second);
+        self
+    }
+
+    /// Sets the compute speed, in percent of the kernels' declared
+    /// durations (default [`SimBackend::DEFAULT_COMPUTE_PERCENT`]; 0 counts
+    /// as 1): a kernel declared at 10 µs ([`HostKernel::new`](crate::HostKernel::new))
+    /// takes 5 µs at 200, 20 µs at 50, rounded up to the nanosecond, on the
+    /// clock and in the timeline. With the bandwidths, it models devices
+    /// whose engines differ ([`Backend::engine_rates`](super::Backend::engine_rates)
+    /// reports them). A kernel whose scaled time passes the clock's range
+    /// is refused ([`BackendError::ClockOverflow`]).
+    pub fn with_compute_speed(self, percent: u32) -> Self {
+        self.state().clock.set_compute_speed(percent);
         self
     }
 

@@ -1,7 +1,7 @@
 //! The simulated device against the contract.
 
 use super::*;
-use crate::backend::{Access, Backend, KernelArg, KernelBody, KernelLaunch};
+use crate::backend::{Access, Backend, EngineRates, KernelArg, KernelBody, KernelLaunch};
 
 #[test]
 fn allocations_reduce_free_memory_and_hold_data() {
@@ -358,4 +358,59 @@ fn a_kernel_sees_poison_and_cannot_list_an_allocation_twice() {
         kernel(&sim, stream, &[arg(ptr, 17, Access::Read)], 1, |_| {}),
         Err(BackendError::OutOfBounds { .. })
     ));
+}
+
+#[test]
+fn the_compute_speed_scales_every_kernel_on_the_clock_and_the_timeline() {
+    let sim = SimBackend::new(1 << 20).with_compute_speed(200);
+    let stream = sim.create_stream().unwrap();
+    let ptr = sim.alloc_device(8, stream).unwrap();
+    kernel(&sim, stream, &[arg(ptr, 8, Access::Write)], 10, |_| {}).unwrap();
+    sim.synchronize(stream).unwrap();
+    assert_eq!(sim.now(), Duration::from_micros(5), "10 µs at 200%");
+    let kernel_span = sim.timeline().spans().last().unwrap().clone();
+    assert_eq!((kernel_span.start_ns, kernel_span.end_ns), (0, 5000));
+    // Slower than declared, rounded up to the nanosecond.
+    let slow = SimBackend::new(1 << 20).with_compute_speed(3);
+    let stream = slow.create_stream().unwrap();
+    kernel(&slow, stream, &[], 1, |_| {}).unwrap();
+    slow.synchronize(stream).unwrap();
+    assert_eq!(slow.now(), Duration::from_nanos(33_334));
+    // 0 counts as 1%.
+    let crawl = SimBackend::new(1 << 20).with_compute_speed(0);
+    assert_eq!(crawl.engine_rates().unwrap().compute_percent(), 1);
+}
+
+#[test]
+fn a_kernel_scaled_past_the_clock_is_refused() {
+    let sim = SimBackend::new(1 << 20).with_compute_speed(1);
+    let stream = sim.create_stream().unwrap();
+    // About 2^64 / 50 ns declared: 2^64 * 2 ns at 1%.
+    let micros = u64::MAX / 50_000;
+    let err = kernel(&sim, stream, &[], micros, |_| {}).unwrap_err();
+    let scaled = Duration::from_micros(micros) * 100;
+    assert!(
+        matches!(err, BackendError::ClockOverflow { duration, .. } if duration == scaled),
+        "{err:?}"
+    );
+    assert!(sim.timeline().spans().is_empty(), "nothing was placed");
+}
+
+#[test]
+fn engine_rates_are_the_modelled_bandwidths_and_speed() {
+    let rates = SimBackend::new(1).engine_rates().unwrap();
+    assert_eq!(
+        rates,
+        EngineRates::new(
+            SimBackend::DEFAULT_COPY_BANDWIDTH,
+            SimBackend::DEFAULT_COPY_BANDWIDTH,
+            SimBackend::DEFAULT_HOST_BANDWIDTH,
+            SimBackend::DEFAULT_COMPUTE_PERCENT
+        )
+    );
+    let sim = SimBackend::new(1)
+        .with_copy_bandwidth(1, 2)
+        .with_host_bandwidth(3)
+        .with_compute_speed(400);
+    assert_eq!(sim.engine_rates(), Some(EngineRates::new(1, 2, 3, 400)));
 }

@@ -1,0 +1,140 @@
+//! Splitting a batch across a set's devices and allocating each share.
+
+use super::{DeviceSet, DeviceShare, SetBuffers, check_distinct};
+use crate::plan::BatchSizes;
+use crate::plan::split::{DeviceCapacity, Weight, Workload, split, weights};
+use crate::{GpuBuffers, MemError, Registration};
+
+/// How a set weighs its devices for a batch: the runs are shared in
+/// proportion to each device's throughput for it, so that the devices
+/// finish together (memory only decides whether a device takes part, and
+/// its chunk plan).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Throughput {
+    /// Every device alike: identical devices, or rates unknown.
+    #[default]
+    Equal,
+    /// From each device's engine rates ([`Backend::engine_rates`]) for
+    /// `Workload`, the work of one run; every device alike when a device's
+    /// rates are unknown (a CUDA device's).
+    ///
+    /// [`Backend::engine_rates`]: crate::backend::Backend::engine_rates
+    Modelled(Workload),
+    /// The user's weights, by device (a device of weight 2 takes twice the
+    /// runs of one of weight 1; weight 0 takes none).
+    Weights(Vec<Weight>),
+}
+
+impl DeviceSet {
+    /// Splits a batch of `total_runs` runs of `B` across the devices and
+    /// allocates each share: registers `registration(device)` on every
+    /// device, keeps those that can hold one run and the unchunkable
+    /// arrays, gives each one contiguous range of runs in proportion to
+    /// `throughput`, and allocates `B` for `dims(runs)` (the dims of a
+    /// share of `runs` runs) on it, chunked for its own memory.
+    ///
+    /// One device alone gets every run, as [`MemoryManager::allocate_buffers`]
+    /// would. Every run is in exactly one share; a device that takes no part
+    /// says why ([`SetBuffers::split`]). The registrations need an
+    /// invalidate hook, as for one device. A failure leaves nothing
+    /// registered or allocated.
+    ///
+    /// [`MemoryManager::allocate_buffers`]: crate::MemoryManager::allocate_buffers
+    pub fn allocate<B: GpuBuffers>(
+        &self,
+        total_runs: usize,
+        throughput: &Throughput,
+        registration: impl Fn(usize) -> Registration,
+        dims: impl Fn(usize) -> B::Dims,
+    ) -> Result<SetBuffers<'_, B>, MemError> {
+        check_distinct(self)?;
+        if self.is_empty() {
+            return Err(MemError::Config {
+                name: "DeviceSet".into(),
+                value: "no device".into(),
+                reason: "a batch needs at least one device: make the set with a manager per device"
+                    .into(),
+            });
+        }
+        let requests = B::requests(&dims(total_runs));
+        let sizes = BatchSizes::measure(requests.iter())?;
+        if sizes.total_runs != total_runs.max(1) {
+            return Err(MemError::Config {
+                name: "DeviceSet::allocate total_runs".into(),
+                value: total_runs.to_string(),
+                reason: format!(
+                    "the requests of dims(total_runs) have {} runs; make dims(runs) give arrays of \
+                     `runs` runs on their run axis",
+                    sizes.total_runs
+                ),
+            });
+        }
+        let instances = self
+            .managers()
+            .iter()
+            .enumerate()
+            .map(|(device, manager)| manager.register(registration(device)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let weights = self.weights(throughput)?;
+        let capacities = self
+            .managers()
+            .iter()
+            .zip(&instances)
+            .zip(weights)
+            .map(|((manager, instance), weight)| {
+                let budget = manager.batch_budget(instance)?;
+                Ok(DeviceCapacity {
+                    allocatable: budget
+                        .allocatable()
+                        .map_or(0, |(allocatable, _)| allocatable),
+                    weight,
+                })
+            })
+            .collect::<Result<Vec<_>, MemError>>()?;
+        let split = split(&sizes, &capacities)?;
+        let mut shares = Vec::new();
+        for (device, instance) in instances.into_iter().enumerate() {
+            let Some(runs) = split.range(device).filter(|runs| !runs.is_empty()) else {
+                continue;
+            };
+            let manager = &self.managers()[device];
+            let buffers = manager.allocate_buffers::<B>(&instance, &dims(runs.len()))?;
+            shares.push(DeviceShare {
+                device,
+                runs,
+                instance,
+                buffers,
+            });
+        }
+        Ok(SetBuffers {
+            set: self,
+            shares,
+            split,
+            total_runs,
+        })
+    }
+
+    /// Each device's weight for `throughput`.
+    fn weights(&self, throughput: &Throughput) -> Result<Vec<Weight>, MemError> {
+        match throughput {
+            Throughput::Equal => Ok(vec![Weight::EQUAL; self.len()]),
+            Throughput::Modelled(workload) => {
+                let rates: Vec<_> = self
+                    .managers()
+                    .iter()
+                    .map(|manager| manager.backend().engine_rates())
+                    .collect();
+                Ok(weights(workload, &rates))
+            }
+            Throughput::Weights(given) if given.len() == self.len() => Ok(given.clone()),
+            Throughput::Weights(given) => Err(MemError::Config {
+                name: "Throughput::Weights".into(),
+                value: format!("{} weight(s)", given.len()),
+                reason: format!(
+                    "the set has {} device(s): give one weight per device",
+                    self.len()
+                ),
+            }),
+        }
+    }
+}

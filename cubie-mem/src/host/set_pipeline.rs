@@ -1,0 +1,355 @@
+//! One batch through every device of a set at once: each device streams
+//! its share of the runs through a chunk pipeline of its own, on a thread
+//! of its own, reading from and writing into the same host arrays.
+
+use std::ops::Range;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::lane::{Direction, HostRef};
+use super::shared::RunsAccess;
+use super::{BatchError, ChunkPipeline, ChunkTarget, HostArray};
+use crate::devices::{DeviceShare, SetBuffers};
+use crate::{Chunk, Element, MemError, MemoryManager};
+
+/// A batch of a [`DeviceSet`](crate::DeviceSet) streamed through every
+/// device taking part: made by [`SetBuffers::pipeline`]; bind host arrays
+/// of the whole batch with selectors that pick each device's array out of
+/// its buffer sets, then [`run`](Self::run).
+///
+/// Each device streams its range of runs through a
+/// [`ChunkPipeline`](crate::ChunkPipeline) of its own on its own thread,
+/// with that pipeline's overlap and guarantees. Inputs are shared; outputs
+/// are written by run range, each device into its own runs only, so one
+/// host array (pinned, pageable or spilled) serves every device.
+#[must_use = "a pipeline does nothing until run"]
+pub struct SetPipeline<'p, B> {
+    buffers: &'p SetBuffers<'p, B>,
+    bindings: Vec<Box<dyn SetBind<'p, B> + 'p>>,
+}
+
+/// One binding of a set pipeline, made into each device's binding.
+trait SetBind<'p, B>: Sync {
+    /// Adds this binding to `device`'s pipeline, for its runs `runs` and
+    /// its buffer sets `sets`.
+    fn bind<'s>(
+        &self,
+        pipeline: ChunkPipeline<'s, B>,
+        sets: &'p [B],
+        runs: Range<usize>,
+    ) -> ChunkPipeline<'s, B>
+    where
+        'p: 's;
+}
+
+/// The host side of a set binding.
+enum SetHost<'p, T: Element> {
+    /// Read by every device.
+    Shared(&'p HostArray<T>),
+    /// Written by run range: the array borrowed mutably for the run, and
+    /// its first element.
+    ByRuns(&'p HostArray<T>, NonNull<T>),
+}
+
+// SAFETY: a `ByRuns` host is only reached through `RunsAccess`es of
+// disjoint run ranges (see `SetHost::access`); `T` is plain data.
+unsafe impl<T: Element> Sync for SetHost<'_, T> {}
+
+impl<'p, T: Element> SetHost<'p, T> {
+    /// The host array of `array`, written by run range.
+    fn by_runs(array: &'p mut HostArray<T>) -> Self {
+        let data = NonNull::from(array.as_mut_slice()).cast::<T>();
+        SetHost::ByRuns(array, data)
+    }
+
+    /// A device's access to its runs `runs`.
+    fn access(&self, runs: Range<usize>) -> HostRef<'p, T> {
+        match *self {
+            SetHost::Shared(array) => HostRef::Shared(array),
+            // SAFETY: `data` holds the array's elements, borrowed mutably
+            // for 'p; the set gives each device one run range, disjoint
+            // from the others', and makes one access per device and
+            // binding, all on the array's one run axis.
+            SetHost::ByRuns(array, data) => {
+                HostRef::Runs(unsafe { RunsAccess::new(array, data, runs) })
+            }
+        }
+    }
+}
+
+/// A binding of one element type.
+struct Binding<'p, T: Element, F> {
+    host: SetHost<'p, T>,
+    select: F,
+    direction: Direction,
+}
+
+impl<'p, B: 'p, T, F, A> SetBind<'p, B> for Binding<'p, T, F>
+where
+    T: Element,
+    F: Fn(&'p B) -> A + Sync,
+    A: Into<ChunkTarget<'p, T>>,
+{
+    fn bind<'s>(
+        &self,
+        pipeline: ChunkPipeline<'s, B>,
+        sets: &'p [B],
+        runs: Range<usize>,
+    ) -> ChunkPipeline<'s, B>
+    where
+        'p: 's,
+    {
+        let targets = sets.iter().map(|set| (self.select)(set).into()).collect();
+        pipeline.bind(self.host.access(runs), targets, self.direction)
+    }
+}
+
+impl<'p, B: Sync> SetBuffers<'p, B> {
+    /// A pipeline over every device's share of the batch.
+    pub fn pipeline(&'p self) -> SetPipeline<'p, B> {
+        SetPipeline {
+            buffers: self,
+            bindings: Vec::new(),
+        }
+    }
+}
+
+impl<'p, B: Sync + 'p> SetPipeline<'p, B> {
+    fn with<T: Element, A: Into<ChunkTarget<'p, T>>>(
+        mut self,
+        host: SetHost<'p, T>,
+        select: impl Fn(&'p B) -> A + Sync + 'p,
+        direction: Direction,
+    ) -> Self {
+        self.bindings.push(Box::new(Binding {
+            host,
+            select,
+            direction,
+        }));
+        self
+    }
+
+    /// Copies each device's chunks of `host` (the whole batch) into the
+    /// array `select` picks in each of its buffer sets, as
+    /// [`ChunkPipeline::input_with`](crate::ChunkPipeline::input_with).
+    pub fn input<T: Element, A: Into<ChunkTarget<'p, T>>>(
+        self,
+        host: &'p HostArray<T>,
+        select: impl Fn(&'p B) -> A + Sync + 'p,
+    ) -> Self {
+        self.with(SetHost::Shared(host), select, Direction::In)
+    }
+
+    /// Copies the array `select` picks into each device's chunks of `host`
+    /// after they compute; each device writes its own runs only.
+    pub fn output<T: Element, A: Into<ChunkTarget<'p, T>>>(
+        self,
+        host: &'p mut HostArray<T>,
+        select: impl Fn(&'p B) -> A + Sync + 'p,
+    ) -> Self {
+        self.with(SetHost::by_runs(host), select, Direction::Out)
+    }
+
+    /// Both: in before each chunk computes, back after.
+    pub fn inout<T: Element, A: Into<ChunkTarget<'p, T>>>(
+        self,
+        host: &'p mut HostArray<T>,
+        select: impl Fn(&'p B) -> A + Sync + 'p,
+    ) -> Self {
+        self.with(SetHost::by_runs(host), select, Direction::InOut)
+    }
+
+    /// Runs every device's share at once, each on a thread of its own:
+    /// `compute(device, chunk, set)` computes one chunk (its runs are the
+    /// batch's) in one of that device's buffer sets, and is called from
+    /// several threads at once.
+    ///
+    /// The first failure stops the others: each finishes the chunk it is
+    /// computing, saves every chunk it computed, and stops. The
+    /// [`SetError`] names the device and chunk that failed and the runs
+    /// each device saved; on success every run of the batch is written.
+    pub fn run(
+        self,
+        compute: impl Fn(usize, &Chunk, &B) -> Result<(), MemError> + Sync,
+    ) -> Result<SetRun, SetError> {
+        let stop = AtomicBool::new(false);
+        let total = self.buffers.total_runs();
+        let shares = self.buffers.shares();
+        let outcomes: Vec<DeviceOutcome> = std::thread::scope(|scope| {
+            let handles: Vec<_> = shares
+                .iter()
+                .map(|share| {
+                    let (stop, compute, bindings) = (&stop, &compute, &self.bindings);
+                    let manager = self.buffers.manager(share);
+                    scope.spawn(move || {
+                        let outcome = run_share(manager, share, total, bindings, stop, compute);
+                        if outcome.is_err() {
+                            stop.store(true, Ordering::Release);
+                        }
+                        DeviceOutcome {
+                            device: share.device(),
+                            runs: share.runs(),
+                            result: outcome,
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| {
+                    handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        SetError::from_outcomes(outcomes)
+    }
+}
+
+/// What one device's share of a run did.
+struct DeviceOutcome {
+    device: usize,
+    runs: Range<usize>,
+    result: Result<(), BatchError>,
+}
+
+/// Streams one device's share; stops before a chunk once `stop` is set.
+fn run_share<'p, B: Sync>(
+    manager: &'p MemoryManager,
+    share: &'p DeviceShare<B>,
+    total: usize,
+    bindings: &[Box<dyn SetBind<'p, B> + 'p>],
+    stop: &AtomicBool,
+    compute: &(impl Fn(usize, &Chunk, &B) -> Result<(), MemError> + Sync),
+) -> Result<(), BatchError> {
+    if share.runs().is_empty() {
+        return Ok(());
+    }
+    let streamer = manager
+        .chunk_streamer(share.instance(), share.buffers().plan())
+        .and_then(|streamer| streamer.for_runs(share.runs(), total))
+        .map_err(BatchError::before_start)?;
+    let sets = share.buffers().sets();
+    let mut pipeline = streamer.pipeline_sets(sets);
+    for binding in bindings {
+        pipeline = binding.bind(pipeline, sets, share.runs());
+    }
+    let device = share.device();
+    pipeline.run(|chunk, set| {
+        if stop.load(Ordering::Acquire) {
+            return Err(MemError::SetStopped { device });
+        }
+        compute(device, chunk, set)
+    })
+}
+
+/// A set's batch that finished: each device's runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetRun {
+    runs: Vec<Range<usize>>,
+}
+
+impl SetRun {
+    /// The runs each device streamed, by device (empty for a device that
+    /// took no part).
+    pub fn runs(&self) -> &[Range<usize>] {
+        &self.runs
+    }
+}
+
+/// A set's batch that stopped: the device and chunk that failed, why, and
+/// the runs whose results are in the host arrays, by device.
+#[derive(Debug)]
+pub struct SetError {
+    device: usize,
+    error: BatchError,
+    saved: Vec<Range<usize>>,
+}
+
+impl SetError {
+    /// The first device that failed on its own (the others stopped
+    /// because of it), with its error; or the runs of a batch that
+    /// finished.
+    fn from_outcomes(outcomes: Vec<DeviceOutcome>) -> Result<SetRun, SetError> {
+        let mut saved = Vec::with_capacity(outcomes.len());
+        let mut failed: Option<(usize, BatchError)> = None;
+        for outcome in outcomes {
+            match outcome.result {
+                Ok(()) => saved.push(outcome.runs),
+                Err(error) => {
+                    saved.push(error.completed_runs());
+                    let stopped = matches!(error.error(), MemError::SetStopped { .. });
+                    let replace = match &failed {
+                        None => true,
+                        Some((_, first)) => {
+                            matches!(first.error(), MemError::SetStopped { .. }) && !stopped
+                        }
+                    };
+                    if replace {
+                        failed = Some((outcome.device, error));
+                    }
+                }
+            }
+        }
+        match failed {
+            None => Ok(SetRun { runs: saved }),
+            Some((device, error)) => Err(SetError {
+                device,
+                error,
+                saved,
+            }),
+        }
+    }
+
+    /// The device that failed.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Its failure, with the chunk it stopped at.
+    pub fn error(&self) -> &BatchError {
+        &self.error
+    }
+
+    /// The runs whose results are in the host arrays, by device: every
+    /// chunk each device computed before the batch stopped.
+    pub fn saved_runs(&self) -> &[Range<usize>] {
+        &self.saved
+    }
+}
+
+impl std::fmt::Display for SetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "device {} failed: {}; the runs saved by device are {:?}",
+            self.device, self.error, self.saved
+        )
+    }
+}
+
+impl std::error::Error for SetError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<SetError> for MemError {
+    fn from(error: SetError) -> Self {
+        MemError::DeviceFailed {
+            device: error.device,
+            source: Box::new(error.error.into()),
+            saved: error.saved,
+        }
+    }
+}
+
+impl<B> std::fmt::Debug for SetPipeline<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetPipeline")
+            .field("devices", &self.buffers.shares().len())
+            .field("bindings", &self.bindings.len())
+            .finish()
+    }
+}

@@ -1,0 +1,192 @@
+//! Weights from engine rates: a streamed pipeline's time per run is its
+//! slowest engine's, and a device's weight is the inverse of that time,
+//! compared exactly.
+
+use std::cmp::Ordering;
+use std::time::Duration;
+
+use super::Weight;
+use crate::backend::EngineRates;
+
+/// The weight of the fastest device in [`weights`]: `2^62`, so that a
+/// device `k` times slower gets `2^62 / k`, exactly when `k` divides it.
+const FASTEST: u64 = 1 << 62;
+
+/// Nanoseconds per second, over the 100 of a percentage: a kernel of `t` ns
+/// at speed `p`% takes `t * 100 / p` ns, which is `t / (p * 10^7)` s.
+const SECOND_PER_PERCENT_NS: u64 = 10_000_000;
+
+/// The work of one run of a batch on a device, for weighing devices by
+/// their throughput ([`weights`]). It may be that of any fixed number of
+/// runs instead (a chunk, the whole batch): only the ratios between
+/// devices matter.
+///
+/// ```
+/// use std::time::Duration;
+/// use cubie_mem::plan::split::Workload;
+///
+/// let work = Workload { upload_bytes: 4096, download_bytes: 1024, compute: Duration::from_micros(3), ..Default::default() };
+/// assert_eq!(work.host_bytes, 0); // page-locked host arrays: nothing staged
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Workload {
+    /// Bytes copied host to device.
+    pub upload_bytes: u64,
+    /// Bytes copied device to host.
+    pub download_bytes: u64,
+    /// Bytes the host gathers into staging buffers and scatters out of them
+    /// on its own engine (0 when nothing is staged).
+    pub host_bytes: u64,
+    /// The kernels' time at 100% compute speed, as their launches declare
+    /// it; counted to the nanosecond, at most `u64::MAX` ns.
+    pub compute: Duration,
+}
+
+impl Workload {
+    /// The steady-state time of this work in a streamed pipeline on a
+    /// device of `rates`: the slowest of its engines (upload, download, the
+    /// host's staging, compute), each running beside the others; rounded
+    /// up to the nanosecond, at most `u64::MAX` ns.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use cubie_mem::backend::EngineRates;
+    /// use cubie_mem::plan::split::Workload;
+    ///
+    /// let rates = EngineRates::new(1_000_000_000, 1_000_000_000, 1_000_000_000, 200);
+    /// let work = Workload { upload_bytes: 3000, compute: Duration::from_micros(10), ..Default::default() };
+    /// assert_eq!(work.time_on(&rates), Duration::from_micros(5)); // compute, at 200%
+    /// ```
+    pub fn time_on(&self, rates: &EngineRates) -> Duration {
+        let time = self.slowest_engine(rates);
+        // A time's denominator is at least 1 and its numerator below 2^64;
+        // in nanoseconds it is below 2^94.
+        let ns = (u128::from(time.num) * 1_000_000_000).div_ceil(u128::from(time.den));
+        Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+
+    /// The time of this work on its slowest engine, in seconds, exactly.
+    fn slowest_engine(&self, rates: &EngineRates) -> Seconds {
+        let compute_ns = u64::try_from(self.compute.as_nanos()).unwrap_or(u64::MAX);
+        [
+            Seconds::new(self.upload_bytes, rates.host_to_device()),
+            Seconds::new(self.download_bytes, rates.device_to_host()),
+            Seconds::new(self.host_bytes, rates.host()),
+            Seconds::new(
+                compute_ns,
+                u64::from(rates.compute_percent()) * SECOND_PER_PERCENT_NS,
+            ),
+        ]
+        .into_iter()
+        .fold(Seconds::new(0, 1), Seconds::max)
+    }
+}
+
+/// Each device's weight for `workload`: the inverse of its time per run
+/// ([`Workload::time_on`]), so that the devices of a split finish
+/// together. The fastest device gets `Weight(2^62)` and a device `k` times
+/// slower `floor(2^62 / k)`, computed exactly from the exact times:
+/// identical devices get equal weights, and a device exactly half as fast
+/// exactly half the weight. A device over `2^62` times slower than the
+/// fastest gets 0 (and no runs).
+///
+/// When a device's rates are unknown (`None`: a CUDA device), the devices
+/// cannot be compared, and every one gets [`Weight::EQUAL`]; so do all
+/// devices for empty work.
+///
+/// ```
+/// use std::time::Duration;
+/// use cubie_mem::SimBackend;
+/// use cubie_mem::backend::Backend;
+/// use cubie_mem::plan::split::{Workload, weights};
+///
+/// let fast = SimBackend::new(1 << 30).with_compute_speed(200);
+/// let slow = SimBackend::new(1 << 30);
+/// let work = Workload { compute: Duration::from_micros(10), ..Default::default() };
+/// let w = weights(&work, &[fast.engine_rates(), slow.engine_rates()]);
+/// assert_eq!(w[0].0, 2 * w[1].0);
+/// ```
+pub fn weights(workload: &Workload, rates: &[Option<EngineRates>]) -> Vec<Weight> {
+    let times: Option<Vec<Seconds>> = rates
+        .iter()
+        .map(|r| r.map(|r| workload.slowest_engine(&r)))
+        .collect();
+    let Some(times) = times else {
+        return vec![Weight::EQUAL; rates.len()];
+    };
+    let Some(&fastest) = times.iter().min() else {
+        return Vec::new();
+    };
+    if fastest.num == 0 {
+        // Empty work: every time is 0.
+        return vec![Weight::EQUAL; rates.len()];
+    }
+    times
+        .iter()
+        .map(|time| {
+            // fastest / time, as the fraction x / y with x <= y.
+            let x = u128::from(fastest.num) * u128::from(time.den);
+            let y = u128::from(time.num) * u128::from(fastest.den);
+            Weight(scaled_fraction(x, y))
+        })
+        .collect()
+}
+
+/// `floor(2^62 * x / y)` for `0 < x <= y`, by binary long division (no
+/// product overflows).
+fn scaled_fraction(x: u128, y: u128) -> u64 {
+    if x >= y {
+        return FASTEST;
+    }
+    let (mut quotient, mut remainder) = (0u64, x);
+    for _ in 0..FASTEST.trailing_zeros() {
+        // remainder < y: doubling it and subtracting y stays below y.
+        quotient <<= 1;
+        if remainder >= y - remainder {
+            remainder -= y - remainder;
+            quotient |= 1;
+        } else {
+            remainder += remainder;
+        }
+    }
+    quotient
+}
+
+/// A time in seconds, `num / den` exactly (`den >= 1`, both below 2^64,
+/// so cross products fit 128 bits).
+#[derive(Clone, Copy, Debug)]
+struct Seconds {
+    num: u64,
+    den: u64,
+}
+
+impl Seconds {
+    fn new(num: u64, den: u64) -> Self {
+        Seconds {
+            num,
+            den: den.max(1),
+        }
+    }
+}
+
+impl Ord for Seconds {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let left = u128::from(self.num) * u128::from(other.den);
+        let right = u128::from(other.num) * u128::from(self.den);
+        left.cmp(&right)
+    }
+}
+
+impl PartialOrd for Seconds {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Seconds {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Seconds {}

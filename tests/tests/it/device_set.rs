@@ -1,0 +1,369 @@
+//! A batch across the devices of a set: the split (proportional to
+//! throughput, exact, every run once, devices that cannot hold a run
+//! skipped), results equal to one device's, a failure on one device
+//! stopping the others with every computed chunk saved, the trace's
+//! process per device, and the modelled time against one device's.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use cubie_mem::plan::split::{Skip, Weight, Workload};
+use cubie_mem::{
+    DeviceArray, DeviceSet, GpuBuffers, HostKernel, HostMemoryKind, ManagerConfig, MemError,
+    Registration, SimBackend, Throughput,
+};
+use proptest::prelude::*;
+
+pub struct Dims {
+    pub n_states: usize,
+    pub n_runs: usize,
+}
+
+/// A state per run, updated in place, two buffer sets.
+#[derive(GpuBuffers)]
+#[buffers(dims = Dims, pipeline_depth = 2)]
+pub struct Solve {
+    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs)]
+    state: DeviceArray<f64>,
+}
+
+const STATES: usize = 4;
+/// Bytes of one run's state.
+const RUN_BYTES: u64 = (STATES * 8) as u64;
+/// The modelled time of one run's computation.
+const RUN_COMPUTE: Duration = Duration::from_nanos(40);
+
+fn registration(_device: usize) -> Registration {
+    Solve::registration().on_invalidate(|| {})
+}
+
+fn dims(runs: usize) -> Dims {
+    Dims {
+        n_states: STATES,
+        n_runs: runs,
+    }
+}
+
+fn device(free: u64) -> SimBackend {
+    SimBackend::new(64 << 30).with_free(free)
+}
+
+fn config() -> ManagerConfig {
+    ManagerConfig::default().granule(0)
+}
+
+fn initial(runs: usize) -> Vec<f64> {
+    (0..STATES * runs).map(|i| i as f64).collect()
+}
+
+/// `state = 2 * state + run`, in every run of every chunk.
+fn compute(chunk: &cubie_mem::Chunk, set: &Solve) -> Result<(), MemError> {
+    let (runs, first) = (chunk.runs.len(), chunk.runs.start);
+    let length = set.state.shape()[1];
+    HostKernel::new(
+        "step",
+        RUN_COMPUTE * u32::try_from(runs).unwrap_or(u32::MAX),
+    )
+    .updates(&set.state)
+    .launch(|args| {
+        let state = args.write(&set.state)?;
+        for row in state.chunks_mut(length) {
+            for (run, x) in row.iter_mut().take(runs).enumerate() {
+                *x = 2.0 * *x + (first + run) as f64;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn expected(runs: usize) -> Vec<f64> {
+    initial(runs)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| 2.0 * x + (i % runs) as f64)
+        .collect()
+}
+
+/// Runs a batch of `runs` across `set` and returns the host state.
+fn run_batch(set: &DeviceSet, runs: usize, throughput: &Throughput) -> Vec<f64> {
+    let buffers = set
+        .allocate::<Solve>(runs, throughput, registration, dims)
+        .unwrap();
+    let manager = set.manager(0).unwrap();
+    let holder = manager.register(Registration::new()).unwrap();
+    let mut host = manager
+        .create_host_array(
+            [STATES, runs],
+            HostMemoryKind::Pageable,
+            Some(&initial(runs)),
+            &holder,
+        )
+        .unwrap();
+    let done = buffers
+        .pipeline()
+        .inout(&mut host, |set| &set.state)
+        .run(|_, chunk, set| compute(chunk, set))
+        .unwrap();
+    assert_eq!(
+        done.runs().iter().map(Range::len).sum::<usize>(),
+        runs,
+        "every run streamed"
+    );
+    host.as_slice().to_vec()
+}
+
+#[test]
+fn equal_devices_of_unequal_memory_share_the_runs_equally() {
+    for frees in [
+        vec![1 << 18, 3 << 18],
+        vec![1 << 18, 2 << 18, 5 << 18],
+        vec![1 << 18; 4],
+    ] {
+        let count = frees.len();
+        let set = DeviceSet::simulated(frees.iter().map(|&free| device(free)), config());
+        let runs = 100_003;
+        let buffers = set
+            .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)
+            .unwrap();
+        let lengths: Vec<usize> = buffers.split().ranges().iter().map(Range::len).collect();
+        assert_eq!(lengths.iter().sum::<usize>(), runs);
+        assert!(
+            lengths.iter().all(|&n| n.abs_diff(runs / count) <= 1),
+            "{lengths:?}"
+        );
+        assert_eq!(buffers.shares().len(), count);
+        // Each device is chunked for its own memory.
+        let chunks: Vec<usize> = buffers
+            .shares()
+            .iter()
+            .map(|s| s.buffers().plan().chunks())
+            .collect();
+        assert!(
+            chunks[0] > 1 && chunks[0] >= chunks[count - 1],
+            "{chunks:?}"
+        );
+        drop(buffers);
+        assert_eq!(
+            run_batch(&set, runs, &Throughput::Equal),
+            expected(runs),
+            "{count} devices"
+        );
+    }
+}
+
+#[test]
+fn a_device_that_cannot_hold_one_run_takes_no_part_and_says_why() {
+    let set = DeviceSet::simulated([device(1 << 20), device(16), device(1 << 20)], config());
+    let runs = 10_000;
+    let buffers = set
+        .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)
+        .unwrap();
+    let split = buffers.split();
+    assert_eq!(split.ranges(), [0..5000, 5000..5000, 5000..10_000]);
+    assert!(
+        matches!(split.skip(1), Some(Skip::CannotHoldOneRun { .. })),
+        "{split:?}"
+    );
+    assert_eq!(
+        buffers
+            .shares()
+            .iter()
+            .map(|s| s.device())
+            .collect::<Vec<_>>(),
+        [0, 2]
+    );
+    assert_eq!(
+        set.manager(1).unwrap().stats().instances.len(),
+        0,
+        "no holder left behind"
+    );
+    drop(buffers);
+    assert_eq!(run_batch(&set, runs, &Throughput::Equal), expected(runs));
+}
+
+#[test]
+fn one_device_alone_gets_every_run_as_without_a_set() {
+    let set = DeviceSet::simulated([device(1 << 20)], config());
+    let runs = 30_000;
+    let buffers = set
+        .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)
+        .unwrap();
+    assert_eq!(buffers.split().ranges(), [0..runs]);
+    let alone = cubie_mem::MemoryManager::with_config(device(1 << 20), config());
+    let solver = alone.register(registration(0)).unwrap();
+    let plan = *alone
+        .allocate_buffers::<Solve>(&solver, &dims(runs))
+        .unwrap()
+        .plan();
+    assert_eq!(*buffers.shares()[0].buffers().plan(), plan);
+}
+
+#[test]
+fn a_failure_on_one_device_stops_the_others_and_saves_every_computed_chunk() {
+    let set = DeviceSet::simulated(
+        [device(64 << 10), device(64 << 10), device(64 << 10)],
+        config(),
+    );
+    let runs = 60_000;
+    let buffers = set
+        .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)
+        .unwrap();
+    let manager = set.manager(0).unwrap();
+    let holder = manager.register(Registration::new()).unwrap();
+    let mut host = manager
+        .create_host_array(
+            [STATES, runs],
+            HostMemoryKind::Pageable,
+            Some(&initial(runs)),
+            &holder,
+        )
+        .unwrap();
+    let failed = buffers
+        .pipeline()
+        .inout(&mut host, |set| &set.state)
+        .run(|device, chunk, set| {
+            if device == 1 && chunk.index == 2 {
+                return Err(MemError::Kernel {
+                    kernel: "step".into(),
+                    reason: "diverged".into(),
+                });
+            }
+            compute(chunk, set)
+        })
+        .unwrap_err();
+    assert_eq!(failed.device(), 1);
+    assert_eq!(failed.error().chunk(), Some(2));
+    assert!(matches!(failed.error().error(), MemError::Kernel { .. }));
+    let saved = failed.saved_runs();
+    assert_eq!(saved.len(), 3);
+    assert_eq!(
+        saved[1].start, 20_000,
+        "device 1 saved its chunks before the failure"
+    );
+    let (want, got) = (expected(runs), host.as_slice());
+    for (device, runs_saved) in saved.iter().enumerate() {
+        for run in runs_saved.clone() {
+            assert_eq!(got[run], want[run], "device {device}'s saved run {run}");
+        }
+    }
+    let error = MemError::from(failed);
+    assert!(
+        matches!(error, MemError::DeviceFailed { device: 1, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("device 1"), "{error}");
+}
+
+#[test]
+fn the_trace_shows_each_device_as_its_own_process() {
+    let set = DeviceSet::simulated([device(1 << 20), device(1 << 20)], config());
+    run_batch(&set, 20_000, &Throughput::Equal);
+    let report = set.report().unwrap();
+    assert_eq!(report.timelines().len(), 2);
+    assert!(report.makespans_ns().iter().all(|&ns| ns > 0));
+    let imbalance = report.imbalance().unwrap();
+    assert!((1.0..1.05).contains(&imbalance), "{imbalance}");
+    let trace = report.to_chrome_trace();
+    let events = trace["traceEvents"].as_array().unwrap();
+    for pid in [1, 2] {
+        assert!(
+            events.iter().any(|e| e["ph"] == "X" && e["pid"] == pid),
+            "device pid {pid}"
+        );
+        assert!(events.iter().any(|e| e["name"] == "process_name"
+            && e["pid"] == pid
+            && e["args"]["name"] == format!("device {}", pid - 1)));
+    }
+    assert!(report.to_string().contains("slowest over mean"));
+}
+
+/// The modelled makespan of `runs` across `set` with `throughput`.
+fn modelled(set: &DeviceSet, runs: usize, throughput: &Throughput) -> u64 {
+    run_batch(set, runs, throughput);
+    set.report().unwrap().makespan_ns()
+}
+
+#[test]
+fn two_devices_finish_together_in_the_modelled_time() {
+    let runs = 200_000;
+    let work = Workload {
+        upload_bytes: RUN_BYTES,
+        download_bytes: RUN_BYTES,
+        host_bytes: 2 * RUN_BYTES,
+        compute: RUN_COMPUTE,
+    };
+    // Equal engines, 1 GiB-like and 3 GiB-like free memory (scaled down).
+    let (small, large) = (4 << 20, 12 << 20);
+    let alone = modelled(
+        &DeviceSet::simulated([device(large)], config()),
+        runs,
+        &Throughput::Equal,
+    );
+    let both = modelled(
+        &DeviceSet::simulated([device(small), device(large)], config()),
+        runs,
+        &Throughput::Modelled(work),
+    );
+    let by_memory = modelled(
+        &DeviceSet::simulated([device(small), device(large)], config()),
+        runs,
+        &Throughput::Weights(vec![Weight(1), Weight(3)]),
+    );
+    let ratio = both as f64 / alone as f64;
+    println!(
+        "equal engines: {both} ns vs {alone} ns alone ({ratio:.3}); by free memory {by_memory} ns ({:.3})",
+        by_memory as f64 / alone as f64
+    );
+    assert!(ratio <= 0.55, "{ratio}");
+    assert!(by_memory > both);
+
+    // Engines 2x apart, equal memory.
+    let fast = || {
+        device(large)
+            .with_compute_speed(200)
+            .with_copy_bandwidth(100_000_000_000, 100_000_000_000)
+            .with_host_bandwidth(24_000_000_000)
+            .with_pageable_bandwidth(24_000_000_000)
+    };
+    let alone = modelled(
+        &DeviceSet::simulated([fast()], config()),
+        runs,
+        &Throughput::Equal,
+    );
+    let both = modelled(
+        &DeviceSet::simulated([fast(), device(large)], config()),
+        runs,
+        &Throughput::Modelled(work),
+    );
+    let ratio = both as f64 / alone as f64;
+    println!("engines 2x apart: {both} ns vs {alone} ns on the faster alone ({ratio:.3})");
+    assert!(ratio <= 0.72, "{ratio}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_set_computes_every_run_once_as_one_device_does(
+        frees in prop::collection::vec(0u64..(2 << 20), 1..5),
+        runs in 1usize..20_000,
+        weights in prop::collection::vec(0u64..5, 5),
+    ) {
+        let set = DeviceSet::simulated(frees.iter().map(|&free| device(free)), config());
+        let throughput = Throughput::Weights(weights[..frees.len()].iter().map(|&w| Weight(w)).collect());
+        match set.allocate::<Solve>(runs, &throughput, registration, dims) {
+            Ok(buffers) => {
+                let ranges = buffers.split().ranges().to_vec();
+                prop_assert_eq!(ranges.first().map(|r| r.start), Some(0));
+                prop_assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
+                prop_assert_eq!(ranges.last().map(|r| r.end), Some(runs));
+                drop(buffers);
+                prop_assert_eq!(run_batch(&set, runs, &throughput), expected(runs));
+            }
+            Err(error) => {
+                // Only when no device can take part.
+                prop_assert!(set.managers().iter().all(|m| m.stats().instances.is_empty()), "{}", error);
+            }
+        }
+    }
+}
