@@ -65,6 +65,7 @@ pub mod plan;
 mod pools;
 mod registration;
 mod request;
+mod shard;
 pub mod stats;
 mod streams;
 pub mod timeline;
@@ -90,6 +91,7 @@ pub use plan::chunks::{Chunk, ChunkPlan, Chunks};
 pub use pools::MIN_AUTOPOOL_SIZE;
 pub use registration::{AsOwner, Registration, SpillSettings};
 pub use request::{ArrayRequest, MemoryKind, RequestSet};
+pub use shard::{Launcher, Shard};
 pub use streams::CurrentStream;
 
 #[cfg(feature = "derive")]

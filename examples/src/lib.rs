@@ -1,11 +1,13 @@
 //! Code the examples share: the main job's body (run by the `batch` binary
-//! and, small, by the tests), their log output, and the hand-written CUDA
+//! and, small, by the tests), one rank of a batch under a launcher (run by
+//! the `shard_batch` binary), their log output, and the hand-written CUDA
 //! kernel of the GPU examples (feature `cuda`), launched on the manager's
 //! memory through the CUDA backend's interop.
 
 pub mod batch;
 #[cfg(feature = "cuda")]
 pub mod euler_decay;
+pub mod shard;
 
 use std::io::IsTerminal;
 

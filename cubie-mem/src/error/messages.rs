@@ -166,3 +166,31 @@ pub(super) fn zero_depth(chunkable: Bytes, unchunkable: Bytes) -> String {
          requests with BatchSizes::measure"
     )
 }
+
+/// `MemError::PipelineSets`.
+pub(super) fn pipeline_sets(label: &str, bound: usize, sets: usize) -> String {
+    format!(
+        "pipeline binding '{label}' has {bound} device array(s), but the pipeline runs {sets} buffer \
+         set(s): bind it with input_with, output_with or inout_with, which pick its array in every \
+         set, or run ChunkStreamer::pipeline (one set) for a single array"
+    )
+}
+
+/// `MemError::SharedBuffer`.
+pub(super) fn shared_buffer(label: &str, first_set: usize, second_set: usize) -> String {
+    format!(
+        "device array '{label}' is bound in buffer sets {first_set} and {second_set}: each set needs \
+         a buffer of its own, or two chunks in flight overwrite each other; allocate the array with \
+         a pipeline depth and pick each set's buffer in input_with, output_with or inout_with"
+    )
+}
+
+/// `MemError::NoBufferSets`.
+pub(super) const NO_BUFFER_SETS: &str = "a chunk pipeline needs at least one buffer set, and \
+     pipeline_sets was given none: pass the sets of an allocation (Allocated::sets), or use \
+     ChunkStreamer::pipeline for one set";
+
+/// `MemError::Shard`.
+pub(super) fn shard(variables: &str, reason: &str) -> String {
+    format!("cannot place this process in its job ({variables}): {reason}")
+}

@@ -305,11 +305,7 @@ pub enum MemError {
     },
 
     /// A pipeline binding does not have one device array per buffer set.
-    #[error(
-        "pipeline binding '{label}' has {bound} device array(s), but the pipeline runs {sets} buffer set(s): \
-         bind it with input_with, output_with or inout_with, which pick its array in every set, or run \
-         ChunkStreamer::pipeline (one set) for a single array"
-    )]
+    #[error("{}", messages::pipeline_sets(.label, *.bound, *.sets))]
     PipelineSets {
         /// The binding's label.
         label: String,
@@ -461,11 +457,7 @@ pub enum MemError {
     },
 
     /// One device array bound in two buffer sets of a chunk pipeline.
-    #[error(
-        "device array '{label}' is bound in buffer sets {first_set} and {second_set}: each set needs a \
-         buffer of its own, or two chunks in flight overwrite each other; allocate the array with a \
-         pipeline depth and pick each set's buffer in input_with, output_with or inout_with"
-    )]
+    #[error("{}", messages::shared_buffer(.label, *.first_set, *.second_set))]
     SharedBuffer {
         /// The device array's label.
         label: String,
@@ -476,10 +468,7 @@ pub enum MemError {
     },
 
     /// A chunk pipeline given no buffer set.
-    #[error(
-        "a chunk pipeline needs at least one buffer set, and pipeline_sets was given none: pass the \
-         sets of an allocation (Allocated::sets), or use ChunkStreamer::pipeline for one set"
-    )]
+    #[error("{}", messages::NO_BUFFER_SETS)]
     NoBufferSets,
 
     /// A pipeline binding without an axis, of an array that holds no runs.
@@ -621,6 +610,16 @@ pub enum MemError {
         chunkable: Bytes,
         /// Bytes of the unchunkable requests.
         unchunkable: Bytes,
+    },
+
+    /// A launcher's variables, or figures given to `Shard::new`, that do not
+    /// place this process in a job.
+    #[error("{}", messages::shard(.variables, .reason))]
+    Shard {
+        /// The variables read, with their values (or the figures given).
+        variables: String,
+        /// What is wrong, and the fix.
+        reason: String,
     },
 
     /// No device of a set can take part in a batch split across them.

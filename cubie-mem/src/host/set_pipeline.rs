@@ -182,6 +182,7 @@ impl<'p, B: Sync + 'p> SetPipeline<'p, B> {
                     let (stop, compute, bindings) = (&stop, &compute, &self.bindings);
                     let manager = self.buffers.manager(share);
                     scope.spawn(move || {
+                        let _panicking = StopOnPanic(stop);
                         let outcome = run_share(manager, share, total, bindings, stop, compute);
                         if outcome.is_err() {
                             stop.store(true, Ordering::Release);
@@ -204,6 +205,18 @@ impl<'p, B: Sync + 'p> SetPipeline<'p, B> {
                 .collect()
         });
         SetError::from_outcomes(outcomes)
+    }
+}
+
+/// Stops the other devices when a device's thread panics (the panic then
+/// resumes on the caller's thread once every device stopped).
+struct StopOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -240,6 +253,9 @@ fn run_share<'p, B: Sync>(
         if stop.load(Ordering::Acquire) {
             return Err(MemError::SetStopped { device });
         }
+        // A panic stops the others at once, before this pipeline saves
+        // its chunks and resumes it.
+        let _panicking = StopOnPanic(stop);
         compute(device, chunk, set)
     })
 }

@@ -21,7 +21,12 @@
 //! use cubie_mem::plan::split::{DeviceCapacity, Skip, Weight, split};
 //!
 //! // 1000 runs of 1 KiB each, 64 KiB of unchunkable arrays.
-//! let sizes = BatchSizes { total_runs: 1000, chunkable_bytes: 1000 << 10, unchunkable_bytes: 64 << 10, depth: 2 };
+//! let sizes = BatchSizes {
+//!     total_runs: 1000,
+//!     chunkable_bytes: 1000 << 10,
+//!     unchunkable_bytes: 64 << 10,
+//!     depth: 2,
+//! };
 //! let devices = [
 //!     DeviceCapacity { allocatable: 1 << 30, weight: Weight(2) },
 //!     DeviceCapacity { allocatable: 3 << 30, weight: Weight(1) },
@@ -224,7 +229,7 @@ pub fn split(sizes: &BatchSizes, devices: &[DeviceCapacity]) -> Result<Split, Me
     }
     if devices.len() == 1 {
         return Ok(Split {
-            ranges: vec![0..sizes.total_runs],
+            ranges: std::iter::once(0..sizes.total_runs).collect(),
             skipped: vec![None],
         });
     }
@@ -284,9 +289,10 @@ pub fn split(sizes: &BatchSizes, devices: &[DeviceCapacity]) -> Result<Split, Me
 /// Why a device that can allocate `allocatable` bytes cannot take part in
 /// the batch of `sizes`, or `None` when it can: the planner's rule
 /// ([`plan_chunks`](super::plan_chunks)). An empty batch, and a batch
-/// below `allocatable`, fit in one chunk; otherwise the device must hold more than the unchunkable
-/// bytes `U`, and the room beside them must hold one run in each of the
-/// `d` buffer sets: `total_runs * (allocatable - U) >= d * C`.
+/// below `allocatable`, fit in one chunk; otherwise the device must hold
+/// more than the unchunkable bytes `U`, and the room beside them must hold
+/// one run in each of the `d` buffer sets:
+/// `total_runs * (allocatable - U) >= d * C`.
 fn skip_reason(sizes: &BatchSizes, allocatable: u64) -> Option<Skip> {
     let unchunkable = sizes.unchunkable_bytes;
     let total = sizes.total_bytes();

@@ -34,8 +34,8 @@ const SLURM_STEP: [&str; 3] = ["SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_
 const PMIX_RANK: &str = "PMIX_RANK";
 
 /// The fix for figures a launcher set that do not fit together.
-const LAUNCHER_FIX: &str = "start the program under its launcher as it is, and unset any of \
-                            these variables that were set by hand or left from another job";
+const LAUNCHER_FIX: &str = "these come from the launcher: start the program with it, and \
+                            unset any of them set by hand or left from another job";
 
 /// The launcher variables that are set, each read once (an empty value
 /// counts as unset).
@@ -43,7 +43,11 @@ struct Vars(Vec<(&'static str, String)>);
 
 impl Vars {
     fn read(lookup: impl Fn(&str) -> Option<String>) -> Vars {
-        let names = OPEN_MPI.iter().chain(&HYDRA).chain(&SLURM).chain([&PMIX_RANK]);
+        let names = OPEN_MPI
+            .iter()
+            .chain(&HYDRA)
+            .chain(&SLURM)
+            .chain([&PMIX_RANK]);
         Vars(
             names
                 .filter_map(|&name| {
@@ -252,9 +256,9 @@ fn slurm_local_size(vars: &Vars, size_name: &str, size: usize) -> Result<usize, 
             ),
         )
     })?;
-    let total = groups
-        .iter()
-        .try_fold(0usize, |sum, &(tasks, nodes)| sum.checked_add(tasks.checked_mul(nodes)?));
+    let total = groups.iter().try_fold(0usize, |sum, &(tasks, nodes)| {
+        sum.checked_add(tasks.checked_mul(nodes)?)
+    });
     if total != Some(size) {
         let total = total.map_or_else(|| "more than fit in a number".into(), |t| t.to_string());
         return Err(vars.error(
@@ -267,7 +271,9 @@ fn slurm_local_size(vars: &Vars, size_name: &str, size: usize) -> Result<usize, 
     }
     match vars.number("SLURM_NODEID", &SLURM)? {
         Some(node) => node_tasks(&groups, node).ok_or_else(|| {
-            let nodes = groups.iter().try_fold(0usize, |sum, &(_, n)| sum.checked_add(n));
+            let nodes = groups
+                .iter()
+                .try_fold(0usize, |sum, &(_, n)| sum.checked_add(n));
             vars.error(
                 &SLURM,
                 format!(

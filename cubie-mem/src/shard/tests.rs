@@ -33,7 +33,11 @@ fn figures(shard: &Shard) -> (usize, usize, usize, usize, Launcher) {
 
 /// Slurm's variables for task `rank` of a step of `tasks_per_node`
 /// (the list form) on node `node`, local rank `local`.
-fn slurm_step(rank: &'static str, local: &'static str, node: &'static str) -> Vec<(&'static str, &'static str)> {
+fn slurm_step(
+    rank: &'static str,
+    local: &'static str,
+    node: &'static str,
+) -> Vec<(&'static str, &'static str)> {
     vec![
         ("SLURM_PROCID", rank),
         ("SLURM_STEP_ID", "0"),
@@ -54,7 +58,10 @@ fn no_launcher_is_one_process() {
     assert_eq!(shard.runs(10), 0..10);
     assert_eq!(shard.devices(3), 0..3);
     // Empty values count as unset.
-    assert_eq!(read(&[("OMPI_COMM_WORLD_RANK", ""), ("PMIX_RANK", " ")]).unwrap(), Shard::single());
+    assert_eq!(
+        read(&[("OMPI_COMM_WORLD_RANK", ""), ("PMIX_RANK", " ")]).unwrap(),
+        Shard::single()
+    );
 }
 
 #[test]
@@ -138,7 +145,9 @@ fn tasks_per_node_forms() {
     assert_eq!(tasks_per_node("2(x3),1"), Some(vec![(2, 3), (1, 1)]));
     assert_eq!(tasks_per_node("1(x4)"), Some(vec![(1, 4)]));
     assert_eq!(tasks_per_node("1,2,3"), Some(vec![(1, 1), (2, 1), (3, 1)]));
-    for bad in ["", "x", "4(x)", "4(x2", "(x2)", "4(x0)", "-1", "4(x2),", "4x2", "4(2)", "a,1"] {
+    for bad in [
+        "", "x", "4(x)", "4(x2", "(x2)", "4(x0)", "-1", "4(x2),", "4x2", "4(2)", "a,1",
+    ] {
         assert_eq!(tasks_per_node(bad), None, "{bad:?}");
     }
 }
@@ -150,15 +159,19 @@ fn slurm_list_errors_name_the_list() {
     bad.push(("SLURM_STEP_TASKS_PER_NODE", "3(x2"));
     assert!(error(&bad).contains("SLURM_STEP_TASKS_PER_NODE=\"3(x2\" is not a list"));
 
-    let mut short = slurm_step("1", "1", "3");
-    short[3].1 = "7";
-    let message = error(&short);
-    assert!(message.contains("SLURM_NODEID=3 is past the 3 node(s)"), "{message}");
+    let message = error(&slurm_step("1", "1", "3"));
+    assert!(
+        message.contains("SLURM_NODEID=3 is past the 3 node(s)"),
+        "{message}"
+    );
 
     let mut sum = slurm_step("1", "1", "0");
     sum[2].1 = "6";
     let message = error(&sum);
-    assert!(message.contains("places 7 task(s) but SLURM_STEP_NUM_TASKS=6"), "{message}");
+    assert!(
+        message.contains("places 7 task(s) but SLURM_STEP_NUM_TASKS=6"),
+        "{message}"
+    );
 
     let huge = [
         ("SLURM_PROCID", "0"),
@@ -218,7 +231,10 @@ fn an_mpi_launcher_inside_slurm_is_read_not_slurm() {
         ("MPI_LOCALRANKID", "1"),
         ("MPI_LOCALNRANKS", "2"),
     ]);
-    assert_eq!(figures(&read(&step).unwrap()), (3, 4, 1, 2, Launcher::Hydra));
+    assert_eq!(
+        figures(&read(&step).unwrap()),
+        (3, 4, 1, 2, Launcher::Hydra)
+    );
 }
 
 #[test]
@@ -275,18 +291,30 @@ fn inconsistent_figures_are_refused_with_their_variables() {
         ])
     };
     let message = ompi("3", "3", "0", "1");
-    assert!(message.contains("OMPI_COMM_WORLD_RANK=3, OMPI_COMM_WORLD_SIZE=3"), "{message}");
-    assert!(message.contains("rank 3 is not below the job's size 3"), "{message}");
+    assert!(
+        message.contains("OMPI_COMM_WORLD_RANK=3, OMPI_COMM_WORLD_SIZE=3"),
+        "{message}"
+    );
+    assert!(
+        message.contains("rank 3 is not below the job's size 3"),
+        "{message}"
+    );
     assert!(ompi("0", "3", "2", "2").contains("local rank 2 is not below the node's local size 2"));
     assert!(ompi("0", "3", "0", "4").contains("local size 4 is more than the job's size 3"));
     assert!(ompi("0", "0", "0", "0").contains("rank 0 is not below the job's size 0"));
     let message = ompi("one", "3", "0", "1");
-    assert!(message.contains("OMPI_COMM_WORLD_RANK=\"one\" is not a whole number"), "{message}");
+    assert!(
+        message.contains("OMPI_COMM_WORLD_RANK=\"one\" is not a whole number"),
+        "{message}"
+    );
     assert!(ompi("-1", "3", "0", "1").contains("is not a whole number"));
     assert!(ompi("18446744073709551616", "3", "0", "1").contains("is not a whole number"));
 
     let message = error(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")]);
-    assert!(message.contains("OMPI_COMM_WORLD_LOCAL_RANK is not set"), "{message}");
+    assert!(
+        message.contains("OMPI_COMM_WORLD_LOCAL_RANK is not set"),
+        "{message}"
+    );
     assert!(message.contains("Open MPI's mpirun sets it"), "{message}");
     let message = error(&[("MPI_LOCALRANKID", "0")]);
     assert!(message.contains("PMI_RANK is not set"), "{message}");
@@ -308,7 +336,10 @@ fn by_hand() {
     );
     let message = Shard::new(1, 2, 2, 2).unwrap_err().to_string();
     assert!(message.contains("local rank 2, local size 2"), "{message}");
-    assert!(message.contains("local rank 2 is not below the node's local size 2"), "{message}");
+    assert!(
+        message.contains("local rank 2 is not below the node's local size 2"),
+        "{message}"
+    );
     assert!(Shard::new(0, 1, 0, 2).is_err());
     assert!(Shard::new(0, 0, 0, 0).is_err());
 }
@@ -316,7 +347,10 @@ fn by_hand() {
 #[test]
 fn runs_and_devices_by_example() {
     let runs = |rank, size, total| Shard::new(rank, size, 0, 1).unwrap().runs(total);
-    assert_eq!([runs(0, 3, 10), runs(1, 3, 10), runs(2, 3, 10)], [0..4, 4..7, 7..10]);
+    assert_eq!(
+        [runs(0, 3, 10), runs(1, 3, 10), runs(2, 3, 10)],
+        [0..4, 4..7, 7..10]
+    );
     assert_eq!(runs(4, 5, 3), 3..3);
     assert_eq!(runs(1, 2, usize::MAX), usize::MAX / 2 + 1..usize::MAX);
     let devices = |local_rank, local_size, visible| {

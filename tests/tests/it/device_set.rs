@@ -5,6 +5,7 @@
 //! process per device, and the modelled time against one device's.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cubie_mem::plan::split::{Skip, Weight, Workload};
@@ -44,6 +45,14 @@ fn dims(runs: usize) -> Dims {
     }
 }
 
+/// The dims of a share of `runs` runs of `states` states each.
+fn dims_of(states: usize) -> impl Fn(usize) -> Dims {
+    move |runs| Dims {
+        n_states: states,
+        n_runs: runs,
+    }
+}
+
 fn device(free: u64) -> SimBackend {
     SimBackend::new(64 << 30).with_free(free)
 }
@@ -52,8 +61,8 @@ fn config() -> ManagerConfig {
     ManagerConfig::default().granule(0)
 }
 
-fn initial(runs: usize) -> Vec<f64> {
-    (0..STATES * runs).map(|i| i as f64).collect()
+fn initial(states: usize, runs: usize) -> Vec<f64> {
+    (0..states * runs).map(|i| i as f64).collect()
 }
 
 /// `state = 2 * state + run`, in every run of every chunk.
@@ -76,8 +85,8 @@ fn compute(chunk: &cubie_mem::Chunk, set: &Solve) -> Result<(), MemError> {
     })
 }
 
-fn expected(runs: usize) -> Vec<f64> {
-    initial(runs)
+fn expected(states: usize, runs: usize) -> Vec<f64> {
+    initial(states, runs)
         .iter()
         .enumerate()
         .map(|(i, x)| 2.0 * x + (i % runs) as f64)
@@ -86,16 +95,22 @@ fn expected(runs: usize) -> Vec<f64> {
 
 /// Runs a batch of `runs` across `set` and returns the host state.
 fn run_batch(set: &DeviceSet, runs: usize, throughput: &Throughput) -> Vec<f64> {
+    run_states(set, STATES, runs, throughput)
+}
+
+/// Runs a batch of `runs` runs of `states` states across `set` and returns
+/// the host state.
+fn run_states(set: &DeviceSet, states: usize, runs: usize, throughput: &Throughput) -> Vec<f64> {
     let buffers = set
-        .allocate::<Solve>(runs, throughput, registration, dims)
+        .allocate::<Solve>(runs, throughput, registration, dims_of(states))
         .unwrap();
     let manager = set.manager(0).unwrap();
     let holder = manager.register(Registration::new()).unwrap();
     let mut host = manager
         .create_host_array(
-            [STATES, runs],
+            [states, runs],
             HostMemoryKind::Pageable,
-            Some(&initial(runs)),
+            Some(&initial(states, runs)),
             &holder,
         )
         .unwrap();
@@ -145,7 +160,7 @@ fn equal_devices_of_unequal_memory_share_the_runs_equally() {
         drop(buffers);
         assert_eq!(
             run_batch(&set, runs, &Throughput::Equal),
-            expected(runs),
+            expected(STATES, runs),
             "{count} devices"
         );
     }
@@ -178,7 +193,10 @@ fn a_device_that_cannot_hold_one_run_takes_no_part_and_says_why() {
         "no holder left behind"
     );
     drop(buffers);
-    assert_eq!(run_batch(&set, runs, &Throughput::Equal), expected(runs));
+    assert_eq!(
+        run_batch(&set, runs, &Throughput::Equal),
+        expected(STATES, runs)
+    );
 }
 
 #[test]
@@ -214,7 +232,7 @@ fn a_failure_on_one_device_stops_the_others_and_saves_every_computed_chunk() {
         .create_host_array(
             [STATES, runs],
             HostMemoryKind::Pageable,
-            Some(&initial(runs)),
+            Some(&initial(STATES, runs)),
             &holder,
         )
         .unwrap();
@@ -240,7 +258,7 @@ fn a_failure_on_one_device_stops_the_others_and_saves_every_computed_chunk() {
         saved[1].start, 20_000,
         "device 1 saved its chunks before the failure"
     );
-    let (want, got) = (expected(runs), host.as_slice());
+    let (want, got) = (expected(STATES, runs), host.as_slice());
     for (device, runs_saved) in saved.iter().enumerate() {
         for run in runs_saved.clone() {
             assert_eq!(got[run], want[run], "device {device}'s saved run {run}");
@@ -347,18 +365,19 @@ proptest! {
     fn any_set_computes_every_run_once_as_one_device_does(
         frees in prop::collection::vec(0u64..(2 << 20), 1..5),
         runs in 1usize..20_000,
+        states in 1usize..6,
         weights in prop::collection::vec(0u64..5, 5),
     ) {
         let set = DeviceSet::simulated(frees.iter().map(|&free| device(free)), config());
         let throughput = Throughput::Weights(weights[..frees.len()].iter().map(|&w| Weight(w)).collect());
-        match set.allocate::<Solve>(runs, &throughput, registration, dims) {
+        match set.allocate::<Solve>(runs, &throughput, registration, dims_of(states)) {
             Ok(buffers) => {
                 let ranges = buffers.split().ranges().to_vec();
                 prop_assert_eq!(ranges.first().map(|r| r.start), Some(0));
                 prop_assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
                 prop_assert_eq!(ranges.last().map(|r| r.end), Some(runs));
                 drop(buffers);
-                prop_assert_eq!(run_batch(&set, runs, &throughput), expected(runs));
+                prop_assert_eq!(run_states(&set, states, runs, &throughput), expected(states, runs));
             }
             Err(error) => {
                 // Only when no device can take part.
@@ -366,4 +385,61 @@ proptest! {
             }
         }
     }
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+#[test]
+fn a_panic_on_one_device_stops_the_others_and_resumes_on_the_caller() {
+    let set = DeviceSet::simulated([device(64 << 10), device(64 << 10)], config());
+    let runs = 40_000;
+    let buffers = set
+        .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)
+        .unwrap();
+    let manager = set.manager(0).unwrap();
+    let holder = manager.register(Registration::new()).unwrap();
+    let mut host = manager
+        .create_host_array::<f64>([STATES, runs], HostMemoryKind::Pageable, None, &holder)
+        .unwrap();
+    let computed = AtomicUsize::new(0);
+    let panicked = AtomicBool::new(false);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        buffers
+            .pipeline()
+            .inout(&mut host, |set| &set.state)
+            .run(|device, chunk, set| {
+                if device == 0 && chunk.index == 1 {
+                    // Set while the panic unwinds out of this closure, after
+                    // the panic hook ran.
+                    let _unwinding = SetOnDrop(&panicked);
+                    panic!("device 0 panics");
+                }
+                if device == 1 && chunk.index == 1 {
+                    // Device 1 goes on only once device 0 is unwinding,
+                    // with a margin for the unwinding to reach the set.
+                    while !panicked.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if device == 1 {
+                    computed.fetch_add(1, Ordering::Relaxed);
+                }
+                compute(chunk, set)
+            })
+    }));
+    assert!(outcome.is_err(), "the panic reached the caller");
+    let chunks = buffers.shares()[1].buffers().plan().chunks();
+    assert_eq!(
+        computed.into_inner(),
+        2,
+        "device 1 stopped after its chunk 1 of {chunks}"
+    );
 }

@@ -33,6 +33,7 @@ mod planner_properties;
 mod reused_buffers;
 mod robustness;
 mod shares;
+mod split;
 mod staging;
 mod streams;
 mod stress;

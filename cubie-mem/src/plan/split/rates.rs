@@ -25,7 +25,12 @@ const SECOND_PER_PERCENT_NS: u64 = 10_000_000;
 /// use std::time::Duration;
 /// use cubie_mem::plan::split::Workload;
 ///
-/// let work = Workload { upload_bytes: 4096, download_bytes: 1024, compute: Duration::from_micros(3), ..Default::default() };
+/// let work = Workload {
+///     upload_bytes: 4096,
+///     download_bytes: 1024,
+///     compute: Duration::from_micros(3),
+///     ..Default::default()
+/// };
 /// assert_eq!(work.host_bytes, 0); // page-locked host arrays: nothing staged
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -54,7 +59,11 @@ impl Workload {
     /// use cubie_mem::plan::split::Workload;
     ///
     /// let rates = EngineRates::new(1_000_000_000, 1_000_000_000, 1_000_000_000, 200);
-    /// let work = Workload { upload_bytes: 3000, compute: Duration::from_micros(10), ..Default::default() };
+    /// let work = Workload {
+    ///     upload_bytes: 3000,
+    ///     compute: Duration::from_micros(10),
+    ///     ..Default::default()
+    /// };
     /// assert_eq!(work.time_on(&rates), Duration::from_micros(5)); // compute, at 200%
     /// ```
     pub fn time_on(&self, rates: &EngineRates) -> Duration {
@@ -190,3 +199,31 @@ impl PartialEq for Seconds {
 }
 
 impl Eq for Seconds {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_compare_as_exact_fractions() {
+        assert_eq!(Seconds::new(1, 2), Seconds::new(2, 4));
+        assert_ne!(Seconds::new(1, 2), Seconds::new(1, 3));
+        assert!(Seconds::new(1, 3) < Seconds::new(1, 2));
+        assert!(Seconds::new(u64::MAX, 1) > Seconds::new(u64::MAX - 1, 1));
+        assert_eq!(
+            Seconds::new(5, 0),
+            Seconds::new(5, 1),
+            "a 0 denominator counts as 1"
+        );
+    }
+
+    #[test]
+    fn scaled_fractions_are_floored_exactly() {
+        assert_eq!(scaled_fraction(1, 1), FASTEST);
+        assert_eq!(scaled_fraction(1, 2), FASTEST / 2);
+        assert_eq!(scaled_fraction(2, 3), 2 * FASTEST / 3);
+        assert_eq!(scaled_fraction(0, 7), 0);
+        assert_eq!(scaled_fraction(u128::MAX - 1, u128::MAX), FASTEST - 1);
+        assert_eq!(scaled_fraction(1, u128::MAX), 0);
+    }
+}

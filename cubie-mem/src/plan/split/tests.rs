@@ -74,7 +74,8 @@ fn left_over_runs_go_to_the_largest_remainders_ties_to_the_lower_index() {
 fn one_device_takes_every_run_whatever_its_memory_and_weight() {
     for capacity in [device(0, 0), device(GIB, 7), device(1, 1)] {
         let split = split_of(&sizes(123, 1 << 40, 1 << 40, 3), &[capacity]);
-        assert_eq!(split.ranges(), [0..123]);
+        assert_eq!(split.range(0), Some(0..123));
+        assert_eq!(split.devices(), 1);
         assert_eq!(split.skip(0), None);
     }
 }
@@ -135,6 +136,14 @@ fn a_batch_that_fits_whole_or_is_empty_takes_part_everywhere() {
     // Below allocatable, in one chunk: the depth does not count.
     assert_eq!(skip_reason(&sizes(1, 100, 10, 8), 111), None);
     assert!(skip_reason(&sizes(1, 100, 10, 8), 110).is_some());
+    // Nothing to allocate beside no unchunkable arrays: no run fits.
+    assert_eq!(
+        skip_reason(&sizes(4, 10, 0, 1), 0),
+        Some(Skip::CannotHoldOneRun {
+            needed: Bytes(3),
+            allocatable: Bytes(0)
+        })
+    );
     // All unchunkable: it fits, or it does not.
     assert_eq!(skip_reason(&sizes(5, 0, 10, 1), 11), None);
     assert!(matches!(
@@ -369,7 +378,7 @@ fn check_split(batch: &BatchSizes, devices: &[DeviceCapacity]) -> Result<(), Tes
     };
     prop_assert_eq!(split.devices(), devices.len());
     if devices.len() == 1 {
-        prop_assert_eq!(split.ranges(), [0..batch.total_runs]);
+        prop_assert_eq!(split.range(0), Some(0..batch.total_runs));
         return Ok(());
     }
     let mut next = 0;
@@ -442,7 +451,8 @@ proptest! {
             (None, Ok(_)) => {}
             (Some(Skip::CannotHoldUnchunkable { .. }),
              Err(MemError::UnchunkableTooLarge { .. } | MemError::AllUnchunkable { .. })) => {}
-            (Some(Skip::CannotHoldOneRun { needed, .. }), Err(MemError::SingleRunTooLarge { .. })) => {
+            (Some(Skip::CannotHoldOneRun { needed, .. }),
+             Err(MemError::SingleRunTooLarge { .. })) => {
                 prop_assert!(needed.0 > allocatable);
             }
             (skip, plan) => prop_assert!(false, "{skip:?} but the planner gives {plan:?}"),
@@ -458,12 +468,18 @@ proptest! {
         percent in 1u32..=u32::MAX,
         count in 1usize..8,
     ) {
-        let work = Workload { upload_bytes: upload, download_bytes: download, host_bytes: 0, compute: Duration::from_nanos(compute) };
+        let work = Workload {
+            upload_bytes: upload,
+            download_bytes: download,
+            host_bytes: 0,
+            compute: Duration::from_nanos(compute),
+        };
         let same = weights(&work, &vec![rates(bandwidth, percent); count]);
         prop_assert!(same.iter().all(|&w| w == same[0]));
         let faster = rates(bandwidth.saturating_mul(2), percent.saturating_mul(2));
         let w = weights(&work, &[faster, rates(bandwidth, percent)]);
         prop_assert!(w[0] >= w[1]);
-        prop_assert_eq!(w.iter().max(), Some(&if work == Workload::default() { Weight::EQUAL } else { Weight(FAST) }));
+        let fastest = if work == Workload::default() { Weight::EQUAL } else { Weight(FAST) };
+        prop_assert_eq!(w.iter().max(), Some(&fastest));
     }
 }

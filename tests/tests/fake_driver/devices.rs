@@ -1,0 +1,91 @@
+//! A batch across the fake driver's two devices: the set holds every
+//! visible device, splits the runs between them, and each device's share
+//! lives and computes on that device, into one host array.
+
+use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
+use cubie_mem::{
+    DeviceArray, DeviceSet, GpuBuffers, HostMemoryKind, ManagerConfig, Registration, Throughput,
+};
+use cubie_mem_examples::euler_decay::EulerDecay;
+
+use super::*;
+
+pub struct Dims {
+    pub n_runs: usize,
+}
+
+/// The state and the rates of the Euler kernel, two buffer sets.
+#[derive(GpuBuffers)]
+#[buffers(dims = Dims, pipeline_depth = 2)]
+pub struct Decay {
+    #[buffer(shape = [n_runs], chunk_axis = n_runs)]
+    y: DeviceArray<f64>,
+    #[buffer(shape = [n_runs], chunk_axis = n_runs)]
+    k: DeviceArray<f64>,
+}
+
+const DT: f64 = 0.01;
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn a_batch_splits_across_both_devices_and_each_share_stays_on_its_device() {
+    let fake = Fake::open();
+    let set = DeviceSet::cuda(ManagerConfig::default().granule(0)).unwrap();
+    assert_eq!(set.len(), 2, "the fake lists two devices");
+    let cuda: Vec<CudaBackend> = set
+        .managers()
+        .iter()
+        .map(|m| {
+            let backend = m
+                .backend()
+                .as_any()
+                .and_then(|a| a.downcast_ref::<CudaBackend>());
+            backend.unwrap().clone()
+        })
+        .collect();
+    let runs = 50_001;
+    let buffers = set
+        .allocate::<Decay>(
+            runs,
+            &Throughput::Equal,
+            |_| Decay::registration().on_invalidate(|| {}),
+            |n_runs| Dims { n_runs },
+        )
+        .unwrap();
+    assert_eq!(buffers.split().ranges(), [0..25_001, 25_001..50_001]);
+    for share in buffers.shares() {
+        for set_buffers in share.buffers().sets() {
+            for array in [&set_buffers.y, &set_buffers.k] {
+                let ptr = array.with_device_ptr(|p| p.0).unwrap();
+                assert_eq!(fake.device_of(ptr), Some(share.device() as u32));
+            }
+        }
+    }
+    let kernels: Vec<EulerDecay> = cuda.iter().map(|c| EulerDecay::load(c).unwrap()).collect();
+    let streams: Vec<CudaStream> = buffers
+        .shares()
+        .iter()
+        .map(|share| CudaStream::of(&set.managers()[share.device()], share.instance()).unwrap())
+        .collect();
+    let y0: Vec<f64> = (0..runs).map(|i| 1.0 + (i % 97) as f64 / 97.0).collect();
+    let rates: Vec<f64> = (0..runs).map(|i| 0.1 + (i % 13) as f64 * 0.7).collect();
+    let first = &set.managers()[0];
+    let holder = first.register(Registration::new()).unwrap();
+    let mut y = first
+        .create_host_array([runs], HostMemoryKind::Pageable, Some(&y0), &holder)
+        .unwrap();
+    let k = first
+        .create_host_array([runs], HostMemoryKind::Pageable, Some(&rates), &holder)
+        .unwrap();
+    buffers
+        .pipeline()
+        .inout(&mut y, |set| &set.y)
+        .input(&k, |set| &set.k)
+        .run(|device, _, set| kernels[device].step(&streams[device], &set.y, &set.k, DT))
+        .unwrap();
+    fake.assert_clean();
+    for (run, (got, (y0, rate))) in y.as_slice().iter().zip(y0.iter().zip(&rates)).enumerate() {
+        assert_eq!(*got, y0 + DT * -(rate * y0), "run {run}");
+    }
+    drop(buffers);
+}
