@@ -46,6 +46,9 @@ pub mod device_model {}
 #[doc = include_str!("../docs/logging.md")]
 pub mod logging {}
 
+#[doc = include_str!("../docs/clusters.md")]
+pub mod clusters {}
+
 #[cfg(feature = "cuda")]
 #[doc = include_str!("../docs/cuda.md")]
 pub mod cuda {}

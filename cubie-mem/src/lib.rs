@@ -33,10 +33,12 @@
 //! Every item has one path. What solver code names is at the crate root:
 //! the manager and its handles, registrations, requests and responses,
 //! device, pinned and host arrays, chunk plans and streaming, buffer
-//! structs, host kernels, errors, and the simulated device. Five modules
+//! structs, host kernels, errors, the simulated device, and several
+//! devices ([`DeviceSet`]) and ranks of a launcher ([`Shard`]). Five modules
 //! hold the rest, and nothing in them is re-exported: [`backend`] (the
 //! device contract in detail, for backend authors and direct device work,
-//! and the CUDA backend), [`plan`] (the chunk planner on its own),
+//! and the CUDA backend), [`plan`] (the chunk planner on its own, and the
+//! split of a batch across devices, [`plan::split`]),
 //! [`stats`] (the statistics types), [`timeline`] (the device's timeline)
 //! and [`guide`] (the user guide). Constants live beside what they
 //! configure, as associated constants (`ArrayRequest::DEFAULT_CHUNK_AXIS`,

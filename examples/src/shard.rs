@@ -3,9 +3,9 @@
 //! the tests run it for ranks described by hand.
 //!
 //! Each rank reads its [`Shard`], takes its contiguous range of the batch's
-//! runs, splits the range evenly over the devices its local rank picks, and
-//! streams each device's part through a chunk pipeline on that device (a
-//! simulated one here), on a thread of its own. Each run integrates
+//! runs, and streams it across the devices its local rank picks with a
+//! [`DeviceSet`] (simulated devices here), which splits the range between
+//! them and streams each device's part on a thread of its own. Each run integrates
 //! `dy/dt = -k y` with explicit Euler steps, whose closed form is
 //! `y0 (1 - k dt)^steps`. The rank writes its run range and its results to
 //! `rank-<rank>.json` in the output directory; nothing else is shared
@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cubie_mem::{
-    ArrayRequest, HostKernel, HostMemoryKind, ManagerConfig, MemError, MemoryManager, Registration,
-    Shard, SimBackend,
+    DeviceArray, DeviceSet, GpuBuffers, HostKernel, HostMemoryKind, ManagerConfig, MemError,
+    Registration, Shard, SimBackend, Throughput,
 };
 use serde_json::{Value, json};
 
@@ -67,8 +67,29 @@ pub struct RankReport {
     pub file: PathBuf,
 }
 
-/// Runs the part of `job` that `shard` describes and writes it to
-/// `out_dir/rank-<rank>.json`.
+/// The arrays of one device's part: initial values and rates in, results
+/// out, each with a run per element.
+#[derive(GpuBuffers)]
+#[buffers(dims = Runs, pipeline_depth = 2)]
+pub struct Decay {
+    #[buffer(shape = [n_runs], chunk_axis = n_runs)]
+    y0: DeviceArray<f64>,
+    #[buffer(shape = [n_runs], chunk_axis = n_runs)]
+    k: DeviceArray<f64>,
+    #[buffer(shape = [n_runs], chunk_axis = n_runs)]
+    y: DeviceArray<f64>,
+}
+
+/// The dims of [`Decay`]: its run count.
+pub struct Runs {
+    /// Runs of a device's part.
+    pub n_runs: usize,
+}
+
+/// Runs the part of `job` that `shard` describes on the devices its local
+/// rank picks (a [`DeviceSet`] of simulated devices, which splits the
+/// rank's runs between them and streams each device's part on a thread of
+/// its own) and writes it to `out_dir/rank-<rank>.json`.
 pub fn run_rank(shard: &Shard, job: &Job, out_dir: &Path) -> Result<RankReport, MemError> {
     let runs = shard.runs(job.total_runs);
     let devices = shard.devices(job.visible_devices);
@@ -79,31 +100,7 @@ pub fn run_rank(shard: &Shard, job: &Job, out_dir: &Path) -> Result<RankReport, 
             reason: "a rank needs at least one device".into(),
         });
     }
-    // One even part of the rank's runs per device, each streamed on its
-    // own thread with its own manager.
-    let parts: Vec<Range<usize>> = (0..devices.len())
-        .map(|device| even_part(&runs, devices.len(), device))
-        .collect();
-    let streamed = std::thread::scope(|scope| {
-        let threads: Vec<_> = parts
-            .iter()
-            .map(|part| scope.spawn(|| stream(part.clone(), job.device_free)))
-            .collect();
-        threads
-            .into_iter()
-            .map(|thread| {
-                thread
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect::<Result<Vec<_>, MemError>>()
-    })?;
-    let chunks = streamed.iter().map(|(_, chunks)| chunks).sum();
-    let values: Vec<f64> = streamed
-        .into_iter()
-        .flat_map(|(values, _)| values)
-        .collect();
-
+    let (values, chunks) = stream(&runs, devices.len(), job.device_free)?;
     let file = out_dir.join(format!("rank-{}.json", shard.rank()));
     let record = json!({
         "rank": shard.rank(),
@@ -130,64 +127,65 @@ pub fn run_rank(shard: &Shard, job: &Job, out_dir: &Path) -> Result<RankReport, 
     })
 }
 
-/// Part `index` of `runs` split evenly into `parts` contiguous parts.
-fn even_part(runs: &Range<usize>, parts: usize, index: usize) -> Range<usize> {
-    let (base, extra) = (runs.len() / parts, runs.len() % parts);
-    let start = runs.start + index * base + index.min(extra);
-    start..start + base + usize::from(index < extra)
-}
-
-/// Streams `runs` through a chunk pipeline on a simulated device with
-/// `device_free` bytes free: their results, and the chunks it took.
-fn stream(runs: Range<usize>, device_free: u64) -> Result<(Vec<f64>, usize), MemError> {
+/// Streams the batch's `runs` across `devices` simulated devices with
+/// `device_free` bytes free each: their results, and the chunks it took.
+fn stream(
+    runs: &Range<usize>,
+    devices: usize,
+    device_free: u64,
+) -> Result<(Vec<f64>, usize), MemError> {
     let n = runs.len();
     if n == 0 {
         return Ok((Vec::new(), 0));
     }
-    let device = SimBackend::new(1 << 30).with_free(device_free);
-    let mgr = MemoryManager::with_config(device, ManagerConfig::default().granule(0));
-    let solver = mgr.register(Registration::new().name("decay").on_invalidate(|| {}))?;
-    let request = || ArrayRequest::of::<f64>([n]).chunk_axis(0).total_runs(n);
-    mgr.queue_request(
-        &solver,
-        [("y0", request()), ("k", request()), ("y", request())],
-    )?;
-    let mut response = mgr.allocate_queue_for(&solver)?;
-    let plan = *response.plan();
-    let (y0, k, y) = (
-        response.take::<f64>("y0")?,
-        response.take::<f64>("k")?,
-        response.take::<f64>("y")?,
+    let set = DeviceSet::simulated(
+        (0..devices).map(|_| SimBackend::new(1 << 30).with_free(device_free)),
+        ManagerConfig::default().granule(0),
     );
-
-    let (initial, rates): (Vec<f64>, Vec<f64>) = runs.map(inputs).unzip();
-    let host_y0 = mgr.create_host_array([n], HostMemoryKind::Pageable, Some(&initial), &solver)?;
-    let host_k = mgr.create_host_array([n], HostMemoryKind::Pageable, Some(&rates), &solver)?;
-    let mut host_y = mgr.create_host_array::<f64>([n], HostMemoryKind::Pageable, None, &solver)?;
-    mgr.chunk_streamer(&solver, &plan)?
+    let buffers = set.allocate::<Decay>(
+        n,
+        &Throughput::Equal,
+        |_| Decay::registration().name("decay").on_invalidate(|| {}),
+        |n_runs| Runs { n_runs },
+    )?;
+    let chunks = buffers
+        .shares()
+        .iter()
+        .map(|share| share.buffers().plan().chunks())
+        .sum();
+    // The host arrays hold the rank's runs; any device's manager makes them.
+    let manager = &set.managers()[0];
+    let holder = manager.register(Registration::new().name("host arrays"))?;
+    let (initial, rates): (Vec<f64>, Vec<f64>) = runs.clone().map(inputs).unzip();
+    let host_y0 =
+        manager.create_host_array([n], HostMemoryKind::Pageable, Some(&initial), &holder)?;
+    let host_k = manager.create_host_array([n], HostMemoryKind::Pageable, Some(&rates), &holder)?;
+    let mut host_y =
+        manager.create_host_array::<f64>([n], HostMemoryKind::Pageable, None, &holder)?;
+    buffers
         .pipeline()
-        .input(&host_y0, &y0)
-        .input(&host_k, &k)
-        .output(&mut host_y, &y)
-        .run(|chunk, _| {
+        .input(&host_y0, |set| &set.y0)
+        .input(&host_k, |set| &set.k)
+        .output(&mut host_y, |set| &set.y)
+        .run(|_device, chunk, set| {
             // 1 ns per Euler step of a run on the modelled device.
             let modelled = Duration::from_nanos(chunk.len() as u64 * u64::from(STEPS));
             HostKernel::new("euler", modelled)
-                .reads(&y0)
-                .reads(&k)
-                .writes(&y)
+                .reads(&set.y0)
+                .reads(&set.k)
+                .writes(&set.y)
                 .launch(|args| {
-                    let (y0, k, y) = (args.read(&y0)?, args.read(&k)?, args.write(&y)?);
+                    let (y0, k, y) = (args.read(&set.y0)?, args.read(&set.k)?, args.write(&set.y)?);
                     for ((y, y0), k) in y.iter_mut().zip(y0).zip(k).take(chunk.len()) {
                         *y = *y0;
                         for _ in 0..STEPS {
                             *y -= DT * k * *y;
                         }
                     }
-                    Ok::<_, MemError>(())
+                    Ok(())
                 })
         })?;
-    Ok((host_y.as_slice().to_vec(), plan.chunks()))
+    Ok((host_y.as_slice().to_vec(), chunks))
 }
 
 /// What [`verify`] found.

@@ -194,3 +194,104 @@ pub(super) const NO_BUFFER_SETS: &str = "a chunk pipeline needs at least one buf
 pub(super) fn shard(variables: &str, reason: &str) -> String {
     format!("cannot place this process in its job ({variables}): {reason}")
 }
+
+/// `MemError::UnknownOwner`.
+pub(super) fn unknown_owner(owner: &str) -> String {
+    format!(
+        "{owner} is not known to this manager; create owners with this manager's new_owner(), \
+         or name an instance registered with it"
+    )
+}
+
+/// `MemError::NoInvalidateHook`.
+pub(super) fn no_invalidate_hook(instance: &str) -> String {
+    format!(
+        "{instance} has no invalidate hook, so its buffers could be evicted without notice; \
+         register it with Registration::on_invalidate(..) before queueing requests"
+    )
+}
+
+/// `MemError::UnchunkableTooLarge`.
+pub(super) fn unchunkable_too_large(
+    unchunkable: Bytes,
+    available: Bytes,
+    withheld: Bytes,
+) -> String {
+    format!(
+        "unchunkable arrays need {unchunkable} but only {available} can be allocated ({withheld} withheld as reserve); \
+         shrink the unchunkable arrays, make them chunkable, or free memory"
+    )
+}
+
+/// `MemError::StreamGroupMismatch`.
+pub(super) fn stream_group_mismatch(instance: &str, group: &str, declared: &str) -> String {
+    format!(
+        "{instance} is in stream group '{group}' but the buffers are declared for '{declared}'; \
+         register it with the buffers' registration() preset or change its stream group"
+    )
+}
+
+/// `MemError::ChunkOutOfRange`.
+pub(super) fn chunk_out_of_range(chunk: usize, chunks: usize) -> String {
+    format!(
+        "chunk {chunk} is out of range: the plan has {chunks} chunk(s), indices 0..{chunks}; \
+         iterate over ChunkPlan::iter_chunks() for the valid chunks"
+    )
+}
+
+/// `MemError::InvalidChunkRuns`.
+pub(super) fn invalid_chunk_runs(
+    start: usize,
+    end: usize,
+    axis_length: usize,
+    chunk_length: usize,
+) -> String {
+    format!(
+        "runs {start}..{end} do not fit a chunk: the chunk axis has {axis_length} runs and a chunk holds \
+         {chunk_length}; take run ranges from ChunkPlan::iter_chunks()"
+    )
+}
+
+/// `MemError::StagingWindow`.
+pub(super) fn staging_window(start: usize, len: usize, chunk_elements: usize) -> String {
+    format!(
+        "staging window of {len} elements at element {start} reaches past the chunk's {chunk_elements} elements; \
+         keep windows inside ChunkLayout::chunk_elements()"
+    )
+}
+
+/// `MemError::NoRunAxis`.
+pub(super) fn no_run_axis(label: &str) -> String {
+    format!(
+        "'{label}' was requested unchunkable, so it has no axis of runs to bind along: bind \
+         it with .along(axis) naming the axis of the host array that holds the runs, or leave it \
+         out of the pipeline (an unchunkable array is the same for every chunk)"
+    )
+}
+
+/// `MemError::BindingAxes`.
+pub(super) fn binding_axes(label: &str, first: usize, set: usize, axis: usize) -> String {
+    format!(
+        "pipeline binding '{label}' chunks set 0 along axis {first} but set {set} along axis \
+         {axis}: one host array has one axis of runs; make every set's array the same (or name \
+         the axis with .along(axis) in the selector)"
+    )
+}
+
+/// `MemError::HostOutOfMemory`.
+pub(super) fn host_out_of_memory(requested: Bytes, what: &str) -> String {
+    format!(
+        "the host could not provide {requested} for {what}; run a smaller batch, or lower the spill threshold \
+         (ManagerConfig::host_spill_threshold or Registration::host_spill_threshold) so that arrays this large \
+         spill to a file"
+    )
+}
+
+/// `MemError::SetOutOfRange`.
+pub(super) fn set_out_of_range(label: &str, set: usize, buffer_sets: usize) -> String {
+    format!(
+        "buffer set {set} of array '{label}' is out of range: the response has {buffer_sets} buffer set(s), \
+         indices 0..{buffer_sets}; take sets below ArrayResponse::buffer_sets, or raise the requests' \
+         pipeline_depth for more sets"
+    )
+}

@@ -67,20 +67,14 @@ pub enum MemError {
     },
 
     /// The owner handle belongs to another manager, or is gone.
-    #[error(
-        "{owner} is not known to this manager; create owners with this manager's new_owner(), \
-         or name an instance registered with it"
-    )]
+    #[error("{}", messages::unknown_owner(.owner))]
     UnknownOwner {
         /// The owner.
         owner: String,
     },
 
     /// An instance without an invalidate hook tried to queue requests.
-    #[error(
-        "{instance} has no invalidate hook, so its buffers could be evicted without notice; \
-         register it with Registration::on_invalidate(..) before queueing requests"
-    )]
+    #[error("{}", messages::no_invalidate_hook(.instance))]
     NoInvalidateHook {
         /// The instance, with its name when set.
         instance: String,
@@ -136,10 +130,7 @@ pub enum MemError {
     },
 
     /// The unchunkable requests alone leave no room for any run.
-    #[error(
-        "unchunkable arrays need {unchunkable} but only {available} can be allocated ({withheld} withheld as reserve); \
-         shrink the unchunkable arrays, make them chunkable, or free memory"
-    )]
+    #[error("{}", messages::unchunkable_too_large(*.unchunkable, *.available, *.withheld))]
     UnchunkableTooLarge {
         /// Bytes of the unchunkable requests.
         unchunkable: Bytes,
@@ -323,10 +314,7 @@ pub enum MemError {
     },
 
     /// Buffers declared for one stream group allocated on an instance of another.
-    #[error(
-        "{instance} is in stream group '{group}' but the buffers are declared for '{declared}'; \
-         register it with the buffers' registration() preset or change its stream group"
-    )]
+    #[error("{}", messages::stream_group_mismatch(.instance, .group, .declared))]
     StreamGroupMismatch {
         /// The instance, with its name when set.
         instance: String,
@@ -359,10 +347,7 @@ pub enum MemError {
     },
 
     /// A chunk index past the plan's last chunk.
-    #[error(
-        "chunk {chunk} is out of range: the plan has {chunks} chunk(s), indices 0..{chunks}; \
-         iterate over ChunkPlan::iter_chunks() for the valid chunks"
-    )]
+    #[error("{}", messages::chunk_out_of_range(*.chunk, *.chunks))]
     ChunkOutOfRange {
         /// The chunk index given.
         chunk: usize,
@@ -407,10 +392,7 @@ pub enum MemError {
     },
 
     /// A run range that does not fit a chunk layout.
-    #[error(
-        "runs {start}..{end} do not fit a chunk: the chunk axis has {axis_length} runs and a chunk holds \
-         {chunk_length}; take run ranges from ChunkPlan::iter_chunks()"
-    )]
+    #[error("{}", messages::invalid_chunk_runs(*.start, *.end, *.axis_length, *.chunk_length))]
     InvalidChunkRuns {
         /// First run.
         start: usize,
@@ -423,10 +405,7 @@ pub enum MemError {
     },
 
     /// A staging window outside the chunk it stages.
-    #[error(
-        "staging window of {len} elements at element {start} reaches past the chunk's {chunk_elements} elements; \
-         keep windows inside ChunkLayout::chunk_elements()"
-    )]
+    #[error("{}", messages::staging_window(*.start, *.len, *.chunk_elements))]
     StagingWindow {
         /// First element of the window.
         start: usize,
@@ -472,22 +451,14 @@ pub enum MemError {
     NoBufferSets,
 
     /// A pipeline binding without an axis, of an array that holds no runs.
-    #[error(
-        "'{label}' was requested unchunkable, so it has no axis of runs to bind along: bind \
-         it with .along(axis) naming the axis of the host array that holds the runs, or leave it \
-         out of the pipeline (an unchunkable array is the same for every chunk)"
-    )]
+    #[error("{}", messages::no_run_axis(.label))]
     NoRunAxis {
         /// The array's label.
         label: String,
     },
 
     /// A pipeline binding whose buffer sets chunk along different axes.
-    #[error(
-        "pipeline binding '{label}' chunks set 0 along axis {first} but set {set} along axis \
-         {axis}: one host array has one axis of runs; make every set's array the same (or name \
-         the axis with .along(axis) in the selector)"
-    )]
+    #[error("{}", messages::binding_axes(.label, *.first, *.set, *.axis))]
     BindingAxes {
         /// The binding's label.
         label: String,
@@ -576,11 +547,7 @@ pub enum MemError {
     },
 
     /// The host could not provide memory for a host-side allocation.
-    #[error(
-        "the host could not provide {requested} for {what}; run a smaller batch, or lower the spill threshold \
-         (ManagerConfig::host_spill_threshold or Registration::host_spill_threshold) so that arrays this large \
-         spill to a file"
-    )]
+    #[error("{}", messages::host_out_of_memory(*.requested, .what))]
     HostOutOfMemory {
         /// Bytes asked for.
         requested: Bytes,
@@ -589,11 +556,7 @@ pub enum MemError {
     },
 
     /// A buffer set past the response's last set.
-    #[error(
-        "buffer set {set} of array '{label}' is out of range: the response has {buffer_sets} buffer set(s), \
-         indices 0..{buffer_sets}; take sets below ArrayResponse::buffer_sets, or raise the requests' \
-         pipeline_depth for more sets"
-    )]
+    #[error("{}", messages::set_out_of_range(.label, *.set, *.buffer_sets))]
     SetOutOfRange {
         /// The array's label.
         label: String,

@@ -31,8 +31,8 @@ fn figures(shard: &Shard) -> (usize, usize, usize, usize, Launcher) {
     )
 }
 
-/// Slurm's variables for task `rank` of a step of `tasks_per_node`
-/// (the list form) on node `node`, local rank `local`.
+/// Slurm's variables for task `rank`, local rank `local` on node `node`,
+/// of a step of 7 tasks placed 3, 3 and 1 on three nodes.
 fn slurm_step(
     rank: &'static str,
     local: &'static str,

@@ -206,7 +206,7 @@ fn one_device_alone_gets_every_run_as_without_a_set() {
     let buffers = set
         .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)
         .unwrap();
-    assert_eq!(buffers.split().ranges(), [0..runs]);
+    assert_eq!(buffers.split().ranges(), std::slice::from_ref(&(0..runs)));
     let alone = cubie_mem::MemoryManager::with_config(device(1 << 20), config());
     let solver = alone.register(registration(0)).unwrap();
     let plan = *alone
