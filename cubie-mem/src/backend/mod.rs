@@ -19,6 +19,7 @@ use std::fmt;
 
 mod error;
 mod kernel;
+pub(crate) mod page_locked;
 mod rates;
 pub(crate) mod sim;
 
@@ -260,6 +261,17 @@ pub trait Backend: Send + Sync + 'static {
     /// set are treated as equal unless the user gives weights.
     fn engine_rates(&self) -> Option<EngineRates> {
         None
+    }
+
+    /// Accepts `peer`'s page-locked memory for this backend's asynchronous
+    /// copies from now on, as its own: the devices of one
+    /// [`DeviceSet`](crate::DeviceSet), whose page-locked allocations are
+    /// portable, share the host arrays any of them made. Returns whether
+    /// this backend can (a backend of another kind cannot; the default
+    /// cannot, so such memory is staged).
+    fn accept_page_locked(&self, peer: &dyn Backend) -> bool {
+        let _ = peer;
+        false
     }
 
     /// The backend as [`Any`](std::any::Any), so that a backend's own API

@@ -35,7 +35,22 @@ impl DeviceSet {
     /// A set of the devices of `managers`, in that order; each manager is
     /// one device (two managers of one backend are refused when the set
     /// allocates).
+    ///
+    /// Every device accepts the others' page-locked memory for its
+    /// asynchronous copies (page-locked allocations are portable), so that
+    /// a pinned host array made by any device's manager moves directly to
+    /// and from every device; a backend that cannot (of another kind)
+    /// stages it instead.
     pub fn new(managers: Vec<MemoryManager>) -> Self {
+        for manager in &managers {
+            for peer in &managers {
+                if !std::sync::Arc::ptr_eq(manager.backend(), peer.backend()) {
+                    manager
+                        .backend()
+                        .accept_page_locked(peer.backend().as_ref());
+                }
+            }
+        }
         DeviceSet { managers }
     }
 

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cubie_mem::plan::split::{Skip, Weight, Workload};
+use cubie_mem::timeline::Activity;
 use cubie_mem::{
     DeviceArray, DeviceSet, GpuBuffers, HostKernel, HostMemoryKind, ManagerConfig, MemError,
     Registration, SimBackend, Throughput,
@@ -441,5 +442,55 @@ fn a_panic_on_one_device_stops_the_others_and_resumes_on_the_caller() {
         computed.into_inner(),
         2,
         "device 1 stopped after its chunk 1 of {chunks}"
+    );
+}
+
+/// The host staging time of each device of `set` after a batch of one
+/// state per run, streamed from and into a page-locked host array that
+/// `maker` made.
+fn staging_with_pinned_host(set: &DeviceSet, maker: &cubie_mem::MemoryManager) -> Vec<u64> {
+    let runs = 20_000;
+    let buffers = set
+        .allocate::<Solve>(runs, &Throughput::Equal, registration, dims_of(1))
+        .unwrap();
+    let holder = maker.register(Registration::new()).unwrap();
+    let mut host = maker
+        .create_host_array(
+            [1, runs],
+            HostMemoryKind::Pinned,
+            Some(&initial(1, runs)),
+            &holder,
+        )
+        .unwrap();
+    buffers
+        .pipeline()
+        .inout(&mut host, |set| &set.state)
+        .run(|_, chunk, set| compute(chunk, set))
+        .unwrap();
+    assert_eq!(host.as_slice(), expected(1, runs));
+    let report = set.report().unwrap();
+    report
+        .timelines()
+        .iter()
+        .map(|timeline| timeline.busy_ns(Activity::HostStaging))
+        .collect()
+}
+
+#[test]
+fn a_pinned_host_array_of_any_device_of_the_set_moves_directly_to_every_device() {
+    let set = DeviceSet::simulated([device(64 << 10), device(64 << 10)], config());
+    let staging = staging_with_pinned_host(&set, set.manager(0).unwrap());
+    assert_eq!(
+        staging,
+        [0, 0],
+        "no device staged the set's page-locked array"
+    );
+
+    let set = DeviceSet::simulated([device(64 << 10), device(64 << 10)], config());
+    let outside = cubie_mem::MemoryManager::with_config(device(1 << 20), config());
+    let staging = staging_with_pinned_host(&set, &outside);
+    assert!(
+        staging.iter().all(|&ns| ns > 0),
+        "a page-locked array of a device outside the set is staged: {staging:?}"
     );
 }

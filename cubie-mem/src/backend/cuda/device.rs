@@ -280,6 +280,19 @@ impl Backend for CudaBackend {
     fn as_any(&self) -> Option<&dyn Any> {
         Some(self)
     }
+
+    fn accept_page_locked(&self, peer: &dyn Backend) -> bool {
+        match peer
+            .as_any()
+            .and_then(|any| any.downcast_ref::<CudaBackend>())
+        {
+            Some(peer) => {
+                self.shared.pinned.accept(&peer.shared.pinned);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The host end of a copy: the bytes read from, or written into.

@@ -13,11 +13,13 @@ use super::context::DeviceContext;
 use super::driver::describe;
 use super::sys::{self, CuResult};
 use crate::Bytes;
+use crate::backend::page_locked::PageLockedRanges;
 use crate::backend::{BackendError, MemorySpace, PinnedBlock};
 
-/// The host address ranges of a context's live page-locked pages: start to
-/// end.
-type Registry = Arc<Mutex<BTreeMap<u64, u64>>>;
+/// The host address ranges of a context's live page-locked pages, and of
+/// the contexts whose pages it accepts (the devices of a set: every block
+/// is allocated portable).
+type Registry = Arc<PageLockedRanges>;
 
 /// Page-locked host pages from `cuMemHostAlloc`, freed with `cuMemFreeHost`
 /// (its context current) when dropped.
@@ -61,7 +63,7 @@ impl HostPages {
             registry: Arc::clone(registry),
         };
         let range = pages.range();
-        lock(registry).insert(range.start, range.end);
+        registry.insert(range.start, range.end);
         Ok(pages)
     }
 
@@ -90,7 +92,7 @@ impl Drop for HostPages {
     /// Frees the pages; on a context lost to a fault they are left
     /// allocated, as a copy from or into them may never have been waited for.
     fn drop(&mut self) {
-        lock(&self.registry).remove(&(self.ptr.as_ptr().addr() as u64));
+        self.registry.remove(self.ptr.as_ptr().addr() as u64);
         let Ok(_guard) = self.context.enter("free pinned memory") else {
             return;
         };
@@ -251,32 +253,22 @@ impl PinnedPool {
     }
 
     /// Checks that `address..address + len` lies in one live page-locked
-    /// block of this pool, for an asynchronous copy.
+    /// block of this pool, or of a pool whose blocks it accepts, for an
+    /// asynchronous copy.
     pub(super) fn check_page_locked(
         &self,
         operation: &'static str,
         address: usize,
         len: usize,
     ) -> Result<(), BackendError> {
-        let start = address as u64;
-        let end = start.saturating_add(len as u64);
-        if len == 0 {
-            return Ok(());
-        }
-        match lock(&self.registry).range(..=start).next_back() {
-            Some((_, &block_end)) if end <= block_end => Ok(()),
-            _ => Err(BackendError::NotPageLocked {
-                operation,
-                address: start,
-                len,
-            }),
-        }
+        self.registry.check(operation, address, len)
     }
-}
 
-fn lock(registry: &Registry) -> MutexGuard<'_, BTreeMap<u64, u64>> {
-    // The map is consistent after every statement.
-    registry.lock().unwrap_or_else(|p| p.into_inner())
+    /// Accepts `peer`'s blocks for this context's copies: its pages are
+    /// portable, so page-locked for every context.
+    pub(super) fn accept(&self, peer: &PinnedPool) {
+        self.registry.accept(peer.registry.share());
+    }
 }
 
 impl Drop for PinnedPool {

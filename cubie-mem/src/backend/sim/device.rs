@@ -396,6 +396,19 @@ impl Backend for SimBackend {
         Some(self)
     }
 
+    fn accept_page_locked(&self, peer: &dyn Backend) -> bool {
+        let Some(peer) = peer
+            .as_any()
+            .and_then(|any| any.downcast_ref::<SimBackend>())
+        else {
+            return false;
+        };
+        // One state locked at a time: the peer's for its ranges, then ours.
+        let ranges = peer.state().pinned_blocks.share();
+        self.state().pinned_blocks.accept(ranges);
+        true
+    }
+
     fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError> {
         const OPERATION: &str = "launch";
         let KernelBody::Host { duration, run } = launch.body;

@@ -42,10 +42,11 @@ mod order;
 mod pinned;
 mod ranges;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::page_locked::PageLockedRanges;
 use super::{BackendError, DevicePtr, EventHandle, MemorySpace, StreamHandle};
 use crate::Bytes;
 use crate::block::HostBlock;
@@ -93,8 +94,9 @@ struct SimState {
     /// Allocations a host kernel works on right now (taken out of
     /// `allocations` while it runs without the lock), by the kernel's name.
     running: HashMap<u64, String>,
-    /// The live page-locked blocks' host address ranges: start to end.
-    pinned_blocks: BTreeMap<u64, u64>,
+    /// The live page-locked blocks' host address ranges, and those of the
+    /// devices of a set whose blocks this device accepts.
+    pinned_blocks: PageLockedRanges,
     /// A misuse found outside a call (the host touching page-locked memory
     /// a copy still uses), reported by the next call.
     deferred: Option<BackendError>,
@@ -137,7 +139,7 @@ impl SimBackend {
                 clock: DeviceClock::new(),
                 order: Ordering::default(),
                 running: HashMap::new(),
-                pinned_blocks: BTreeMap::new(),
+                pinned_blocks: PageLockedRanges::default(),
                 deferred: None,
             })),
         }

@@ -30,9 +30,7 @@ impl SimPinnedBlock {
     ) -> Self {
         let pinned = SimPinnedBlock { block, device };
         let range = pinned.range();
-        if !range.is_empty() {
-            state.pinned_blocks.insert(range.start, range.end);
-        }
+        state.pinned_blocks.insert(range.start, range.end);
         pinned
     }
 
@@ -83,7 +81,7 @@ impl Drop for SimPinnedBlock {
         };
         let range = self.range();
         let mut state = device.lock().unwrap_or_else(|p| p.into_inner());
-        state.pinned_blocks.remove(&range.start);
+        state.pinned_blocks.remove(range.start);
         if state.order.forget_pinned(&range) {
             let error = BackendError::HostAccessInFlight {
                 access: "free",
@@ -99,7 +97,9 @@ impl Drop for SimPinnedBlock {
 
 impl SimState {
     /// Checks that `address..address + len` lies in one live page-locked
-    /// block of this device, for an asynchronous copy.
+    /// block of this device or of a device of its set, for an asynchronous
+    /// copy. (A peer's block is checked against its own device's copies
+    /// when the host touches it, not against this device's.)
     pub(super) fn check_page_locked(
         &self,
         operation: &'static str,
@@ -107,18 +107,8 @@ impl SimState {
         len: usize,
     ) -> Result<Range<u64>, BackendError> {
         let start = address as u64;
-        let end = start.saturating_add(len as u64);
-        if len == 0 {
-            return Ok(start..end);
-        }
-        match self.pinned_blocks.range(..=start).next_back() {
-            Some((_, &block_end)) if end <= block_end => Ok(start..end),
-            _ => Err(BackendError::NotPageLocked {
-                operation,
-                address: start,
-                len,
-            }),
-        }
+        self.pinned_blocks.check(operation, address, len)?;
+        Ok(start..start.saturating_add(len as u64))
     }
 
     /// Writes the data of downloads the host has now seen done into their
