@@ -2,8 +2,8 @@
 
 use super::{DeviceSet, DeviceShare, SetBuffers, check_distinct};
 use crate::plan::BatchSizes;
-use crate::plan::split::{DeviceCapacity, Weight, Workload, split, weights};
-use crate::{GpuBuffers, MemError, Registration};
+use crate::plan::split::{DeviceCapacity, Split, Weight, Workload, split, weights};
+use crate::{GpuBuffers, Instance, MemError, Registration, RequestSet};
 
 /// How a set weighs its devices for a batch: the runs are shared in
 /// proportion to each device's throughput for it, so that the devices
@@ -69,29 +69,8 @@ impl DeviceSet {
                 ),
             });
         }
-        let instances = self
-            .managers()
-            .iter()
-            .enumerate()
-            .map(|(device, manager)| manager.register(registration(device)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let weights = self.weights(throughput)?;
-        let capacities = self
-            .managers()
-            .iter()
-            .zip(&instances)
-            .zip(weights)
-            .map(|((manager, instance), weight)| {
-                let budget = manager.batch_budget(instance)?;
-                Ok(DeviceCapacity {
-                    allocatable: budget
-                        .allocatable()
-                        .map_or(0, |(allocatable, _)| allocatable),
-                    weight,
-                })
-            })
-            .collect::<Result<Vec<_>, MemError>>()?;
-        let split = split(&sizes, &capacities)?;
+        let instances = self.register(&registration)?;
+        let split = self.split_among(&sizes, &instances, throughput)?;
         let mut shares = Vec::new();
         for (device, instance) in instances.into_iter().enumerate() {
             let Some(runs) = split.range(device).filter(|runs| !runs.is_empty()) else {
@@ -112,6 +91,61 @@ impl DeviceSet {
             split,
             total_runs,
         })
+    }
+
+    /// How [`allocate`](Self::allocate) would split a batch of `requests`
+    /// now, without allocating: for a batch you allocate yourself on each
+    /// device (`registration` gives the group and caps each device's
+    /// budget is taken for; nothing stays registered).
+    pub fn split(
+        &self,
+        requests: &RequestSet,
+        throughput: &Throughput,
+        registration: impl Fn(usize) -> Registration,
+    ) -> Result<Split, MemError> {
+        check_distinct(self)?;
+        let sizes = BatchSizes::measure(requests.iter())?;
+        let instances = self.register(&registration)?;
+        self.split_among(&sizes, &instances, throughput)
+    }
+
+    /// Registers `registration(device)` on every device.
+    fn register(
+        &self,
+        registration: &impl Fn(usize) -> Registration,
+    ) -> Result<Vec<Instance>, MemError> {
+        self.managers()
+            .iter()
+            .enumerate()
+            .map(|(device, manager)| manager.register(registration(device)))
+            .collect()
+    }
+
+    /// The split of a batch of `sizes` among the devices, each budgeted
+    /// for its instance in `instances`.
+    fn split_among(
+        &self,
+        sizes: &BatchSizes,
+        instances: &[Instance],
+        throughput: &Throughput,
+    ) -> Result<Split, MemError> {
+        let weights = self.weights(throughput)?;
+        let capacities = self
+            .managers()
+            .iter()
+            .zip(instances)
+            .zip(weights)
+            .map(|((manager, instance), weight)| {
+                let budget = manager.batch_budget(instance)?;
+                Ok(DeviceCapacity {
+                    allocatable: budget
+                        .allocatable()
+                        .map_or(0, |(allocatable, _)| allocatable),
+                    weight,
+                })
+            })
+            .collect::<Result<Vec<_>, MemError>>()?;
+        split(sizes, &capacities)
     }
 
     /// Each device's weight for `throughput`.

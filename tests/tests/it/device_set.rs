@@ -494,3 +494,24 @@ fn a_pinned_host_array_of_any_device_of_the_set_moves_directly_to_every_device()
         "a page-locked array of a device outside the set is staged: {staging:?}"
     );
 }
+
+#[test]
+fn the_split_of_requests_is_the_split_allocate_makes_and_leaves_nothing_registered() {
+    let set = DeviceSet::simulated([device(1 << 18), device(16), device(3 << 18)], config());
+    let runs = 50_000;
+    let requests = Solve::requests(&dims(runs));
+    let split = set
+        .split(&requests, &Throughput::Equal, registration)
+        .unwrap();
+    assert!(
+        set.managers()
+            .iter()
+            .all(|m| m.stats().instances.is_empty())
+    );
+    let buffers = set
+        .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)
+        .unwrap();
+    assert_eq!(&split, buffers.split());
+    assert_eq!(split.ranges(), [0..25_000, 25_000..25_000, 25_000..50_000]);
+    assert!(split.to_string().contains("device 1"), "{split}");
+}
