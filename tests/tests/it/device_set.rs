@@ -515,3 +515,35 @@ fn the_split_of_requests_is_the_split_allocate_makes_and_leaves_nothing_register
     assert_eq!(split.ranges(), [0..25_000, 25_000..25_000, 25_000..50_000]);
     assert!(split.to_string().contains("device 1"), "{split}");
 }
+
+#[test]
+fn every_kind_of_host_array_is_shared_by_run_range() {
+    let runs = 30_000;
+    for kind in [
+        HostMemoryKind::Pinned,
+        HostMemoryKind::Pageable,
+        HostMemoryKind::Spilled,
+    ] {
+        let set = DeviceSet::simulated(
+            [device(64 << 10), device(96 << 10), device(64 << 10)],
+            config(),
+        );
+        let buffers = set
+            .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)
+            .unwrap();
+        let manager = set.manager(1).unwrap();
+        let holder = manager
+            .register(Registration::new().spill_directory(std::env::temp_dir()))
+            .unwrap();
+        let mut host = manager
+            .create_host_array([STATES, runs], kind, Some(&initial(STATES, runs)), &holder)
+            .unwrap();
+        assert_eq!(host.kind(), kind);
+        buffers
+            .pipeline()
+            .inout(&mut host, |set| &set.state)
+            .run(|_, chunk, set| compute(chunk, set))
+            .unwrap();
+        assert_eq!(host.as_slice(), expected(STATES, runs), "{kind:?}");
+    }
+}
