@@ -190,7 +190,13 @@ impl Inner {
             granule: self.config.allocation_granule_bytes,
         };
         if let Some(needed) = budget.shortfall(requested) {
-            let released = self.evict(s, needed, batch.owner, hooks);
+            let pinned_requested = batch
+                .requests()
+                .filter(|(_, request)| request.memory_kind() == crate::MemoryKind::Pinned)
+                .fold(0u64, |sum, (_, request)| {
+                    sum.saturating_add(request.nbytes().unwrap_or(u64::MAX))
+                });
+            let released = self.evict(s, needed, pinned_requested, batch.owner, hooks);
             budget.effective_free = budget.effective_free.saturating_add(released);
         }
         // A remembered partition a notary's arrays are laid out for comes

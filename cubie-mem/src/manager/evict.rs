@@ -1,8 +1,8 @@
-//! Eviction: releasing idle owners' device memory under physical pressure.
+//! Eviction: releasing idle owners' memory under physical pressure.
 
 use super::Inner;
 use super::hooks::Hooks;
-use super::state::State;
+use super::state::{Freed, State};
 use crate::Bytes;
 use crate::array::ReleaseReason;
 use crate::ids::OwnerId;
@@ -10,22 +10,27 @@ use crate::ids::OwnerId;
 impl Inner {
     /// Evicts idle owners other than `protected`, least recently used first
     /// (ties in registration order) and whole owners at a time, until
-    /// `needed` device bytes are freed. Owners that are busy, whose last
-    /// completion events have not fired, or that hold no device memory are
+    /// `needed` bytes the batch can obtain are freed: device bytes, and
+    /// pinned bytes up to the batch's own pinned arrays
+    /// (`pinned_requested`), since pinned arrays count wherever device
+    /// arrays do, as in cubie, but a device allocation cannot obtain
+    /// page-locked host memory. Owners that are busy, whose last completion
+    /// events have not fired, or whose memory the batch could not use are
     /// not candidates. Schedules every evicted registration's invalidate
-    /// hook and returns the bytes freed now (bytes an access still holds are
-    /// freed later and not counted).
+    /// hook and returns the bytes the batch can count (bytes an access
+    /// still holds are freed later and not counted).
     pub(super) fn evict(
         &self,
         s: &mut State,
         needed: u64,
+        pinned_requested: u64,
         protected: OwnerId,
         hooks: &mut Hooks,
     ) -> u64 {
         let owners: Vec<OwnerId> = s.owners.keys().copied().collect();
         let mut candidates: Vec<(u64, OwnerId)> = Vec::new();
         for owner in owners {
-            if owner == protected || s.owner_device_bytes(owner) == 0 {
+            if owner == protected || s.owner_held(owner).credit(pinned_requested) == 0 {
                 continue;
             }
             if s.owner_idle(owner, &*self.backend) {
@@ -34,9 +39,9 @@ impl Inner {
             }
         }
         candidates.sort_unstable();
-        let mut released = 0u64;
+        let mut released = Freed::default();
         for (_, owner) in candidates {
-            if released >= needed {
+            if released.credit(pinned_requested) >= needed {
                 break;
             }
             let instances = s
@@ -44,34 +49,35 @@ impl Inner {
                 .get(&owner)
                 .map(|o| o.instances.clone())
                 .unwrap_or_default();
-            let mut freed = 0u64;
+            let mut freed = Freed::default();
             for id in instances {
-                freed = freed.saturating_add(s.release_all(id, ReleaseReason::Evicted));
+                freed = freed.plus(s.release_all(id, ReleaseReason::Evicted));
                 if let Some(hook) = s.instances.get(&id).and_then(|i| i.on_invalidate.clone()) {
                     hooks.invalidate(s.named(id), hook);
                 }
             }
-            released = released.saturating_add(freed);
+            released = released.plus(freed);
             tracing::info!(
                 owner = %s.named_owner(owner),
                 for_owner = %s.named_owner(protected),
-                freed = %Bytes(freed),
+                freed_device = %Bytes(freed.device),
+                freed_pinned = %Bytes(freed.pinned),
                 needed = %Bytes(needed),
                 "evicted an idle owner (no work in flight, least recently used first) to make room \
                  for a batch that does not fit the free memory"
             );
         }
-        released
+        released.credit(pinned_requested)
     }
 
     /// Device bytes held by idle owners other than `protected` (the
     /// requester's, never evicted for its own batch): what eviction could
-    /// release, for out-of-memory messages.
+    /// release for a device allocation, for out-of-memory messages.
     pub(super) fn idle_bytes(&self, s: &mut State, protected: OwnerId) -> u64 {
         let owners: Vec<OwnerId> = s.owners.keys().copied().collect();
         owners.into_iter().fold(0u64, |idle, owner| {
             if owner != protected && s.owner_idle(owner, &*self.backend) {
-                idle.saturating_add(s.owner_device_bytes(owner))
+                idle.saturating_add(s.owner_held(owner).device)
             } else {
                 idle
             }

@@ -46,7 +46,7 @@ pub(crate) struct InstanceState {
 }
 
 impl InstanceState {
-    /// Device bytes held (pinned memory does not count against VRAM).
+    /// Bytes held in device memory.
     pub(crate) fn device_bytes(&self) -> u64 {
         self.allocations
             .values()
@@ -62,6 +62,47 @@ impl InstanceState {
             .values()
             .flatten()
             .fold(0, |sum, s| sum.saturating_add(s.bytes()))
+    }
+}
+
+/// Bytes released (or held), device and pinned apart: a batch counts
+/// released pinned bytes only toward its own pinned arrays, since a device
+/// allocation cannot obtain them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Freed {
+    pub(crate) device: u64,
+    pub(crate) pinned: u64,
+}
+
+impl Freed {
+    /// `bytes` of memory of `kind`.
+    fn of(bytes: u64, kind: MemoryKind) -> Self {
+        match kind {
+            MemoryKind::Device => Freed {
+                device: bytes,
+                pinned: 0,
+            },
+            MemoryKind::Pinned => Freed {
+                device: 0,
+                pinned: bytes,
+            },
+        }
+    }
+
+    /// Both, added (saturating).
+    pub(crate) fn plus(self, other: Freed) -> Freed {
+        Freed {
+            device: self.device.saturating_add(other.device),
+            pinned: self.pinned.saturating_add(other.pinned),
+        }
+    }
+
+    /// What a batch requesting `pinned_requested` bytes of pinned arrays
+    /// can obtain from these bytes: every device byte, and pinned bytes up
+    /// to its pinned arrays.
+    pub(crate) fn credit(self, pinned_requested: u64) -> u64 {
+        self.device
+            .saturating_add(self.pinned.min(pinned_requested))
     }
 }
 
@@ -339,38 +380,38 @@ impl State {
     }
 
     /// Releases `slot`, held by `instance` until now, and counts it. Returns
-    /// the device bytes freed now (none when an access defers the free).
+    /// the bytes freed now, device or pinned (none when an access defers
+    /// the free).
     pub(crate) fn release_slot(
         &mut self,
         instance: InstanceId,
         group: &mut UsageStats,
         slot: &Slot,
         reason: ReleaseReason,
-    ) -> Result<u64, MemError> {
+    ) -> Result<Freed, MemError> {
         self.count_free(instance, group, slot, reason == ReleaseReason::Evicted);
         let freed_now = matches!(slot.release(reason)?, Release::Freed);
-        Ok(if freed_now && slot.kind() == MemoryKind::Device {
-            slot.bytes()
-        } else {
-            0
-        })
+        Ok(Freed::of(
+            if freed_now { slot.bytes() } else { 0 },
+            slot.kind(),
+        ))
     }
 
-    /// Releases every allocation of `instance`; returns the device bytes
-    /// freed now. Backend failures are logged: the arrays are gone either way.
-    pub(crate) fn release_all(&mut self, instance: InstanceId, reason: ReleaseReason) -> u64 {
+    /// Releases every allocation of `instance`; returns the bytes freed
+    /// now, device and pinned (as eviction counts them, as in cubie). Backend failures are logged: the arrays are gone either way.
+    pub(crate) fn release_all(&mut self, instance: InstanceId, reason: ReleaseReason) -> Freed {
         let Some(state) = self.instances.get_mut(&instance) else {
-            return 0;
+            return Freed::default();
         };
         let slots = std::mem::take(&mut state.allocations);
         let Ok(group) = self.group_of(instance) else {
-            return 0;
+            return Freed::default();
         };
         self.with_group_usage(&group, |s, usage| {
-            let mut freed = 0u64;
+            let mut freed = Freed::default();
             for slot in slots.values().flatten() {
                 match s.release_slot(instance, usage, slot, reason) {
-                    Ok(bytes) => freed = freed.saturating_add(bytes),
+                    Ok(bytes) => freed = freed.plus(bytes),
                     Err(error) => tracing::warn!(
                         instance = %s.named(instance),
                         label = %slot.label(),
@@ -441,13 +482,18 @@ impl State {
         idle
     }
 
-    /// Device bytes held by `owner`'s registrations.
-    pub(crate) fn owner_device_bytes(&self, owner: OwnerId) -> u64 {
-        self.owners.get(&owner).map_or(0, |o| {
+    /// Bytes held by `owner`'s registrations: what evicting it releases.
+    pub(crate) fn owner_held(&self, owner: OwnerId) -> Freed {
+        self.owners.get(&owner).map_or(Freed::default(), |o| {
             o.instances
                 .iter()
                 .filter_map(|i| self.instances.get(i))
-                .fold(0, |sum, i| sum.saturating_add(i.device_bytes()))
+                .fold(Freed::default(), |sum, i| {
+                    sum.plus(Freed {
+                        device: i.device_bytes(),
+                        pinned: i.held_bytes().saturating_sub(i.device_bytes()),
+                    })
+                })
         })
     }
 }

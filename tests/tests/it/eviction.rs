@@ -224,6 +224,63 @@ fn owners_holding_only_pinned_memory_are_not_candidates() {
     assert_eq!(evicted.get(), 0);
 }
 
+/// cubie's scenario: `a` holds a pinned `X(1)` (`f64 [1, 1000]`, 8,000
+/// bytes), about 1,000 bytes are free (a busy owner holds the rest), and
+/// `b` requests a pinned `X(1)`. Pinned arrays count in what eviction
+/// releases, as in cubie: `a` is evicted and the batch runs in one chunk
+/// (before, `a` was no candidate and the batch ran in 9 chunks of 112).
+#[test]
+fn evicting_pinned_arrays_makes_room_for_a_pinned_batch_as_in_cubie() {
+    let (mgr, _) = manager(1 << 30, 9000);
+    let evicted = Counter::default();
+    let a = mgr
+        .register(Registration::new().on_invalidate(evicted.hook()))
+        .unwrap();
+    let busy = mgr.register(queuing()).unwrap();
+    let b = mgr.register(queuing()).unwrap();
+    let pinned = || runs_request(8, 1000).memory(cubie_mem::MemoryKind::Pinned);
+    mgr.queue_request(&a, [("p", pinned())]).unwrap();
+    let p = mgr
+        .allocate_queue_for(&a)
+        .unwrap()
+        .take_pinned::<f64>("p")
+        .unwrap();
+    let _held = hold(&mgr, &busy, 1000);
+    let _work = mgr.begin_work(&busy).unwrap();
+    assert_eq!(mgr.mem_info().unwrap().free, 1000);
+    mgr.queue_request(&b, [("x", pinned())]).unwrap();
+    let r = mgr.allocate_queue_for(&b).unwrap();
+    assert_eq!(evicted.get(), 1);
+    assert_eq!(p.release_reason(), Some(ReleaseReason::Evicted));
+    assert_eq!((r.chunks, r.chunk_length), (1, 1000), "{}", r.plan());
+}
+
+/// Page-locked memory given back serves a batch's pinned arrays, not its
+/// device arrays: eviction counts released pinned bytes only up to the
+/// batch's own pinned bytes (a device-only batch does not evict a pinned
+/// holder at all: `owners_holding_only_pinned_memory_are_not_candidates`).
+#[test]
+fn released_pinned_bytes_count_only_toward_the_batchs_pinned_arrays() {
+    let (mgr, _) = manager(1 << 30, 1000);
+    let evicted = Counter::default();
+    let a = mgr
+        .register(Registration::new().on_invalidate(evicted.hook()))
+        .unwrap();
+    let b = mgr.register(queuing()).unwrap();
+    let pinned = |runs| runs_request(8, runs).memory(cubie_mem::MemoryKind::Pinned);
+    mgr.queue_request(&a, [("p", pinned(1000))]).unwrap();
+    mgr.allocate_queue(&a).unwrap();
+    // R = 1200 device + 1200 pinned >= Fe = 1000: evicting `a` gives back
+    // 8000 pinned bytes, of which the batch can use its own 1200, so
+    // Fe = 2200, alloc = 2156 and max_chunk = floor(150 * 2156 / 2400) =
+    // 134: 2 chunks of 75 (without `a`'s bytes, 3 chunks of 50).
+    mgr.queue_request(&b, [("x", runs_request(8, 150)), ("y", pinned(150))])
+        .unwrap();
+    let r = mgr.allocate_queue_for(&b).unwrap();
+    assert_eq!(evicted.get(), 1);
+    assert_eq!((r.chunks, r.chunk_length), (2, 75));
+}
+
 #[test]
 fn active_mode_does_not_evict_when_the_caps_forbid_the_batch() {
     let (mgr, _) = manager(10_000, 1000);
