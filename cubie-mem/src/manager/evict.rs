@@ -1,8 +1,9 @@
 //! Eviction: releasing idle owners' memory under physical pressure.
 
 use super::Inner;
+use super::accounting::Freed;
 use super::hooks::Hooks;
-use super::state::{Freed, State};
+use super::state::State;
 use crate::Bytes;
 use crate::array::ReleaseReason;
 use crate::ids::OwnerId;

@@ -41,6 +41,7 @@
 //! sets back in the queue. Owners it evicted before failing stay evicted,
 //! and their invalidate hooks are called.
 
+mod accounting;
 mod allocate;
 mod budget;
 mod evict;

@@ -1,5 +1,6 @@
 //! The manager's state and the rules that keep it consistent: registering,
-//! deregistering, moving between groups, releasing and counting.
+//! deregistering, caps, and owners' idleness (releasing and counting are in
+//! `accounting`).
 //!
 //! Every method here runs under the manager's lock and never calls user code
 //! or waits on a handle; failing methods change nothing.
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::array::ReleaseReason;
-use crate::array::slot::{Release, Slot};
+use crate::array::slot::Slot;
 use crate::backend::{Backend, EventHandle, StreamHandle};
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, Named, OwnerId};
@@ -62,47 +63,6 @@ impl InstanceState {
             .values()
             .flatten()
             .fold(0, |sum, s| sum.saturating_add(s.bytes()))
-    }
-}
-
-/// Bytes released (or held), device and pinned apart: a batch counts
-/// released pinned bytes only toward its own pinned arrays, since a device
-/// allocation cannot obtain them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Freed {
-    pub(crate) device: u64,
-    pub(crate) pinned: u64,
-}
-
-impl Freed {
-    /// `bytes` of memory of `kind`.
-    fn of(bytes: u64, kind: MemoryKind) -> Self {
-        match kind {
-            MemoryKind::Device => Freed {
-                device: bytes,
-                pinned: 0,
-            },
-            MemoryKind::Pinned => Freed {
-                device: 0,
-                pinned: bytes,
-            },
-        }
-    }
-
-    /// Both, added (saturating).
-    pub(crate) fn plus(self, other: Freed) -> Freed {
-        Freed {
-            device: self.device.saturating_add(other.device),
-            pinned: self.pinned.saturating_add(other.pinned),
-        }
-    }
-
-    /// What a batch requesting `pinned_requested` bytes of pinned arrays
-    /// can obtain from these bytes: every device byte, and pinned bytes up
-    /// to its pinned arrays.
-    pub(crate) fn credit(self, pinned_requested: u64) -> u64 {
-        self.device
-            .saturating_add(self.pinned.min(pinned_requested))
     }
 }
 
@@ -301,129 +261,6 @@ impl State {
         }
     }
 
-    /// Updates the counters of `group` (created on first use).
-    pub(crate) fn update_group_usage(
-        &mut self,
-        group: &Arc<str>,
-        update: impl FnOnce(&mut UsageStats),
-    ) {
-        match self.group_usage.get_mut(group) {
-            Some(usage) => update(usage),
-            None => {
-                let mut usage = UsageStats::default();
-                update(&mut usage);
-                self.group_usage.insert(Arc::clone(group), usage);
-            }
-        }
-    }
-
-    /// Runs `f` with the counters of `group` taken out, so that a call
-    /// counting many arrays looks the group up once.
-    pub(crate) fn with_group_usage<R>(
-        &mut self,
-        group: &Arc<str>,
-        f: impl FnOnce(&mut Self, &mut UsageStats) -> R,
-    ) -> R {
-        let mut usage = self.group_usage.get(group).copied().unwrap_or_default();
-        let result = f(self, &mut usage);
-        self.update_group_usage(group, |u| *u = usage);
-        result
-    }
-
-    /// Records the release of `slot` by `instance` in every scope (`group`:
-    /// the counters of its group).
-    pub(crate) fn count_free(
-        &mut self,
-        instance: InstanceId,
-        group: &mut UsageStats,
-        slot: &Slot,
-        evicted: bool,
-    ) {
-        let (bytes, kind) = (slot.bytes(), slot.kind());
-        if let Some(i) = self.instances.get_mut(&instance) {
-            i.usage.freed(bytes, kind, evicted);
-        }
-        group.freed(bytes, kind, evicted);
-        self.total_usage.freed(bytes, kind, evicted);
-    }
-
-    /// Records an allocation of `slot` by `instance` in every scope.
-    pub(crate) fn count_allocation(
-        &mut self,
-        instance: InstanceId,
-        group: &mut UsageStats,
-        slot: &Slot,
-    ) {
-        let (bytes, kind) = (slot.bytes(), slot.kind());
-        if let Some(i) = self.instances.get_mut(&instance) {
-            i.usage.allocated(bytes, kind);
-        }
-        group.allocated(bytes, kind);
-        self.total_usage.allocated(bytes, kind);
-    }
-
-    /// Records that `instance` reused a buffer it held, whose array had
-    /// `before` bytes, for the array `slot`.
-    pub(crate) fn count_reuse(
-        &mut self,
-        instance: InstanceId,
-        group: &mut UsageStats,
-        before: u64,
-        slot: &Slot,
-    ) {
-        let (after, kind) = (slot.bytes(), slot.kind());
-        if let Some(i) = self.instances.get_mut(&instance) {
-            i.usage.reused(before, after, kind);
-        }
-        group.reused(before, after, kind);
-        self.total_usage.reused(before, after, kind);
-    }
-
-    /// Releases `slot`, held by `instance` until now, and counts it. Returns
-    /// the bytes freed now, device or pinned (none when an access defers
-    /// the free).
-    pub(crate) fn release_slot(
-        &mut self,
-        instance: InstanceId,
-        group: &mut UsageStats,
-        slot: &Slot,
-        reason: ReleaseReason,
-    ) -> Result<Freed, MemError> {
-        self.count_free(instance, group, slot, reason == ReleaseReason::Evicted);
-        let freed_now = matches!(slot.release(reason)?, Release::Freed);
-        Ok(Freed::of(
-            if freed_now { slot.bytes() } else { 0 },
-            slot.kind(),
-        ))
-    }
-
-    /// Releases every allocation of `instance`; returns the bytes freed
-    /// now, device and pinned (as eviction counts them, as in cubie). Backend failures are logged: the arrays are gone either way.
-    pub(crate) fn release_all(&mut self, instance: InstanceId, reason: ReleaseReason) -> Freed {
-        let Some(state) = self.instances.get_mut(&instance) else {
-            return Freed::default();
-        };
-        let slots = std::mem::take(&mut state.allocations);
-        let Ok(group) = self.group_of(instance) else {
-            return Freed::default();
-        };
-        self.with_group_usage(&group, |s, usage| {
-            let mut freed = Freed::default();
-            for slot in slots.values().flatten() {
-                match s.release_slot(instance, usage, slot, reason) {
-                    Ok(bytes) => freed = freed.plus(bytes),
-                    Err(error) => tracing::warn!(
-                        instance = %s.named(instance),
-                        label = %slot.label(),
-                        %error,
-                        "freeing failed"
-                    ),
-                }
-            }
-            freed
-        })
-    }
-
     /// Cap of `instance`: `floor(proportion * total)`.
     pub(crate) fn cap(&self, instance: InstanceId, total: u64) -> u64 {
         let proportion = self.shares.proportion(instance).unwrap_or(0.0);
@@ -480,21 +317,6 @@ impl State {
             }
         });
         idle
-    }
-
-    /// Bytes held by `owner`'s registrations: what evicting it releases.
-    pub(crate) fn owner_held(&self, owner: OwnerId) -> Freed {
-        self.owners.get(&owner).map_or(Freed::default(), |o| {
-            o.instances
-                .iter()
-                .filter_map(|i| self.instances.get(i))
-                .fold(Freed::default(), |sum, i| {
-                    sum.plus(Freed {
-                        device: i.device_bytes(),
-                        pinned: i.held_bytes().saturating_sub(i.device_bytes()),
-                    })
-                })
-        })
     }
 }
 
