@@ -109,6 +109,40 @@ impl BatchSizes {
     pub fn total_bytes(&self) -> u64 {
         self.chunkable_bytes.saturating_add(self.unchunkable_bytes)
     }
+
+    /// Refuses hand-made sizes no plan can cover: no runs, or depth 0.
+    pub(crate) fn check_plannable(&self) -> Result<(), MemError> {
+        let (chunkable, unchunkable) = (Bytes(self.chunkable_bytes), Bytes(self.unchunkable_bytes));
+        if self.total_runs == 0 {
+            return Err(MemError::ZeroRuns {
+                chunkable,
+                unchunkable,
+            });
+        }
+        if self.depth == 0 {
+            return Err(MemError::ZeroDepth {
+                chunkable,
+                unchunkable,
+            });
+        }
+        Ok(())
+    }
+
+    /// The plan of one chunk of every run, with the budget's
+    /// `(allocatable, withheld)` figures.
+    fn one_chunk(&self, (allocatable, withheld): (u64, u64)) -> ChunkPlan {
+        ChunkPlan {
+            total_runs: self.total_runs,
+            chunks: 1,
+            chunk_length: self.total_runs,
+            chunkable_bytes: self.chunkable_bytes,
+            unchunkable_bytes: self.unchunkable_bytes,
+            allocatable,
+            withheld,
+            buffer_sets: 1,
+            limited_by: None,
+        }
+    }
 }
 
 /// The memory a plan may use.
@@ -211,36 +245,14 @@ impl Budget {
 /// of several chunks names what bounded its chunk length
 /// ([`ChunkPlan::limited_by`]).
 pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, MemError> {
-    if sizes.total_runs == 0 {
-        return Err(MemError::ZeroRuns {
-            chunkable: Bytes(sizes.chunkable_bytes),
-            unchunkable: Bytes(sizes.unchunkable_bytes),
-        });
-    }
-    if sizes.depth == 0 {
-        return Err(MemError::ZeroDepth {
-            chunkable: Bytes(sizes.chunkable_bytes),
-            unchunkable: Bytes(sizes.unchunkable_bytes),
-        });
-    }
+    sizes.check_plannable()?;
     let total = sizes.total_bytes();
-    let one_chunk = |(allocatable, withheld): (u64, u64)| ChunkPlan {
-        total_runs: sizes.total_runs,
-        chunks: 1,
-        chunk_length: sizes.total_runs,
-        chunkable_bytes: sizes.chunkable_bytes,
-        unchunkable_bytes: sizes.unchunkable_bytes,
-        allocatable,
-        withheld,
-        buffer_sets: 1,
-        limited_by: None,
-    };
     if total == 0 {
         let figures = budget.allocatable().unwrap_or((0, budget.limit()));
-        return Ok(one_chunk(figures));
+        return Ok(sizes.one_chunk(figures));
     }
     let (alloc, withheld) = budget.allocatable()?;
-    let mut plan = one_chunk((alloc, withheld));
+    let mut plan = sizes.one_chunk((alloc, withheld));
     if total < alloc {
         return Ok(plan);
     }
@@ -302,18 +314,7 @@ pub(crate) fn plan_partition(
     chunk_length: usize,
     chunks: usize,
 ) -> Option<ChunkPlan> {
-    let (allocatable, withheld) = budget.allocatable().unwrap_or((0, budget.limit()));
-    let whole = ChunkPlan {
-        total_runs: sizes.total_runs,
-        chunks: 1,
-        chunk_length: sizes.total_runs,
-        chunkable_bytes: sizes.chunkable_bytes,
-        unchunkable_bytes: sizes.unchunkable_bytes,
-        allocatable,
-        withheld,
-        buffer_sets: 1,
-        limited_by: None,
-    };
+    let whole = sizes.one_chunk(budget.allocatable().unwrap_or((0, budget.limit())));
     whole.validate().ok()?;
     let covers = chunks > 0 && sizes.total_runs.div_ceil(chunks) == chunk_length;
     if !covers {

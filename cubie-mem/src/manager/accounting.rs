@@ -152,6 +152,27 @@ impl State {
         ))
     }
 
+    /// Releases `slots`, arrays `instance` held until now, and counts them
+    /// in its group; every one is released even when one fails, and the
+    /// first failure is returned.
+    pub(crate) fn release_slots<'a>(
+        &mut self,
+        instance: InstanceId,
+        slots: impl IntoIterator<Item = &'a Arc<Slot>>,
+        reason: ReleaseReason,
+    ) -> Result<(), MemError> {
+        let group = self.group_of(instance)?;
+        self.with_group_usage(&group, |s, usage| {
+            let mut first_error = None;
+            for slot in slots {
+                if let Err(error) = s.release_slot(instance, usage, slot, reason) {
+                    first_error.get_or_insert(error);
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        })
+    }
+
     /// Releases every allocation of `instance`; returns the bytes freed
     /// now, device and pinned (as eviction counts them, as in cubie).
     /// Backend failures are logged: the arrays are gone either way.

@@ -19,20 +19,10 @@ impl MemoryManager {
     /// deregistration.
     pub fn free(&self, instance: &Instance, label: &str) -> Result<bool, MemError> {
         let mut s = self.inner.lock();
-        let group = s.group_of(instance.id)?;
         let Some(slots) = s.instance_mut(instance.id)?.allocations.remove(label) else {
             return Ok(false);
         };
-        s.with_group_usage(&group, |s, usage| {
-            // Every set is released (and counted) even when one fails.
-            let mut first_error = None;
-            for slot in &slots {
-                if let Err(error) = s.release_slot(instance.id, usage, slot, ReleaseReason::Freed) {
-                    first_error.get_or_insert(error);
-                }
-            }
-            first_error.map_or(Ok(()), Err)
-        })?;
+        s.release_slots(instance.id, &slots, ReleaseReason::Freed)?;
         Ok(true)
     }
 
@@ -45,7 +35,6 @@ impl MemoryManager {
         slots: &[std::sync::Weak<crate::array::slot::Slot>],
     ) -> Result<(), MemError> {
         let mut s = self.inner.lock();
-        let group = s.group_of(instance.id)?;
         let allocations = &mut s.instance_mut(instance.id)?.allocations;
         let mut freed = Vec::new();
         allocations.retain(|_, sets| {
@@ -65,15 +54,7 @@ impl MemoryManager {
             }
             !sets.is_empty()
         });
-        s.with_group_usage(&group, |s, usage| {
-            let mut first_error = None;
-            for slot in &freed {
-                if let Err(error) = s.release_slot(instance.id, usage, slot, ReleaseReason::Freed) {
-                    first_error.get_or_insert(error);
-                }
-            }
-            first_error.map_or(Ok(()), Err)
-        })
+        s.release_slots(instance.id, &freed, ReleaseReason::Freed)
     }
 
     /// Frees every allocation of every instance.

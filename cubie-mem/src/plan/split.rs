@@ -215,18 +215,7 @@ impl fmt::Display for Split {
 /// at all) can take part, naming each one's reason; [`MemError::ZeroRuns`]
 /// and [`MemError::ZeroDepth`] for hand-made sizes, as the planner's.
 pub fn split(sizes: &BatchSizes, devices: &[DeviceCapacity]) -> Result<Split, MemError> {
-    if sizes.total_runs == 0 {
-        return Err(MemError::ZeroRuns {
-            chunkable: Bytes(sizes.chunkable_bytes),
-            unchunkable: Bytes(sizes.unchunkable_bytes),
-        });
-    }
-    if sizes.depth == 0 {
-        return Err(MemError::ZeroDepth {
-            chunkable: Bytes(sizes.chunkable_bytes),
-            unchunkable: Bytes(sizes.unchunkable_bytes),
-        });
-    }
+    sizes.check_plannable()?;
     if devices.len() == 1 {
         return Ok(Split {
             ranges: std::iter::once(0..sizes.total_runs).collect(),
