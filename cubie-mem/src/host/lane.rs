@@ -48,9 +48,11 @@ impl<T: Element> HostRef<'_, T> {
         }
     }
 
-    /// The contiguous elements `range` that hold chunk `runs`.
+    /// The contiguous elements `range` that hold chunk `runs` (an error
+    /// naming `label` when they lie outside the array).
     fn range(
         &self,
+        label: &str,
         layout: &ChunkLayout,
         runs: &Range<usize>,
         range: Range<usize>,
@@ -58,17 +60,18 @@ impl<T: Element> HostRef<'_, T> {
         let whole = match self {
             HostRef::Shared(host) => host.as_slice(),
             HostRef::Exclusive(host) => host.as_slice(),
-            HostRef::Runs(access) => return access.range(layout, runs, range),
+            HostRef::Runs(access) => return access.range(label, layout, runs, range),
         };
         whole
             .get(range.clone())
-            .ok_or_else(|| host_range_error("host", &range, whole.len()))
+            .ok_or_else(|| host_range_error(label, &range, whole.len()))
     }
 
     /// The contiguous elements `range` that hold chunk `runs`, writable;
     /// `None` for an input's array.
     fn range_mut(
         &mut self,
+        label: &str,
         layout: &ChunkLayout,
         runs: &Range<usize>,
         range: Range<usize>,
@@ -76,13 +79,15 @@ impl<T: Element> HostRef<'_, T> {
         let whole = match self {
             HostRef::Shared(_) => return Ok(None),
             HostRef::Exclusive(host) => host.as_mut_slice(),
-            HostRef::Runs(access) => return access.range_mut(layout, runs, range).map(Some),
+            HostRef::Runs(access) => {
+                return access.range_mut(label, layout, runs, range).map(Some);
+            }
         };
         let len = whole.len();
         whole
             .get_mut(range.clone())
             .map(Some)
-            .ok_or_else(|| host_range_error("host", &range, len))
+            .ok_or_else(|| host_range_error(label, &range, len))
     }
 
     /// Gathers chunk `runs` into `part`, the device window from `start`.
@@ -250,7 +255,10 @@ impl<T: Element> Lane<'_, T> {
     /// page-locked memory) goes through a staging buffer.
     fn direct(&self, runs: &Range<usize>) -> Option<Range<usize>> {
         let range = direct_range(self.host.get(), &self.layout, runs)?;
-        let bytes = self.host.range(&self.layout, runs, range.clone()).ok()?;
+        let bytes = self
+            .host
+            .range(&self.label, &self.layout, runs, range.clone())
+            .ok()?;
         self.backend
             .is_page_locked(bytes.as_ptr().cast(), size_of_val(bytes))
             .then_some(range)
@@ -319,7 +327,7 @@ impl<T: Element> Move for Lane<'_, T> {
             SetMemory::Pinned(pinned) => return self.gather_pinned(&pinned, runs, extent, stream),
         };
         if let Some(range) = self.direct(&runs) {
-            let src = self.host.range(&self.layout, &runs, range)?;
+            let src = self.host.range(&self.label, &self.layout, &runs, range)?;
             // SAFETY: the host array is page-locked, borrowed by the pipeline
             // for the whole run and only read; the run waits for every copy
             // before it returns.
@@ -382,7 +390,9 @@ impl<T: Element> Move for Lane<'_, T> {
             }
         };
         if let Some(range) = direct
-            && let Some(dst) = self.host.range_mut(&self.layout, &runs, range)?
+            && let Some(dst) = self
+                .host
+                .range_mut(&self.label, &self.layout, &runs, range)?
         {
             // SAFETY: the host array is page-locked and the pipeline's to
             // write (wholly, or these runs of it) for the whole run; chunks

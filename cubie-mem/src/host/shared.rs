@@ -95,6 +95,7 @@ impl<'p, T: Element> RunsAccess<'p, T> {
     /// `runs` are this access's and lie in one block of `layout`.
     pub(crate) fn range(
         &self,
+        label: &str,
         layout: &ChunkLayout,
         runs: &Range<usize>,
         range: Range<usize>,
@@ -102,7 +103,7 @@ impl<'p, T: Element> RunsAccess<'p, T> {
         self.check(runs)?;
         let start = self
             .block(layout, runs, &range)
-            .ok_or_else(|| self.outside(&range))?;
+            .ok_or_else(|| self.outside(label, &range))?;
         // SAFETY: the elements lie inside the array and hold only runs of
         // this access, which no other access writes; `&self` lends them.
         Ok(unsafe { std::slice::from_raw_parts(start.as_ptr(), range.len()) })
@@ -111,6 +112,7 @@ impl<'p, T: Element> RunsAccess<'p, T> {
     /// The contiguous elements `range` holding `runs`, writable.
     pub(crate) fn range_mut(
         &mut self,
+        label: &str,
         layout: &ChunkLayout,
         runs: &Range<usize>,
         range: Range<usize>,
@@ -118,15 +120,16 @@ impl<'p, T: Element> RunsAccess<'p, T> {
         self.check(runs)?;
         let start = self
             .block(layout, runs, &range)
-            .ok_or_else(|| self.outside(&range))?;
+            .ok_or_else(|| self.outside(label, &range))?;
         // SAFETY: as in `range`; `&mut self` makes this the only borrow
         // through this access.
         Ok(unsafe { std::slice::from_raw_parts_mut(start.as_ptr(), range.len()) })
     }
 
-    fn outside(&self, range: &Range<usize>) -> MemError {
+    /// `range` lies outside the array of `label`.
+    fn outside(&self, label: &str, range: &Range<usize>) -> MemError {
         MemError::LengthMismatch {
-            label: "host".into(),
+            label: label.to_owned(),
             expected: range.end,
             found: self.len,
         }
@@ -150,9 +153,9 @@ impl<'p, T: Element> RunsAccess<'p, T> {
             |staged, hosted| {
                 let dst = staging
                     .get_mut(staged)
-                    .ok_or_else(|| self.outside(&hosted))?;
+                    .ok_or_else(|| self.outside("host", &hosted))?;
                 if hosted.end > self.len || hosted.len() != dst.len() {
-                    return Err(self.outside(&hosted));
+                    return Err(self.outside("host", &hosted));
                 }
                 // SAFETY: `hosted` lies inside the array (checked) and holds
                 // runs of this access only (the layout maps `runs` to it).

@@ -67,8 +67,7 @@ fn a_batch_splits_across_both_devices_and_each_share_stays_on_its_device() {
         .iter()
         .map(|share| CudaStream::of(&set.managers()[share.device()], share.instance()).unwrap())
         .collect();
-    let y0: Vec<f64> = (0..runs).map(|i| 1.0 + (i % 97) as f64 / 97.0).collect();
-    let rates: Vec<f64> = (0..runs).map(|i| 0.1 + (i % 13) as f64 * 0.7).collect();
+    let (y0, rates) = euler_inputs(runs);
     let first = &set.managers()[0];
     let holder = first.register(Registration::new()).unwrap();
     let mut y = first
@@ -84,8 +83,6 @@ fn a_batch_splits_across_both_devices_and_each_share_stays_on_its_device() {
         .run(|device, _, set| kernels[device].step(&streams[device], &set.y, &set.k, DT))
         .unwrap();
     fake.assert_clean();
-    for (run, (got, (y0, rate))) in y.as_slice().iter().zip(y0.iter().zip(&rates)).enumerate() {
-        assert_eq!(*got, y0 + DT * -(rate * y0), "run {run}");
-    }
+    assert_one_euler_step(y.as_slice(), &y0, &rates, DT);
     drop(buffers);
 }

@@ -137,3 +137,20 @@ fn manager(cuda: &CudaBackend) -> MemoryManager {
         },
     )
 }
+
+/// The initial states and decay rates of `runs` runs of the Euler kernel.
+fn euler_inputs(runs: usize) -> (Vec<f64>, Vec<f64>) {
+    (
+        (0..runs).map(|i| 1.0 + (i % 97) as f64 / 97.0).collect(),
+        (0..runs).map(|i| 0.1 + (i % 13) as f64 * 0.7).collect(),
+    )
+}
+
+/// Checks that `y` holds one Euler step of `dt` from `y0` at `rates`,
+/// rounded as the kernel rounds.
+fn assert_one_euler_step(y: &[f64], y0: &[f64], rates: &[f64], dt: f64) {
+    assert_eq!(y.len(), y0.len());
+    for (run, (got, (y0, rate))) in y.iter().zip(y0.iter().zip(rates)).enumerate() {
+        assert_eq!(*got, y0 + dt * -(rate * y0), "run {run}");
+    }
+}

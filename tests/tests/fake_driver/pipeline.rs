@@ -92,8 +92,7 @@ fn the_pipelines_copies_are_not_ordered_after_the_kernels_they_overlap() {
         })
         .collect();
     let runs = CHUNKS * CHUNK_RUNS;
-    let y0: Vec<f64> = (0..runs).map(|i| 1.0 + (i % 97) as f64 / 97.0).collect();
-    let rates: Vec<f64> = (0..runs).map(|i| 0.1 + (i % 13) as f64 * 0.7).collect();
+    let (y0, rates) = euler_inputs(runs);
     let mut y = mgr
         .create_host_array([runs], HostMemoryKind::Pinned, Some(&y0), &solver)
         .unwrap();
@@ -114,9 +113,7 @@ fn the_pipelines_copies_are_not_ordered_after_the_kernels_they_overlap() {
         .unwrap();
     fake.command("log=");
     fake.assert_clean();
-    for (run, (got, (y0, rate))) in y.as_slice().iter().zip(y0.iter().zip(&rates)).enumerate() {
-        assert_eq!(*got, y0 + DT * -(rate * y0), "run {run}");
-    }
+    assert_one_euler_step(y.as_slice(), &y0, &rates, DT);
 
     let ops: Vec<Op> = std::fs::read_to_string(log.path())
         .unwrap()
@@ -245,8 +242,7 @@ fn pinned_sets_pipeline(y_pinned: bool, k_pinned: bool) {
         })
         .collect();
     let runs = CHUNKS * CHUNK_RUNS;
-    let y0: Vec<f64> = (0..runs).map(|i| 1.0 + (i % 89) as f64 / 89.0).collect();
-    let rates: Vec<f64> = (0..runs).map(|i| 0.2 + (i % 11) as f64 * 0.5).collect();
+    let (y0, rates) = euler_inputs(runs);
     let mut y = mgr
         .create_host_array([runs], HostMemoryKind::Pinned, Some(&y0), &solver)
         .unwrap();
@@ -264,9 +260,7 @@ fn pinned_sets_pipeline(y_pinned: bool, k_pinned: bool) {
         .run(|_, set| kernel.step_views(&stream, &set.y.view(&stream)?, &set.k.view(&stream)?, DT))
         .unwrap();
     fake.assert_clean();
-    for (run, (got, (y0, rate))) in y.as_slice().iter().zip(y0.iter().zip(&rates)).enumerate() {
-        assert_eq!(*got, y0 + DT * -(rate * y0), "run {run}");
-    }
+    assert_one_euler_step(y.as_slice(), &y0, &rates, DT);
 }
 
 #[test]

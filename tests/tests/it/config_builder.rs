@@ -10,6 +10,7 @@ use cubie_mem::{
 };
 
 use crate::common;
+use crate::common::queuing;
 
 /// A request of `runs` f64 runs along axis 0.
 fn runs(runs: usize) -> ArrayRequest {
@@ -45,9 +46,7 @@ fn a_small_device_below_the_default_granule_names_the_setting_and_the_call() {
     // 16 MiB free: below the default granule of 32 MiB.
     let small = || SimBackend::new(1 << 30).with_free(16 << 20);
     let mgr = MemoryManager::new(small());
-    let solver = mgr
-        .register(Registration::new().on_invalidate(|| {}))
-        .unwrap();
+    let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(&solver, [("state", runs(1000))]).unwrap();
     let error = mgr.allocate_queue(&solver).unwrap_err();
     assert!(matches!(error, MemError::BelowGranule { .. }), "{error}");
@@ -63,9 +62,7 @@ fn a_small_device_below_the_default_granule_names_the_setting_and_the_call() {
 
     // The call the message names is the fix.
     let mgr = MemoryManager::with_config(small(), ManagerConfig::default().granule(0));
-    let solver = mgr
-        .register(Registration::new().on_invalidate(|| {}))
-        .unwrap();
+    let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(&solver, [("state", runs(1000))]).unwrap();
     assert_eq!(mgr.allocate_queue_for(&solver).unwrap().chunks, 1);
 }

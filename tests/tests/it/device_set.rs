@@ -94,6 +94,23 @@ fn expected(states: usize, runs: usize) -> Vec<f64> {
         .collect()
 }
 
+/// A host array of `states x runs` of `kind` made by `maker`, holding the
+/// initial state, with the instance it was made for.
+fn host_state(
+    maker: &cubie_mem::MemoryManager,
+    states: usize,
+    runs: usize,
+    kind: HostMemoryKind,
+) -> (cubie_mem::Instance, cubie_mem::HostArray<f64>) {
+    let holder = maker
+        .register(Registration::new().spill_directory(std::env::temp_dir()))
+        .unwrap();
+    let host = maker
+        .create_host_array([states, runs], kind, Some(&initial(states, runs)), &holder)
+        .unwrap();
+    (holder, host)
+}
+
 /// Runs a batch of `runs` across `set` and returns the host state.
 fn run_batch(set: &DeviceSet, runs: usize, throughput: &Throughput) -> Vec<f64> {
     run_states(set, STATES, runs, throughput)
@@ -105,16 +122,12 @@ fn run_states(set: &DeviceSet, states: usize, runs: usize, throughput: &Throughp
     let buffers = set
         .allocate::<Solve>(runs, throughput, registration, dims_of(states))
         .unwrap();
-    let manager = set.manager(0).unwrap();
-    let holder = manager.register(Registration::new()).unwrap();
-    let mut host = manager
-        .create_host_array(
-            [states, runs],
-            HostMemoryKind::Pageable,
-            Some(&initial(states, runs)),
-            &holder,
-        )
-        .unwrap();
+    let (_holder, mut host) = host_state(
+        set.manager(0).unwrap(),
+        states,
+        runs,
+        HostMemoryKind::Pageable,
+    );
     let done = buffers
         .pipeline()
         .inout(&mut host, |set| &set.state)
@@ -227,16 +240,12 @@ fn a_failure_on_one_device_stops_the_others_and_saves_every_computed_chunk() {
     let buffers = set
         .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)
         .unwrap();
-    let manager = set.manager(0).unwrap();
-    let holder = manager.register(Registration::new()).unwrap();
-    let mut host = manager
-        .create_host_array(
-            [STATES, runs],
-            HostMemoryKind::Pageable,
-            Some(&initial(STATES, runs)),
-            &holder,
-        )
-        .unwrap();
+    let (_holder, mut host) = host_state(
+        set.manager(0).unwrap(),
+        STATES,
+        runs,
+        HostMemoryKind::Pageable,
+    );
     let failed = buffers
         .pipeline()
         .inout(&mut host, |set| &set.state)
@@ -453,15 +462,7 @@ fn staging_with_pinned_host(set: &DeviceSet, maker: &cubie_mem::MemoryManager) -
     let buffers = set
         .allocate::<Solve>(runs, &Throughput::Equal, registration, dims_of(1))
         .unwrap();
-    let holder = maker.register(Registration::new()).unwrap();
-    let mut host = maker
-        .create_host_array(
-            [1, runs],
-            HostMemoryKind::Pinned,
-            Some(&initial(1, runs)),
-            &holder,
-        )
-        .unwrap();
+    let (_holder, mut host) = host_state(maker, 1, runs, HostMemoryKind::Pinned);
     buffers
         .pipeline()
         .inout(&mut host, |set| &set.state)
@@ -531,13 +532,7 @@ fn every_kind_of_host_array_is_shared_by_run_range() {
         let buffers = set
             .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)
             .unwrap();
-        let manager = set.manager(1).unwrap();
-        let holder = manager
-            .register(Registration::new().spill_directory(std::env::temp_dir()))
-            .unwrap();
-        let mut host = manager
-            .create_host_array([STATES, runs], kind, Some(&initial(STATES, runs)), &holder)
-            .unwrap();
+        let (_holder, mut host) = host_state(set.manager(1).unwrap(), STATES, runs, kind);
         assert_eq!(host.kind(), kind);
         buffers
             .pipeline()

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use cubie_mem::{
     ArrayRequest, DType, DeviceArray, Element, GpuBuffers, HostKernel, HostMemoryKind,
-    ManagerConfig, MemError, MemoryKind, MemoryManager, PinnedArray, Registration, SimBackend,
+    ManagerConfig, MemError, MemoryKind, MemoryManager, PinnedArray, SimBackend,
 };
 use half::{bf16, f16};
+
+use crate::common::queuing;
 use num_complex::Complex;
 
 /// One run's state: position, velocity, time and step count; 24 bytes, no
@@ -81,9 +83,7 @@ fn round_trip<T: Element>(values: &[T]) {
     let n = values.len();
     let bytes = size_of_val(values) as u64;
     let mgr = manager(1 << 30);
-    let solver = mgr
-        .register(Registration::new().on_invalidate(|| {}))
-        .unwrap();
+    let solver = mgr.register(queuing()).unwrap();
     let request = ArrayRequest::of::<T>([n]).unchunkable();
     assert_eq!(request.dtype(), T::DTYPE);
     assert_eq!(request.nbytes().unwrap(), bytes);
@@ -167,9 +167,7 @@ fn a_pod_struct_of_several_fields_round_trips() {
 #[test]
 fn an_array_is_taken_only_as_its_own_element_type() {
     let mgr = manager(1 << 30);
-    let solver = mgr
-        .register(Registration::new().on_invalidate(|| {}))
-        .unwrap();
+    let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(&solver, [("state", ArrayRequest::of::<State>([4]))])
         .unwrap();
     let mut response = mgr.allocate_queue_for(&solver).unwrap();
@@ -204,9 +202,7 @@ fn an_array_is_taken_only_as_its_own_element_type() {
 #[test]
 fn fresh_memory_of_a_new_type_reads_as_poison() {
     let mgr = manager(1 << 30);
-    let solver = mgr
-        .register(Registration::new().on_invalidate(|| {}))
-        .unwrap();
+    let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(
         &solver,
         [
@@ -226,9 +222,7 @@ fn fresh_memory_of_a_new_type_reads_as_poison() {
 fn a_host_kernel_reads_and_writes_the_new_types() {
     let n = 6;
     let mgr = manager(1 << 30);
-    let solver = mgr
-        .register(Registration::new().on_invalidate(|| {}))
-        .unwrap();
+    let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(
         &solver,
         [
@@ -360,9 +354,7 @@ fn a_chunk_pipeline_streams_states_and_complex_results_through_the_device() {
     // chunk_length = 34 (the last chunk has 32 runs).
     let runs = 100;
     let mgr = manager(3_000);
-    let solver = mgr
-        .register(Registration::new().on_invalidate(|| {}))
-        .unwrap();
+    let solver = mgr.register(queuing()).unwrap();
     let along_runs = |request: ArrayRequest, axis| request.chunk_axis(axis).total_runs(runs);
     mgr.queue_request(
         &solver,

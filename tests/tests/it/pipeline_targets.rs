@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::common::manager;
+use crate::common::{manager, queuing};
 use cubie_mem::{
     ArrayRequest, BatchError, ChunkTarget, DeviceArray, GpuBuffers, HostKernel, HostMemoryKind,
     MemError, MemoryKind, MemoryManager, PinnedArray, ReleaseReason,
@@ -142,9 +142,7 @@ fn a_binding_along_another_axis_still_works() {
     // and a [2, runs] array whose request left the default axis (2, beyond
     // its shape) bound along 1.
     let (mgr, _) = manager(1 << 30, 1 << 20);
-    let solver = mgr
-        .register(cubie_mem::Registration::new().on_invalidate(|| {}))
-        .unwrap();
+    let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(
         &solver,
         [
@@ -194,9 +192,7 @@ fn a_binding_along_another_axis_still_works() {
 #[test]
 fn a_pinned_array_without_a_pipeline_is_a_kernel_argument() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
-    let solver = mgr
-        .register(cubie_mem::Registration::new().on_invalidate(|| {}))
-        .unwrap();
+    let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(
         &solver,
         [
@@ -339,9 +335,7 @@ fn one_pinned_set_carries_every_chunk_in_and_out_in_turn() {
     // several chunks, each gathered into the same pinned buffer only after
     // the previous chunk's results were scattered out of it.
     let (mgr, _) = manager(1 << 30, 2_000);
-    let solver = mgr
-        .register(cubie_mem::Registration::new().on_invalidate(|| {}))
-        .unwrap();
+    let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(
         &solver,
         [(
