@@ -10,6 +10,7 @@ use super::lane::{Direction, HostRef};
 use super::shared::RunsAccess;
 use super::{BatchError, ChunkPipeline, ChunkTarget, HostArray};
 use crate::devices::{DeviceShare, SetBuffers};
+use crate::plan::split::Split;
 use crate::{Chunk, Element, MemError, MemoryManager};
 
 /// A batch of a [`DeviceSet`](crate::DeviceSet) streamed through every
@@ -204,7 +205,7 @@ impl<'p, B: Sync + 'p> SetPipeline<'p, B> {
                 })
                 .collect()
         });
-        SetError::from_outcomes(outcomes)
+        SetError::from_outcomes(outcomes, self.buffers.split())
     }
 }
 
@@ -287,14 +288,23 @@ impl SetError {
     /// The first device that failed on its own (the others stopped
     /// because of it), with its error; or the runs of a batch that
     /// finished.
-    fn from_outcomes(outcomes: Vec<DeviceOutcome>) -> Result<SetRun, SetError> {
-        let mut saved = Vec::with_capacity(outcomes.len());
+    /// `split` gives every device of the set its place, so that a device
+    /// that took no part has its (empty) range.
+    fn from_outcomes(outcomes: Vec<DeviceOutcome>, split: &Split) -> Result<SetRun, SetError> {
+        let mut saved: Vec<Range<usize>> = split
+            .ranges()
+            .iter()
+            .map(|runs| runs.start..runs.start)
+            .collect();
         let mut failed: Option<(usize, BatchError)> = None;
         for outcome in outcomes {
+            let Some(slot) = saved.get_mut(outcome.device) else {
+                continue;
+            };
             match outcome.result {
-                Ok(()) => saved.push(outcome.runs),
+                Ok(()) => *slot = outcome.runs,
                 Err(error) => {
-                    saved.push(error.completed_runs());
+                    *slot = error.completed_runs();
                     let stopped = matches!(error.error(), MemError::SetStopped { .. });
                     let replace = match &failed {
                         None => true,

@@ -138,6 +138,11 @@ fn run_states(set: &DeviceSet, states: usize, runs: usize, throughput: &Throughp
         runs,
         "every run streamed"
     );
+    assert_eq!(
+        done.runs(),
+        buffers.split().ranges(),
+        "each device's runs, by device, a device that took no part included"
+    );
     host.as_slice().to_vec()
 }
 
