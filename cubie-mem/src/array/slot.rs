@@ -121,18 +121,24 @@ pub(crate) enum Release {
 }
 
 /// One allocation: its description and its memory.
+///
+/// `repr(C)` keeps the fields placing a batch reads of every held array
+/// (kind, sizes, type, shape) first, next to the reference counts: with
+/// thousands of arrays held, each further cache line of a slot read is a
+/// cache miss per array and call.
+#[repr(C)]
 pub(crate) struct Slot {
-    label: Arc<str>,
-    /// The owner of the instance holding it.
-    owner: OwnerId,
-    dtype: DType,
     kind: MemoryKind,
     /// The array's own bytes: its shape's elements times the element size.
     bytes: u64,
     /// The bytes of the buffer holding it: its own, or more for a larger
     /// buffer reused.
     capacity: u64,
+    dtype: DType,
     shape: Shape,
+    label: Arc<str>,
+    /// The owner of the instance holding it.
+    owner: OwnerId,
     /// The axis holding the runs, from the request; `None` when the
     /// array holds no runs (unchunkable).
     chunk_axis: Option<usize>,

@@ -49,6 +49,7 @@ mod explain;
 mod groups;
 mod handles;
 mod hooks;
+mod labels;
 mod place;
 mod queue;
 mod registry;

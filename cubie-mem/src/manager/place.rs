@@ -36,8 +36,12 @@ pub(super) enum Placement {
 
 /// A placement decided before anything is allocated.
 enum Decision<'b> {
-    /// The held array, kept under `label`.
-    Keep { slot: Arc<Slot>, label: &'b str },
+    /// The held array of `bytes`, kept under `label`.
+    Keep {
+        slot: Arc<Slot>,
+        bytes: u64,
+        label: &'b str,
+    },
     /// The held buffer, reused for `bytes` under `label`.
     Reuse { label: &'b str, bytes: u64 },
     /// New memory of `bytes` for `request` under `label`.
@@ -62,9 +66,62 @@ pub(super) fn sets_of(plan: &ChunkPlan, request: &ArrayRequest) -> usize {
 /// set held), looked up once for the whole call, in the order of the taken
 /// requests.
 pub(super) struct Held {
-    slots: Vec<Arc<Slot>>,
-    /// Per request, in order: how many of `slots` it has.
+    buffers: Vec<HeldBuffer>,
+    /// Per request, in order: how many of `buffers` it has.
     requests: Vec<PlacedRequest>,
+}
+
+/// A held buffer, compared with its request when the batch looks it up:
+/// every later step reads this summary, not the slot (with thousands of
+/// arrays held, a slot read again after the whole batch was looked up is a
+/// cache miss per array).
+pub(super) struct HeldBuffer {
+    slot: Arc<Slot>,
+    kind: MemoryKind,
+    /// The request's memory kind.
+    same_kind: bool,
+    /// The same kind, element type and dimensions as the request, but
+    /// perhaps for the run axis (of the request's chunk axis in use).
+    same_but_runs: bool,
+    /// The held length of that axis (0 without one).
+    runs_held: usize,
+    bytes: u64,
+    capacity: u64,
+}
+
+impl HeldBuffer {
+    fn compare(slot: &Arc<Slot>, request: &ArrayRequest) -> Self {
+        let axis = request.chunk_axis_in_use();
+        let shape = slot.shape();
+        let same_kind = slot.kind() == request.memory_kind();
+        let same_but_runs = same_kind
+            && slot.dtype() == request.dtype()
+            && shape.len() == request.shape().len()
+            && shape
+                .iter()
+                .zip(request.shape())
+                .enumerate()
+                .all(|(i, (held, asked))| Some(i) == axis || held == asked);
+        HeldBuffer {
+            slot: Arc::clone(slot),
+            kind: slot.kind(),
+            same_kind,
+            same_but_runs,
+            runs_held: axis.and_then(|axis| shape.get(axis)).copied().unwrap_or(0),
+            bytes: slot.bytes(),
+            capacity: slot.capacity(),
+        }
+    }
+
+    /// Whether the held array is what `request` asks for under a plan of
+    /// `chunk_length` runs per chunk: the same kind, element type and
+    /// chunked shape.
+    fn keeps(&self, request: &ArrayRequest, chunk_length: usize) -> bool {
+        self.same_but_runs
+            && request
+                .chunk_axis_in_use()
+                .is_none_or(|_| self.runs_held == chunk_length)
+    }
 }
 
 /// Lists that serving a batch fills and empties again, kept between calls
@@ -72,7 +129,7 @@ pub(super) struct Held {
 /// the allocator for large ones each time.
 #[derive(Default)]
 pub(crate) struct Scratch {
-    held: Vec<Arc<Slot>>,
+    held: Vec<HeldBuffer>,
     pub(super) requests: Vec<PlacedRequest>,
     pub(super) placements: Vec<Placement>,
     pub(super) receivers: Vec<Receiver>,
@@ -87,18 +144,19 @@ pub(super) struct PlacedRequest {
 impl Held {
     pub(super) fn look_up(s: &mut State, batch: &Batch) -> Held {
         let mut held = Held {
-            slots: std::mem::take(&mut s.scratch.held),
+            buffers: std::mem::take(&mut s.scratch.held),
             requests: std::mem::take(&mut s.scratch.requests),
         };
-        held.slots.clear();
+        held.buffers.clear();
         held.requests.clear();
         for (id, queued) in &batch.taken {
             let allocations = s.instances.get(id).map(|i| &i.allocations);
-            for label in queued.set.labels() {
+            for (label, request) in queued.set.iter() {
                 let sets = allocations
                     .and_then(|a| a.get(label))
                     .map_or(&[][..], |sets| sets.as_slice());
-                held.slots.extend(sets.iter().cloned());
+                held.buffers
+                    .extend(sets.iter().map(|slot| HeldBuffer::compare(slot, request)));
                 held.requests.push(PlacedRequest { held: sets.len() });
             }
         }
@@ -108,23 +166,23 @@ impl Held {
     /// Device bytes of the held arrays, every set: those about to be
     /// replaced, which count as free device memory (`Fe`).
     pub(super) fn replaced_bytes(&self) -> u64 {
-        device_bytes(&self.slots)
+        device_bytes(&self.buffers)
     }
 
     /// Bytes of the held arrays, device and pinned: what the caps count
     /// as available again (`H`).
     pub(super) fn replaced_cap_bytes(&self) -> u64 {
-        self.slots
+        self.buffers
             .iter()
-            .fold(0u64, |sum, slot| sum.saturating_add(slot.bytes()))
+            .fold(0u64, |sum, held| sum.saturating_add(held.bytes))
     }
 }
 
-fn device_bytes(slots: &[Arc<Slot>]) -> u64 {
-    slots
+fn device_bytes(buffers: &[HeldBuffer]) -> u64 {
+    buffers
         .iter()
-        .filter(|slot| slot.kind() == MemoryKind::Device)
-        .fold(0u64, |sum, slot| sum.saturating_add(slot.bytes()))
+        .filter(|held| held.kind == MemoryKind::Device)
+        .fold(0u64, |sum, held| sum.saturating_add(held.bytes))
 }
 
 /// Where each requested array's buffers come from, and per request how
@@ -149,32 +207,29 @@ impl Inner {
         stream: &Arc<OwnedStream>,
         free_before: u64,
     ) -> Result<Placed, MemError> {
-        let Held { slots, requests } = held;
-        let mut decisions = Vec::with_capacity(slots.len());
-        let mut replaced: Vec<Arc<Slot>> = Vec::new();
-        let mut old = slots.iter();
+        let Held {
+            mut buffers,
+            requests,
+        } = held;
+        let mut decisions = Vec::with_capacity(buffers.len());
+        let mut replaced: Vec<HeldBuffer> = Vec::new();
+        // The held buffers move into their decisions: a buffer kept is not
+        // counted again.
+        let mut old = buffers.drain(..);
         for ((label, request), placed) in batch.requests().zip(&requests) {
             let mut old_sets = old.by_ref().take(placed.held);
             let bytes = plan.chunked_bytes(request);
             for _ in 0..sets_of(plan, request) {
-                let old = old_sets
-                    .next()
-                    .filter(|old| old.kind() == request.memory_kind());
+                let old = old_sets.next().filter(|old| old.same_kind);
                 decisions.push(match old {
-                    Some(old)
-                        if old.dtype() == request.dtype()
-                            && request
-                                .chunked_dims(plan.chunk_length)
-                                .eq(old.shape().iter().copied()) =>
-                    {
-                        Decision::Keep {
-                            slot: Arc::clone(old),
-                            label,
-                        }
-                    }
-                    Some(old) if old.capacity() >= bytes => Decision::Reuse { label, bytes },
+                    Some(old) if old.keeps(request, plan.chunk_length) => Decision::Keep {
+                        slot: old.slot,
+                        bytes: old.bytes,
+                        label,
+                    },
+                    Some(old) if old.capacity >= bytes => Decision::Reuse { label, bytes },
                     other => {
-                        replaced.extend(other.cloned());
+                        replaced.extend(other);
                         Decision::Fresh {
                             label,
                             request,
@@ -183,7 +238,7 @@ impl Inner {
                     }
                 });
             }
-            replaced.extend(old_sets.cloned());
+            replaced.extend(old_sets);
         }
         drop(old);
         self.make_room(&decisions, &replaced)?;
@@ -194,10 +249,9 @@ impl Inner {
         let mut fresh_label: Option<(&str, Arc<str>)> = None;
         for decision in decisions {
             let (label, bytes) = match &decision {
-                Decision::Keep { slot, label } => (*label, slot.bytes()),
-                Decision::Reuse { label, bytes } | Decision::Fresh { label, bytes, .. } => {
-                    (*label, *bytes)
-                }
+                Decision::Keep { label, bytes, .. }
+                | Decision::Reuse { label, bytes }
+                | Decision::Fresh { label, bytes, .. } => (*label, *bytes),
             };
             let placement = match decision {
                 Decision::Keep { slot, .. } => Placement::Keep(slot),
@@ -210,7 +264,7 @@ impl Inner {
                     let shared = match &fresh_label {
                         Some((made_for, shared)) if *made_for == label => Arc::clone(shared),
                         _ => {
-                            let shared: Arc<str> = Arc::from(label);
+                            let shared = s.labels.intern(label);
                             fresh_label = Some((label, Arc::clone(&shared)));
                             shared
                         }
@@ -248,9 +302,7 @@ impl Inner {
             );
             placements.push(placement);
         }
-        let mut slots = slots;
-        slots.clear();
-        s.scratch.held = slots;
+        s.scratch.held = buffers;
         Ok(Placed {
             placements,
             requests,
@@ -265,7 +317,7 @@ impl Inner {
     fn make_room(
         &self,
         decisions: &[Decision<'_>],
-        replaced: &[Arc<Slot>],
+        replaced: &[HeldBuffer],
     ) -> Result<(), MemError> {
         let new_bytes = decisions
             .iter()
@@ -294,12 +346,12 @@ impl Inner {
         );
         // Released, not yet removed: commit retires them as it would have,
         // and a failed call removes them ([`forget_released`]).
-        for slot in replaced
+        for held in replaced
             .iter()
-            .filter(|slot| slot.kind() == MemoryKind::Device)
+            .filter(|held| held.kind == MemoryKind::Device)
         {
-            if let Err(error) = slot.release(ReleaseReason::Replaced) {
-                tracing::warn!(label = %slot.label(), %error, "freeing a replaced array failed");
+            if let Err(error) = held.slot.release(ReleaseReason::Replaced) {
+                tracing::warn!(label = %held.slot.label(), %error, "freeing a replaced array failed");
             }
         }
         Ok(())

@@ -110,6 +110,8 @@ pub(crate) struct State {
     pub(crate) group_usage: FxHashMap<Arc<str>, UsageStats>,
     /// Lists serving a batch reuses.
     pub(crate) scratch: super::place::Scratch,
+    /// The labels of held arrays, one string each.
+    pub(crate) labels: super::labels::Labels,
 }
 
 impl State {
@@ -125,6 +127,7 @@ impl State {
             total_usage: UsageStats::default(),
             group_usage: FxHashMap::default(),
             scratch: super::place::Scratch::default(),
+            labels: super::labels::Labels::default(),
         }
     }
 
