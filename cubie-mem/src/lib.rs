@@ -92,7 +92,7 @@ pub use manager::{Instance, MemoryManager, Owner, Work};
 pub use plan::chunks::{Chunk, ChunkPlan, Chunks};
 pub use pools::MIN_AUTOPOOL_SIZE;
 pub use registration::{AsOwner, Registration, SpillSettings};
-pub use request::{ArrayRequest, MemoryKind, RequestSet};
+pub use request::{ArrayRequest, IntoRequests, MemoryKind, RequestSet};
 pub use shard::{Launcher, Shard};
 pub use streams::CurrentStream;
 

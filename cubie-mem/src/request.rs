@@ -284,7 +284,11 @@ impl ArrayRequest {
 /// its request in place.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestSet {
-    entries: Vec<(String, ArrayRequest)>,
+    /// Labels as boxed strings, a word smaller than `String`: a solver's
+    /// set of eight requests stays under the 1 KiB at which glibc's
+    /// allocator treats an allocation as large (and first consolidates
+    /// every small block freed since), once per set queued.
+    entries: Vec<(Box<str>, ArrayRequest)>,
 }
 
 impl RequestSet {
@@ -295,7 +299,7 @@ impl RequestSet {
 
     /// Adds or replaces the request under `label`.
     pub fn insert(&mut self, label: impl Into<String>, request: ArrayRequest) {
-        let label = label.into();
+        let label = label.into().into_boxed_str();
         match self.entries.iter_mut().find(|(l, _)| *l == label) {
             Some(entry) => entry.1 = request,
             None => self.entries.push((label, request)),
@@ -312,7 +316,7 @@ impl RequestSet {
     pub fn get(&self, label: &str) -> Option<&ArrayRequest> {
         self.entries
             .iter()
-            .find(|(l, _)| l == label)
+            .find(|(l, _)| **l == *label)
             .map(|(_, r)| r)
     }
 
@@ -328,12 +332,12 @@ impl RequestSet {
 
     /// Labels and requests in insertion order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &ArrayRequest)> + Clone {
-        self.entries.iter().map(|(l, r)| (l.as_str(), r))
+        self.entries.iter().map(|(l, r)| (&**l, r))
     }
 
     /// Labels in insertion order.
     pub fn labels(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.entries.iter().map(|(l, _)| l.as_str())
+        self.entries.iter().map(|(l, _)| &**l)
     }
 
     /// Validates every request (see [`ArrayRequest::validate`]).
@@ -357,11 +361,31 @@ impl<L: Into<String>> FromIterator<(L, ArrayRequest)> for RequestSet {
 
 impl IntoIterator for RequestSet {
     type Item = (String, ArrayRequest);
-    type IntoIter = std::vec::IntoIter<(String, ArrayRequest)>;
+    type IntoIter = IntoRequests;
     fn into_iter(self) -> Self::IntoIter {
-        self.entries.into_iter()
+        IntoRequests(self.entries.into_iter())
     }
 }
+
+/// The labels and requests of a [`RequestSet`], by value, in insertion order.
+#[derive(Debug)]
+pub struct IntoRequests(std::vec::IntoIter<(Box<str>, ArrayRequest)>);
+
+impl Iterator for IntoRequests {
+    type Item = (String, ArrayRequest);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0
+            .next()
+            .map(|(label, request)| (label.into_string(), request))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl ExactSizeIterator for IntoRequests {}
 
 #[cfg(test)]
 mod tests {

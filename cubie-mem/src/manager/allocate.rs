@@ -100,9 +100,9 @@ impl Inner {
     /// Serves `trigger`'s owner in its group. `want_response`: the caller
     /// takes the trigger's response.
     pub(crate) fn allocate_queue(&self, trigger: InstanceId, want_response: bool) -> Outcome {
+        let mut hooks = Hooks::reusing(self.take_ready_list());
         let mut s = self.lock();
         let _span = tracing::debug_span!("allocate_queue", trigger = %s.named(trigger)).entered();
-        let mut hooks = Hooks::default();
         let result = self.serve(&mut s, trigger, want_response, &mut hooks);
         Outcome { hooks, result }
     }
@@ -446,7 +446,7 @@ fn apply(
         }
         Placement::Fresh(slot) => {
             let allocations = &mut s.instances.get_mut(&instance)?.allocations;
-            let sets = allocations.entry(Arc::clone(slot.label())).or_default();
+            let sets = allocations.sets_for(slot.label());
             // Sets are placed in order, so a new set comes right after the last.
             let old = match sets.get_mut(set) {
                 Some(held) => Some(std::mem::replace(held, Arc::clone(&slot))),

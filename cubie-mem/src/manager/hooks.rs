@@ -8,14 +8,27 @@ use crate::ArrayResponse;
 use crate::ids::{InstanceId, Named};
 use crate::registration::{InvalidateHook, ReadyHook};
 
+/// Ready hooks to call, each with its instance and response.
+pub(crate) type ReadyList = Vec<(Named<InstanceId>, ReadyHook, ArrayResponse)>;
+
 /// Hooks collected under the lock, to call once it is released.
 #[derive(Default)]
 pub(crate) struct Hooks {
     invalidate: Vec<(Named<InstanceId>, InvalidateHook)>,
-    ready: Vec<(Named<InstanceId>, ReadyHook, ArrayResponse)>,
+    ready: ReadyList,
 }
 
 impl Hooks {
+    /// No hooks yet, the ready hooks going into `ready` (emptied), a list
+    /// kept from an earlier call with its room.
+    pub(crate) fn reusing(mut ready: ReadyList) -> Self {
+        ready.clear();
+        Hooks {
+            invalidate: Vec::new(),
+            ready,
+        }
+    }
+
     /// Schedules an invalidate hook of `instance`.
     pub(crate) fn invalidate(&mut self, instance: Named<InstanceId>, hook: InvalidateHook) {
         self.invalidate.push((instance, hook));
@@ -38,13 +51,16 @@ impl Hooks {
 
     /// Calls the invalidate hooks, then the ready hooks. Must run with no
     /// manager lock held. A panicking hook is reported and the rest still run.
-    pub(crate) fn run(self) {
+    /// Returns the emptied ready list, to be [reused](Self::reusing).
+    pub(crate) fn run(self) -> ReadyList {
         for (instance, hook) in self.invalidate {
             guarded("invalidate", &instance, || hook.with(|f| f()));
         }
-        for (instance, hook, response) in self.ready {
+        let mut ready = self.ready;
+        for (instance, hook, response) in ready.drain(..) {
             guarded("allocation-ready", &instance, || hook.with(|f| f(response)));
         }
+        ready
     }
 }
 

@@ -48,6 +48,7 @@ mod evict;
 mod explain;
 mod groups;
 mod handles;
+mod held;
 mod hooks;
 mod labels;
 mod place;
@@ -95,11 +96,26 @@ pub(crate) struct Inner {
     pub(crate) total: u64,
     pub(crate) config: ManagerConfig,
     state: Mutex<State>,
+    /// The list of the last call's ready hooks, emptied, kept with its
+    /// room for the next call: freed after every call, a large list makes
+    /// glibc's allocator consolidate every small block freed since. Its own
+    /// lock, taken only without the manager's.
+    spare_ready: Mutex<hooks::ReadyList>,
 }
 
 impl Inner {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock()
+    }
+
+    /// The kept ready list (empty), or a new one.
+    fn take_ready_list(&self) -> hooks::ReadyList {
+        std::mem::take(&mut *self.spare_ready.lock())
+    }
+
+    /// Keeps `ready` (emptied) for the next call.
+    pub(crate) fn keep_ready_list(&self, ready: hooks::ReadyList) {
+        *self.spare_ready.lock() = ready;
     }
 }
 
@@ -179,6 +195,7 @@ impl MemoryManager {
                 backend,
                 total,
                 state: Mutex::new(State::new(config.limit_mode)),
+                spare_ready: Mutex::new(Vec::new()),
                 config,
             }),
         }

@@ -151,9 +151,9 @@ impl Held {
         held.requests.clear();
         for (id, queued) in &batch.taken {
             let allocations = s.instances.get(id).map(|i| &i.allocations);
-            for (label, request) in queued.set.iter() {
+            for (position, (label, request)) in queued.set.iter().enumerate() {
                 let sets = allocations
-                    .and_then(|a| a.get(label))
+                    .and_then(|a| a.get_near(label, position))
                     .map_or(&[][..], |sets| sets.as_slice());
                 held.buffers
                     .extend(sets.iter().map(|slot| HeldBuffer::compare(slot, request)));
@@ -397,7 +397,7 @@ pub(super) fn forget_released(s: &mut State, participants: &[InstanceId]) {
             continue;
         };
         let mut released = Vec::new();
-        state.allocations.retain(|_, sets| {
+        state.allocations.retain(|sets| {
             sets.retain(|slot| {
                 let live = slot.is_live();
                 if !live {

@@ -48,7 +48,7 @@ impl MemoryManager {
     /// [queueing and allocating](crate::guide::memory_manager#queueing-and-allocating).
     pub fn allocate_queue(&self, trigger: &Instance) -> Result<(), MemError> {
         let outcome = self.inner.allocate_queue(trigger.id, false);
-        outcome.hooks.run();
+        self.inner.keep_ready_list(outcome.hooks.run());
         outcome.result.map(drop)
     }
 
@@ -56,7 +56,7 @@ impl MemoryManager {
     /// response (empty when it queued nothing).
     pub fn allocate_queue_for(&self, trigger: &Instance) -> Result<ArrayResponse, MemError> {
         let outcome = self.inner.allocate_queue(trigger.id, true);
-        outcome.hooks.run();
+        self.inner.keep_ready_list(outcome.hooks.run());
         outcome.result
     }
 }

@@ -37,7 +37,7 @@ impl MemoryManager {
         let mut s = self.inner.lock();
         let allocations = &mut s.instance_mut(instance.id)?.allocations;
         let mut freed = Vec::new();
-        allocations.retain(|_, sets| {
+        allocations.retain(|sets| {
             let held = sets.len();
             sets.retain(|slot| {
                 let ours = slots

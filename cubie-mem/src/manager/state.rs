@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use super::held::HeldArrays;
 use crate::array::ReleaseReason;
-use crate::array::slot::Slot;
 use crate::backend::{Backend, EventHandle, StreamHandle};
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, Named, OwnerId};
@@ -27,18 +27,12 @@ pub(crate) struct Queued {
     pub(crate) set: RequestSet,
 }
 
-/// An array's buffers held by an instance, one per buffer set, inline for up
-/// to two sets (looking an array up then touches no further allocation).
-pub(crate) type HeldSets = smallvec::SmallVec<[Arc<Slot>; 2]>;
-
 /// One registered instance.
 pub(crate) struct InstanceState {
     pub(crate) owner: OwnerId,
     pub(crate) name: Option<Arc<str>>,
-    /// The arrays held, by label: the buffer of each buffer set in set
-    /// order (`[set 0, set 1, ..]`), one for an unchunkable array or a plan
-    /// of one set (inline for up to two). Never an empty list.
-    pub(crate) allocations: FxHashMap<Arc<str>, HeldSets>,
+    /// The arrays held, by label.
+    pub(crate) allocations: HeldArrays,
     pub(crate) queued: Option<Queued>,
     pub(crate) on_invalidate: Option<InvalidateHook>,
     pub(crate) on_ready: Option<ReadyHook>,
@@ -215,7 +209,7 @@ impl State {
             InstanceState {
                 owner,
                 name,
-                allocations: FxHashMap::default(),
+                allocations: HeldArrays::default(),
                 queued: None,
                 on_invalidate,
                 on_ready: on_allocation_ready,
