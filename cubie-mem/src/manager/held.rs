@@ -31,10 +31,16 @@ impl HeldArrays {
         self.entries.is_empty()
     }
 
+    /// The position of `label`, searched from the front.
+    fn find(&self, label: &str) -> Option<usize> {
+        self.entries.iter().position(|(held, _)| **held == *label)
+    }
+
+    /// The position of `label`, looked for first at `hint`.
     fn position(&self, label: &str, hint: usize) -> Option<usize> {
         match self.entries.get(hint) {
             Some((held, _)) if **held == *label => Some(hint),
-            _ => self.entries.iter().position(|(held, _)| **held == *label),
+            _ => self.find(label),
         }
     }
 
@@ -46,13 +52,13 @@ impl HeldArrays {
 
     /// The buffers held under `label`, writable.
     pub(crate) fn get_mut(&mut self, label: &str) -> Option<&mut HeldSets> {
-        let index = self.position(label, 0)?;
+        let index = self.find(label)?;
         Some(&mut self.entries[index].1)
     }
 
     /// The buffers held under `label`, an empty list added for a new label.
     pub(crate) fn sets_for(&mut self, label: &Arc<str>) -> &mut HeldSets {
-        let index = match self.position(label, self.entries.len()) {
+        let index = match self.find(label) {
             Some(index) => index,
             None => {
                 self.entries.push((Arc::clone(label), HeldSets::new()));
@@ -64,7 +70,7 @@ impl HeldArrays {
 
     /// Removes and returns the buffers held under `label`.
     pub(crate) fn remove(&mut self, label: &str) -> Option<HeldSets> {
-        let index = self.position(label, 0)?;
+        let index = self.find(label)?;
         Some(self.entries.remove(index).1)
     }
 

@@ -1,10 +1,10 @@
 //! One shared string per distinct label of the arrays held.
 //!
 //! Every instance of a solver holds arrays under the same few labels. With
-//! the label interned, each instance's table of held arrays keys on that
-//! one string: looking an array up compares with a string every instance
-//! shares (in cache), not with a copy of its own (a cache miss per array
-//! when thousands are held).
+//! the label interned, each instance's list of held arrays names them by
+//! that one string: looking an array up compares with a string every
+//! instance shares (in cache), not with a copy of its own (a cache miss per
+//! array when thousands are held).
 
 use std::sync::Arc;
 
