@@ -20,7 +20,7 @@ use std::fmt;
 
 pub use handles::{DeviceArray, PinnedArray, PinnedMut, PinnedRef};
 pub use response::ArrayResponse;
-pub(crate) use response::SetSlots;
+pub(crate) use response::{ResponseArrays, SetSlots, per_set};
 
 /// Why a handle's memory is gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

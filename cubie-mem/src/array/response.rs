@@ -33,33 +33,30 @@ pub struct ArrayResponse {
     pub chunked_shapes: BTreeMap<String, Vec<usize>>,
     /// The full plan, with the byte figures it was made from.
     plan: ChunkPlan,
-    /// Every array, in insertion order, with the sets not yet taken.
-    arrays: Vec<Held>,
+    /// Every array, in request order (none for a notary).
+    arrays: Option<ResponseArrays>,
+    /// Per array and set, whether it was taken; empty until the first take.
+    taken: Vec<SmallVec<[bool; 2]>>,
 }
 
-/// An array's buffers, one per set, until taken (inline for up to two sets).
-pub(crate) type SetSlots = SmallVec<[Option<Arc<Slot>>; 2]>;
+/// An array's buffers in a response, one per set: a chunkable array's own
+/// buffer in each, an unchunkable array's one buffer in every one (inline
+/// for up to two sets).
+pub(crate) type SetSlots = SmallVec<[Arc<Slot>; 2]>;
 
-/// One array of a response: per set, its buffer until taken (the buffers
-/// carry the array's label).
-#[derive(Clone)]
-struct Held {
-    sets: SetSlots,
-}
+/// The arrays of a response, in request order. Shared: a batch that keeps
+/// every buffer an instance holds hands the list of its last response out
+/// again, one reference count per response rather than one per buffer.
+pub(crate) type ResponseArrays = Arc<[SetSlots]>;
 
-impl Held {
-    fn untaken(&self) -> bool {
-        self.sets.iter().any(Option::is_some)
-    }
-
-    /// The label, while a set is not taken.
-    fn label(&self) -> Option<&str> {
-        self.sets
-            .iter()
-            .flatten()
-            .next()
-            .map(|slot| &**slot.label())
-    }
+/// The buffers of an array in a response of `buffer_sets` sets, from its
+/// buffers as placed (one per set, or one for every set).
+pub(crate) fn per_set<T>(buffers: &[T], buffer_sets: usize) -> impl Iterator<Item = &T> {
+    let sets = match buffers.len() {
+        1 => buffer_sets.max(1),
+        placed => placed,
+    };
+    (0..sets).filter_map(move |set| buffers.get(if buffers.len() == 1 { 0 } else { set }))
 }
 
 impl Default for ArrayResponse {
@@ -69,13 +66,16 @@ impl Default for ArrayResponse {
 }
 
 impl ArrayResponse {
+    /// A response to `plan` without arrays: add them with
+    /// [`set_arrays`](Self::set_arrays).
     pub(crate) fn new(plan: ChunkPlan) -> Self {
         ArrayResponse {
             chunks: plan.chunks,
             chunk_length: plan.chunk_length,
             chunked_shapes: BTreeMap::new(),
             plan,
-            arrays: Vec::new(),
+            arrays: None,
+            taken: Vec::new(),
         }
     }
 
@@ -92,15 +92,40 @@ impl ArrayResponse {
         self.plan.buffer_sets
     }
 
+    /// Every array's buffers, in request order.
+    fn arrays(&self) -> &[SetSlots] {
+        self.arrays.as_deref().unwrap_or_default()
+    }
+
+    fn is_taken(&self, array: usize, set: usize) -> bool {
+        self.taken
+            .get(array)
+            .and_then(|sets| sets.get(set))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// The buffers of array `array` not yet taken.
+    fn untaken(&self, array: usize) -> impl Iterator<Item = &Arc<Slot>> {
+        self.arrays()
+            .get(array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(move |&(set, _)| !self.is_taken(array, set))
+            .map(|(_, slot)| slot)
+    }
+
+    /// The label of array `array`, while a set is not taken.
+    fn label_of(&self, array: usize) -> Option<&str> {
+        self.untaken(array).next().map(|slot| &**slot.label())
+    }
+
     /// Every buffer not yet taken, weakly: what a typed view of the
     /// response (an [`Allocated`](crate::Allocated)) gives back on release.
     pub(crate) fn untaken_slots(&self) -> Vec<std::sync::Weak<Slot>> {
         let mut slots: Vec<std::sync::Weak<Slot>> = Vec::new();
-        for slot in self
-            .arrays
-            .iter()
-            .flat_map(|held| held.sets.iter().flatten())
-        {
+        for slot in (0..self.arrays().len()).flat_map(|array| self.untaken(array)) {
             if !slots
                 .iter()
                 .any(|seen| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(slot)))
@@ -117,27 +142,12 @@ impl ArrayResponse {
         self.chunked_shapes = shapes.into_iter().collect();
     }
 
-    /// Makes room for `arrays` more arrays.
-    pub(crate) fn reserve_arrays(&mut self, arrays: usize) {
-        self.arrays.reserve_exact(arrays);
-    }
-
-    /// Adds an array: `sets` holds its buffer in each set, or one buffer
-    /// shared by every set (an unchunkable array). Its shape goes into
-    /// [`chunked_shapes`](Self::chunked_shapes) with
-    /// [`set_shapes`](Self::set_shapes).
-    pub(crate) fn insert(&mut self, mut sets: SetSlots) {
-        if sets.is_empty() {
-            return;
-        }
-        let buffer_sets = self.buffer_sets();
-        if let [shared] = sets.as_slice()
-            && buffer_sets > 1
-        {
-            let shared = shared.clone();
-            sets.resize(buffer_sets, shared);
-        }
-        self.arrays.push(Held { sets });
+    /// Sets the arrays (each with a buffer per set, as [`per_set`] lists
+    /// them), their shapes going into [`chunked_shapes`](Self::chunked_shapes)
+    /// with [`set_shapes`](Self::set_shapes).
+    pub(crate) fn set_arrays(&mut self, arrays: ResponseArrays) {
+        self.arrays = Some(arrays);
+        self.taken.clear();
     }
 
     /// Takes the device array under `label` (of set 0); an unknown label, a
@@ -200,15 +210,24 @@ impl ArrayResponse {
             .map(PinnedArray::from_slot)
     }
 
+    /// Whether both responses share one list of arrays.
+    #[cfg(test)]
+    pub(crate) fn shares_arrays_with(&self, other: &ArrayResponse) -> bool {
+        match (&self.arrays, &other.arrays) {
+            (Some(mine), Some(theirs)) => Arc::ptr_eq(mine, theirs),
+            _ => false,
+        }
+    }
+
     /// Labels of the arrays with a set not yet taken.
     pub fn labels(&self) -> impl Iterator<Item = &str> {
-        self.arrays.iter().filter_map(Held::label)
+        (0..self.arrays().len()).filter_map(|array| self.label_of(array))
     }
 
     /// Whether the response holds no arrays (a notary's response, or every
     /// set of every array taken).
     pub fn is_empty(&self) -> bool {
-        !self.arrays.iter().any(Held::untaken)
+        self.labels().next().is_none()
     }
 
     fn take_slot<T: Element>(
@@ -218,10 +237,8 @@ impl ArrayResponse {
         kind: MemoryKind,
     ) -> Result<Arc<Slot>, MemError> {
         let buffer_sets = self.buffer_sets();
-        let Some(index) = self
-            .arrays
-            .iter()
-            .position(|held| held.label() == Some(label))
+        let Some(index) =
+            (0..self.arrays().len()).find(|&array| self.label_of(array) == Some(label))
         else {
             return Err(if !self.chunked_shapes.contains_key(label) {
                 MemError::UnknownLabel {
@@ -240,18 +257,18 @@ impl ArrayResponse {
                 }
             });
         };
-        let Some(entry) = self.arrays[index].sets.get_mut(set) else {
+        let Some(slot) = self.arrays()[index].get(set) else {
             return Err(MemError::SetOutOfRange {
                 label: label.to_owned(),
                 set,
                 buffer_sets,
             });
         };
-        let Some(slot) = entry else {
+        if self.is_taken(index, set) {
             return Err(MemError::AlreadyTaken {
                 label: label.to_owned(),
             });
-        };
+        }
         let dtype = crate::dtype::dtype_of::<T>();
         if slot.dtype() != dtype || slot.kind() != kind {
             let requested = match kind {
@@ -264,9 +281,18 @@ impl ArrayResponse {
                 found: slot.describe(),
             });
         }
-        entry.take().ok_or_else(|| MemError::AlreadyTaken {
-            label: label.to_owned(),
-        })
+        let slot = Arc::clone(slot);
+        if self.taken.is_empty() {
+            self.taken = self
+                .arrays()
+                .iter()
+                .map(|sets| smallvec::smallvec![false; sets.len()])
+                .collect();
+        }
+        if let Some(taken) = self.taken.get_mut(index).and_then(|sets| sets.get_mut(set)) {
+            *taken = true;
+        }
+        Ok(slot)
     }
 }
 
@@ -279,20 +305,21 @@ impl fmt::Debug for ArrayResponse {
             .field("chunked_shapes", &self.chunked_shapes)
             .field(
                 "arrays",
-                &self
-                    .arrays
-                    .iter()
-                    .filter_map(|held| held.label().map(|label| (label, held)))
-                    .map(|(label, held)| {
-                        let sets: Vec<String> = held
-                            .sets
+                &(0..self.arrays().len())
+                    .filter_map(|array| {
+                        let label = self.label_of(array)?;
+                        let sets: Vec<String> = self.arrays()[array]
                             .iter()
-                            .map(|slot| {
-                                slot.as_ref()
-                                    .map_or_else(|| "taken".to_owned(), |s| s.describe())
+                            .enumerate()
+                            .map(|(set, slot)| {
+                                if self.is_taken(array, set) {
+                                    "taken".to_owned()
+                                } else {
+                                    slot.describe()
+                                }
                             })
                             .collect();
-                        (label, sets)
+                        Some((label, sets))
                     })
                     .collect::<Vec<_>>(),
             )

@@ -186,7 +186,7 @@ impl State {
         };
         self.with_group_usage(&group, |s, usage| {
             let mut freed = Freed::default();
-            for slot in slots.values().flatten() {
+            for slot in slots.slots() {
                 match s.release_slot(instance, usage, slot, reason) {
                     Ok(bytes) => freed = freed.plus(bytes),
                     Err(error) => tracing::warn!(

@@ -18,19 +18,14 @@ use rustc_hash::FxHashSet;
 
 use super::Inner;
 use super::hooks::Hooks;
-use super::place::{Held, Placed, Placement, forget_released, sets_of};
+use super::place::{Held, Placed, forget_released};
 use super::state::{Queued, State};
 use crate::ChunkPlan;
-use crate::array::ReleaseReason;
-use crate::array::SetSlots;
-use crate::array::slot::{Shape, Slot};
 use crate::backend::BackendResult;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, OwnerId};
 use crate::plan::{BatchSizes, Budget, OVERSIZE_WARNING_FACTOR, plan_chunks, plan_partition};
-use crate::registration::ReadyHook;
-use crate::stats::UsageStats;
-use crate::{ArrayRequest, ArrayResponse, Bytes, DType, MemError};
+use crate::{ArrayRequest, ArrayResponse, Bytes, MemError};
 
 /// What a call produced: hooks to run (always), and the trigger's response.
 pub(crate) struct Outcome {
@@ -40,11 +35,11 @@ pub(crate) struct Outcome {
 
 /// The participants of one call and the sets they queued.
 pub(super) struct Batch {
-    trigger: InstanceId,
-    group: Arc<str>,
+    pub(super) trigger: InstanceId,
+    pub(super) group: Arc<str>,
     pub(super) owner: OwnerId,
     /// The group's members of the trigger's owner, in the order they joined.
-    participants: Vec<InstanceId>,
+    pub(super) participants: Vec<InstanceId>,
     /// The queued sets taken, in queue order.
     pub(super) taken: Vec<(InstanceId, Queued)>,
 }
@@ -238,132 +233,6 @@ impl Inner {
         let placed = self.place(s, batch, held, &plan, &stream, free)?;
         Ok((plan, placed))
     }
-
-    fn commit(
-        &self,
-        s: &mut State,
-        batch: Batch,
-        plan: ChunkPlan,
-        placed: Placed,
-        want_response: bool,
-        hooks: &mut Hooks,
-    ) -> ArrayResponse {
-        let Batch {
-            trigger,
-            group,
-            owner,
-            participants,
-            taken,
-        } = batch;
-        let Placed {
-            mut placements,
-            mut requests,
-        } = placed;
-        // Responses are built only for those who receive them: the caller
-        // (the trigger's) and participants with a ready hook. Sorted by
-        // instance to be found, then put back in join order for the hooks.
-        let mut responses = std::mem::take(&mut s.scratch.receivers);
-        responses.clear();
-        responses.extend(participants.iter().enumerate().map(|(position, &id)| {
-            let hook = s.instances.get(&id).and_then(|i| i.on_ready.clone());
-            let wanted = hook.is_some() || (want_response && id == trigger);
-            Receiver {
-                position,
-                id,
-                hook,
-                response: wanted.then(|| ArrayResponse::new(plan)),
-            }
-        }));
-        responses.sort_unstable_by_key(|receiver| receiver.id);
-        s.with_group_usage(&group, |s, usage| {
-            let mut placements = placements.drain(..);
-            let mut requests = requests.drain(..);
-            for (instance, queued) in taken {
-                if plan.is_chunked() {
-                    if let Some(i) = s.instances.get_mut(&instance) {
-                        i.usage.chunked();
-                    }
-                    usage.chunked();
-                    s.total_usage.chunked();
-                }
-                let mut response = responses
-                    .binary_search_by_key(&instance, |receiver| receiver.id)
-                    .ok()
-                    .and_then(|index| responses[index].response.as_mut());
-                let mut shapes = response.as_deref_mut().map(|response| {
-                    response.reserve_arrays(queued.set.len());
-                    Vec::with_capacity(queued.set.len())
-                });
-                for (label, request) in queued.set {
-                    let (dtype, axis) = (request.dtype(), request.run_axis());
-                    let sets = sets_of(&plan, &request);
-                    let shape = request.into_chunked_shape(plan.chunk_length);
-                    let held = requests.next().map_or(0, |placed| placed.held);
-                    let mut slots = response.is_some().then(SetSlots::new);
-                    for (set, placement) in placements.by_ref().take(sets).enumerate() {
-                        let at = At {
-                            instance,
-                            label: &label,
-                            set,
-                        };
-                        let slot = apply(s, usage, at, (dtype, &shape, axis), placement);
-                        if let Some(slots) = slots.as_mut() {
-                            slots.push(slot);
-                        }
-                    }
-                    if held > sets {
-                        retire_sets_from(s, usage, instance, &label, sets);
-                    }
-                    if let (Some(response), Some(slots), Some(shapes)) =
-                        (response.as_deref_mut(), slots, shapes.as_mut())
-                    {
-                        response.insert(slots);
-                        shapes.push((label, shape));
-                    }
-                }
-                if let (Some(response), Some(shapes)) = (response, shapes) {
-                    response.set_shapes(shapes);
-                }
-            }
-        });
-        if let Some(g) = s.groups.get_mut(&group) {
-            g.partitions.insert(owner, (plan.chunk_length, plan.chunks));
-        }
-        if s.limit_mode == LimitMode::Active {
-            self.warn_cap_usage(s, &group);
-        }
-        s.scratch.placements = placements;
-        s.scratch.requests = requests;
-        responses.sort_unstable_by_key(|receiver| receiver.position);
-        hooks.reserve_ready(responses.iter().filter(|r| r.hook.is_some()).count());
-        let mut own = ArrayResponse::default();
-        for Receiver {
-            id, hook, response, ..
-        } in responses.drain(..)
-        {
-            let Some(response) = response else { continue };
-            match hook {
-                Some(hook) => {
-                    if want_response && id == trigger {
-                        own = response.clone();
-                    }
-                    hooks.ready(s.named(id), hook, response);
-                }
-                None => own = response,
-            }
-        }
-        s.scratch.receivers = responses;
-        own
-    }
-}
-
-/// A participant and the response it receives (if anyone receives one).
-pub(super) struct Receiver {
-    /// Its place in the group, the order hooks are called in.
-    position: usize,
-    id: InstanceId,
-    hook: Option<ReadyHook>,
-    response: Option<ArrayResponse>,
 }
 
 /// An optional figure in a log: the figure, or `none`.
@@ -398,95 +267,4 @@ fn remembered_partition(s: &State, batch: &Batch) -> Option<(usize, usize)> {
         .get(&batch.group)
         .and_then(|g| g.partitions.get(&batch.owner))
         .copied()
-}
-
-/// Which buffer a placement is for: `instance`'s array `label` in buffer
-/// set `set`.
-struct At<'a> {
-    instance: InstanceId,
-    label: &'a str,
-    set: usize,
-}
-
-/// Applies one placement at `at` of an array of `(dtype, shape,
-/// chunk_axis)`, counting it in `usage` (its group's counters); returns the
-/// array it holds now.
-fn apply(
-    s: &mut State,
-    usage: &mut UsageStats,
-    at: At,
-    (dtype, shape, chunk_axis): (DType, &[usize], Option<usize>),
-    placement: Placement,
-) -> Option<Arc<Slot>> {
-    let At {
-        instance,
-        label,
-        set,
-    } = at;
-    match placement {
-        Placement::Keep(slot) => Some(slot),
-        Placement::Reuse => {
-            let instance_state = s.instances.get_mut(&instance)?;
-            let entry = instance_state.allocations.get_mut(label)?.get_mut(set)?;
-            let before = entry.bytes();
-            let new = match Arc::get_mut(entry) {
-                // No handle refers to the array: reshape it where it is.
-                Some(unique) => {
-                    unique.reshape(dtype, shape, chunk_axis);
-                    Arc::clone(entry)
-                }
-                None => {
-                    let new = entry.reuse(dtype, Shape::from_slice(shape), chunk_axis);
-                    *entry = Arc::clone(&new);
-                    new
-                }
-            };
-            s.count_reuse(instance, usage, before, &new);
-            Some(new)
-        }
-        Placement::Fresh(slot) => {
-            let allocations = &mut s.instances.get_mut(&instance)?.allocations;
-            let sets = allocations.sets_for(slot.label());
-            // Sets are placed in order, so a new set comes right after the last.
-            let old = match sets.get_mut(set) {
-                Some(held) => Some(std::mem::replace(held, Arc::clone(&slot))),
-                None => {
-                    sets.push(Arc::clone(&slot));
-                    None
-                }
-            };
-            s.count_allocation(instance, usage, &slot);
-            if let Some(old) = old
-                && let Err(error) = s.release_slot(instance, usage, &old, ReleaseReason::Replaced)
-            {
-                tracing::warn!(label = %old.label(), %error, "freeing a replaced array failed");
-            }
-            Some(slot)
-        }
-    }
-}
-
-/// Releases the buffers `instance` holds under `label` in sets `keep` and
-/// above: a plan with fewer sets replaced them.
-fn retire_sets_from(
-    s: &mut State,
-    usage: &mut UsageStats,
-    instance: InstanceId,
-    label: &str,
-    keep: usize,
-) {
-    let Some(sets) = s
-        .instances
-        .get_mut(&instance)
-        .and_then(|i| i.allocations.get_mut(label))
-    else {
-        return;
-    };
-    let keep = keep.min(sets.len());
-    let retired: Vec<Arc<Slot>> = sets.drain(keep..).collect();
-    for old in retired {
-        if let Err(error) = s.release_slot(instance, usage, &old, ReleaseReason::Replaced) {
-            tracing::warn!(label = %old.label(), %error, "freeing a replaced buffer set failed");
-        }
-    }
 }

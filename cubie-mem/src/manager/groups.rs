@@ -87,8 +87,7 @@ impl MemoryManager {
                 if let Some(state) = s.instances.get(&member) {
                     state
                         .allocations
-                        .values()
-                        .flatten()
+                        .slots()
                         .for_each(|slot| slot.set_stream(&stream));
                 }
             }
@@ -136,8 +135,7 @@ impl State {
             if let Some(stream) = &stream {
                 instance
                     .allocations
-                    .values()
-                    .flatten()
+                    .slots()
                     .for_each(|slot| slot.set_stream(stream));
             }
             let usage = instance.usage;

@@ -8,21 +8,107 @@
 //! label (its buckets in hash order); a list read in order is prefetched.
 //! A label not at its hint is found by a linear search: instances hold a
 //! few arrays each.
+//!
+//! Each buffer carries a copy of the layout placing compares with its
+//! request, and the list keeps the arrays of the instance's last response:
+//! a batch that keeps every buffer reads neither a slot nor its reference
+//! count (with thousands of arrays held, each is a cache miss per array and
+//! call).
 
 use std::sync::Arc;
 
-use crate::array::slot::Slot;
+use crate::array::ResponseArrays;
+use crate::array::slot::{Shape, Slot};
+use crate::{DType, MemoryKind};
+
+/// A held buffer, with a copy of its slot's layout.
+pub(crate) struct HeldBuffer {
+    slot: Arc<Slot>,
+    kind: MemoryKind,
+    dtype: DType,
+    bytes: u64,
+    capacity: u64,
+    shape: Shape,
+}
+
+impl HeldBuffer {
+    /// `slot`, its layout copied.
+    pub(crate) fn new(slot: Arc<Slot>) -> Self {
+        HeldBuffer {
+            kind: slot.kind(),
+            dtype: slot.dtype(),
+            bytes: slot.bytes(),
+            capacity: slot.capacity(),
+            shape: Shape::from_slice(slot.shape()),
+            slot,
+        }
+    }
+
+    /// The slot.
+    pub(crate) fn slot(&self) -> &Arc<Slot> {
+        &self.slot
+    }
+
+    /// Gives the array a new type and shape in place when no one else
+    /// holds its slot (no handle, no response); returns whether it did.
+    pub(crate) fn reshape_in_place(
+        &mut self,
+        dtype: DType,
+        shape: &[usize],
+        chunk_axis: Option<usize>,
+    ) -> bool {
+        let Some(slot) = Arc::get_mut(&mut self.slot) else {
+            return false;
+        };
+        slot.reshape(dtype, shape, chunk_axis);
+        self.dtype = dtype;
+        self.bytes = slot.bytes();
+        self.shape = Shape::from_slice(shape);
+        true
+    }
+
+    /// The slot, leaving the buffer.
+    pub(crate) fn into_slot(self) -> Arc<Slot> {
+        self.slot
+    }
+
+    pub(crate) fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The array's own bytes.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The bytes of the buffer holding it.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+}
 
 /// An array's buffers held by an instance, one per buffer set, inline for up
 /// to two sets (looking an array up then touches no further allocation).
-pub(crate) type HeldSets = smallvec::SmallVec<[Arc<Slot>; 2]>;
+pub(crate) type HeldSets = smallvec::SmallVec<[HeldBuffer; 2]>;
 
 /// An instance's arrays: per label, the buffer of each buffer set in set
 /// order (`[set 0, set 1, ..]`), one for an unchunkable array or a plan of
 /// one set. A label's list is never left empty by the manager.
+///
+/// Every change drops the arrays of the last response
+/// ([`Self::delivered`]): they are offered again only while nothing changed.
 #[derive(Default)]
 pub(crate) struct HeldArrays {
     entries: Vec<(Arc<str>, HeldSets)>,
+    delivered: Option<ResponseArrays>,
 }
 
 impl HeldArrays {
@@ -53,11 +139,13 @@ impl HeldArrays {
     /// The buffers held under `label`, writable.
     pub(crate) fn get_mut(&mut self, label: &str) -> Option<&mut HeldSets> {
         let index = self.find(label)?;
+        self.delivered = None;
         Some(&mut self.entries[index].1)
     }
 
     /// The buffers held under `label`, an empty list added for a new label.
     pub(crate) fn sets_for(&mut self, label: &Arc<str>) -> &mut HeldSets {
+        self.delivered = None;
         let index = match self.find(label) {
             Some(index) => index,
             None => {
@@ -71,12 +159,14 @@ impl HeldArrays {
     /// Removes and returns the buffers held under `label`.
     pub(crate) fn remove(&mut self, label: &str) -> Option<HeldSets> {
         let index = self.find(label)?;
+        self.delivered = None;
         Some(self.entries.remove(index).1)
     }
 
     /// Keeps the labels whose buffers `keep` returns true for (it may
     /// change them), in order.
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&mut HeldSets) -> bool) {
+        self.delivered = None;
         self.entries.retain_mut(|(_, sets)| keep(sets));
     }
 
@@ -84,11 +174,115 @@ impl HeldArrays {
     pub(crate) fn values(&self) -> impl Iterator<Item = &HeldSets> {
         self.entries.iter().map(|(_, sets)| sets)
     }
+
+    /// Every buffer held.
+    pub(crate) fn buffers(&self) -> impl Iterator<Item = &HeldBuffer> {
+        self.values().flatten()
+    }
+
+    /// Every slot held.
+    pub(crate) fn slots(&self) -> impl Iterator<Item = &Arc<Slot>> {
+        self.buffers().map(HeldBuffer::slot)
+    }
+
+    /// Takes the arrays of the last response, if nothing changed since.
+    pub(crate) fn take_delivered(&mut self) -> Option<ResponseArrays> {
+        self.delivered.take()
+    }
+
+    /// Remembers the arrays of the response just built from the buffers
+    /// held now.
+    pub(crate) fn set_delivered(&mut self, arrays: ResponseArrays) {
+        self.delivered = Some(arrays);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SimBackend;
+    use crate::backend::Backend;
+    use crate::ids::OwnerId;
+    use crate::streams::OwnedStream;
+
+    fn slot(dtype: DType, shape: &[usize]) -> Arc<Slot> {
+        let backend: Arc<dyn Backend> = Arc::new(SimBackend::new(1 << 20));
+        let stream = OwnedStream::create(&backend).unwrap();
+        let bytes = shape.iter().product::<usize>() as u64 * dtype.size_bytes() as u64;
+        Slot::allocate(
+            &backend,
+            OwnerId::fresh(),
+            Arc::from("x"),
+            dtype,
+            MemoryKind::Device,
+            bytes,
+            Shape::from_slice(shape),
+            Some(0),
+            &stream,
+        )
+        .unwrap()
+    }
+
+    fn layout(held: &HeldBuffer) -> (MemoryKind, DType, u64, u64, Vec<usize>) {
+        (
+            held.kind(),
+            held.dtype(),
+            held.bytes(),
+            held.capacity(),
+            held.shape().to_vec(),
+        )
+    }
+
+    #[test]
+    fn a_buffer_reshaped_in_place_copies_its_new_layout() {
+        let mut held = HeldBuffer::new(slot(DType::F64, &[10, 4]));
+        assert_eq!(
+            layout(&held),
+            (MemoryKind::Device, DType::F64, 320, 320, vec![10, 4])
+        );
+        assert!(held.reshape_in_place(DType::F32, &[3, 5], Some(1)));
+        assert_eq!(
+            layout(&held),
+            (MemoryKind::Device, DType::F32, 60, 320, vec![3, 5]),
+            "the buffer keeps its capacity"
+        );
+        let slot = held.slot();
+        assert_eq!(
+            (slot.dtype(), slot.bytes(), slot.shape()),
+            (DType::F32, 60, &[3, 5][..])
+        );
+    }
+
+    #[test]
+    fn a_buffer_someone_else_holds_is_not_reshaped() {
+        let mut held = HeldBuffer::new(slot(DType::F64, &[10]));
+        let handle = Arc::clone(held.slot());
+        assert!(!held.reshape_in_place(DType::F32, &[2], None));
+        assert_eq!(layout(&held).1, DType::F64);
+        assert_eq!(handle.shape(), &[10]);
+    }
+
+    #[test]
+    fn any_change_forgets_the_last_response() {
+        let changes: [fn(&mut HeldArrays); 4] = [
+            |held| assert!(held.get_mut("a").is_some()),
+            |held| assert!(held.sets_for(&Arc::from("b")).is_empty()),
+            |held| assert!(held.remove("a").is_some()),
+            |held| held.retain(|_| true),
+        ];
+        for change in changes {
+            let mut held = HeldArrays::default();
+            held.sets_for(&Arc::from("a"))
+                .push(HeldBuffer::new(slot(DType::U8, &[1])));
+            held.set_delivered(ResponseArrays::from(Vec::new()));
+            change(&mut held);
+            assert!(held.take_delivered().is_none());
+        }
+        let mut held = HeldArrays::default();
+        held.set_delivered(ResponseArrays::from(Vec::new()));
+        assert!(held.get_near("a", 0).is_none());
+        assert!(held.take_delivered().is_some(), "reading changes nothing");
+    }
 
     fn labels(held: &HeldArrays) -> Vec<&str> {
         held.entries.iter().map(|(label, _)| &**label).collect()

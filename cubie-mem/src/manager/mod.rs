@@ -44,6 +44,7 @@
 mod accounting;
 mod allocate;
 mod budget;
+mod commit;
 mod evict;
 mod explain;
 mod groups;

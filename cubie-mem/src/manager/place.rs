@@ -11,7 +11,9 @@
 use std::sync::Arc;
 
 use super::Inner;
-use super::allocate::{Batch, Receiver};
+use super::allocate::Batch;
+use super::commit::Receiver;
+use super::held::HeldBuffer;
 use super::state::State;
 use crate::array::ReleaseReason;
 use crate::array::slot::Slot;
@@ -25,7 +27,7 @@ use crate::{ArrayRequest, Bytes, ChunkPlan, MemError, MemoryKind};
 pub(super) enum Placement {
     /// The array held under the (label, set) has the same type and shape:
     /// kept, and its handles stay valid.
-    Keep(Arc<Slot>),
+    Keep,
     /// The buffer held under the (label, set) is large enough: reused for
     /// the new type and shape.
     Reuse,
@@ -37,11 +39,7 @@ pub(super) enum Placement {
 /// A placement decided before anything is allocated.
 enum Decision<'b> {
     /// The held array of `bytes`, kept under `label`.
-    Keep {
-        slot: Arc<Slot>,
-        bytes: u64,
-        label: &'b str,
-    },
+    Keep { bytes: u64, label: &'b str },
     /// The held buffer, reused for `bytes` under `label`.
     Reuse { label: &'b str, bytes: u64 },
     /// New memory of `bytes` for `request` under `label`.
@@ -66,17 +64,15 @@ pub(super) fn sets_of(plan: &ChunkPlan, request: &ArrayRequest) -> usize {
 /// set held), looked up once for the whole call, in the order of the taken
 /// requests.
 pub(super) struct Held {
-    buffers: Vec<HeldBuffer>,
+    buffers: Vec<Comparison>,
     /// Per request, in order: how many of `buffers` it has.
     requests: Vec<PlacedRequest>,
 }
 
-/// A held buffer, compared with its request when the batch looks it up:
-/// every later step reads this summary, not the slot (with thousands of
-/// arrays held, a slot read again after the whole batch was looked up is a
-/// cache miss per array).
-pub(super) struct HeldBuffer {
-    slot: Arc<Slot>,
+/// A held buffer compared with its request when the batch looks it up
+/// (from the copy of its layout: no slot is read): every later step reads
+/// this summary.
+pub(super) struct Comparison {
     kind: MemoryKind,
     /// The request's memory kind.
     same_kind: bool,
@@ -89,27 +85,26 @@ pub(super) struct HeldBuffer {
     capacity: u64,
 }
 
-impl HeldBuffer {
-    fn compare(slot: &Arc<Slot>, request: &ArrayRequest) -> Self {
+impl Comparison {
+    fn compare(held: &HeldBuffer, request: &ArrayRequest) -> Self {
         let axis = request.chunk_axis_in_use();
-        let shape = slot.shape();
-        let same_kind = slot.kind() == request.memory_kind();
+        let shape = held.shape();
+        let same_kind = held.kind() == request.memory_kind();
         let same_but_runs = same_kind
-            && slot.dtype() == request.dtype()
+            && held.dtype() == request.dtype()
             && shape.len() == request.shape().len()
             && shape
                 .iter()
                 .zip(request.shape())
                 .enumerate()
                 .all(|(i, (held, asked))| Some(i) == axis || held == asked);
-        HeldBuffer {
-            slot: Arc::clone(slot),
-            kind: slot.kind(),
+        Comparison {
+            kind: held.kind(),
             same_kind,
             same_but_runs,
             runs_held: axis.and_then(|axis| shape.get(axis)).copied().unwrap_or(0),
-            bytes: slot.bytes(),
-            capacity: slot.capacity(),
+            bytes: held.bytes(),
+            capacity: held.capacity(),
         }
     }
 
@@ -129,7 +124,7 @@ impl HeldBuffer {
 /// the allocator for large ones each time.
 #[derive(Default)]
 pub(crate) struct Scratch {
-    held: Vec<HeldBuffer>,
+    held: Vec<Comparison>,
     pub(super) requests: Vec<PlacedRequest>,
     pub(super) placements: Vec<Placement>,
     pub(super) receivers: Vec<Receiver>,
@@ -155,8 +150,10 @@ impl Held {
                 let sets = allocations
                     .and_then(|a| a.get_near(label, position))
                     .map_or(&[][..], |sets| sets.as_slice());
-                held.buffers
-                    .extend(sets.iter().map(|slot| HeldBuffer::compare(slot, request)));
+                held.buffers.extend(
+                    sets.iter()
+                        .map(|buffer| Comparison::compare(buffer, request)),
+                );
                 held.requests.push(PlacedRequest { held: sets.len() });
             }
         }
@@ -178,7 +175,7 @@ impl Held {
     }
 }
 
-fn device_bytes(buffers: &[HeldBuffer]) -> u64 {
+fn device_bytes(buffers: &[Comparison]) -> u64 {
     buffers
         .iter()
         .filter(|held| held.kind == MemoryKind::Device)
@@ -190,6 +187,30 @@ fn device_bytes(buffers: &[HeldBuffer]) -> u64 {
 pub(super) struct Placed {
     pub(super) placements: Vec<Placement>,
     pub(super) requests: Vec<PlacedRequest>,
+}
+
+/// A held buffer the batch replaces with new memory (or drops, with a plan
+/// of fewer sets): `instance`'s buffer in set `set` of `label`, the
+/// `position`th label it requested.
+struct Replaced<'b> {
+    instance: InstanceId,
+    label: &'b str,
+    position: usize,
+    set: usize,
+    kind: MemoryKind,
+    bytes: u64,
+}
+
+impl Replaced<'_> {
+    /// Its slot, still held.
+    fn slot<'s>(&self, s: &'s State) -> Option<&'s Arc<Slot>> {
+        let held = s
+            .instances
+            .get(&self.instance)?
+            .allocations
+            .get_near(self.label, self.position)?;
+        held.get(self.set).map(HeldBuffer::slot)
+    }
 }
 
 impl Inner {
@@ -212,36 +233,46 @@ impl Inner {
             requests,
         } = held;
         let mut decisions = Vec::with_capacity(buffers.len());
-        let mut replaced: Vec<HeldBuffer> = Vec::new();
-        // The held buffers move into their decisions: a buffer kept is not
-        // counted again.
+        let mut replaced: Vec<Replaced> = Vec::new();
+        // The held buffers' comparisons are read in request order.
         let mut old = buffers.drain(..);
-        for ((label, request), placed) in batch.requests().zip(&requests) {
-            let mut old_sets = old.by_ref().take(placed.held);
-            let bytes = plan.chunked_bytes(request);
-            for _ in 0..sets_of(plan, request) {
-                let old = old_sets.next().filter(|old| old.same_kind);
-                decisions.push(match old {
-                    Some(old) if old.keeps(request, plan.chunk_length) => Decision::Keep {
-                        slot: old.slot,
-                        bytes: old.bytes,
-                        label,
-                    },
-                    Some(old) if old.capacity >= bytes => Decision::Reuse { label, bytes },
-                    other => {
-                        replaced.extend(other);
-                        Decision::Fresh {
+        let mut placed = requests.iter();
+        for (instance, queued) in &batch.taken {
+            for (position, (label, request)) in queued.set.iter().enumerate() {
+                let held = placed.next().map_or(0, |placed| placed.held);
+                let mut old_sets = old.by_ref().take(held).enumerate();
+                let bytes = plan.chunked_bytes(request);
+                let at = |set, old: &Comparison| Replaced {
+                    instance: *instance,
+                    label,
+                    position,
+                    set,
+                    kind: old.kind,
+                    bytes: old.bytes,
+                };
+                for _ in 0..sets_of(plan, request) {
+                    let old = old_sets.next().filter(|(_, old)| old.same_kind);
+                    decisions.push(match old {
+                        Some((_, old)) if old.keeps(request, plan.chunk_length) => Decision::Keep {
+                            bytes: old.bytes,
                             label,
-                            request,
-                            bytes,
+                        },
+                        Some((_, old)) if old.capacity >= bytes => Decision::Reuse { label, bytes },
+                        other => {
+                            replaced.extend(other.map(|(set, old)| at(set, &old)));
+                            Decision::Fresh {
+                                label,
+                                request,
+                                bytes,
+                            }
                         }
-                    }
-                });
+                    });
+                }
+                replaced.extend(old_sets.map(|(set, old)| at(set, &old)));
             }
-            replaced.extend(old_sets);
         }
         drop(old);
-        self.make_room(&decisions, &replaced)?;
+        self.make_room(s, &decisions, &replaced)?;
         let mut placements = std::mem::take(&mut s.scratch.placements);
         placements.clear();
         placements.reserve(decisions.len());
@@ -254,7 +285,7 @@ impl Inner {
                 | Decision::Fresh { label, bytes, .. } => (*label, *bytes),
             };
             let placement = match decision {
-                Decision::Keep { slot, .. } => Placement::Keep(slot),
+                Decision::Keep { .. } => Placement::Keep,
                 Decision::Reuse { .. } => Placement::Reuse,
                 Decision::Fresh {
                     label,
@@ -294,7 +325,7 @@ impl Inner {
                 label,
                 bytes = %Bytes(bytes),
                 memory = match placement {
-                    Placement::Keep(_) => "kept",
+                    Placement::Keep => "kept",
                     Placement::Reuse => "reused",
                     Placement::Fresh(_) => "allocated",
                 },
@@ -316,8 +347,9 @@ impl Inner {
     /// failed call leaves them intact.
     fn make_room(
         &self,
+        s: &State,
         decisions: &[Decision<'_>],
-        replaced: &[HeldBuffer],
+        replaced: &[Replaced<'_>],
     ) -> Result<(), MemError> {
         let new_bytes = decisions
             .iter()
@@ -330,7 +362,8 @@ impl Inner {
                 _ => None,
             })
             .fold(0u64, u64::saturating_add);
-        let held_bytes = device_bytes(replaced);
+        let replaced_device = || replaced.iter().filter(|old| old.kind == MemoryKind::Device);
+        let held_bytes = replaced_device().fold(0u64, |sum, old| sum.saturating_add(old.bytes));
         if new_bytes == 0 || held_bytes == 0 {
             return Ok(());
         }
@@ -346,12 +379,9 @@ impl Inner {
         );
         // Released, not yet removed: commit retires them as it would have,
         // and a failed call removes them ([`forget_released`]).
-        for held in replaced
-            .iter()
-            .filter(|held| held.kind == MemoryKind::Device)
-        {
-            if let Err(error) = held.slot.release(ReleaseReason::Replaced) {
-                tracing::warn!(label = %held.slot.label(), %error, "freeing a replaced array failed");
+        for slot in replaced_device().filter_map(|old| old.slot(s)) {
+            if let Err(error) = slot.release(ReleaseReason::Replaced) {
+                tracing::warn!(label = %slot.label(), %error, "freeing a replaced array failed");
             }
         }
         Ok(())
@@ -398,10 +428,10 @@ pub(super) fn forget_released(s: &mut State, participants: &[InstanceId]) {
         };
         let mut released = Vec::new();
         state.allocations.retain(|sets| {
-            sets.retain(|slot| {
-                let live = slot.is_live();
+            sets.retain(|held| {
+                let live = held.slot().is_live();
                 if !live {
-                    released.push(Arc::clone(slot));
+                    released.push(Arc::clone(held.slot()));
                 }
                 live
             });

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::handles::Instance;
+use super::held::HeldBuffer;
 use super::hooks::Hooks;
 use crate::array::ReleaseReason;
 use crate::ids::InstanceId;
@@ -22,7 +23,11 @@ impl MemoryManager {
         let Some(slots) = s.instance_mut(instance.id)?.allocations.remove(label) else {
             return Ok(false);
         };
-        s.release_slots(instance.id, &slots, ReleaseReason::Freed)?;
+        s.release_slots(
+            instance.id,
+            slots.iter().map(HeldBuffer::slot),
+            ReleaseReason::Freed,
+        )?;
         Ok(true)
     }
 
@@ -39,18 +44,18 @@ impl MemoryManager {
         let mut freed = Vec::new();
         allocations.retain(|sets| {
             let held = sets.len();
-            sets.retain(|slot| {
+            sets.retain(|held| {
                 let ours = slots
                     .iter()
-                    .any(|weak| std::ptr::eq(weak.as_ptr(), Arc::as_ptr(slot)));
+                    .any(|weak| std::ptr::eq(weak.as_ptr(), Arc::as_ptr(held.slot())));
                 if ours {
-                    freed.push(Arc::clone(slot));
+                    freed.push(Arc::clone(held.slot()));
                 }
                 !ours
             });
             // A label keeps its entry only while it holds every set.
             if !sets.is_empty() && sets.len() < held {
-                freed.extend(sets.drain(..));
+                freed.extend(sets.drain(..).map(HeldBuffer::into_slot));
             }
             !sets.is_empty()
         });

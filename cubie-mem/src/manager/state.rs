@@ -44,8 +44,7 @@ impl InstanceState {
     /// Bytes held in device memory.
     pub(crate) fn device_bytes(&self) -> u64 {
         self.allocations
-            .values()
-            .flatten()
+            .buffers()
             .filter(|s| s.kind() == MemoryKind::Device)
             .fold(0, |sum, s| sum.saturating_add(s.bytes()))
     }
@@ -54,8 +53,7 @@ impl InstanceState {
     /// cap, as in cubie.
     pub(crate) fn held_bytes(&self) -> u64 {
         self.allocations
-            .values()
-            .flatten()
+            .buffers()
             .fold(0, |sum, s| sum.saturating_add(s.bytes()))
     }
 }

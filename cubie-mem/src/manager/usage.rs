@@ -21,8 +21,7 @@ impl MemoryManager {
             .get(&instance.id)
             .map_or(0, |i| {
                 i.allocations
-                    .values()
-                    .flatten()
+                    .buffers()
                     .fold(0u64, |sum, s| sum.saturating_add(s.bytes()))
             })
     }
