@@ -40,8 +40,14 @@ pub(super) enum Placement {
 enum Decision<'b> {
     /// The held array of `bytes`, kept under `label`.
     Keep { bytes: u64, label: &'b str },
-    /// The held buffer, reused for `bytes` under `label`.
-    Reuse { label: &'b str, bytes: u64 },
+    /// The held buffer `held`, reused for `bytes` of `request` under
+    /// `label`.
+    Reuse {
+        label: &'b str,
+        request: &'b ArrayRequest,
+        bytes: u64,
+        held: Replaced<'b>,
+    },
     /// New memory of `bytes` for `request` under `label`.
     Fresh {
         label: &'b str,
@@ -175,6 +181,14 @@ impl Held {
     }
 }
 
+/// The bytes of the device buffers among `replaced`.
+fn device_capacity(replaced: &[Replaced<'_>]) -> u64 {
+    replaced
+        .iter()
+        .filter(|old| old.kind == MemoryKind::Device)
+        .fold(0u64, |sum, old| sum.saturating_add(old.capacity))
+}
+
 fn device_bytes(buffers: &[Comparison]) -> u64 {
     buffers
         .iter()
@@ -192,13 +206,15 @@ pub(super) struct Placed {
 /// A held buffer the batch replaces with new memory (or drops, with a plan
 /// of fewer sets): `instance`'s buffer in set `set` of `label`, the
 /// `position`th label it requested.
+#[derive(Clone, Copy)]
 struct Replaced<'b> {
     instance: InstanceId,
     label: &'b str,
     position: usize,
     set: usize,
     kind: MemoryKind,
-    bytes: u64,
+    /// The bytes of its buffer: what freeing it gives back.
+    capacity: u64,
 }
 
 impl Replaced<'_> {
@@ -248,7 +264,7 @@ impl Inner {
                     position,
                     set,
                     kind: old.kind,
-                    bytes: old.bytes,
+                    capacity: old.capacity,
                 };
                 for _ in 0..sets_of(plan, request) {
                     let old = old_sets.next().filter(|(_, old)| old.same_kind);
@@ -257,7 +273,12 @@ impl Inner {
                             bytes: old.bytes,
                             label,
                         },
-                        Some((_, old)) if old.capacity >= bytes => Decision::Reuse { label, bytes },
+                        Some((set, old)) if old.capacity >= bytes => Decision::Reuse {
+                            label,
+                            request,
+                            bytes,
+                            held: at(set, &old),
+                        },
                         other => {
                             replaced.extend(other.map(|(set, old)| at(set, &old)));
                             Decision::Fresh {
@@ -272,7 +293,7 @@ impl Inner {
             }
         }
         drop(old);
-        self.make_room(s, &decisions, &replaced)?;
+        self.make_room(s, &mut decisions, &mut replaced)?;
         let mut placements = std::mem::take(&mut s.scratch.placements);
         placements.clear();
         placements.reserve(decisions.len());
@@ -281,7 +302,7 @@ impl Inner {
         for decision in decisions {
             let (label, bytes) = match &decision {
                 Decision::Keep { label, bytes, .. }
-                | Decision::Reuse { label, bytes }
+                | Decision::Reuse { label, bytes, .. }
                 | Decision::Fresh { label, bytes, .. } => (*label, *bytes),
             };
             let placement = match decision {
@@ -345,13 +366,18 @@ impl Inner {
     /// hold the new arrays once they are gone: the plan counted their bytes
     /// as free. Otherwise leaves them to be freed on commit, so that a
     /// failed call leaves them intact.
-    fn make_room(
+    ///
+    /// A held buffer reused for a smaller array keeps its whole size, which
+    /// the plan also counted as free: when the new arrays fit only without
+    /// them, such buffers (the most oversized first) are replaced by new
+    /// memory of their array's size instead of reused.
+    fn make_room<'b>(
         &self,
         s: &State,
-        decisions: &[Decision<'_>],
-        replaced: &[Replaced<'_>],
+        decisions: &mut [Decision<'b>],
+        replaced: &mut Vec<Replaced<'b>>,
     ) -> Result<(), MemError> {
-        let new_bytes = decisions
+        let mut new_bytes = decisions
             .iter()
             .filter_map(|decision| match decision {
                 Decision::Fresh { request, bytes, .. }
@@ -362,13 +388,58 @@ impl Inner {
                 _ => None,
             })
             .fold(0u64, u64::saturating_add);
-        let replaced_device = || replaced.iter().filter(|old| old.kind == MemoryKind::Device);
-        let held_bytes = replaced_device().fold(0u64, |sum, old| sum.saturating_add(old.bytes));
-        if new_bytes == 0 || held_bytes == 0 {
+        if new_bytes == 0 {
             return Ok(());
         }
         let free = self.backend.mem_info().on(&*self.backend)?.free;
-        if new_bytes <= free || new_bytes > free.saturating_add(held_bytes) {
+        if new_bytes <= free {
+            return Ok(());
+        }
+        let mut held_bytes = device_capacity(replaced);
+        if new_bytes > free.saturating_add(held_bytes) {
+            let mut oversized: Vec<(usize, u64)> = decisions
+                .iter()
+                .enumerate()
+                .filter_map(|(index, decision)| match decision {
+                    Decision::Reuse { bytes, held, .. } if held.kind == MemoryKind::Device => {
+                        Some((index, held.capacity.saturating_sub(*bytes)))
+                    }
+                    _ => None,
+                })
+                .filter(|&(_, spare)| spare > 0)
+                .collect();
+            let spare = oversized
+                .iter()
+                .fold(0u64, |sum, &(_, spare)| sum.saturating_add(spare));
+            if new_bytes > free.saturating_add(held_bytes).saturating_add(spare) {
+                // It cannot fit: the allocation fails with everything intact.
+                return Ok(());
+            }
+            oversized.sort_unstable_by_key(|&(_, spare)| std::cmp::Reverse(spare));
+            for (index, _) in oversized {
+                if new_bytes <= free.saturating_add(held_bytes) {
+                    break;
+                }
+                let Decision::Reuse {
+                    label,
+                    request,
+                    bytes,
+                    held,
+                } = decisions[index]
+                else {
+                    continue;
+                };
+                new_bytes = new_bytes.saturating_add(bytes);
+                held_bytes = held_bytes.saturating_add(held.capacity);
+                decisions[index] = Decision::Fresh {
+                    label,
+                    request,
+                    bytes,
+                };
+                replaced.push(held);
+            }
+        }
+        if new_bytes > free.saturating_add(held_bytes) {
             return Ok(());
         }
         tracing::debug!(
@@ -379,7 +450,8 @@ impl Inner {
         );
         // Released, not yet removed: commit retires them as it would have,
         // and a failed call removes them ([`forget_released`]).
-        for slot in replaced_device().filter_map(|old| old.slot(s)) {
+        let device = replaced.iter().filter(|old| old.kind == MemoryKind::Device);
+        for slot in device.filter_map(|old| old.slot(s)) {
             if let Err(error) = slot.release(ReleaseReason::Replaced) {
                 tracing::warn!(label = %slot.label(), %error, "freeing a replaced array failed");
             }

@@ -305,6 +305,43 @@ fn a_failed_deeper_allocation_leaves_every_set_as_it_was() {
 }
 
 #[test]
+fn a_deeper_plan_on_a_full_device_replaces_the_buffer_it_would_reuse() {
+    let (mgr, sim) = manager(1 << 30, FREE);
+    let solver = mgr.register(queuing()).unwrap();
+    let mut first = allocate(&mgr, &solver, 1);
+    assert_eq!((first.chunk_length, first.buffer_sets()), (50, 1));
+    let old = first.take::<f64>("state").unwrap();
+    let params = first.take::<f64>("params").unwrap();
+    assert_eq!(old.capacity_bytes(), 3200);
+
+    // Depth 2 halves the chunk. Set 0 could reuse the 3,200-byte buffer,
+    // but set 1 then has no room: the plan counted the whole buffer as
+    // free, so it is replaced by one of 1,600 bytes.
+    let mut deeper = allocate(&mgr, &solver, 2);
+    assert_eq!((deeper.chunk_length, deeper.buffer_sets()), (25, 2));
+    assert_eq!(old.release_reason(), Some(ReleaseReason::Replaced));
+    assert_eq!(params.release_reason(), None, "kept");
+    let sets: Vec<_> = (0..2)
+        .map(|set| deeper.take_set::<f64>("state", set).unwrap())
+        .collect();
+    assert!(sets.iter().all(|a| a.capacity_bytes() == 1600));
+    assert_ne!(ptr(&sets[0]), ptr(&sets[1]));
+    let usage = mgr.stats().instances[0].usage;
+    assert_eq!(usage.device_bytes, 2 * 1600 + 128);
+    assert_eq!(sim.free_bytes(), FREE - usage.device_bytes);
+
+    // Back to depth 1: set 0 reuses a buffer too small, so it is new
+    // memory, made room for by freeing both sets first.
+    let shallow = allocate(&mgr, &solver, 1);
+    assert_eq!((shallow.chunk_length, shallow.buffer_sets()), (50, 1));
+    assert!(
+        sets.iter()
+            .all(|a| a.release_reason() == Some(ReleaseReason::Replaced))
+    );
+    assert_eq!(mgr.stats().instances[0].usage.device_bytes, 3200 + 128);
+}
+
+#[test]
 fn a_run_too_large_for_every_set_names_the_depth() {
     let (mgr, _) = manager(1 << 30, FREE);
     let solver = mgr.register(queuing()).unwrap();
