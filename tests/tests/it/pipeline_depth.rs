@@ -342,6 +342,41 @@ fn a_deeper_plan_on_a_full_device_replaces_the_buffer_it_would_reuse() {
 }
 
 #[test]
+fn only_the_most_oversized_buffers_needed_are_replaced() {
+    let (mgr, sim) = manager(1 << 30, 6000);
+    let solver = mgr.register(queuing()).unwrap();
+    let requests = |depth: usize| {
+        [("a", 8), ("b", 2)].map(|(label, rows)| {
+            let request = ArrayRequest::of::<f64>([rows, 100])
+                .chunk_axis(1)
+                .total_runs(100)
+                .pipeline_depth(depth);
+            (label, request)
+        })
+    };
+    mgr.queue_request(&solver, requests(1)).unwrap();
+    let first = mgr.allocate_queue_for(&solver).unwrap();
+    assert_eq!(first.chunk_length, 50, "a: 3,200 bytes, b: 800");
+    assert_eq!(sim.free_bytes(), 2000);
+
+    // Depth 2: 34 runs per set. The second sets (2,176 + 544 bytes) do not
+    // fit in 2,000; replacing a (1,024 spare bytes) makes room, so b (256
+    // spare) is still reused.
+    mgr.queue_request(&solver, requests(2)).unwrap();
+    let mut deeper = mgr.allocate_queue_for(&solver).unwrap();
+    assert_eq!((deeper.chunk_length, deeper.buffer_sets()), (34, 2));
+    let capacity = |response: &mut ArrayResponse, label, set| {
+        response
+            .take_set::<f64>(label, set)
+            .unwrap()
+            .capacity_bytes()
+    };
+    assert_eq!(capacity(&mut deeper, "a", 0), 2176);
+    assert_eq!(capacity(&mut deeper, "b", 0), 800, "reused");
+    assert_eq!(capacity(&mut deeper, "b", 1), 544);
+}
+
+#[test]
 fn a_run_too_large_for_every_set_names_the_depth() {
     let (mgr, _) = manager(1 << 30, FREE);
     let solver = mgr.register(queuing()).unwrap();
