@@ -52,11 +52,11 @@ pub(crate) type ResponseArrays = Arc<[SetSlots]>;
 /// The buffers of an array in a response of `buffer_sets` sets, from its
 /// buffers as placed (one per set, or one for every set).
 pub(crate) fn per_set<T>(buffers: &[T], buffer_sets: usize) -> impl Iterator<Item = &T> {
-    let sets = match buffers.len() {
-        1 => buffer_sets.max(1),
-        placed => placed,
+    let (shared, sets) = match buffers {
+        [one] => (Some(one), buffer_sets.max(1)),
+        own => (None, own.len()),
     };
-    (0..sets).filter_map(move |set| buffers.get(if buffers.len() == 1 { 0 } else { set }))
+    (0..sets).filter_map(move |set| shared.or_else(|| buffers.get(set)))
 }
 
 impl Default for ArrayResponse {
@@ -324,5 +324,19 @@ impl fmt::Debug for ArrayResponse {
                     .collect::<Vec<_>>(),
             )
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::per_set;
+
+    #[test]
+    fn one_buffer_serves_every_set_and_own_buffers_their_own() {
+        let listed = |buffers: &[char], sets| per_set(buffers, sets).collect::<String>();
+        assert_eq!(listed(&['u'], 3), "uuu");
+        assert_eq!(listed(&['u'], 0), "u", "at least one set");
+        assert_eq!(listed(&['a', 'b'], 2), "ab");
+        assert_eq!(listed(&[], 2), "");
     }
 }

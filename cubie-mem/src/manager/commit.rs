@@ -12,7 +12,7 @@ use super::Inner;
 use super::allocate::Batch;
 use super::held::HeldBuffer;
 use super::hooks::Hooks;
-use super::place::{Placed, Placement, sets_of};
+use super::place::{Placed, PlacedRequest, Placement, sets_of};
 use super::state::{Queued, State};
 use crate::array::ReleaseReason;
 use crate::array::slot::{Shape, Slot};
@@ -77,59 +77,11 @@ impl Inner {
                     .binary_search_by_key(&instance, |receiver| receiver.id)
                     .ok()
                     .and_then(|index| responses[index].response.as_mut());
-                let delivered = match response {
-                    Some(_) => delivered_again(s, instance, &queued, &plan, placements.as_slice()),
-                    None => None,
+                let cursor = Cursor {
+                    placements: &mut placements,
+                    requests: &mut requests,
                 };
-                // Built only when the last response's arrays are not
-                // delivered again.
-                let mut arrays: Option<Vec<SetSlots>> = (response.is_some() && delivered.is_none())
-                    .then(|| Vec::with_capacity(queued.set.len()));
-                let mut shapes = response
-                    .is_some()
-                    .then(|| Vec::with_capacity(queued.set.len()));
-                for (position, (label, request)) in queued.set.into_iter().enumerate() {
-                    let (dtype, axis) = (request.dtype(), request.run_axis());
-                    let sets = sets_of(&plan, &request);
-                    let shape = request.into_chunked_shape(plan.chunk_length);
-                    let held = requests.next().map_or(0, |placed| placed.held);
-                    let mut slots = arrays.is_some().then(SetSlots::new);
-                    for (set, placement) in placements.by_ref().take(sets).enumerate() {
-                        let at = At {
-                            instance,
-                            label: &label,
-                            position,
-                            set,
-                        };
-                        let slot = match placement {
-                            Placement::Keep => slots.is_some().then(|| kept(s, &at)).flatten(),
-                            placement => apply(s, usage, &at, (dtype, &shape, axis), placement),
-                        };
-                        if let (Some(slots), Some(slot)) = (slots.as_mut(), slot) {
-                            slots.push(slot);
-                        }
-                    }
-                    if held > sets {
-                        retire_sets_from(s, usage, instance, &label, sets);
-                    }
-                    if let (Some(arrays), Some(slots)) = (arrays.as_mut(), slots)
-                        && !slots.is_empty()
-                    {
-                        arrays.push(per_set(&slots, plan.buffer_sets).cloned().collect());
-                    }
-                    if let Some(shapes) = shapes.as_mut() {
-                        shapes.push((label, shape));
-                    }
-                }
-                if let Some(response) = response {
-                    let arrays = delivered
-                        .unwrap_or_else(|| ResponseArrays::from(arrays.unwrap_or_default()));
-                    if let Some(i) = s.instances.get_mut(&instance) {
-                        i.allocations.set_delivered(Arc::clone(&arrays));
-                    }
-                    response.set_arrays(arrays);
-                    response.set_shapes(shapes.unwrap_or_default());
-                }
+                commit_participant(s, usage, &plan, instance, queued, cursor, response);
             }
         });
         if let Some(g) = s.groups.get_mut(&group) {
@@ -160,6 +112,78 @@ impl Inner {
         }
         s.scratch.receivers = responses;
         own
+    }
+}
+
+/// Where the placements and placed requests of the next participant begin.
+struct Cursor<'a, 'b> {
+    placements: &'a mut std::vec::Drain<'b, Placement>,
+    requests: &'a mut std::vec::Drain<'b, PlacedRequest>,
+}
+
+/// Commits one participant's `queued` set: applies its placements (counted
+/// in `usage`, its group's counters), retires the sets the plan no longer
+/// has, and fills its `response` (if anyone receives one): its last
+/// response's arrays when the batch kept every buffer, else a new list.
+fn commit_participant(
+    s: &mut State,
+    usage: &mut UsageStats,
+    plan: &ChunkPlan,
+    instance: InstanceId,
+    queued: Queued,
+    cursor: Cursor<'_, '_>,
+    response: Option<&mut ArrayResponse>,
+) {
+    let delivered = match response {
+        Some(_) => delivered_again(s, instance, &queued, plan, cursor.placements.as_slice()),
+        None => None,
+    };
+    // A new list only when the last response's is not delivered again.
+    let mut arrays: Option<Vec<SetSlots>> =
+        (response.is_some() && delivered.is_none()).then(|| Vec::with_capacity(queued.set.len()));
+    let mut shapes = response
+        .is_some()
+        .then(|| Vec::with_capacity(queued.set.len()));
+    for (position, (label, request)) in queued.set.into_iter().enumerate() {
+        let (dtype, axis) = (request.dtype(), request.run_axis());
+        let sets = sets_of(plan, &request);
+        let shape = request.into_chunked_shape(plan.chunk_length);
+        let held = cursor.requests.next().map_or(0, |placed| placed.held);
+        let mut slots = arrays.is_some().then(SetSlots::new);
+        for (set, placement) in cursor.placements.by_ref().take(sets).enumerate() {
+            let at = At {
+                instance,
+                label: &label,
+                position,
+                set,
+            };
+            let slot = match placement {
+                Placement::Keep => slots.is_some().then(|| kept(s, &at)).flatten(),
+                placement => apply(s, usage, &at, (dtype, &shape, axis), placement),
+            };
+            if let (Some(slots), Some(slot)) = (slots.as_mut(), slot) {
+                slots.push(slot);
+            }
+        }
+        if held > sets {
+            retire_sets_from(s, usage, instance, &label, sets);
+        }
+        if let (Some(arrays), Some(slots)) = (arrays.as_mut(), slots)
+            && !slots.is_empty()
+        {
+            arrays.push(per_set(&slots, plan.buffer_sets).cloned().collect());
+        }
+        if let Some(shapes) = shapes.as_mut() {
+            shapes.push((label, shape));
+        }
+    }
+    if let Some(response) = response {
+        let arrays = delivered.unwrap_or_else(|| ResponseArrays::from(arrays.unwrap_or_default()));
+        if let Some(i) = s.instances.get_mut(&instance) {
+            i.allocations.set_delivered(Arc::clone(&arrays));
+        }
+        response.set_arrays(arrays);
+        response.set_shapes(shapes.unwrap_or_default());
     }
 }
 
