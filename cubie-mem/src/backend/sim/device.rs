@@ -403,8 +403,17 @@ impl Backend for SimBackend {
         else {
             return false;
         };
-        // One state locked at a time: the peer's for its ranges, then ours.
-        let ranges = peer.state().pinned_blocks.share();
+        // One state locked at a time: the peer's for its ranges (and to
+        // know this device copies its blocks), then ours.
+        let ranges = {
+            let mut peer = peer.state();
+            let copier = std::sync::Arc::downgrade(&self.inner);
+            peer.copiers.retain(|known| known.strong_count() > 0);
+            if !peer.copiers.iter().any(|known| known.ptr_eq(&copier)) {
+                peer.copiers.push(copier);
+            }
+            peer.pinned_blocks.share()
+        };
         self.state().pinned_blocks.accept(ranges);
         true
     }

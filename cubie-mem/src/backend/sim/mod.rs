@@ -43,7 +43,7 @@ mod pinned;
 mod ranges;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use super::page_locked::PageLockedRanges;
@@ -97,6 +97,10 @@ struct SimState {
     /// The live page-locked blocks' host address ranges, and those of the
     /// devices of a set whose blocks this device accepts.
     pinned_blocks: PageLockedRanges,
+    /// The devices of a set that accept this device's page-locked blocks:
+    /// the host's accesses to a block are checked against their copies in
+    /// flight too.
+    copiers: Vec<Weak<Mutex<SimState>>>,
     /// A misuse found outside a call (the host touching page-locked memory
     /// a copy still uses), reported by the next call.
     deferred: Option<BackendError>,
@@ -140,6 +144,7 @@ impl SimBackend {
                 order: Ordering::default(),
                 running: HashMap::new(),
                 pinned_blocks: PageLockedRanges::default(),
+                copiers: Vec::new(),
                 deferred: None,
             })),
         }

@@ -41,16 +41,34 @@ impl SimPinnedBlock {
         start..start.saturating_add(self.block.bytes().len() as u64)
     }
 
-    /// Checks a host access to the whole block against the copies in flight;
-    /// a conflict is remembered for the device's next call.
+    /// Checks a host access to the whole block against the copies in
+    /// flight, of its device and of the devices that accept its blocks; a
+    /// conflict is remembered for the next call of the device whose copy
+    /// it is.
     fn check(&self, writes: bool) {
+        let range = self.range();
+        self.for_each_device(|state, _| {
+            if let Err(error) = state.order.check_host_access(&range, writes) {
+                tracing::error!(%error, "the host touched page-locked memory a copy still uses");
+                state.deferred.get_or_insert(error);
+            }
+        });
+    }
+
+    /// Runs `visit` on the state of the block's device (`true`: its own),
+    /// then on that of each device that accepts its blocks, one lock at a
+    /// time.
+    fn for_each_device(&self, mut visit: impl FnMut(&mut SimState, bool)) {
         let Some(device) = self.device.upgrade() else {
             return;
         };
-        let mut state = device.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(error) = state.order.check_host_access(&self.range(), writes) {
-            tracing::error!(%error, "the host touched page-locked memory a copy still uses");
-            state.deferred.get_or_insert(error);
+        let copiers = {
+            let mut state = device.lock().unwrap_or_else(|p| p.into_inner());
+            visit(&mut state, true);
+            state.copiers.clone()
+        };
+        for copier in copiers.iter().filter_map(Weak::upgrade) {
+            visit(&mut copier.lock().unwrap_or_else(|p| p.into_inner()), false);
         }
     }
 }
@@ -76,30 +94,29 @@ impl Drop for SimPinnedBlock {
     /// flight is reported (the copy's data is dropped, never written into
     /// freed memory).
     fn drop(&mut self) {
-        let Some(device) = self.device.upgrade() else {
-            return;
-        };
         let range = self.range();
-        let mut state = device.lock().unwrap_or_else(|p| p.into_inner());
-        state.pinned_blocks.remove(range.start);
-        if state.order.forget_pinned(&range) {
-            let error = BackendError::HostAccessInFlight {
-                access: "free",
-                address: range.start,
-                copy: "still used by an asynchronous copy",
-                stream: 0,
-            };
-            tracing::error!(%error, "a page-locked block was freed while a copy still used it");
-            state.deferred.get_or_insert(error);
-        }
+        self.for_each_device(|state, own| {
+            if own {
+                state.pinned_blocks.remove(range.start);
+            }
+            if state.order.forget_pinned(&range) {
+                let error = BackendError::HostAccessInFlight {
+                    access: "free",
+                    address: range.start,
+                    copy: "still used by an asynchronous copy",
+                    stream: 0,
+                };
+                tracing::error!(%error, "a page-locked block was freed while a copy still used it");
+                state.deferred.get_or_insert(error);
+            }
+        });
     }
 }
 
 impl SimState {
     /// Checks that `address..address + len` lies in one live page-locked
     /// block of this device or of a device of its set, for an asynchronous
-    /// copy. (A peer's block is checked against its own device's copies
-    /// when the host touches it, not against this device's.)
+    /// copy.
     pub(super) fn check_page_locked(
         &self,
         operation: &'static str,
@@ -122,9 +139,11 @@ impl SimState {
                 continue;
             };
             // SAFETY: the range lies in a live page-locked block of this
-            // device (checked just now, under the device's lock, which its
-            // drop takes too); the asynchronous copy's contract gave the
-            // bytes to the copy until the host saw it done, which is now.
+            // device or of a peer whose blocks it accepts (checked just now,
+            // under this device's lock, which the block's drop takes after
+            // unregistering it and before freeing it); the asynchronous
+            // copy's contract gave the bytes to the copy until the host saw
+            // it done, which is now.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     landing.data.as_ptr(),

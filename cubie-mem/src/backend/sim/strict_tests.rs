@@ -110,6 +110,67 @@ fn a_block_freed_while_a_copy_uses_it_is_reported_and_never_written() {
 }
 
 #[test]
+fn the_host_touching_a_peer_block_this_device_copies_is_reported_here() {
+    let (owner, copier) = (sim(), sim());
+    copier.accept_page_locked(&owner);
+    let stream = copier.create_stream().unwrap();
+    let ptr = copier.alloc_device(64, stream).unwrap();
+    let mut block = owner.alloc_pinned(64).unwrap();
+    let target = block.bytes_mut().as_mut_ptr();
+    // SAFETY: the block lives until the copy is waited for.
+    unsafe { copier.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap();
+    assert_eq!(block.bytes()[0], 0, "read before the download is seen done");
+    let error = copier.synchronize(stream).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::HostAccessInFlight { access: "read", .. }
+        ),
+        "{error}"
+    );
+    copier.synchronize(stream).unwrap();
+    assert_eq!(
+        block.bytes()[0],
+        SimBackend::POISON,
+        "landed once seen done"
+    );
+    assert!(
+        owner.create_stream().is_ok(),
+        "the copier's misuse is reported by the copier alone"
+    );
+
+    let source = block.bytes().as_ptr();
+    // SAFETY: deliberately broken: the block is written, then dropped,
+    // while the upload reads it; the simulated copy took its bytes.
+    unsafe { copier.copy_to_device_async(ptr, 0, source, 64, stream) }.unwrap();
+    block.bytes_mut().fill(1);
+    let error = copier.synchronize(stream).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::HostAccessInFlight {
+                access: "write",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    // SAFETY: as above.
+    unsafe { copier.copy_to_device_async(ptr, 0, source, 64, stream) }.unwrap();
+    drop(block);
+    let error = copier.synchronize(stream).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::HostAccessInFlight { access: "free", .. }
+        ),
+        "{error}"
+    );
+    copier.synchronize(stream).unwrap();
+    assert_eq!(owner.live_pinned_blocks(), 0);
+}
+
+#[test]
 fn asynchronous_copies_refuse_memory_that_is_not_page_locked_by_this_device() {
     let sim = sim();
     let stream = sim.create_stream().unwrap();
