@@ -283,7 +283,7 @@ impl Backend for SimBackend {
         let mut s = self.call()?;
         s.count_allocation(MemorySpace::PageLocked, bytes)?;
         let block = s.host_block(MemorySpace::PageLocked, bytes)?;
-        let device = std::sync::Arc::downgrade(&self.inner);
+        let device = std::sync::Arc::clone(&self.inner);
         Ok(Box::new(SimPinnedBlock::register(block, &mut s, device)))
     }
 

@@ -9,7 +9,7 @@
 //! asynchronous copy can refuse host memory that is not one of them.
 
 use std::ops::Range;
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use super::SimState;
 use crate::backend::{BackendError, PinnedBlock};
@@ -18,7 +18,9 @@ use crate::block::HostBlock;
 /// A page-locked block of a simulated device.
 pub(super) struct SimPinnedBlock {
     block: HostBlock,
-    device: Weak<Mutex<SimState>>,
+    /// Its device, kept while the block lives: its drop must unregister
+    /// it, and tell the devices copying it, whenever it comes.
+    device: Arc<Mutex<SimState>>,
 }
 
 impl SimPinnedBlock {
@@ -26,7 +28,7 @@ impl SimPinnedBlock {
     pub(super) fn register(
         block: HostBlock,
         state: &mut SimState,
-        device: Weak<Mutex<SimState>>,
+        device: Arc<Mutex<SimState>>,
     ) -> Self {
         let pinned = SimPinnedBlock { block, device };
         let range = pinned.range();
@@ -59,11 +61,8 @@ impl SimPinnedBlock {
     /// then on that of each device that accepts its blocks, one lock at a
     /// time.
     fn for_each_device(&self, mut visit: impl FnMut(&mut SimState, bool)) {
-        let Some(device) = self.device.upgrade() else {
-            return;
-        };
         let copiers = {
-            let mut state = device.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = self.device.lock().unwrap_or_else(|p| p.into_inner());
             visit(&mut state, true);
             state.copiers.clone()
         };

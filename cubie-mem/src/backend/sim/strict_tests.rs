@@ -171,6 +171,35 @@ fn the_host_touching_a_peer_block_this_device_copies_is_reported_here() {
 }
 
 #[test]
+fn a_block_outliving_the_device_that_made_it_is_still_unregistered_when_freed() {
+    let (owner, copier) = (sim(), sim());
+    copier.accept_page_locked(&owner);
+    let mut block = owner.alloc_pinned(64).unwrap();
+    drop(owner);
+    let stream = copier.create_stream().unwrap();
+    let ptr = copier.alloc_device(64, stream).unwrap();
+    let target = block.bytes_mut().as_mut_ptr();
+    // SAFETY: deliberately broken: the block is dropped before the copy is
+    // waited for; the simulated download lands only once seen done.
+    unsafe { copier.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap();
+    drop(block);
+    let error = copier.synchronize(stream).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::HostAccessInFlight { access: "free", .. }
+        ),
+        "{error}"
+    );
+    // SAFETY: refused before anything is written.
+    let error = unsafe { copier.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap_err();
+    assert!(
+        matches!(error, BackendError::NotPageLocked { .. }),
+        "{error}"
+    );
+}
+
+#[test]
 fn asynchronous_copies_refuse_memory_that_is_not_page_locked_by_this_device() {
     let sim = sim();
     let stream = sim.create_stream().unwrap();
