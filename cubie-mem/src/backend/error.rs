@@ -163,7 +163,7 @@ pub enum BackendError {
          {stream}; wait for an event recorded after the copy (or synchronise the stream) first"
     )]
     HostAccessInFlight {
-        /// `"read"` or `"write"`.
+        /// `"read"`, `"write"`, or `"free"` (the block dropped).
         access: &'static str,
         /// The address of the bytes in question.
         address: u64,

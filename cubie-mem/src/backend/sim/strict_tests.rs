@@ -12,6 +12,15 @@ fn sim() -> SimBackend {
     SimBackend::new(1 << 20).with_copy_bandwidth(1_000_000_000, 1_000_000_000)
 }
 
+/// Asserts that `error` reports the host's `access` ("read", "write" or
+/// "free") to page-locked bytes a copy in flight uses.
+fn assert_host_access(error: &BackendError, access: &str) {
+    assert!(
+        matches!(error, BackendError::HostAccessInFlight { access: a, .. } if *a == access),
+        "expected the host's {access} to be reported: {error}"
+    );
+}
+
 #[test]
 fn destroying_a_stream_does_not_wait_for_its_work() {
     let sim = sim();
@@ -38,16 +47,7 @@ fn destroying_a_stream_does_not_wait_for_its_work() {
     // ... and still reads the block: the host may not write it yet.
     block.bytes_mut().fill(4);
     let error = sim.synchronize(b).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            BackendError::HostAccessInFlight {
-                access: "write",
-                ..
-            }
-        ),
-        "{error}"
-    );
+    assert_host_access(&error, "write");
     // Once the host has seen the copy done, all is well.
     sim.synchronize_event(uploaded).unwrap();
     sim.copy_from_device(&mut back, ptr, 0, b).unwrap();
@@ -99,13 +99,7 @@ fn a_block_freed_while_a_copy_uses_it_is_reported_and_never_written() {
     unsafe { sim.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap();
     drop(block);
     let error = sim.synchronize(stream).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            BackendError::HostAccessInFlight { access: "free", .. }
-        ),
-        "{error}"
-    );
+    assert_host_access(&error, "free");
     sim.synchronize(stream).unwrap();
 }
 
@@ -121,13 +115,7 @@ fn the_host_touching_a_peer_block_this_device_copies_is_reported_here() {
     unsafe { copier.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap();
     assert_eq!(block.bytes()[0], 0, "read before the download is seen done");
     let error = copier.synchronize(stream).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            BackendError::HostAccessInFlight { access: "read", .. }
-        ),
-        "{error}"
-    );
+    assert_host_access(&error, "read");
     copier.synchronize(stream).unwrap();
     assert_eq!(
         block.bytes()[0],
@@ -145,27 +133,12 @@ fn the_host_touching_a_peer_block_this_device_copies_is_reported_here() {
     unsafe { copier.copy_to_device_async(ptr, 0, source, 64, stream) }.unwrap();
     block.bytes_mut().fill(1);
     let error = copier.synchronize(stream).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            BackendError::HostAccessInFlight {
-                access: "write",
-                ..
-            }
-        ),
-        "{error}"
-    );
+    assert_host_access(&error, "write");
     // SAFETY: as above.
     unsafe { copier.copy_to_device_async(ptr, 0, source, 64, stream) }.unwrap();
     drop(block);
     let error = copier.synchronize(stream).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            BackendError::HostAccessInFlight { access: "free", .. }
-        ),
-        "{error}"
-    );
+    assert_host_access(&error, "free");
     copier.synchronize(stream).unwrap();
     assert_eq!(owner.live_pinned_blocks(), 0);
 }
@@ -184,13 +157,7 @@ fn a_block_outliving_the_device_that_made_it_is_still_unregistered_when_freed() 
     unsafe { copier.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap();
     drop(block);
     let error = copier.synchronize(stream).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            BackendError::HostAccessInFlight { access: "free", .. }
-        ),
-        "{error}"
-    );
+    assert_host_access(&error, "free");
     // SAFETY: refused before anything is written.
     let error = unsafe { copier.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap_err();
     assert!(
