@@ -1,7 +1,8 @@
 //! The simulated device costs the same however much came before: copies,
 //! kernel launches and a small chunk pipeline, measured on a fresh device
 //! and on one where 10,000 streams, 10,000 events and 1,000 pipelines came
-//! and went (the ratio of the two should stay near 1).
+//! and went, and on one where 10,000 streams were destroyed with their
+//! uploads not yet seen done (the ratio to fresh should stay near 1).
 
 #![allow(clippy::expect_used)]
 
@@ -9,7 +10,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use cubie_mem::backend::{Access, Backend, KernelArg, KernelBody, KernelLaunch, StreamHandle};
+use cubie_mem::backend::{
+    Access, Backend, KernelArg, KernelBody, KernelLaunch, PinnedBlock, StreamHandle,
+};
 use cubie_mem::{
     ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Instance, ManagerConfig, MemError,
     MemoryManager, Registration, SimBackend,
@@ -104,6 +107,38 @@ fn age(d: &Device) {
     d.sim.clear_timeline();
 }
 
+/// Streams destroyed with their work unseen: 10,000 streams, each an
+/// upload from one page-locked block into bytes of its own, destroyed
+/// without a wait (the block,
+/// returned, is in use until the host sees those uploads done).
+fn age_unseen(d: &Device) -> Box<dyn PinnedBlock> {
+    const STREAMS: u64 = 10_000;
+    let block = d.sim.alloc_pinned(64).expect("a page-locked block");
+    let target = d
+        .sim
+        .alloc_device(STREAMS * 64, d.stream)
+        .expect("a buffer for the uploads");
+    d.sim.synchronize(d.stream).expect("the buffer allocated");
+    for stream_index in 0..STREAMS {
+        let stream = d.sim.create_stream().expect("a stream");
+        // SAFETY: the block outlives the device's use of it (the caller
+        // keeps it for the measurement).
+        unsafe {
+            d.sim.copy_to_device_async(
+                target,
+                stream_index * 64,
+                block.bytes().as_ptr(),
+                64,
+                stream,
+            )
+        }
+        .expect("an upload on the stream");
+        d.sim.destroy_stream(stream).expect("destroying it");
+    }
+    d.sim.clear_timeline();
+    block
+}
+
 /// The measured work: 100 small copies, 20 kernel launches, one pipeline.
 fn work(d: &Device) {
     for _ in 0..100 {
@@ -152,6 +187,12 @@ fn bench_history(c: &mut Criterion) {
     group.bench_function(
         BenchmarkId::new("work", "after_10k_streams_10k_events_1k_pipelines"),
         |b| b.iter(|| work(&aged)),
+    );
+    let unseen = device();
+    let _block = age_unseen(&unseen);
+    group.bench_function(
+        BenchmarkId::new("work", "after_10k_streams_destroyed_with_uploads_unseen"),
+        |b| b.iter(|| work(&unseen)),
     );
     group.finish();
 }

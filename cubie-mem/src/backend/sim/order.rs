@@ -19,7 +19,7 @@
 
 use std::ops::Range;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::ranges::Accesses;
 use crate::backend::{BackendError, DevicePtr, HazardMemory};
@@ -34,9 +34,17 @@ impl VectorClock {
     }
 
     fn merge(&mut self, other: &VectorClock) {
+        self.merge_noting(other, |_| {});
+    }
+
+    /// Merges `other`, telling `advanced` each stream it knows more of.
+    fn merge_noting(&mut self, other: &VectorClock, mut advanced: impl FnMut(u64)) {
         for (&stream, &position) in &other.0 {
             let known = self.0.entry(stream).or_insert(0);
-            *known = (*known).max(position);
+            if position > *known {
+                *known = position;
+                advanced(stream);
+            }
         }
     }
 
@@ -70,6 +78,8 @@ pub(super) struct Landing {
 
 /// A copy from or into page-locked bytes not yet known done by the host.
 struct PinnedUse {
+    /// Its place among all uses, in the order they were queued.
+    sequence: u64,
     bytes: Range<u64>,
     at: Stamp,
     /// A download: it writes the host bytes, with this data, once seen done.
@@ -93,8 +103,19 @@ pub(super) struct Ordering {
     events: FxHashMap<u64, VectorClock>,
     host: VectorClock,
     device: FxHashMap<u64, Accesses>,
-    pinned: Vec<PinnedUse>,
+    /// Page-locked uses in flight, by stream, in the order queued: the host
+    /// learning of one stream's work looks at that stream's alone.
+    pinned: FxHashMap<u64, Vec<PinnedUse>>,
+    /// The sequence number of the next page-locked use.
+    next_use: u64,
+    /// How many retiring streams make a sweep for those no access names
+    /// (twice as many as the last sweep left): a sweep reads every
+    /// remembered access, so each costs as much as the retiring it waited for.
+    sweep_at: usize,
 }
+
+/// The fewest retiring streams that make a sweep.
+const SWEEP_FLOOR: usize = 16;
 
 impl Ordering {
     /// A new position on `stream`, ordered after everything the host waited for.
@@ -180,8 +201,19 @@ impl Ordering {
 
     /// Forgets a freed allocation.
     pub(super) fn forget_device(&mut self, ptr: DevicePtr) {
-        self.device.remove(&ptr.0);
-        self.retire_unreferenced();
+        let named_retiring = self.device.remove(&ptr.0).is_some_and(|accesses| {
+            accesses
+                .streams()
+                .any(|stream| self.retiring.contains_key(&stream))
+        });
+        if named_retiring {
+            self.retire_unreferenced();
+        }
+    }
+
+    /// Every page-locked use in flight.
+    fn pinned_uses(&self) -> impl Iterator<Item = &PinnedUse> {
+        self.pinned.values().flatten()
     }
 
     /// Checks an asynchronous copy by `at` from (`writes_host` false) or into
@@ -193,11 +225,14 @@ impl Ordering {
         bytes: &Range<u64>,
         writes_host: bool,
     ) -> Result<(), BackendError> {
-        let conflict = self.pinned.iter().find(|used| {
-            overlap(&used.bytes, bytes)
-                && (used.landing.is_some() || writes_host)
-                && !self.ordered(at, used.at)
-        });
+        let conflict = self
+            .pinned_uses()
+            .filter(|used| {
+                overlap(&used.bytes, bytes)
+                    && (used.landing.is_some() || writes_host)
+                    && !self.ordered(at, used.at)
+            })
+            .min_by_key(|used| used.sequence);
         match conflict {
             Some(used) => Err(BackendError::StreamHazard {
                 operation,
@@ -213,7 +248,14 @@ impl Ordering {
     /// Records an asynchronous copy by `at` from or into `bytes`; a copy into
     /// them (`landing`) writes its data when the host sees it done.
     pub(super) fn used_pinned(&mut self, at: Stamp, bytes: Range<u64>, landing: Option<Vec<u8>>) {
-        self.pinned.push(PinnedUse { bytes, at, landing });
+        let sequence = self.next_use;
+        self.next_use = self.next_use.saturating_add(1);
+        self.pinned.entry(at.stream).or_default().push(PinnedUse {
+            sequence,
+            bytes,
+            at,
+            landing,
+        });
     }
 
     /// Checks that the host may read (or, `writes`, write) the page-locked
@@ -225,9 +267,9 @@ impl Ordering {
         writes: bool,
     ) -> Result<(), BackendError> {
         let conflict = self
-            .pinned
-            .iter()
-            .find(|used| overlap(&used.bytes, bytes) && (writes || used.landing.is_some()));
+            .pinned_uses()
+            .filter(|used| overlap(&used.bytes, bytes) && (writes || used.landing.is_some()))
+            .min_by_key(|used| used.sequence);
         match conflict {
             Some(used) => Err(BackendError::HostAccessInFlight {
                 access: if writes { "write" } else { "read" },
@@ -242,31 +284,51 @@ impl Ordering {
     /// Forgets the copies from or into `bytes` (a page-locked block freed);
     /// whether any was still in flight.
     pub(super) fn forget_pinned(&mut self, bytes: &Range<u64>) -> bool {
-        let before = self.pinned.len();
-        self.pinned.retain(|used| !overlap(&used.bytes, bytes));
-        let forgot = self.pinned.len() != before;
+        let mut forgot = false;
+        self.pinned.retain(|_, uses| {
+            uses.retain(|used| {
+                let freed = overlap(&used.bytes, bytes);
+                forgot |= freed;
+                !freed
+            });
+            !uses.is_empty()
+        });
         if forgot {
             self.retire_unreferenced();
         }
         forgot
     }
 
-    /// Drops the page-locked uses the host knows are done; the data of the
-    /// downloads among them, to land in host memory.
-    fn retire_pinned(&mut self) -> Vec<Landing> {
-        let mut landings = Vec::new();
-        let host = &self.host;
-        self.pinned.retain_mut(|used| {
-            let done = host.covers(used.at.stream, used.at.position);
-            if done && let Some(data) = used.landing.take() {
-                landings.push(Landing {
-                    address: used.bytes.start,
-                    data,
-                });
+    /// Drops the page-locked uses on the `advanced` streams that the host
+    /// now knows are done; the data of the downloads among them, to land in
+    /// host memory in the order they were queued.
+    fn retire_pinned(&mut self, advanced: &[u64]) -> Vec<Landing> {
+        let mut landed = Vec::new();
+        for &stream in advanced {
+            let Some(uses) = self.pinned.get_mut(&stream) else {
+                continue;
+            };
+            // A stream's uses are in position order: the done ones lead.
+            let done = uses
+                .iter()
+                .take_while(|used| self.host.covers(stream, used.at.position))
+                .count();
+            landed.extend(uses.drain(..done).filter_map(|used| {
+                let data = used.landing?;
+                Some((
+                    used.sequence,
+                    Landing {
+                        address: used.bytes.start,
+                        data,
+                    },
+                ))
+            }));
+            if uses.is_empty() {
+                self.pinned.remove(&stream);
             }
-            !done
-        });
-        landings
+        }
+        landed.sort_unstable_by_key(|&(sequence, _)| sequence);
+        landed.into_iter().map(|(_, landing)| landing).collect()
     }
 
     /// Records event `event` after the work queued so far on `stream`.
@@ -285,31 +347,38 @@ impl Ordering {
     /// The host waited for everything queued on `stream`; the downloads it
     /// now sees done, to land.
     pub(super) fn host_waits_for_stream(&mut self, stream: u64) -> Vec<Landing> {
+        let mut advanced = Vec::new();
         if let Some(state) = self.streams.get(&stream) {
-            self.host.merge(&state.clock);
+            self.host
+                .merge_noting(&state.clock, |stream| advanced.push(stream));
         }
-        self.host_learned()
+        self.host_learned(&advanced)
     }
 
     /// The host knows the work before `event` is done; the downloads it now
     /// sees done, to land.
     pub(super) fn host_waits_for_event(&mut self, event: u64) -> Vec<Landing> {
+        let mut advanced = Vec::new();
         if let Some(clock) = self.events.get(&event) {
-            self.host.merge(clock);
+            self.host
+                .merge_noting(clock, |stream| advanced.push(stream));
         }
-        self.host_learned()
+        self.host_learned(&advanced)
     }
 
-    fn host_learned(&mut self) -> Vec<Landing> {
-        let landings = self.retire_pinned();
-        let seen: Vec<u64> = self
-            .retiring
-            .iter()
-            .filter(|&(&stream, &last)| self.host.covers(stream, last))
-            .map(|(&stream, _)| stream)
-            .collect();
-        for stream in seen {
-            self.retire(stream);
+    /// What follows the host learning more of the `advanced` streams (and
+    /// of no other): their page-locked uses now done retire, and so do
+    /// those of them that are destroyed with all their work seen done.
+    fn host_learned(&mut self, advanced: &[u64]) -> Vec<Landing> {
+        let landings = self.retire_pinned(advanced);
+        for &stream in advanced {
+            if self
+                .retiring
+                .get(&stream)
+                .is_some_and(|&last| self.host.covers(stream, last))
+            {
+                self.retire(stream);
+            }
         }
         landings
     }
@@ -327,27 +396,34 @@ impl Ordering {
             self.retire(stream);
         } else {
             self.retiring.insert(stream, state.position);
-            self.retire_unreferenced();
+            if self.retiring.len() >= self.sweep_at.max(SWEEP_FLOOR) {
+                self.retire_unreferenced();
+            }
         }
     }
 
-    /// Retires the destroyed streams that no remembered access names any more.
+    /// Retires the destroyed streams that no remembered access names any
+    /// more, in one pass over the accesses.
     fn retire_unreferenced(&mut self) {
-        if self.retiring.is_empty() {
-            return;
+        if !self.retiring.is_empty() {
+            let retiring = &self.retiring;
+            let named: FxHashSet<u64> = self
+                .device
+                .values()
+                .flat_map(Accesses::streams)
+                .chain(self.pinned.keys().copied())
+                .filter(|stream| retiring.contains_key(stream))
+                .collect();
+            let unreferenced: Vec<u64> = retiring
+                .keys()
+                .copied()
+                .filter(|stream| !named.contains(stream))
+                .collect();
+            for stream in unreferenced {
+                self.retire(stream);
+            }
         }
-        let unreferenced: Vec<u64> = self
-            .retiring
-            .keys()
-            .copied()
-            .filter(|&stream| {
-                !self.device.values().any(|a| a.mentions(stream))
-                    && !self.pinned.iter().any(|used| used.at.stream == stream)
-            })
-            .collect();
-        for stream in unreferenced {
-            self.retire(stream);
-        }
+        self.sweep_at = self.retiring.len().saturating_mul(2);
     }
 
     /// Forgets a destroyed stream everywhere: the host has seen its work done
@@ -388,140 +464,4 @@ fn in_flight(used: &PinnedUse) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const WHOLE: Range<u64> = 0..64;
-
-    fn write(o: &mut Ordering, stream: u64, ptr: DevicePtr) -> Result<(), BackendError> {
-        let at = o.next(stream);
-        o.check_device("upload", at, ptr, &WHOLE, true)?;
-        o.wrote_device(at, ptr, WHOLE, "written by a copy");
-        Ok(())
-    }
-
-    fn pinned(o: &mut Ordering, stream: u64, bytes: Range<u64>, writes: bool) -> bool {
-        let at = o.next(stream);
-        let ok = o.check_pinned("copy", at, &bytes, writes).is_ok();
-        if ok {
-            o.used_pinned(at, bytes, writes.then(Vec::new));
-        }
-        ok
-    }
-
-    #[test]
-    fn a_write_on_one_stream_needs_an_event_before_another_stream_touches_it() {
-        let mut o = Ordering::default();
-        let ptr = DevicePtr(256);
-        let at = o.next(1);
-        o.allocated(at, ptr, 64);
-        write(&mut o, 1, ptr).unwrap();
-        let read = o.next(2);
-        let error = o
-            .check_device("kernel", read, ptr, &WHOLE, false)
-            .unwrap_err();
-        assert!(matches!(
-            error,
-            BackendError::StreamHazard {
-                accessed_on: 2,
-                earlier_on: 1,
-                ..
-            }
-        ));
-        o.record_event(7, 1);
-        o.wait_event(2, 7);
-        let read = o.next(2);
-        o.check_device("kernel", read, ptr, &WHOLE, false).unwrap();
-        o.read_device(read, ptr, WHOLE);
-        // A write on the first stream must now wait for that read.
-        assert!(write(&mut o, 1, ptr).is_err());
-        o.record_event(8, 2);
-        o.wait_event(1, 8);
-        write(&mut o, 1, ptr).unwrap();
-    }
-
-    #[test]
-    fn what_the_host_waited_for_orders_later_work_everywhere() {
-        let mut o = Ordering::default();
-        let ptr = DevicePtr(256);
-        let at = o.next(1);
-        o.allocated(at, ptr, 64);
-        write(&mut o, 1, ptr).unwrap();
-        o.host_waits_for_stream(1);
-        let read = o.next(3);
-        o.check_device("kernel", read, ptr, &WHOLE, false).unwrap();
-    }
-
-    #[test]
-    fn page_locked_bytes_in_flight_cannot_be_reused_by_another_stream() {
-        let mut o = Ordering::default();
-        assert!(pinned(&mut o, 1, 0..100, false));
-        // Two reads of the block do not conflict.
-        assert!(pinned(&mut o, 2, 50..60, false));
-        assert!(!pinned(&mut o, 2, 90..120, true));
-        // Disjoint bytes are fine; once the host waited, all are.
-        assert!(pinned(&mut o, 2, 100..120, true));
-        o.host_waits_for_stream(1);
-        o.host_waits_for_stream(2);
-        assert!(pinned(&mut o, 3, 0..120, true));
-    }
-
-    #[test]
-    fn a_download_lands_when_the_host_sees_it_done_and_not_before() {
-        let mut o = Ordering::default();
-        let at = o.next(1);
-        o.used_pinned(at, 4096..4100, Some(vec![1, 2, 3, 4]));
-        assert!(o.check_host_access(&(4000..4097), false).is_err());
-        assert!(o.check_host_access(&(0..4096), true).is_ok(), "other bytes");
-        assert!(
-            o.host_waits_for_stream(2).is_empty(),
-            "another stream's wait"
-        );
-        let landed = o.host_waits_for_stream(1);
-        assert_eq!(landed.len(), 1);
-        assert_eq!(
-            (landed[0].address, &landed[0].data[..]),
-            (4096, &[1, 2, 3, 4][..])
-        );
-        assert!(o.check_host_access(&(4000..4200), true).is_ok());
-    }
-
-    #[test]
-    fn destroyed_streams_are_retired_once_nothing_needs_them() {
-        let mut o = Ordering::default();
-        let ptr = DevicePtr(256);
-        let at = o.next(1);
-        o.allocated(at, ptr, 64);
-        o.host_waits_for_stream(1);
-        // Streams that came and went, with work the host saw done or none.
-        for stream in 2..1002 {
-            if stream % 2 == 0 {
-                write(&mut o, stream, ptr).unwrap();
-                o.host_waits_for_stream(stream);
-            }
-            o.destroy_stream(stream);
-        }
-        assert_eq!(o.remembered_streams(), 1, "only stream 1 is remembered");
-        assert!(o.host.0.len() <= 1 && o.events.is_empty());
-        // A destroyed stream whose write the host has not seen stays, and
-        // orders later work, until the host sees it.
-        write(&mut o, 5000, ptr).unwrap();
-        o.record_event(9, 5000);
-        o.destroy_stream(5000);
-        assert_eq!(o.remembered_streams(), 2);
-        let read = o.next(1);
-        assert!(o.check_device("kernel", read, ptr, &WHOLE, false).is_err());
-        o.host_waits_for_event(9);
-        assert_eq!(o.remembered_streams(), 1, "retired once seen");
-        let read = o.next(1);
-        o.check_device("kernel", read, ptr, &WHOLE, false).unwrap();
-        // One whose every access was forgotten (its memory freed) goes too.
-        let ptr2 = DevicePtr(512);
-        let at = o.next(6000);
-        o.allocated(at, ptr2, 8);
-        o.destroy_stream(6000);
-        assert_eq!(o.remembered_streams(), 2);
-        o.forget_device(ptr2);
-        assert_eq!(o.remembered_streams(), 1);
-    }
-}
+mod tests;
