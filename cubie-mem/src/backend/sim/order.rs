@@ -17,6 +17,7 @@
 //! from every clock, so that the state follows the live streams and events,
 //! not all that ever existed.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -106,6 +107,12 @@ pub(super) struct Ordering {
     /// Page-locked uses in flight, by stream, in the order queued: the host
     /// learning of one stream's work looks at that stream's alone.
     pinned: FxHashMap<u64, Vec<PinnedUse>>,
+    /// The stream of each use in flight, by its first byte and sequence:
+    /// a query for some bytes reads only the uses that start at most
+    /// `longest_use` bytes before them.
+    pinned_by_start: BTreeMap<(u64, u64), u64>,
+    /// The longest use since none was in flight.
+    longest_use: u64,
     /// The sequence number of the next page-locked use.
     next_use: u64,
     /// How many retiring streams make a sweep for those no access names
@@ -211,9 +218,20 @@ impl Ordering {
         }
     }
 
-    /// Every page-locked use in flight.
-    fn pinned_uses(&self) -> impl Iterator<Item = &PinnedUse> {
-        self.pinned.values().flatten()
+    /// The page-locked uses in flight that overlap `bytes`.
+    fn pinned_overlapping<'a>(
+        &'a self,
+        bytes: &'a Range<u64>,
+    ) -> impl Iterator<Item = &'a PinnedUse> + 'a {
+        let from = bytes.start.saturating_sub(self.longest_use);
+        self.pinned_by_start
+            .range((from, 0)..(bytes.end, 0))
+            .filter_map(|(&(_, sequence), stream)| {
+                let uses = self.pinned.get(stream)?;
+                let index = uses.binary_search_by_key(&sequence, |u| u.sequence).ok()?;
+                uses.get(index)
+            })
+            .filter(|used| overlap(&used.bytes, bytes))
     }
 
     /// Checks an asynchronous copy by `at` from (`writes_host` false) or into
@@ -226,12 +244,8 @@ impl Ordering {
         writes_host: bool,
     ) -> Result<(), BackendError> {
         let conflict = self
-            .pinned_uses()
-            .filter(|used| {
-                overlap(&used.bytes, bytes)
-                    && (used.landing.is_some() || writes_host)
-                    && !self.ordered(at, used.at)
-            })
+            .pinned_overlapping(bytes)
+            .filter(|used| (used.landing.is_some() || writes_host) && !self.ordered(at, used.at))
             .min_by_key(|used| used.sequence);
         match conflict {
             Some(used) => Err(BackendError::StreamHazard {
@@ -250,6 +264,9 @@ impl Ordering {
     pub(super) fn used_pinned(&mut self, at: Stamp, bytes: Range<u64>, landing: Option<Vec<u8>>) {
         let sequence = self.next_use;
         self.next_use = self.next_use.saturating_add(1);
+        self.longest_use = self.longest_use.max(bytes.end.saturating_sub(bytes.start));
+        self.pinned_by_start
+            .insert((bytes.start, sequence), at.stream);
         self.pinned.entry(at.stream).or_default().push(PinnedUse {
             sequence,
             bytes,
@@ -267,8 +284,8 @@ impl Ordering {
         writes: bool,
     ) -> Result<(), BackendError> {
         let conflict = self
-            .pinned_uses()
-            .filter(|used| overlap(&used.bytes, bytes) && (writes || used.landing.is_some()))
+            .pinned_overlapping(bytes)
+            .filter(|used| writes || used.landing.is_some())
             .min_by_key(|used| used.sequence);
         match conflict {
             Some(used) => Err(BackendError::HostAccessInFlight {
@@ -284,15 +301,21 @@ impl Ordering {
     /// Forgets the copies from or into `bytes` (a page-locked block freed);
     /// whether any was still in flight.
     pub(super) fn forget_pinned(&mut self, bytes: &Range<u64>) -> bool {
-        let mut forgot = false;
-        self.pinned.retain(|_, uses| {
-            uses.retain(|used| {
-                let freed = overlap(&used.bytes, bytes);
-                forgot |= freed;
-                !freed
-            });
-            !uses.is_empty()
-        });
+        let freed: Vec<(u64, u64, u64)> = self
+            .pinned_overlapping(bytes)
+            .map(|used| (used.bytes.start, used.sequence, used.at.stream))
+            .collect();
+        let forgot = !freed.is_empty();
+        for (start, sequence, stream) in freed {
+            self.pinned_by_start.remove(&(start, sequence));
+            if let Some(uses) = self.pinned.get_mut(&stream) {
+                uses.retain(|used| used.sequence != sequence);
+                if uses.is_empty() {
+                    self.pinned.remove(&stream);
+                }
+            }
+        }
+        self.forget_longest_when_idle();
         if forgot {
             self.retire_unreferenced();
         }
@@ -313,7 +336,9 @@ impl Ordering {
                 .iter()
                 .take_while(|used| self.host.covers(stream, used.at.position))
                 .count();
+            let by_start = &mut self.pinned_by_start;
             landed.extend(uses.drain(..done).filter_map(|used| {
+                by_start.remove(&(used.bytes.start, used.sequence));
                 let data = used.landing?;
                 Some((
                     used.sequence,
@@ -327,8 +352,16 @@ impl Ordering {
                 self.pinned.remove(&stream);
             }
         }
+        self.forget_longest_when_idle();
         landed.sort_unstable_by_key(|&(sequence, _)| sequence);
         landed.into_iter().map(|(_, landing)| landing).collect()
+    }
+
+    /// With no use in flight, the next ones set the bound on their length.
+    fn forget_longest_when_idle(&mut self) {
+        if self.pinned_by_start.is_empty() {
+            self.longest_use = 0;
+        }
     }
 
     /// Records event `event` after the work queued so far on `stream`.
