@@ -11,7 +11,7 @@
 //! passed its time. Everything is integer nanoseconds: the model is
 //! deterministic.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::time::Duration;
 
 use crate::backend::{BackendError, EngineRates};
@@ -64,8 +64,8 @@ pub(super) struct Work {
 pub(super) struct DeviceClock {
     host_ns: u64,
     engine_free_ns: [u64; 4],
-    stream_tail_ns: HashMap<u64, u64>,
-    event_ns: HashMap<u64, u64>,
+    stream_tail_ns: FxHashMap<u64, u64>,
+    event_ns: FxHashMap<u64, u64>,
     /// Bytes per second, host to device and device to host (at least 1).
     bandwidth: [u64; 2],
     /// Bytes per second of the host's own work (at least 1).
@@ -83,8 +83,8 @@ impl DeviceClock {
         DeviceClock {
             host_ns: 0,
             engine_free_ns: [0; 4],
-            stream_tail_ns: HashMap::new(),
-            event_ns: HashMap::new(),
+            stream_tail_ns: FxHashMap::default(),
+            event_ns: FxHashMap::default(),
             bandwidth: [DEFAULT_COPY_BANDWIDTH; 2],
             host_bandwidth: DEFAULT_HOST_BANDWIDTH,
             pageable_bandwidth: DEFAULT_PAGEABLE_BANDWIDTH,

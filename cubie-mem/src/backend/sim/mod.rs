@@ -40,9 +40,10 @@ mod device;
 mod memory;
 mod order;
 mod pinned;
+mod pinned_uses;
 mod ranges;
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -78,22 +79,22 @@ pub struct SimBackend {
 struct SimState {
     total: u64,
     initial_free: u64,
-    allocations: HashMap<u64, DeviceBlock>,
+    allocations: FxHashMap<u64, DeviceBlock>,
     pool: Pool,
     device_bytes: u64,
     next_address: u64,
     allocation_calls: usize,
     fail_after: Option<usize>,
-    streams: HashSet<u64>,
+    streams: FxHashSet<u64>,
     next_stream: u64,
-    events: HashSet<u64>,
+    events: FxHashSet<u64>,
     next_event: u64,
     hold_completions: bool,
     clock: DeviceClock,
     order: Ordering,
     /// Allocations a host kernel works on right now (taken out of
     /// `allocations` while it runs without the lock), by the kernel's name.
-    running: HashMap<u64, String>,
+    running: FxHashMap<u64, String>,
     /// The live page-locked blocks' host address ranges, and those of the
     /// devices of a set whose blocks this device accepts.
     pinned_blocks: PageLockedRanges,
@@ -129,20 +130,20 @@ impl SimBackend {
             inner: Arc::new(Mutex::new(SimState {
                 total: total_bytes,
                 initial_free: total_bytes,
-                allocations: HashMap::new(),
+                allocations: FxHashMap::default(),
                 pool: Pool::default(),
                 device_bytes: 0,
                 next_address: ADDRESS_ALIGNMENT,
                 allocation_calls: 0,
                 fail_after: None,
-                streams: HashSet::new(),
+                streams: FxHashSet::default(),
                 next_stream: 1,
-                events: HashSet::new(),
+                events: FxHashSet::default(),
                 next_event: 1,
                 hold_completions: false,
                 clock: DeviceClock::new(),
                 order: Ordering::default(),
-                running: HashMap::new(),
+                running: FxHashMap::default(),
                 pinned_blocks: PageLockedRanges::default(),
                 copiers: Vec::new(),
                 deferred: None,

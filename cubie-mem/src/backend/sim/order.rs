@@ -17,11 +17,11 @@
 //! from every clock, so that the state follows the live streams and events,
 //! not all that ever existed.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::pinned_uses::PinnedUses;
 use super::ranges::Accesses;
 use crate::backend::{BackendError, DevicePtr, HazardMemory};
 
@@ -77,16 +77,6 @@ pub(super) struct Landing {
     pub(super) data: Vec<u8>,
 }
 
-/// A copy from or into page-locked bytes not yet known done by the host.
-struct PinnedUse {
-    /// Its place among all uses, in the order they were queued.
-    sequence: u64,
-    bytes: Range<u64>,
-    at: Stamp,
-    /// A download: it writes the host bytes, with this data, once seen done.
-    landing: Option<Vec<u8>>,
-}
-
 /// A stream's position and what it knows.
 #[derive(Default)]
 struct StreamState {
@@ -104,17 +94,11 @@ pub(super) struct Ordering {
     events: FxHashMap<u64, VectorClock>,
     host: VectorClock,
     device: FxHashMap<u64, Accesses>,
-    /// Page-locked uses in flight, by stream, in the order queued: the host
-    /// learning of one stream's work looks at that stream's alone.
-    pinned: FxHashMap<u64, Vec<PinnedUse>>,
-    /// The stream of each use in flight, by its first byte and sequence:
-    /// a query for some bytes reads only the uses that start at most
-    /// `longest_use` bytes before them.
-    pinned_by_start: BTreeMap<(u64, u64), u64>,
-    /// The longest use since none was in flight.
-    longest_use: u64,
-    /// The sequence number of the next page-locked use.
-    next_use: u64,
+    /// Per stream, the allocations whose accesses may name it: retiring a
+    /// stream visits those alone.
+    touched: FxHashMap<u64, Touched>,
+    /// Page-locked uses in flight.
+    pinned: PinnedUses,
     /// How many retiring streams make a sweep for those no access names
     /// (twice as many as the last sweep left): a sweep reads every
     /// remembered access, so each costs as much as the retiring it waited for.
@@ -123,6 +107,18 @@ pub(super) struct Ordering {
 
 /// The fewest retiring streams that make a sweep.
 const SWEEP_FLOOR: usize = 16;
+
+/// The allocations a stream accessed, pruned to the live ones each time
+/// they double, so that a long-lived stream's list follows the live
+/// allocations, not all it ever touched.
+#[derive(Default)]
+struct Touched {
+    allocations: FxHashSet<u64>,
+    prune_at: usize,
+}
+
+/// The fewest allocations in a stream's list that make a pruning.
+const PRUNE_FLOOR: usize = 64;
 
 impl Ordering {
     /// A new position on `stream`, ordered after everything the host waited for.
@@ -152,6 +148,19 @@ impl Ordering {
     /// Records a new allocation of `len` bytes at `ptr`, made by `at`.
     pub(super) fn allocated(&mut self, at: Stamp, ptr: DevicePtr, len: u64) {
         self.device.insert(ptr.0, Accesses::allocated(at, len));
+        self.touch(at.stream, ptr);
+    }
+
+    /// Notes that `stream` accessed the allocation at `ptr`.
+    fn touch(&mut self, stream: u64, ptr: DevicePtr) {
+        let touched = self.touched.entry(stream).or_default();
+        if touched.allocations.insert(ptr.0)
+            && touched.allocations.len() > touched.prune_at.max(PRUNE_FLOOR)
+        {
+            let device = &self.device;
+            touched.allocations.retain(|ptr| device.contains_key(ptr));
+            touched.prune_at = touched.allocations.len().saturating_mul(2);
+        }
     }
 
     /// Checks an access by `at` to `range` of the allocation at `ptr` against
@@ -196,6 +205,7 @@ impl Ordering {
     ) {
         if let Some(accesses) = self.device.get_mut(&ptr.0) {
             accesses.write(at, range, what);
+            self.touch(at.stream, ptr);
         }
     }
 
@@ -203,6 +213,7 @@ impl Ordering {
     pub(super) fn read_device(&mut self, at: Stamp, ptr: DevicePtr, range: Range<u64>) {
         if let Some(accesses) = self.device.get_mut(&ptr.0) {
             accesses.read(at, range);
+            self.touch(at.stream, ptr);
         }
     }
 
@@ -218,22 +229,6 @@ impl Ordering {
         }
     }
 
-    /// The page-locked uses in flight that overlap `bytes`.
-    fn pinned_overlapping<'a>(
-        &'a self,
-        bytes: &'a Range<u64>,
-    ) -> impl Iterator<Item = &'a PinnedUse> + 'a {
-        let from = bytes.start.saturating_sub(self.longest_use);
-        self.pinned_by_start
-            .range((from, 0)..(bytes.end, 0))
-            .filter_map(|(&(_, sequence), stream)| {
-                let uses = self.pinned.get(stream)?;
-                let index = uses.binary_search_by_key(&sequence, |u| u.sequence).ok()?;
-                uses.get(index)
-            })
-            .filter(|used| overlap(&used.bytes, bytes))
-    }
-
     /// Checks an asynchronous copy by `at` from (`writes_host` false) or into
     /// the page-locked bytes `bytes` against the copies still in flight.
     pub(super) fn check_pinned(
@@ -244,15 +239,16 @@ impl Ordering {
         writes_host: bool,
     ) -> Result<(), BackendError> {
         let conflict = self
-            .pinned_overlapping(bytes)
-            .filter(|used| (used.landing.is_some() || writes_host) && !self.ordered(at, used.at))
+            .pinned
+            .overlapping(bytes, !writes_host)
+            .filter(|used| !self.ordered(at, used.at))
             .min_by_key(|used| used.sequence);
         match conflict {
             Some(used) => Err(BackendError::StreamHazard {
                 operation,
                 accessed_on: at.stream,
                 memory: HazardMemory::PageLocked(bytes.start.max(used.bytes.start)),
-                earlier: in_flight(used),
+                earlier: used.doing(),
                 earlier_on: used.at.stream,
             }),
             None => Ok(()),
@@ -262,17 +258,7 @@ impl Ordering {
     /// Records an asynchronous copy by `at` from or into `bytes`; a copy into
     /// them (`landing`) writes its data when the host sees it done.
     pub(super) fn used_pinned(&mut self, at: Stamp, bytes: Range<u64>, landing: Option<Vec<u8>>) {
-        let sequence = self.next_use;
-        self.next_use = self.next_use.saturating_add(1);
-        self.longest_use = self.longest_use.max(bytes.end.saturating_sub(bytes.start));
-        self.pinned_by_start
-            .insert((bytes.start, sequence), at.stream);
-        self.pinned.entry(at.stream).or_default().push(PinnedUse {
-            sequence,
-            bytes,
-            at,
-            landing,
-        });
+        self.pinned.push(at, bytes, landing);
     }
 
     /// Checks that the host may read (or, `writes`, write) the page-locked
@@ -283,15 +269,12 @@ impl Ordering {
         bytes: &Range<u64>,
         writes: bool,
     ) -> Result<(), BackendError> {
-        let conflict = self
-            .pinned_overlapping(bytes)
-            .filter(|used| writes || used.landing.is_some())
-            .min_by_key(|used| used.sequence);
+        let conflict = self.pinned.first_overlapping(bytes, !writes);
         match conflict {
             Some(used) => Err(BackendError::HostAccessInFlight {
                 access: if writes { "write" } else { "read" },
                 address: bytes.start.max(used.bytes.start),
-                copy: in_flight(used),
+                copy: used.doing(),
                 stream: used.at.stream,
             }),
             None => Ok(()),
@@ -301,21 +284,7 @@ impl Ordering {
     /// Forgets the copies from or into `bytes` (a page-locked block freed);
     /// whether any was still in flight.
     pub(super) fn forget_pinned(&mut self, bytes: &Range<u64>) -> bool {
-        let freed: Vec<(u64, u64, u64)> = self
-            .pinned_overlapping(bytes)
-            .map(|used| (used.bytes.start, used.sequence, used.at.stream))
-            .collect();
-        let forgot = !freed.is_empty();
-        for (start, sequence, stream) in freed {
-            self.pinned_by_start.remove(&(start, sequence));
-            if let Some(uses) = self.pinned.get_mut(&stream) {
-                uses.retain(|used| used.sequence != sequence);
-                if uses.is_empty() {
-                    self.pinned.remove(&stream);
-                }
-            }
-        }
-        self.forget_longest_when_idle();
+        let forgot = self.pinned.forget(bytes);
         if forgot {
             self.retire_unreferenced();
         }
@@ -328,40 +297,15 @@ impl Ordering {
     fn retire_pinned(&mut self, advanced: &[u64]) -> Vec<Landing> {
         let mut landed = Vec::new();
         for &stream in advanced {
-            let Some(uses) = self.pinned.get_mut(&stream) else {
-                continue;
-            };
-            // A stream's uses are in position order: the done ones lead.
-            let done = uses
-                .iter()
-                .take_while(|used| self.host.covers(stream, used.at.position))
-                .count();
-            let by_start = &mut self.pinned_by_start;
-            landed.extend(uses.drain(..done).filter_map(|used| {
-                by_start.remove(&(used.bytes.start, used.sequence));
-                let data = used.landing?;
-                Some((
-                    used.sequence,
-                    Landing {
-                        address: used.bytes.start,
-                        data,
-                    },
-                ))
-            }));
-            if uses.is_empty() {
-                self.pinned.remove(&stream);
-            }
+            let host = &self.host;
+            self.pinned.retire_done(
+                stream,
+                |position| host.covers(stream, position),
+                &mut landed,
+            );
         }
-        self.forget_longest_when_idle();
         landed.sort_unstable_by_key(|&(sequence, _)| sequence);
         landed.into_iter().map(|(_, landing)| landing).collect()
-    }
-
-    /// With no use in flight, the next ones set the bound on their length.
-    fn forget_longest_when_idle(&mut self) {
-        if self.pinned_by_start.is_empty() {
-            self.longest_use = 0;
-        }
     }
 
     /// Records event `event` after the work queued so far on `stream`.
@@ -444,7 +388,7 @@ impl Ordering {
                 .device
                 .values()
                 .flat_map(Accesses::streams)
-                .chain(self.pinned.keys().copied())
+                .chain(self.pinned.streams())
                 .filter(|stream| retiring.contains_key(stream))
                 .collect();
             let unreferenced: Vec<u64> = retiring
@@ -471,8 +415,10 @@ impl Ordering {
         for clock in self.events.values_mut() {
             clock.forget(stream);
         }
-        for accesses in self.device.values_mut() {
-            accesses.retire(stream);
+        for ptr in self.touched.remove(&stream).unwrap_or_default().allocations {
+            if let Some(accesses) = self.device.get_mut(&ptr) {
+                accesses.retire(stream);
+            }
         }
     }
 
@@ -480,19 +426,6 @@ impl Ordering {
     #[cfg(test)]
     pub(super) fn remembered_streams(&self) -> usize {
         self.streams.len() + self.retiring.len()
-    }
-}
-
-fn overlap(a: &Range<u64>, b: &Range<u64>) -> bool {
-    a.start < b.end && b.start < a.end
-}
-
-/// What a page-locked use still in flight is doing.
-fn in_flight(used: &PinnedUse) -> &'static str {
-    if used.landing.is_some() {
-        "still being written by a copy from the device"
-    } else {
-        "still being read by a copy to the device"
     }
 }
 
