@@ -193,7 +193,10 @@ fn a_long_copy_in_flight_is_found_from_bytes_far_past_its_start() {
     assert!(pinned(&mut o, 2, 2000..2010, false));
     assert!(o.check_host_access(&(990..995), false).is_err());
     assert!(o.check_host_access(&(1000..1990), true).is_ok());
-    assert!(!pinned(&mut o, 3, 999..1001, false), "an upload of bytes it writes");
+    assert!(
+        !pinned(&mut o, 3, 999..1001, false),
+        "an upload of bytes it writes"
+    );
     assert!(o.forget_pinned(&(500..501)));
     assert!(o.check_host_access(&(0..1000), true).is_ok(), "forgotten");
     assert!(o.check_host_access(&(2005..2006), true).is_err());
@@ -210,5 +213,8 @@ fn a_long_lived_streams_allocations_follow_the_live_ones() {
         o.forget_device(ptr);
     }
     let touched = o.touched.get(&1).map_or(0, |t| t.allocations.len());
-    assert!(touched <= 2 * PRUNE_FLOOR, "{touched} allocations remembered");
+    assert!(
+        touched <= 2 * PRUNE_FLOOR,
+        "{touched} allocations remembered"
+    );
 }
