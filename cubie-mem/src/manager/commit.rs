@@ -157,8 +157,9 @@ fn commit_participant(
                 position,
                 set,
             };
+            // A kept buffer is looked up only for a response.
             let slot = match placement {
-                Placement::Keep => slots.is_some().then(|| kept(s, &at)).flatten(),
+                Placement::Keep if slots.is_none() => None,
                 placement => apply(s, usage, &at, (dtype, &shape, axis), placement),
             };
             if let (Some(slots), Some(slot)) = (slots.as_mut(), slot) {

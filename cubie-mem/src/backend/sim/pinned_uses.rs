@@ -172,7 +172,9 @@ impl PinnedUses {
         } else {
             &self.by_range[..]
         };
-        let from = bytes.start.saturating_sub(self.longest);
+        // Never past `bytes.end`: a range of BTreeMap must not end before
+        // it starts, even for bytes given backwards.
+        let from = bytes.start.saturating_sub(self.longest).min(bytes.end);
         kinds
             .iter()
             .flat_map(move |ranges| ranges.range((from, 0)..(bytes.end, 0)))

@@ -218,3 +218,13 @@ fn a_long_lived_streams_allocations_follow_the_live_ones() {
         "{touched} allocations remembered"
     );
 }
+
+#[test]
+fn bytes_given_backwards_overlap_nothing_and_do_not_panic() {
+    let mut o = Ordering::default();
+    assert!(pinned(&mut o, 1, 100..200, true));
+    #[allow(clippy::reversed_empty_ranges)]
+    let backwards = 500..50;
+    assert!(o.check_host_access(&backwards, true).is_ok());
+    assert!(!o.forget_pinned(&backwards));
+}
