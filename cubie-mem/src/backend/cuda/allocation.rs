@@ -1,27 +1,43 @@
 //! A live device allocation of the CUDA backend and what orders work on it
-//! across streams: the event recorded right after it, and the last use on
-//! each stream, which its free waits for.
+//! across streams: the event recorded right after it, which another stream
+//! waits for once before its first use, and the streams that used it, with
+//! their last use, which its free waits for.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use smallvec::SmallVec;
+
 use super::stream::{RawEvent, RawStream};
-use crate::backend::{BackendError, StreamHandle};
+use super::track::StreamTrack;
+use crate::backend::BackendError;
 
 /// A live device allocation and what orders work on it across streams.
 ///
 /// Another stream waits only for the allocation itself (`ready`), never for
 /// work queued on the allocating stream after it, so that a pipeline's
-/// copies on their own streams overlap the kernels on the group's stream.
-/// The free waits for the last use on every other stream (`uses`), as
-/// cudarc's slices keep an event per access.
+/// copies on their own streams overlap the kernels on the group's stream;
+/// it waits once, before its first use (a stream's own order covers the
+/// rest). A use costs no driver call: the stream counts it
+/// ([`StreamTrack::note_use`]). The free waits for the last use on every
+/// other stream through that stream's marker event, which one free records
+/// for every allocation the stream used.
+///
+/// The list of users stays as short as the streams that may still be
+/// running work on the memory: a stream leaves it once it was destroyed
+/// and its last use is seen complete (checked as another stream joins).
 pub(super) struct Allocation {
     pub(super) bytes: u64,
-    /// The handle of the stream it was allocated on.
-    stream: u64,
-    /// Recorded on that stream right after the allocation.
+    /// Recorded on the allocating stream right after the allocation.
     ready: RawEvent,
-    /// Per stream that used the memory, an event after its last use there.
-    uses: Mutex<Vec<StreamUse>>,
+    /// The streams ordered after `ready` (the allocating one first), each
+    /// with the number of its last use of the memory (0: none yet).
+    users: Mutex<SmallVec<[User; 4]>>,
+}
+
+/// A stream ordered after an allocation, and its last use of it.
+struct User {
+    track: Arc<StreamTrack>,
+    last_use: u64,
 }
 
 /// A use of device memory checked and ordered, about to be queued.
@@ -34,73 +50,80 @@ pub(super) struct PreparedUse {
     pub(super) allocation: Arc<Allocation>,
 }
 
-/// The last use of an allocation on one stream.
-struct StreamUse {
-    stream: u64,
-    event: RawEvent,
-}
-
 impl Allocation {
-    /// An allocation of `bytes` made on the stream `stream`, ready after `ready`.
-    pub(super) fn new(bytes: u64, stream: StreamHandle, ready: RawEvent) -> Self {
+    /// An allocation of `bytes` made on `stream`, ready after `ready`.
+    pub(super) fn new(bytes: u64, stream: &RawStream, ready: RawEvent) -> Self {
+        let mut users = SmallVec::new();
+        users.push(User {
+            track: Arc::clone(stream.track()),
+            last_use: 0,
+        });
         Allocation {
             bytes,
-            stream: stream.0,
             ready,
-            uses: Mutex::new(Vec::new()),
+            users: Mutex::new(users),
         }
     }
 
-    fn uses(&self) -> MutexGuard<'_, Vec<StreamUse>> {
+    fn users(&self) -> MutexGuard<'_, SmallVec<[User; 4]>> {
         // The list is consistent after every statement.
-        self.uses.lock().unwrap_or_else(|p| p.into_inner())
+        self.users.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Orders work queued next on `stream` after the allocation, when it
-    /// was made on another stream.
-    pub(super) fn order_use(
-        &self,
-        stream_id: StreamHandle,
-        stream: &RawStream,
-    ) -> Result<(), BackendError> {
-        if self.stream == stream_id.0 {
+    /// Orders work queued next on `stream` after the allocation: one wait
+    /// for its ready event the first time the stream uses it, nothing after.
+    pub(super) fn order_use(&self, stream: &RawStream) -> Result<(), BackendError> {
+        let mut users = self.users();
+        if users
+            .iter()
+            .any(|user| Arc::ptr_eq(&user.track, stream.track()))
+        {
             return Ok(());
         }
-        self.ready.make_wait(stream)
+        self.ready.make_wait(stream)?;
+        users.retain(|user| !user.track.retired_through(user.last_use));
+        users.push(User {
+            track: Arc::clone(stream.track()),
+            last_use: 0,
+        });
+        Ok(())
     }
 
-    /// Notes that work was just queued on `stream` using the memory, so
-    /// that the free waits for it.
-    pub(super) fn note_use(
-        &self,
-        stream_id: StreamHandle,
-        stream: &RawStream,
-    ) -> Result<(), BackendError> {
-        let mut uses = self.uses();
-        match uses.iter().find(|used| used.stream == stream_id.0) {
-            Some(used) => used.event.rerecord(stream),
-            None => {
-                let event = RawEvent::record(stream)?;
-                uses.push(StreamUse {
-                    stream: stream_id.0,
-                    event,
-                });
-                Ok(())
-            }
+    /// Notes that work was just queued on `stream` (ordered by
+    /// [`Allocation::order_use`]) using the memory, so that the free waits
+    /// for it. No driver call.
+    pub(super) fn note_use(&self, stream: &RawStream) {
+        let use_number = stream.track().note_use();
+        let mut users = self.users();
+        match users
+            .iter_mut()
+            .find(|user| Arc::ptr_eq(&user.track, stream.track()))
+        {
+            Some(user) => user.last_use = use_number,
+            None => users.push(User {
+                track: Arc::clone(stream.track()),
+                last_use: use_number,
+            }),
         }
     }
 
     /// Orders a free queued next on `stream` after the allocation and
-    /// after its last use on every other stream.
-    pub(super) fn order_free(
-        &self,
-        stream_id: StreamHandle,
-        stream: &RawStream,
-    ) -> Result<(), BackendError> {
-        self.order_use(stream_id, stream)?;
-        for used in self.uses().iter() {
-            if used.stream != stream_id.0 {
-                used.event.make_wait(stream)?;
+    /// after its last use on every other stream. When a stream's last use
+    /// has no event to wait for (its final marker could not be recorded as
+    /// it was destroyed), the whole device is synchronised instead.
+    pub(super) fn order_free(&self, stream: &RawStream) -> Result<(), BackendError> {
+        self.order_use(stream)?;
+        // Cloned out, so that recording a marker holds no allocation lock.
+        let others: SmallVec<[(Arc<StreamTrack>, u64); 4]> = self
+            .users()
+            .iter()
+            .filter(|user| user.last_use > 0 && !Arc::ptr_eq(&user.track, stream.track()))
+            .map(|user| (Arc::clone(&user.track), user.last_use))
+            .collect();
+        for (track, last_use) in others {
+            match track.marker_after(last_use)? {
+                Some(marker) => marker.order(stream)?,
+                None => stream.context().synchronize()?,
             }
         }
         Ok(())

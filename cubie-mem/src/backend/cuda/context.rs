@@ -33,9 +33,8 @@ impl PoolUsage {
     }
 }
 
-/// Idle events kept for reuse (ordering events are recorded and waited on
-/// for every cross-stream use; creating and destroying one each time costs
-/// two driver calls).
+/// Idle events of each kind kept for reuse (creating and destroying one
+/// each time an event is needed costs two driver calls).
 const IDLE_EVENTS: usize = 64;
 
 /// An opened device: the retained primary context and the backend's pool.
@@ -49,6 +48,8 @@ pub(super) struct DeviceContext {
     health: Health,
     /// Events without timing, created on this context and idle.
     idle_events: Mutex<Vec<CuEvent>>,
+    /// Timed events (the timeline's), created on this context and idle.
+    idle_timed_events: Mutex<Vec<CuEvent>>,
     /// Set when device memory of the pool could not be freed at teardown:
     /// the pool is then left to the driver instead of destroyed under live
     /// allocations.
@@ -143,6 +144,7 @@ impl DeviceContext {
             driver_version: u32::try_from(version).unwrap_or(0),
             health: Health::default(),
             idle_events: Mutex::new(Vec::new()),
+            idle_timed_events: Mutex::new(Vec::new()),
             pool_in_use: AtomicBool::new(false),
         };
         opened.pool = opened.create_pool().map_err(|error| MemError::NoDevice {
@@ -213,21 +215,40 @@ impl DeviceContext {
 
     /// Makes the primary context current on this thread until the guard
     /// drops (a different context that was current is restored then), or
-    /// refuses `operation` when the context is unusable.
+    /// refuses `operation` when the context is unusable. Inside another
+    /// guard of the same context on this thread it costs no driver call.
     pub(super) fn enter(&self, operation: &'static str) -> Result<ContextGuard, BackendError> {
         self.health.usable(operation)?;
+        let outer = ENTERED.get();
+        if outer.context == self.context && outer.depth > 0 {
+            ENTERED.set(Entered {
+                depth: outer.depth + 1,
+                ..outer
+            });
+            return Ok(ContextGuard {
+                restore: None,
+                outer: None,
+            });
+        }
         let mut current: CuContext = ptr::null_mut();
         // SAFETY: the out-pointer is a live context slot.
         let result = unsafe { sys::cuCtxGetCurrent(&mut current) };
         self.check(result, "query the current context")?;
-        if current == self.context {
-            return Ok(ContextGuard { restore: None });
-        }
-        // SAFETY: the context is the primary context this struct retains.
-        let result = unsafe { sys::cuCtxSetCurrent(self.context) };
-        self.check(result, "make the device context current")?;
+        let restore = if current == self.context {
+            None
+        } else {
+            // SAFETY: the context is the primary context this struct retains.
+            let result = unsafe { sys::cuCtxSetCurrent(self.context) };
+            self.check(result, "make the device context current")?;
+            (!current.is_null()).then_some(current)
+        };
+        ENTERED.set(Entered {
+            context: self.context,
+            depth: 1,
+        });
         Ok(ContextGuard {
-            restore: (!current.is_null()).then_some(current),
+            restore,
+            outer: Some(outer),
         })
     }
 
@@ -310,22 +331,38 @@ impl DeviceContext {
     /// An event without timing, idle (reused when one is), for ordering
     /// and completion. The context must be current.
     pub(super) fn take_event(&self) -> Result<CuEvent, BackendError> {
-        if let Some(event) = self.idle_events().pop() {
+        self.take(false)
+    }
+
+    /// An event that records its time (for the timeline), idle (reused
+    /// when one is). The context must be current.
+    pub(super) fn take_timed_event(&self) -> Result<CuEvent, BackendError> {
+        self.take(true)
+    }
+
+    fn take(&self, timed: bool) -> Result<CuEvent, BackendError> {
+        if let Some(event) = self.idle_events(timed).pop() {
             return Ok(event);
         }
+        let flags = if timed {
+            sys::EVENT_DEFAULT
+        } else {
+            sys::EVENT_DISABLE_TIMING
+        };
         let mut event: CuEvent = ptr::null_mut();
         // SAFETY: the out-pointer is a live event slot; the caller made the
         // context current.
-        let result = unsafe { sys::cuEventCreate(&mut event, sys::EVENT_DISABLE_TIMING) };
+        let result = unsafe { sys::cuEventCreate(&mut event, flags) };
         self.check(result, "create event")?;
         Ok(event)
     }
 
-    /// Takes back an event of [`take_event`](Self::take_event) for reuse
-    /// (an event may be recorded again while earlier waits on it stand),
-    /// destroying it when enough are idle.
-    pub(super) fn recycle_event(&self, event: CuEvent) {
-        let mut idle = self.idle_events();
+    /// Takes back an event of [`take_event`](Self::take_event) or
+    /// [`take_timed_event`](Self::take_timed_event) for reuse (an event may
+    /// be recorded again while earlier waits on it stand), destroying it
+    /// when enough are idle.
+    pub(super) fn recycle_event(&self, event: CuEvent, timed: bool) {
+        let mut idle = self.idle_events(timed);
         if idle.len() < IDLE_EVENTS {
             idle.push(event);
             return;
@@ -334,9 +371,14 @@ impl DeviceContext {
         destroy_event(self, event);
     }
 
-    fn idle_events(&self) -> std::sync::MutexGuard<'_, Vec<CuEvent>> {
+    fn idle_events(&self, timed: bool) -> std::sync::MutexGuard<'_, Vec<CuEvent>> {
+        let idle = if timed {
+            &self.idle_timed_events
+        } else {
+            &self.idle_events
+        };
         // The list is consistent after every statement.
-        self.idle_events.lock().unwrap_or_else(|p| p.into_inner())
+        idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Leaves the pool to the driver at teardown: memory of it is still
@@ -358,8 +400,10 @@ fn destroy_event(context: &DeviceContext, event: CuEvent) {
 
 impl Drop for DeviceContext {
     fn drop(&mut self) {
-        for event in std::mem::take(&mut *self.idle_events()) {
-            destroy_event(self, event);
+        for timed in [false, true] {
+            for event in std::mem::take(&mut *self.idle_events(timed)) {
+                destroy_event(self, event);
+            }
         }
         if !self.pool.is_null()
             && !self.pool_in_use.load(Ordering::Relaxed)
@@ -407,13 +451,41 @@ fn device_name(device: CuDevice) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// The context a [`ContextGuard`] made current on this thread, and how
+/// many guards of it are open (nested calls enter it for free).
+#[derive(Clone, Copy)]
+struct Entered {
+    context: CuContext,
+    depth: usize,
+}
+
+thread_local! {
+    static ENTERED: std::cell::Cell<Entered> = const {
+        std::cell::Cell::new(Entered {
+            context: ptr::null_mut(),
+            depth: 0,
+        })
+    };
+}
+
 /// The primary context bound to this thread for the duration of one call.
 pub(super) struct ContextGuard {
     restore: Option<CuContext>,
+    /// What was entered before this guard (`None` for a nested guard).
+    outer: Option<Entered>,
 }
 
 impl Drop for ContextGuard {
     fn drop(&mut self) {
+        let Some(outer) = self.outer else {
+            let entered = ENTERED.get();
+            ENTERED.set(Entered {
+                depth: entered.depth.saturating_sub(1),
+                ..entered
+            });
+            return;
+        };
+        ENTERED.set(outer);
         if let Some(previous) = self.restore {
             // SAFETY: `previous` was current on this thread when the guard
             // was made; the code that made it current keeps it alive.

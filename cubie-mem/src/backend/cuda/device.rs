@@ -20,6 +20,8 @@ impl Backend for CudaBackend {
 
     /// Driver free memory plus what the pool holds idle, and the total.
     fn mem_info(&self) -> Result<MemInfo, BackendError> {
+        // One entry for the three queries below.
+        let _guard = self.shared.context.enter("query free memory")?;
         let (free, total) = self.shared.context.raw_mem_info()?;
         let idle = self.shared.context.pool_usage()?.idle();
         Ok(MemInfo {
@@ -29,7 +31,7 @@ impl Backend for CudaBackend {
     }
 
     fn create_stream(&self) -> Result<StreamHandle, BackendError> {
-        let stream = Arc::new(RawStream::create(&self.shared.context)?);
+        let stream = RawStream::create(&self.shared.context)?;
         let mut h = self.handles();
         let id = h.next_stream;
         h.next_stream += 1;
@@ -126,7 +128,7 @@ impl Backend for CudaBackend {
                     .mark((stream.0, &raw), Activity::Alloc, bytes);
                 self.handles()
                     .allocations
-                    .insert(address, Arc::new(Allocation::new(bytes, stream, ready)));
+                    .insert(address, Arc::new(Allocation::new(bytes, &raw, ready)));
                 Ok(DevicePtr(address))
             }
             Err(CuResult::OUT_OF_MEMORY) => Err(self.out_of_memory(bytes)),
@@ -166,7 +168,7 @@ impl Backend for CudaBackend {
             h.allocations.remove(&ptr.0);
             allocation
         };
-        let freed = allocation.order_free(stream, &raw).and_then(|()| {
+        let freed = allocation.order_free(&raw).and_then(|()| {
             let context = &self.shared.context;
             let _guard = context.enter(OPERATION)?;
             // SAFETY: the address is a live allocation of this backend,
@@ -363,9 +365,10 @@ impl CudaBackend {
                 sys::cuMemcpyDtoHAsync(dst.cast(), address, len, raw.raw())
             }),
         };
-        let queued = context
-            .check(result, operation)
-            .and_then(|()| allocation.note_use(stream, &raw));
+        let queued = context.check(result, operation);
+        if queued.is_ok() {
+            allocation.note_use(&raw);
+        }
         self.shared.recorder.finish(
             started,
             (stream.0, &raw),

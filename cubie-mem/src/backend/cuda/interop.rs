@@ -79,7 +79,7 @@ impl CudaStream {
         let memory = array.device_memory()?;
         memory.use_on(&self.stream)?;
         self.backend
-            .order_use(memory.ptr(), self.handle(), &self.raw, OPERATION)
+            .order_use(memory.ptr(), &self.raw, OPERATION)
             .map_err(mem_error)?;
         Ok(CudaView {
             address: memory.ptr().0,
@@ -369,11 +369,7 @@ impl<'a> LaunchBuilder<'a> {
             self.views
                 .iter()
                 .filter_map(|&(_, ptr, _)| ptr)
-                .try_for_each(|ptr| {
-                    stream
-                        .backend
-                        .note_use(ptr, stream.handle(), &stream.raw, OPERATION)
-                })
+                .try_for_each(|ptr| stream.backend.note_use(ptr, &stream.raw, OPERATION))
         });
         recorder.finish(
             started,

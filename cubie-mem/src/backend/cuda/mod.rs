@@ -77,6 +77,7 @@ mod pinned;
 mod record;
 mod stream;
 mod sys;
+mod track;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -322,28 +323,27 @@ impl CudaBackend {
             .ok_or_else(|| unknown_allocation(operation, ptr))
     }
 
-    /// Orders work queued next on `stream` after the allocation at `ptr`
+    /// Orders work queued next on `raw` after the allocation at `ptr`
     /// (for a kernel's argument).
     fn order_use(
         &self,
         ptr: DevicePtr,
-        stream: StreamHandle,
         raw: &RawStream,
         operation: &'static str,
     ) -> Result<(), BackendError> {
-        self.allocation(ptr, operation)?.order_use(stream, raw)
+        self.allocation(ptr, operation)?.order_use(raw)
     }
 
-    /// Notes that work just queued on `stream` used the allocation at `ptr`
+    /// Notes that work just queued on `raw` used the allocation at `ptr`
     /// (a kernel's argument), so that its free waits for it.
     fn note_use(
         &self,
         ptr: DevicePtr,
-        stream: StreamHandle,
         raw: &RawStream,
         operation: &'static str,
     ) -> Result<(), BackendError> {
-        self.allocation(ptr, operation)?.note_use(stream, raw)
+        self.allocation(ptr, operation)?.note_use(raw);
+        Ok(())
     }
 
     /// The live allocation at `ptr`, checked to hold `len` bytes from
@@ -375,7 +375,7 @@ impl CudaBackend {
         if len == 0 {
             return Ok(None);
         }
-        allocation.order_use(stream, &raw)?;
+        allocation.order_use(&raw)?;
         Ok(Some(PreparedUse {
             stream: raw,
             address,

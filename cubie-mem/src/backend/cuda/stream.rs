@@ -7,13 +7,16 @@ use std::sync::Arc;
 use super::context::DeviceContext;
 use super::driver::describe;
 use super::sys::{self, CuEvent, CuResult, CuStream};
+use super::track::StreamTrack;
 use crate::backend::BackendError;
 
 /// A stream that does not synchronise with the null stream; destroyed when
-/// dropped (the driver finishes its pending work first).
+/// dropped (the driver finishes its pending work first), after recording
+/// a final marker when it used device memory since its last one.
 pub(super) struct RawStream {
     raw: CuStream,
     context: Arc<DeviceContext>,
+    track: Arc<StreamTrack>,
 }
 
 // SAFETY: a CUstream is an opaque handle the driver lets any thread use once
@@ -24,16 +27,22 @@ unsafe impl Sync for RawStream {}
 
 impl RawStream {
     /// Creates a non-blocking stream on the device.
-    pub(super) fn create(context: &Arc<DeviceContext>) -> Result<Self, BackendError> {
+    pub(super) fn create(context: &Arc<DeviceContext>) -> Result<Arc<Self>, BackendError> {
         let _guard = context.enter("create stream")?;
         let mut raw: CuStream = ptr::null_mut();
         // SAFETY: the out-pointer is a live stream slot; the context is current.
         let result = unsafe { sys::cuStreamCreate(&mut raw, sys::STREAM_NON_BLOCKING) };
         context.check(result, "create stream")?;
-        Ok(RawStream {
+        Ok(Arc::new_cyclic(|stream| RawStream {
             raw,
             context: Arc::clone(context),
-        })
+            track: StreamTrack::new(stream.clone()),
+        }))
+    }
+
+    /// What the stream queued on device memory, for ordering frees after it.
+    pub(super) fn track(&self) -> &Arc<StreamTrack> {
+        &self.track
     }
 
     /// The driver handle, valid while `self` lives.
@@ -57,6 +66,7 @@ impl RawStream {
 
 impl Drop for RawStream {
     fn drop(&mut self) {
+        self.track.end(self);
         let _guard = self.context.enter("destroy stream");
         // SAFETY: the stream was created by this struct and is destroyed
         // once; the driver finishes its pending work before releasing it.
@@ -67,9 +77,8 @@ impl Drop for RawStream {
     }
 }
 
-/// An event recorded on a [`RawStream`]. Ordering events come from the
-/// context's idle events and go back there when dropped; timed events are
-/// destroyed.
+/// An event recorded on a [`RawStream`], taken from the context's idle
+/// events (timed or not) and given back there when dropped.
 pub(super) struct RawEvent {
     raw: CuEvent,
     context: Arc<DeviceContext>,
@@ -101,24 +110,13 @@ impl RawEvent {
     pub(super) fn record_timed(stream: &RawStream) -> Result<Self, BackendError> {
         let context = &stream.context;
         let _guard = context.enter("record event")?;
-        let mut raw: CuEvent = ptr::null_mut();
-        // SAFETY: the out-pointer is a live event slot; the context is current.
-        let result = unsafe { sys::cuEventCreate(&mut raw, sys::EVENT_DEFAULT) };
-        context.check(result, "create event")?;
         let event = RawEvent {
-            raw,
+            raw: context.take_timed_event()?,
             context: Arc::clone(context),
             timed: true,
         };
         event.record_entered(stream)?;
         Ok(event)
-    }
-
-    /// Records the event again, after the work queued on `stream` now;
-    /// waits queued on it before keep waiting for the earlier point.
-    pub(super) fn rerecord(&self, stream: &RawStream) -> Result<(), BackendError> {
-        let _guard = self.context.enter("record event")?;
-        self.record_entered(stream)
     }
 
     /// `cuEventRecord` with the context already current.
@@ -170,15 +168,6 @@ impl RawEvent {
 
 impl Drop for RawEvent {
     fn drop(&mut self) {
-        if !self.timed {
-            self.context.recycle_event(self.raw);
-            return;
-        }
-        let _guard = self.context.enter("destroy event");
-        // SAFETY: the event was created by this struct and is destroyed once.
-        let result = unsafe { sys::cuEventDestroy(self.raw) };
-        if result != CuResult::SUCCESS {
-            tracing::debug!(error = %describe(result), "destroying a CUDA event failed");
-        }
+        self.context.recycle_event(self.raw, self.timed);
     }
 }
