@@ -1,11 +1,12 @@
 //! Kernels from PTX: modules loaded into the backend's context (compiled by
 //! the driver's JIT for the device), and the kernels they hold.
 
+use std::collections::HashMap;
 use std::ffi::{CString, c_uint, c_void};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::CudaBackend;
 use super::context::DeviceContext;
@@ -21,6 +22,9 @@ const JIT_LOG_BYTES: usize = 16 * 1024;
 pub struct CudaModule {
     raw: CuModule,
     context: Arc<DeviceContext>,
+    /// Kernels found so far by name: a launch per chunk looks its kernel
+    /// up without a driver call.
+    functions: Mutex<HashMap<String, CuFunction>>,
 }
 
 // SAFETY: a CUmodule is an opaque handle usable from any thread with its
@@ -77,33 +81,57 @@ impl CudaModule {
                 with_detail(error, format_args!("the PTX compiler said: {log}"))
             })
         })?;
-        Ok(CudaModule { raw, context })
+        Ok(CudaModule {
+            raw,
+            context,
+            functions: Mutex::new(HashMap::new()),
+        })
     }
 
-    /// The kernel `name` of the module.
+    /// The kernel `name` of the module (found by the driver once, then
+    /// remembered).
     pub fn function(&self, name: &str) -> Result<CudaFunction<'_>, MemError> {
         const OPERATION: &str = "find kernel";
-        let c_name = CString::new(name).map_err(|_| MemError::Kernel {
-            kernel: name.to_owned(),
-            reason: "a kernel name cannot hold a NUL byte".into(),
-        })?;
-        let _guard = self.context.enter(OPERATION).map_err(mem_error)?;
-        let mut raw: CuFunction = ptr::null_mut();
-        // SAFETY: the out-pointer is a live slot, the module is loaded and
-        // the name NUL-terminated; the context is current.
-        let result = unsafe { sys::cuModuleGetFunction(&mut raw, self.raw, c_name.as_ptr()) };
-        self.context.check(result, OPERATION).map_err(|error| {
-            mem_error(with_detail(
-                error,
-                format_args!("no kernel '{name}' in the module"),
-            ))
-        })?;
+        let found = self.functions().get(name).copied();
+        let raw = match found {
+            Some(raw) => raw,
+            None => {
+                let raw = self.find_function(name, OPERATION)?;
+                self.functions().insert(name.to_owned(), raw);
+                raw
+            }
+        };
         Ok(CudaFunction {
             raw,
             name: name.to_owned(),
             context: Arc::clone(&self.context),
             _module: PhantomData,
         })
+    }
+
+    fn functions(&self) -> MutexGuard<'_, HashMap<String, CuFunction>> {
+        // The map is consistent after every statement.
+        self.functions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `cuModuleGetFunction` of `name`.
+    fn find_function(&self, name: &str, operation: &'static str) -> Result<CuFunction, MemError> {
+        let c_name = CString::new(name).map_err(|_| MemError::Kernel {
+            kernel: name.to_owned(),
+            reason: "a kernel name cannot hold a NUL byte".into(),
+        })?;
+        let _guard = self.context.enter(operation).map_err(mem_error)?;
+        let mut raw: CuFunction = ptr::null_mut();
+        // SAFETY: the out-pointer is a live slot, the module is loaded and
+        // the name NUL-terminated; the context is current.
+        let result = unsafe { sys::cuModuleGetFunction(&mut raw, self.raw, c_name.as_ptr()) };
+        self.context.check(result, operation).map_err(|error| {
+            mem_error(with_detail(
+                error,
+                format_args!("no kernel '{name}' in the module"),
+            ))
+        })?;
+        Ok(raw)
     }
 }
 
