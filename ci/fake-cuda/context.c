@@ -26,6 +26,27 @@ CUresult fk_devices_create(int n)
     return CUDA_SUCCESS;
 }
 
+int fk_current_sticky(void)
+{
+    return current && current->sticky;
+}
+
+void fk_mark_sticky(void)
+{
+    if (current) {
+        current->sticky = 1;
+        return;
+    }
+    for (int i = 0; i < g.ndev; i++)
+        g.devs[i].ctx.sticky = 1;
+}
+
+void fk_sticky_clear(void)
+{
+    for (int i = 0; i < g.ndev; i++)
+        g.devs[i].ctx.sticky = 0;
+}
+
 CUresult fk_current(struct fk_ctx **out)
 {
     if (!current)
@@ -248,6 +269,34 @@ FK_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         else if (--d->ctx.refs == 0)
             ctx_destroy(&d->ctx);
     }
+    return fk_leave(r);
+}
+
+FK_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    struct fk_device *d;
+    CUresult r = fk_enter(FN_cuDevicePrimaryCtxGetState);
+    if (r == CUDA_SUCCESS && (!flags || !active))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && (r = device_of(dev, &d)) == CUDA_SUCCESS) {
+        *flags = d->ctx.flags;
+        *active = d->ctx.refs > 0;
+    }
+    return fk_leave(r);
+}
+
+/* The flags of cuda.h's CUctx_flags up to CU_CTX_SYNC_MEMOPS (128), with
+ * at most one scheduling flag (SPIN 1, YIELD 2, BLOCKING_SYNC 4); set
+ * while the context is active too, as the _v2 entry point allows. */
+FK_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+    struct fk_device *d;
+    unsigned sched = flags & 7;
+    CUresult r = fk_enter(FN_cuDevicePrimaryCtxSetFlags_v2);
+    if (r == CUDA_SUCCESS && (flags > 0xFF || (sched & (sched - 1)) != 0))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && (r = device_of(dev, &d)) == CUDA_SUCCESS)
+        d->ctx.flags = flags;
     return fk_leave(r);
 }
 

@@ -1,7 +1,9 @@
 /* copies.c - host<->device copies. Asynchronous ones are queued on their
  * stream: from and into page-locked memory the bytes move when the copy
  * executes; from pageable memory the source is staged at once; into
- * pageable memory the stream runs up to the copy before the call returns.
+ * pageable memory the stream runs up to the copy before the call returns;
+ * from or into a block another context page-locked without
+ * CU_MEMHOSTALLOC_PORTABLE (pageable to this one) is a violation.
  * Synchronous ones run at once, after everything queued in the context. */
 #include <stdlib.h>
 #include <string.h>
@@ -36,10 +38,18 @@ static CUresult copy_async(int to_device, CUdeviceptr dptr, void *host, size_t b
         return r;
     if (bytes == 0)
         return CUDA_SUCCESS;
-    if ((r = check_ranges(dptr, host, bytes, &pinned)) != CUDA_SUCCESS ||
-        (r = fk_q_begin(&q, s)) != CUDA_SUCCESS)
+    if ((r = check_ranges(dptr, host, bytes, &pinned)) != CUDA_SUCCESS)
         return r;
     fk_who(s->sid, who, sizeof who);
+    if (pinned && !fk_pinned_locked_for(pinned, c)) {
+        fk_violation("page-locked memory %p (+%zu bytes) of device %d's context, allocated "
+                     "without CU_MEMHOSTALLOC_PORTABLE, is pageable to device %d's context: "
+                     "the asynchronous copy %s it on %s would be staged and synchronous",
+                     host, bytes, pinned->dev, c->dev, to_device ? "from" : "into", who);
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    if ((r = fk_q_begin(&q, s)) != CUDA_SUCCESS)
+        return r;
     struct fk_op *op = NULL;
     void *snapshot = NULL;
     if ((r = fk_mem_check(dptr, bytes, -1, &q.clock, who, &a)) == CUDA_SUCCESS &&

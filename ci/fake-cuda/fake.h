@@ -72,6 +72,7 @@ enum {
 
 #define FK_PURE 1   /* needs no cuInit, not refused by the sticky error */
 #define FK_NOINIT 2 /* needs no cuInit */
+#define FK_BIND 4   /* binds a thread to a context: not refused by a sticky error */
 
 #define FK_FUNCTIONS(X)                                                        \
     X(cuGetErrorString, FK_PURE)                                               \
@@ -84,8 +85,10 @@ enum {
     X(cuDeviceGetAttribute, 0)                                                 \
     X(cuDevicePrimaryCtxRetain, 0)                                             \
     X(cuDevicePrimaryCtxRelease_v2, 0)                                         \
-    X(cuCtxSetCurrent, 0)                                                      \
-    X(cuCtxGetCurrent, 0)                                                      \
+    X(cuDevicePrimaryCtxGetState, 0)                                           \
+    X(cuDevicePrimaryCtxSetFlags_v2, 0)                                        \
+    X(cuCtxSetCurrent, FK_BIND)                                                \
+    X(cuCtxGetCurrent, FK_BIND)                                                \
     X(cuCtxSynchronize, 0)                                                     \
     X(cuModuleLoadDataEx, 0)                                                   \
     X(cuModuleUnload, 0)                                                       \
@@ -137,6 +140,8 @@ FK_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
 FK_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 FK_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 FK_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+FK_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
+FK_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 FK_API CUresult cuCtxSetCurrent(CUcontext ctx);
 FK_API CUresult cuCtxGetCurrent(CUcontext *pctx);
 FK_API CUresult cuCtxSynchronize(void);
@@ -240,8 +245,10 @@ struct fk_obj {
 
 struct fk_ctx {
     int dev;
-    int refs;     /* primary-context retains; 0: not active */
-    uint64_t gen; /* incarnation, bumped at each destruction */
+    int refs;       /* primary-context retains; 0: not active */
+    uint64_t gen;   /* incarnation, bumped at each destruction */
+    int sticky;     /* a violation of its ops: its calls answer 700 until reset */
+    unsigned flags; /* cuDevicePrimaryCtxSetFlags_v2's, kept across incarnations */
     struct fk_obj *objs;
     struct fk_stream *null_stream; /* created on first use */
 };
@@ -258,6 +265,9 @@ struct fk_device {
 };
 
 CUresult fk_current(struct fk_ctx **out);
+int fk_current_sticky(void); /* the calling thread's current context is sticky */
+void fk_mark_sticky(void);   /* makes it so (every context when none is current) */
+void fk_sticky_clear(void);  /* every context (control reset) */
 CUresult fk_obj_register(struct fk_obj *o, int kind, struct fk_ctx *c);
 void fk_obj_link(struct fk_obj *o, int kind, struct fk_ctx *c);
 void fk_obj_unregister(struct fk_obj *o);
@@ -286,8 +296,7 @@ struct fk_global {
     char *jit_error; /* NULL: none */
     FILE *log;
     char *violations_path;
-    /* violations */
-    int sticky;
+    /* violations (the sticky error is per context: struct fk_ctx) */
     int violation_in_call;
     unsigned long long violations;
     char last_violation[1024];
@@ -305,6 +314,9 @@ extern const char *const fk_fn_names[FN_COUNT];
 
 CUresult fk_enter(enum fk_fn fn);
 CUresult fk_leave(CUresult r);
+/* Reports a violation of the call in progress: it answers 700, and so does
+ * every later call in the calling thread's current context (the context of
+ * the op that violated) until the control reset. */
 void fk_violation(const char *fmt, ...) FK_PRINTF(1, 2);
 CUresult fk_knobs_load(void);           /* knobs.c, from cuInit */
 int fk_env_version(int *out);           /* knobs.c, before cuInit */
@@ -481,11 +493,15 @@ struct fk_pcopy {
 struct fk_pinned {
     char *base;
     size_t bytes;
+    int dev;        /* whose context allocated it */
+    unsigned flags; /* cuMemHostAlloc's: CU_MEMHOSTALLOC_PORTABLE (1) page-locks it for all */
     uint64_t pending; /* queued copies not executed */
     struct fk_pcopy *copies;
     size_t ncopies, capcopies;
 };
 CUresult fk_pinned_find(const void *p, size_t len, struct fk_pinned **out);
+/* Whether the block is page-locked for context c (portable, or c allocated it). */
+int fk_pinned_locked_for(const struct fk_pinned *b, const struct fk_ctx *c);
 CUresult fk_pinned_check(struct fk_pinned *b, const void *p, size_t len, int writes,
                          const struct fk_vclock *clock, const char *who);
 CUresult fk_pinned_reserve(struct fk_pinned *b);

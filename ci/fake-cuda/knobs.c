@@ -381,7 +381,7 @@ static int control(const char *cmd)
 {
     const char *arg;
     if (strcmp(cmd, "reset") == 0) {
-        g.sticky = 0;
+        fk_sticky_clear();
         g.violations = 0;
         g.last_violation[0] = '\0';
         memset(g.fail_code, 0, sizeof g.fail_code);

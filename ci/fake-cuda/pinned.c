@@ -1,7 +1,9 @@
 /* pinned.c - page-locked host memory: cuMemHostAlloc / cuMemFreeHost, the
  * lookup of a host range, and the check that no two unordered copies
  * touch the same page-locked bytes with one of them writing them (and that
- * no block is freed while a copy from or into it is in flight). */
+ * no block is freed while a copy from or into it is in flight). A block
+ * allocated without CU_MEMHOSTALLOC_PORTABLE is page-locked only for the
+ * context that allocated it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +49,11 @@ CUresult fk_pinned_find(const void *p, size_t len, struct fk_pinned **out)
     /* The block starts at or before p; no other block can start inside. */
     *out = b;
     return CUDA_SUCCESS;
+}
+
+int fk_pinned_locked_for(const struct fk_pinned *b, const struct fk_ctx *c)
+{
+    return (b->flags & 1) || b->dev == c->dev;
 }
 
 /* Copies the host has since synchronised with are done for good. */
@@ -146,6 +153,8 @@ FK_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
             memset(mem, FILL, bytesize);
             b->base = mem;
             b->bytes = bytesize;
+            b->dev = c->dev;
+            b->flags = Flags;
             size_t i = find_le((uintptr_t)mem);
             i = i == count ? 0 : i + 1;
             memmove(&blocks[i + 1], &blocks[i], (count - i) * sizeof *blocks);

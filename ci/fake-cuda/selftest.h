@@ -30,6 +30,7 @@ void st_violation(const char *needle, const char *file, int line);
 void st_orders(CUcontext ctx);
 void st_modules(CUcontext ctx);
 void st_faults(CUcontext ctx);
+void st_contexts(CUcontext ctx);
 int st_child(const char *which);
 int st_failures(void);
 void st_children(void);

@@ -31,7 +31,11 @@ const char *const fk_fn_names[FN_COUNT] = {
 
 /* Takes the lock (fk_leave releases it) and counts the call; a result
  * other than CUDA_SUCCESS is the call's answer, given without doing
- * anything. */
+ * anything. The sticky error is the calling thread's current context's:
+ * a violation in device 0's context leaves a thread with device 1's
+ * context current working, and binding a thread to a context
+ * (cuCtxGetCurrent/SetCurrent) is never refused, so that a thread can
+ * leave a broken context for a working one. */
 CUresult fk_enter(enum fk_fn fn)
 {
     pthread_mutex_lock(&g.lock);
@@ -44,7 +48,7 @@ CUresult fk_enter(enum fk_fn fn)
     }
     if (g.fail_code[fn] != 0)
         return g.fail_code[fn];
-    if (!(fn_flags[fn] & FK_PURE) && g.sticky)
+    if (!(fn_flags[fn] & (FK_PURE | FK_BIND)) && fk_current_sticky())
         return CUDA_ERROR_ILLEGAL_ADDRESS;
     if (!(fn_flags[fn] & (FK_PURE | FK_NOINIT)) && !g.initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -80,7 +84,7 @@ void fk_violation(const char *fmt, ...)
         }
     }
     g.violations++;
-    g.sticky = 1;
+    fk_mark_sticky();
     g.violation_in_call = 1;
 }
 
