@@ -18,7 +18,7 @@ use rustc_hash::FxHashSet;
 
 use super::Inner;
 use super::hooks::Hooks;
-use super::place::{Held, Placed, forget_released};
+use super::place::{FreeBefore, Held, Placed, forget_released};
 use super::state::{Queued, State};
 use crate::ChunkPlan;
 use crate::backend::BackendResult;
@@ -184,6 +184,8 @@ impl Inner {
             cap_headroom: headroom,
             granule: self.config.allocation_granule_bytes,
         };
+        // Eviction frees memory: the figure measured above is then stale.
+        let mut free_unchanged = requested > 0;
         if let Some(needed) = budget.shortfall(requested) {
             let pinned_requested = batch
                 .requests()
@@ -192,6 +194,7 @@ impl Inner {
                     sum.saturating_add(request.nbytes().unwrap_or(u64::MAX))
                 });
             let released = self.evict(s, needed, pinned_requested, batch.owner, hooks);
+            free_unchanged = released == 0;
             budget.effective_free = budget.effective_free.saturating_add(released);
         }
         // A remembered partition a notary's arrays are laid out for comes
@@ -230,6 +233,10 @@ impl Inner {
             plan.chunk_length
         );
         let stream = s.groups.stream_of(batch.trigger, &self.backend)?;
+        let free = FreeBefore {
+            bytes: free,
+            current: free_unchanged,
+        };
         let placed = self.place(s, batch, held, &plan, &stream, free)?;
         Ok((plan, placed))
     }

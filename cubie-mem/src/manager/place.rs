@@ -66,6 +66,15 @@ pub(super) fn sets_of(plan: &ChunkPlan, request: &ArrayRequest) -> usize {
     }
 }
 
+/// The free device memory measured before placing a batch.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FreeBefore {
+    /// The bytes measured.
+    pub(super) bytes: u64,
+    /// Whether nothing was freed since (an eviction makes it stale).
+    pub(super) current: bool,
+}
+
 /// The buffers each participant holds under each label it requests (every
 /// set held), looked up once for the whole call, in the order of the taken
 /// requests.
@@ -242,8 +251,9 @@ impl Inner {
         held: Held,
         plan: &ChunkPlan,
         stream: &Arc<OwnedStream>,
-        free_before: u64,
+        free: FreeBefore,
     ) -> Result<Placed, MemError> {
+        let free_before = free.bytes;
         let Held {
             mut buffers,
             requests,
@@ -293,7 +303,8 @@ impl Inner {
             }
         }
         drop(old);
-        self.make_room(s, &mut decisions, &mut replaced)?;
+        let free_now = free.current.then_some(free_before);
+        self.make_room(s, &mut decisions, &mut replaced, free_now)?;
         let mut placements = std::mem::take(&mut s.scratch.placements);
         placements.clear();
         placements.reserve(decisions.len());
@@ -371,11 +382,15 @@ impl Inner {
     /// the plan also counted as free: when the new arrays fit only without
     /// them, such buffers (the most oversized first) are replaced by new
     /// memory of their array's size instead of reused.
+    ///
+    /// `free_now` is the free device memory when the caller still knows it
+    /// (nothing was freed since it was measured); else it is asked again.
     fn make_room<'b>(
         &self,
         s: &State,
         decisions: &mut [Decision<'b>],
         replaced: &mut Vec<Replaced<'b>>,
+        free_now: Option<u64>,
     ) -> Result<(), MemError> {
         let mut new_bytes = decisions
             .iter()
@@ -391,7 +406,10 @@ impl Inner {
         if new_bytes == 0 {
             return Ok(());
         }
-        let free = self.backend.mem_info().on(&*self.backend)?.free;
+        let free = match free_now {
+            Some(free) => free,
+            None => self.backend.mem_info().on(&*self.backend)?.free,
+        };
         if new_bytes <= free {
             return Ok(());
         }

@@ -11,6 +11,7 @@
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod budget;
 mod devices;
 mod misuse;
 mod ordering;

@@ -104,6 +104,8 @@ impl Backend for CudaBackend {
         let Ok(size) = usize::try_from(bytes.max(1)) else {
             return Err(self.out_of_memory(bytes));
         };
+        // One entry for the allocation and its ready event.
+        let _guard = self.shared.context.enter(OPERATION)?;
         let mut result = self.try_alloc(size, &raw)?;
         if result.is_err_and(|code| code == CuResult::OUT_OF_MEMORY) {
             if let Err(error) = self.shared.context.synchronize() {
