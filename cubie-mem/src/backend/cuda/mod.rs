@@ -30,9 +30,11 @@
 //! - **Streams and events**: non-blocking streams (never the null stream) and
 //!   events without timing for completion tracking, reused from a pool.
 //! - **Ordering across streams**: an allocation records an event on its
-//!   stream right after it; another stream that uses the memory waits for
-//!   that event only (never for later work on the allocating stream), and
-//!   the free waits for the last use on every other stream.
+//!   stream right after it; another stream waits for that event only (never
+//!   for later work on the allocating stream), once, before its first use.
+//!   Uses cost no driver call (each stream counts its own); the free waits
+//!   for the last use on every other stream through one marker event per
+//!   stream, shared by the allocations it used.
 //! - **Copies**: from and to pageable slices, asynchronous on the stream and
 //!   then the stream is synchronised, so the host slice is free to reuse when
 //!   the call returns; from and to page-locked blocks
