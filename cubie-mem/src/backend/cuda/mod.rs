@@ -70,6 +70,7 @@
 //! [`default_memmgr`]: crate::default_memmgr
 
 mod allocation;
+mod calls;
 mod context;
 mod device;
 mod driver;
@@ -85,6 +86,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use calls::DriverCalls;
 pub use context::PoolUsage;
 pub use interop::{CudaStream, CudaView, LaunchArg, LaunchBuilder, LaunchConfig};
 pub use module::{CudaFunction, CudaModule};

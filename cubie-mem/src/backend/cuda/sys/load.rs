@@ -49,6 +49,26 @@ macro_rules! driver_api {
             $($api: unsafe extern "C" fn($($ty),*) -> CuResult,)*
         }
 
+        /// Calls of each function since the process started (those
+        /// refused before the library loaded included).
+        #[allow(non_snake_case)]
+        struct Calls {
+            $($api: std::sync::atomic::AtomicU64,)*
+        }
+
+        static CALLS: Calls = Calls {
+            $($api: std::sync::atomic::AtomicU64::new(0),)*
+        };
+
+        /// Every function declared, by its `cuda.h` name, with the calls
+        /// this process made of it so far.
+        pub(in crate::backend::cuda) fn call_counts() -> Vec<(&'static str, u64)> {
+            vec![$((
+                stringify!($api),
+                CALLS.$api.load(std::sync::atomic::Ordering::Relaxed),
+            )),*]
+        }
+
         impl Api {
             /// Resolves every function, or names the first one missing.
             fn resolve(library: &libloading::Library) -> Result<Api, &'static str> {
@@ -67,6 +87,7 @@ macro_rules! driver_api {
             /// library is loaded it returns `CUDA_ERROR_NOT_INITIALIZED`.
             #[allow(non_snake_case, clippy::too_many_arguments)]
             pub(super) unsafe fn $api($($param: $ty),*) -> CuResult {
+                CALLS.$api.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 match load::loaded() {
                     // SAFETY: the pointer was resolved from the driver under
                     // a symbol whose prototype is this one (checked against
@@ -91,8 +112,9 @@ pub(super) use driver_api;
 /// The loaded library and its resolved functions.
 struct Loaded {
     api: Api,
-    /// Kept for the life of the process: the functions point into it.
-    _library: Library,
+    /// Kept for the life of the process: the functions point into it (and
+    /// optional ones are resolved from it on first use).
+    library: Library,
 }
 
 /// The outcome of the one attempt to load the driver.
@@ -129,10 +151,7 @@ fn open() -> Result<Loaded, String> {
                          the cuda backend needs (CUDA 11.2, for memory pools); update the NVIDIA driver"
                     )
                 })?;
-                return Ok(Loaded {
-                    api,
-                    _library: library,
-                });
+                return Ok(Loaded { api, library });
             }
             Err(error) => failures.push(error.to_string()),
         }
@@ -163,4 +182,14 @@ pub(super) fn resolve<F: Copy>(
         }
     }
     Err(symbols.first().copied().unwrap_or_default())
+}
+
+/// The first of `symbols` the loaded library exports, as the function type
+/// `F`; `None` before [`load`] succeeded or when the driver lacks them all
+/// (a function newer than the driver).
+pub(super) fn optional<F: Copy>(symbols: &[&'static str]) -> Option<F> {
+    match DRIVER.get() {
+        Some(Ok(loaded)) => resolve(&loaded.library, symbols).ok(),
+        _ => None,
+    }
 }
