@@ -300,6 +300,18 @@ FK_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
     return fk_leave(r);
 }
 
+FK_API unsigned long long cubieFakeCudaEvents(unsigned int flags)
+{
+    unsigned long long n = 0;
+    pthread_mutex_lock(&g.lock);
+    for (int i = 0; i < g.ndev; i++)
+        for (const struct fk_obj *o = g.devs[i].ctx.objs; o; o = o->next)
+            if (o->kind == FK_EVENT && o->id != 0 && ((const struct fk_event *)o)->flags == flags)
+                n++;
+    pthread_mutex_unlock(&g.lock);
+    return n;
+}
+
 FK_API CUresult cuCtxSetCurrent(CUcontext ctx)
 {
     CUresult r = fk_enter(FN_cuCtxSetCurrent);

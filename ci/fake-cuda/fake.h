@@ -191,6 +191,7 @@ FK_API int cubieFakeCudaControl(const char *command);
 FK_API unsigned long long cubieFakeCudaViolations(char *last, size_t len);
 FK_API int cubieFakeCudaPointerDevice(unsigned long long ptr);
 FK_API unsigned long long cubieFakeCudaCalls(const char *name);
+FK_API unsigned long long cubieFakeCudaEvents(unsigned int flags);
 
 /* ---- small containers (table.c, clock.c) ------------------------------ */
 

@@ -104,11 +104,20 @@ static void portable_blocks(CUcontext c0, CUcontext c1)
 }
 
 /* cuDevicePrimaryCtxSetFlags_v2 / GetState: at most one scheduling flag;
- * set while the context is active too; kept when it goes. */
+ * set while the context is active too; kept when it goes. The live events
+ * by creation flags. */
 static void primary_flags(void)
 {
     unsigned flags = 99;
     int active = -1;
+    CUevent e1, e3;
+    unsigned long long blocking = cubieFakeCudaEvents(1), both = cubieFakeCudaEvents(3);
+    EXPECT(cuEventCreate(&e1, 1), 0);
+    EXPECT(cuEventCreate(&e3, 3), 0);
+    CHECK(cubieFakeCudaEvents(1) == blocking + 1 && cubieFakeCudaEvents(3) == both + 1);
+    EXPECT(cuEventDestroy_v2(e1), 0);
+    EXPECT(cuEventDestroy_v2(e3), 0);
+    CHECK(cubieFakeCudaEvents(1) == blocking && cubieFakeCudaEvents(3) == both);
     EXPECT(cuDevicePrimaryCtxGetState(1, &flags, &active), 0);
     CHECK(flags == 0 && active == 1);
     EXPECT(cuDevicePrimaryCtxSetFlags_v2(1, 4), 0); /* CU_CTX_SCHED_BLOCKING_SYNC */
