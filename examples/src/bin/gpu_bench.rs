@@ -12,7 +12,11 @@
 //!   sets, the examples' Euler kernel sized to take about as long as a
 //!   chunk's upload, recorded as a timeline through CUDA events: the
 //!   makespan against the busiest of the copy and compute engines (goal: at
-//!   most 1.1x). `--trace FILE` writes that timeline as a Chrome trace.
+//!   most 1.1x). `--trace FILE` writes that timeline as a Chrome trace;
+//! - driver calls: what a pipeline chunk costs in driver calls, with the
+//!   timeline off and on, and the live events of a persistent buffer set
+//!   over 50 pipeline runs (goals: the fake driver's budgets, 24 and 40 a
+//!   chunk; no more events after 50 runs than after 5).
 //!
 //! Each figure is printed with its goal and whether it was met; with
 //! `--check-goals` a missed goal makes the run fail (the GPU check passes
@@ -37,6 +41,9 @@ use cubie_mem::{
     Registration,
 };
 use cubie_mem_examples::euler_decay::EulerDecay;
+
+#[path = "gpu_bench/calls.rs"]
+mod calls;
 
 /// The plain driver calls the references make, resolved from the driver
 /// library the backend loaded (the same library, loaded once more).
@@ -185,6 +192,7 @@ fn run() -> BenchResult {
     allocation(&cuda, &driver, &mut goals)?;
     bandwidth(&cuda, &driver, &mut goals)?;
     overlap(&cuda, options.trace, &mut goals)?;
+    calls::report(&cuda, &mut goals)?;
     match (goals.missed.is_empty(), options.check_goals) {
         (true, _) => println!("\nevery goal met"),
         (false, true) => {
