@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod budget;
+mod contexts;
 mod devices;
 mod misuse;
 mod ordering;

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use super::driver::{Health, describe, unusable};
 use super::sys::{self, CuContext, CuDevice, CuEvent, CuMemPoolAttribute, CuMemoryPool, CuResult};
+use super::wait::HostWait;
 use crate::MemError;
 use crate::backend::BackendError;
 
@@ -45,6 +46,8 @@ pub(super) struct DeviceContext {
     context: CuContext,
     pool: CuMemoryPool,
     driver_version: u32,
+    /// How the host waits: the flags of the events it creates.
+    wait: HostWait,
     health: Health,
     /// Events without timing, created on this context and idle.
     idle_events: Mutex<Vec<CuEvent>>,
@@ -83,11 +86,12 @@ impl DeviceContext {
     }
 
     /// Initialises the driver, finds device `ordinal`, checks that it
-    /// supports stream-ordered allocation, retains its primary context,
+    /// supports stream-ordered allocation, sets the primary context's
+    /// scheduling flags of the host's `wait` policy, retains the context,
     /// creates the backend's memory pool and checks that the context
     /// answers. Every failure is [`MemError::NoDevice`] naming the step and
     /// the driver's real code.
-    pub(super) fn open(ordinal: u32) -> Result<Arc<Self>, MemError> {
+    pub(super) fn open(ordinal: u32, wait: HostWait) -> Result<Arc<Self>, MemError> {
         let count = Self::count()?;
         let mut version: c_int = 0;
         // SAFETY: the out-pointer is a live c_int.
@@ -127,6 +131,7 @@ impl DeviceContext {
                 ),
             });
         }
+        wait.apply(device, ordinal, &name)?;
         let mut context: CuContext = ptr::null_mut();
         // SAFETY: the out-pointer is a live context slot; the device is valid.
         let result = unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) };
@@ -142,6 +147,7 @@ impl DeviceContext {
             context,
             pool: ptr::null_mut(),
             driver_version: u32::try_from(version).unwrap_or(0),
+            wait,
             health: Health::default(),
             idle_events: Mutex::new(Vec::new()),
             idle_timed_events: Mutex::new(Vec::new()),
@@ -348,7 +354,7 @@ impl DeviceContext {
             sys::EVENT_DEFAULT
         } else {
             sys::EVENT_DISABLE_TIMING
-        };
+        } | self.wait.event_flags();
         let mut event: CuEvent = ptr::null_mut();
         // SAFETY: the out-pointer is a live event slot; the caller made the
         // context current.

@@ -81,6 +81,7 @@ mod record;
 mod stream;
 mod sys;
 mod track;
+mod wait;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -90,6 +91,7 @@ pub use calls::DriverCalls;
 pub use context::PoolUsage;
 pub use interop::{CudaStream, CudaView, LaunchArg, LaunchBuilder, LaunchConfig};
 pub use module::{CudaFunction, CudaModule};
+pub use wait::HostWait;
 
 use allocation::{Allocation, PreparedUse};
 use context::DeviceContext;
@@ -118,6 +120,9 @@ pub struct CudaConfig {
     /// Most bytes of released pinned blocks kept for reuse (1 GiB by
     /// default); blocks beyond it are unpinned and freed.
     pub pinned_cache_bytes: u64,
+    /// How the host's threads wait for the device: spin, yield or sleep
+    /// ([`HostWait`]; by default the primary context's flags as they are).
+    pub host_wait: HostWait,
 }
 
 impl Default for CudaConfig {
@@ -125,6 +130,7 @@ impl Default for CudaConfig {
         CudaConfig {
             release_threshold: u64::MAX,
             pinned_cache_bytes: crate::ManagerConfig::DEFAULT_PINNED_MAX_BYTES,
+            host_wait: HostWait::Driver,
         }
     }
 }
@@ -166,7 +172,7 @@ impl CudaBackend {
 
     /// The backend on device `ordinal` with `config`.
     pub fn with_config(ordinal: u32, config: CudaConfig) -> Result<Self, MemError> {
-        let context = DeviceContext::open(ordinal)?;
+        let context = DeviceContext::open(ordinal, config.host_wait)?;
         context
             .set_release_threshold(config.release_threshold)
             .map_err(mem_error)?;

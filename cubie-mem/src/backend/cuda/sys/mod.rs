@@ -68,6 +68,17 @@ c_constants! {
     EVENT_DISABLE_TIMING: c_uint = 2 => "CU_EVENT_DISABLE_TIMING";
     /// An event that records time.
     EVENT_DEFAULT: c_uint = 0 => "CU_EVENT_DEFAULT";
+    /// An event whose `cuEventSynchronize` blocks the waiting thread
+    /// instead of busy-waiting.
+    EVENT_BLOCKING_SYNC: c_uint = 1 => "CU_EVENT_BLOCKING_SYNC";
+    /// A context whose waits spin on the host.
+    CTX_SCHED_SPIN: c_uint = 1 => "CU_CTX_SCHED_SPIN";
+    /// A context whose waits yield the host thread between polls.
+    CTX_SCHED_YIELD: c_uint = 2 => "CU_CTX_SCHED_YIELD";
+    /// A context whose waits block the host thread on an OS primitive.
+    CTX_SCHED_BLOCKING_SYNC: c_uint = 4 => "CU_CTX_SCHED_BLOCKING_SYNC";
+    /// The scheduling bits of a context's flags.
+    CTX_SCHED_MASK: c_uint = 7 => "CU_CTX_SCHED_MASK";
     /// Idle bytes a pool keeps at a synchronisation (a `cuuint64_t`).
     MEMPOOL_ATTR_RELEASE_THRESHOLD: CuMemPoolAttribute = 4 => "CU_MEMPOOL_ATTR_RELEASE_THRESHOLD";
     /// Bytes a pool holds from the driver (a `cuuint64_t`).
@@ -133,6 +144,13 @@ load::driver_api! {
         = "cuDevicePrimaryCtxRetain";
     /// Releases the device's primary context.
     fn cuDevicePrimaryCtxRelease(device: CuDevice) = "cuDevicePrimaryCtxRelease_v2";
+    /// The flags of the device's primary context and whether it is active.
+    fn cuDevicePrimaryCtxGetState(device: CuDevice, flags: *mut c_uint, active: *mut c_int)
+        = "cuDevicePrimaryCtxGetState";
+    /// Sets the flags of the device's primary context (the `_v2` of CUDA 11,
+    /// which cuda.h maps the name to).
+    fn cuDevicePrimaryCtxSetFlags(device: CuDevice, flags: c_uint)
+        = "cuDevicePrimaryCtxSetFlags_v2";
     /// The context current on this thread.
     fn cuCtxGetCurrent(context: *mut CuContext) = "cuCtxGetCurrent";
     /// Makes a context current on this thread.

@@ -138,6 +138,9 @@ impl CuResult {
     pub(in crate::backend::cuda) const NOT_INITIALIZED: CuResult = CuResult(3);
     /// `CUDA_ERROR_NOT_READY`: an event or stream query whose work is pending.
     pub(in crate::backend::cuda) const NOT_READY: CuResult = CuResult(600);
+    /// `CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE`: flags a driver would only set
+    /// before the primary context was created.
+    pub(in crate::backend::cuda) const PRIMARY_CONTEXT_ACTIVE: CuResult = CuResult(708);
 
     /// The symbolic name of a code CUDA 13.5 defines, or `None`.
     pub(in crate::backend::cuda) fn name(self) -> Option<&'static str> {
