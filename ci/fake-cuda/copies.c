@@ -52,7 +52,10 @@ static CUresult copy_async(int to_device, CUdeviceptr dptr, void *host, size_t b
         return r;
     struct fk_op *op = NULL;
     void *snapshot = NULL;
+    const struct fk_racer racer = {s->sid, to_device ? "h2d" : "d2h", NULL};
+    int mode = to_device ? FK_WRITE : FK_READ;
     if ((r = fk_mem_check(dptr, bytes, -1, &q.clock, who, &a)) == CUDA_SUCCESS &&
+        (r = fk_race_check(a, dptr, bytes, mode, &q.clock, &racer)) == CUDA_SUCCESS &&
         (!pinned || (r = fk_pinned_check(pinned, host, bytes, !to_device, &q.clock, who)) ==
                         CUDA_SUCCESS)) {
         if (fk_alloc_reserve_use(a) != CUDA_SUCCESS || (pinned && fk_pinned_reserve(pinned)) ||
@@ -78,6 +81,7 @@ static CUresult copy_async(int to_device, CUdeviceptr dptr, void *host, size_t b
     fk_q_commit(&q, op, to_device ? FK_ENG_H2D : FK_ENG_D2H, (double)bytes / gbps, &lg);
     struct fk_point at = {s->sid, op->seq};
     fk_alloc_note_use(a, at);
+    fk_race_note(a, dptr, bytes, mode, at, &s->clock, &racer);
     if (pinned)
         fk_pinned_note(pinned, host, bytes, !to_device, at);
     if (!to_device && !pinned) {
@@ -107,7 +111,10 @@ static CUresult copy_sync(int to_device, CUdeviceptr dptr, void *host, size_t by
     if ((r = fk_legacy_clock(c, &clock, &ready)) != CUDA_SUCCESS)
         return r;
     const char *who = to_device ? "the host (cuMemcpyHtoD_v2)" : "the host (cuMemcpyDtoH_v2)";
+    const struct fk_racer racer = {0, to_device ? "cuMemcpyHtoD_v2" : "cuMemcpyDtoH_v2", NULL};
     if ((r = fk_mem_check(dptr, bytes, -1, &clock, who, &a)) == CUDA_SUCCESS &&
+        (r = fk_race_check(a, dptr, bytes, to_device ? FK_WRITE : FK_READ, &clock, &racer)) ==
+            CUDA_SUCCESS &&
         (!pinned || (r = fk_pinned_check(pinned, host, bytes, !to_device, &clock, who)) ==
                         CUDA_SUCCESS) &&
         (r = fk_run_ctx(&g.devs[a->dev].ctx)) == CUDA_SUCCESS && (r = fk_run_ctx(c)) == CUDA_SUCCESS) {

@@ -192,6 +192,7 @@ FK_API unsigned long long cubieFakeCudaViolations(char *last, size_t len);
 FK_API int cubieFakeCudaPointerDevice(unsigned long long ptr);
 FK_API unsigned long long cubieFakeCudaCalls(const char *name);
 FK_API unsigned long long cubieFakeCudaEvents(unsigned int flags);
+FK_API unsigned long long cubieFakeCudaAccesses(unsigned long long ptr);
 
 /* ---- small containers (table.c, clock.c) ------------------------------ */
 
@@ -343,6 +344,7 @@ struct fk_standin {
     const char *name;
     unsigned nparams;
     unsigned char kinds[FK_MAX_PARAMS];
+    unsigned char access[FK_MAX_PARAMS]; /* a pointer's FK_READ, FK_WRITE, FK_RW */
     const char *pnames[FK_MAX_PARAMS];
     uint64_t (*elements)(const struct fk_kargs *a);               /* for the modelled time */
     uint64_t (*bytes)(const struct fk_kargs *a, unsigned param); /* a pointer's range */
@@ -423,6 +425,7 @@ struct fk_stream *fk_stream_by_sid(uint32_t sid);
 int fk_point_done(struct fk_point p);
 int fk_covered(const struct fk_vclock *c, struct fk_point p);
 CUresult fk_run_to(struct fk_stream *s, uint64_t seq);
+void fk_run_head(struct fk_stream *s);
 CUresult fk_run_ctx(struct fk_ctx *c);
 CUresult fk_host_observe(const struct fk_vclock *c, double t);
 CUresult fk_host_observe_ctx(struct fk_ctx *c);
@@ -463,6 +466,8 @@ struct fk_alloc {
     struct fk_point free_at;
     struct fk_point *uses; /* the last use on each stream */
     uint32_t nuses, capuses;
+    struct fk_access *accesses; /* races.c: accesses not known to be over */
+    uint32_t naccesses, capaccesses;
     struct fk_alloc *pnext, *pprev; /* the pool's pending frees */
     struct fk_alloc *qnext;         /* the quarantine */
 };
@@ -527,5 +532,7 @@ void fk_function_free(struct fk_function *f);
 /* ---- helpers ----------------------------------------------------------- */
 
 static inline double fk_max(double a, double b) { return a > b ? a : b; }
+
+#include "races.h" /* races on device memory, execution modes */
 
 #endif

@@ -135,6 +135,7 @@ struct knobs {
     struct dev_knobs dev[MAX_DEVICES];
     const char *no_pools, *version, *log, *violations, *pinned, *pageable, *kns;
     const char *fail_call, *fail, *oom, *jit;
+    const char *exec, *seed;
 };
 
 static int is(const char *name, size_t len, const char *want)
@@ -214,6 +215,10 @@ static void collect(struct knobs *k)
             k->fail = val;
         else if (is(name, len, "OOM_ABOVE"))
             k->oom = val;
+        else if (is(name, len, "EXEC"))
+            k->exec = val;
+        else if (is(name, len, "SEED"))
+            k->seed = val;
         else if (is(name, len, "JIT_ERROR"))
             k->jit = val;
         else if (device_knob(k, name, len, val) != 0)
@@ -268,6 +273,12 @@ CUresult fk_knobs_load(void)
         bad(PREFIX "OOM_ABOVE=%s is not a number of bytes", k.oom);
     if (k.jit && *k.jit == '\0')
         bad(PREFIX "JIT_ERROR is empty");
+    int exec = -1;
+    uint64_t seed = 0;
+    if (k.exec && (exec = fk_exec_mode(k.exec, strlen(k.exec))) < 0)
+        bad(PREFIX "EXEC=%s must be lazy, eager or random", k.exec);
+    if (k.seed && parse_u64(k.seed, strlen(k.seed), &seed) != 0)
+        bad(PREFIX "SEED=%s is not a number", k.seed);
     if (k.log && *k.log == '\0')
         bad(PREFIX "LOG is empty");
     if (k.violations && *k.violations == '\0')
@@ -362,6 +373,8 @@ CUresult fk_knobs_load(void)
         free(g.violations_path);
         g.violations_path = violations;
     }
+    if (k.exec || k.seed)
+        fk_exec_set(exec, k.seed != NULL, seed);
     g.initialized = 1;
     return CUDA_SUCCESS;
 }
@@ -384,6 +397,7 @@ static int control(const char *cmd)
         fk_sticky_clear();
         g.violations = 0;
         g.last_violation[0] = '\0';
+        fk_exec_restart();
         memset(g.fail_code, 0, sizeof g.fail_code);
         g.fail_call_at = 0;
         g.have_oom_above = 0;
@@ -423,6 +437,16 @@ static int control(const char *cmd)
             return -1;
         free(g.jit_error);
         g.jit_error = text;
+        return 0;
+    }
+    if (starts(cmd, "exec=", &arg)) {
+        const char *colon = strchr(arg, ':');
+        size_t len = colon ? (size_t)(colon - arg) : strlen(arg);
+        int mode = fk_exec_mode(arg, len);
+        uint64_t seed = 0;
+        if (mode < 0 || (colon && parse_u64(colon + 1, strlen(colon + 1), &seed) != 0))
+            return -1;
+        fk_exec_set(mode, colon != NULL, seed);
         return 0;
     }
     if (starts(cmd, "log=", &arg)) {

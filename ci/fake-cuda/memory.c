@@ -98,6 +98,7 @@ void fk_alloc_unmap(struct fk_alloc *a)
     }
     munmap((void *)(uintptr_t)a->base, a->map_len);
     free(a->uses);
+    fk_race_forget(a);
     free(a);
 }
 
@@ -106,6 +107,7 @@ void fk_alloc_unmap(struct fk_alloc *a)
  * until the quarantine is full. */
 static void quarantine(struct fk_alloc *a)
 {
+    fk_race_forget(a); /* a later use is a use after free */
     void *p = mmap((void *)(uintptr_t)a->base, a->map_len, PROT_NONE,
                    MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {

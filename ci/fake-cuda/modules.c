@@ -397,7 +397,10 @@ static CUresult launch(CUfunction hf, const unsigned grid[3], const unsigned blo
                          (unsigned long long)bytes, c->dev);
             r = CUDA_ERROR_ILLEGAL_ADDRESS;
         } else if (r == CUDA_SUCCESS && allocs[i]) {
-            r = fk_alloc_reserve_use(allocs[i]);
+            const struct fk_racer racer = {s->sid, "kernel", k->name};
+            if ((r = fk_race_check(allocs[i], args.u[i], bytes, k->access[i], &q.clock,
+                                   &racer)) == CUDA_SUCCESS)
+                r = fk_alloc_reserve_use(allocs[i]);
         }
     }
     struct fk_op *op = NULL;
@@ -420,9 +423,15 @@ static CUresult launch(CUfunction hf, const unsigned grid[3], const unsigned blo
     }
     fk_q_commit(&q, op, FK_ENG_COMPUTE, 2000.0 + g.kernel_ns * (double)elements, &lg);
     f->module->pending++;
-    for (unsigned i = 0; i < k->nparams; i++)
-        if (allocs[i])
-            fk_alloc_note_use(allocs[i], (struct fk_point){s->sid, op->seq});
+    for (unsigned i = 0; i < k->nparams; i++) {
+        if (allocs[i]) {
+            struct fk_point at = {s->sid, op->seq};
+            const struct fk_racer racer = {s->sid, "kernel", k->name};
+            fk_alloc_note_use(allocs[i], at);
+            fk_race_note(allocs[i], args.u[i], k->bytes(&args, i), k->access[i], at, &s->clock,
+                         &racer);
+        }
+    }
     return CUDA_SUCCESS;
 }
 

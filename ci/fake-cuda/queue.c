@@ -109,13 +109,17 @@ void fk_stream_free(struct fk_stream *s)
     free(s);
 }
 
+/* Frees the destroyed streams whose work has run and the host has
+ * synchronised with (until then a context's synchronisation observes
+ * their clocks, whatever ran their work). */
 void fk_reap_streams(struct fk_ctx *c)
 {
     struct fk_obj *o = c->objs, *next;
     for (; o; o = next) {
         next = o->next;
         struct fk_stream *s = (struct fk_stream *)o;
-        if (o->kind == FK_STREAM && s->destroyed && s->done == s->queued) {
+        if (o->kind == FK_STREAM && s->destroyed && s->done == s->queued &&
+            fk_vc_covers(&g.host_clock, (struct fk_point){s->sid, s->queued})) {
             fk_obj_unlink(o);
             fk_stream_free(s);
         }
@@ -299,6 +303,20 @@ static void exec_op(struct fk_op *op)
     }
 }
 
+/* Runs the next op of `s`, whose dependencies have all run. */
+void fk_run_head(struct fk_stream *s)
+{
+    struct fk_op *op = s->head;
+    s->head = op->next;
+    if (!s->head)
+        s->last = NULL;
+    exec_op(op);
+    s->done++;
+    free(op->snapshot);
+    free(op->deps);
+    free(op);
+}
+
 struct frame {
     struct fk_stream *s;
     uint64_t seq;
@@ -345,14 +363,7 @@ CUresult fk_run_to(struct fk_stream *s, uint64_t seq)
             stack[n++] = need;
             continue;
         }
-        cs->head = op->next;
-        if (!cs->head)
-            cs->last = NULL;
-        exec_op(op);
-        cs->done++;
-        free(op->snapshot);
-        free(op->deps);
-        free(op);
+        fk_run_head(cs);
     }
     free(stack);
     return CUDA_SUCCESS;

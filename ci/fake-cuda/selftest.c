@@ -455,6 +455,8 @@ int main(int argc, char **argv)
     st_orders(ctx);
     st_modules(ctx);
     st_faults(ctx);
+    st_races(ctx);
+    st_exec(ctx);
     st_contexts(ctx);
     st_children();
     EXPECT(cuCtxSynchronize(), 0);

@@ -32,6 +32,12 @@ void st_modules(CUcontext ctx);
 void st_faults(CUcontext ctx);
 void st_contexts(CUcontext ctx);
 int st_child(const char *which);
+/* Runs `st_child(which)` in a process of its own with `knobs` (NULL-ended)
+ * added to the environment: its exit status, or -1. */
+int st_spawn(const char *which, const char *const *knobs);
+void st_races(CUcontext ctx);
+void st_exec(CUcontext ctx);
+void st_exec_child(void);
 int st_failures(void);
 void st_children(void);
 

@@ -53,9 +53,9 @@ void st_faults(CUcontext ctx)
     /* 3. Page-locked bytes written by one copy while another, unordered, touches them. */
     EXPECT(cuMemAllocFromPoolAsync(&x, N, pool, a), 0);
     EXPECT(cuStreamSynchronize(a), 0);
-    EXPECT(cuMemcpyHtoDAsync_v2(x, h, N, a), 0);
-    EXPECT(cuMemcpyHtoDAsync_v2(x, h, N, b), 0); /* both read: fine */
-    EXPECT(cuMemcpyDtoHAsync_v2(h + 16, x, 16, b), 700);
+    EXPECT(cuMemcpyHtoDAsync_v2(x, h, N / 2, a), 0);
+    EXPECT(cuMemcpyHtoDAsync_v2(x + N / 2, h, N / 2, b), 0); /* both read h: fine */
+    EXPECT(cuMemcpyDtoHAsync_v2(h + 16, x + N / 2, 16, b), 700);
     VIOLATION("page-locked memory");
     EXPECT(cuEventRecord(e, b), 0);
     EXPECT(cuStreamWaitEvent(a, e, 0), 0);
@@ -178,6 +178,11 @@ static int spawn(const char *which, const char *const *knobs)
         status = -1;
     free(env);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int st_spawn(const char *which, const char *const *knobs)
+{
+    return spawn(which, knobs);
 }
 
 void st_children(void)
@@ -309,6 +314,8 @@ int st_child(const char *which)
         EXPECT(cuInit(0), 1);
         EXPECT(cuInit(0), 1);
         EXPECT(cuDeviceGetCount(&n), 3);
+    } else if (strcmp(which, "exec") == 0) {
+        st_exec_child();
     } else if (strcmp(which, "nodevice") == 0) {
         EXPECT(cuInit(0), 100);
         EXPECT(cuDeviceGetCount(&n), 3);

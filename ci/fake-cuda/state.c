@@ -55,13 +55,15 @@ CUresult fk_enter(enum fk_fn fn)
     return CUDA_SUCCESS;
 }
 
-/* Releases the lock; a call that found a violation answers 700. */
+/* Runs what the execution mode runs after a call (exec.c) and releases
+ * the lock; a call that found a violation answers 700. */
 CUresult fk_leave(CUresult r)
 {
     if (g.violation_in_call) {
         g.violation_in_call = 0;
         r = CUDA_ERROR_ILLEGAL_ADDRESS;
     }
+    fk_exec_after_call();
     pthread_mutex_unlock(&g.lock);
     return r;
 }
@@ -72,6 +74,8 @@ void fk_violation(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(g.last_violation, sizeof g.last_violation, fmt, ap);
     va_end(ap);
+    size_t len = strlen(g.last_violation);
+    fk_exec_suffix(g.last_violation + len, sizeof g.last_violation - len);
     fprintf(stderr, "fake libcuda: VIOLATION: %s\n", g.last_violation);
     if (g.violations_path) {
         FILE *f = fopen(g.violations_path, "a");
