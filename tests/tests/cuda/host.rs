@@ -1,9 +1,10 @@
 //! Host arrays and chunked streaming on the CUDA backend: the round trips of
-//! the integration tests' `host` module on a real device. Without a usable
-//! device the test checks that the backend says so (and fails when
-//! `CUBIE_REQUIRE_GPU=1`).
+//! the integration tests' `host` module on a real device, under every wait
+//! policy of the host (`HostWait`). Without a usable device the test checks
+//! that the backend says so (and fails when `CUBIE_REQUIRE_GPU=1`).
 
 use cubie_mem::ChunkPlan;
+use cubie_mem::backend::cuda::{CudaConfig, HostWait};
 
 use super::*;
 
@@ -78,4 +79,29 @@ fn chunked_round_trips_on_the_cuda_device() {
         }
         Ok(())
     });
+}
+
+#[test]
+fn every_host_wait_policy_streams_a_batch() {
+    let _one_at_a_time = DEVICE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Err(error) = CudaBackend::new(0) {
+        check_no_device(&error);
+        return;
+    }
+    for host_wait in [
+        HostWait::Block,
+        HostWait::Yield,
+        HostWait::Spin,
+        HostWait::Driver,
+    ] {
+        let config = CudaConfig {
+            host_wait,
+            ..CudaConfig::default()
+        };
+        let cuda = CudaBackend::with_config(0, config).unwrap();
+        let mgr = manager(&cuda);
+        round_trip::<f64>(&mgr, HostMemoryKind::Pinned).unwrap();
+        round_trip::<u8>(&mgr, HostMemoryKind::Pageable).unwrap();
+        cuda.synchronize_device().unwrap();
+    }
 }
