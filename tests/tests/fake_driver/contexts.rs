@@ -5,7 +5,7 @@
 //! host's wait policy reaches the primary context and the events.
 
 use std::ffi::{c_int, c_uint};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cubie_mem::backend::cuda::{
@@ -51,6 +51,14 @@ fn small_set(budget: u64) -> (DeviceSet, Vec<f64>) {
         })
         .collect();
     (set, shares)
+}
+
+/// Waits (a minute at most) until `done`.
+fn wait_for(done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() && start.elapsed() < Duration::from_secs(60) {
+        std::thread::yield_now();
+    }
 }
 
 /// The CUDA backend of each manager of `set`.
@@ -103,32 +111,33 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
     let k = first
         .create_host_array([RUNS], HostMemoryKind::Pageable, Some(&rates), &holder)
         .unwrap();
-    let launched_on_1 = AtomicUsize::new(0);
+    let (launched_on_1, faulted) = (AtomicUsize::new(0), AtomicBool::new(false));
     let failed = buffers
         .pipeline()
         .inout(&mut y, |set| &set.y)
         .input(&k, |set| &set.k)
         .run(|device, _, set| {
             if device == 1 {
+                // From its third chunk on, device 1 waits for device 0's
+                // fault, then leaves the set time to stop it.
+                if launched_on_1.load(Ordering::SeqCst) >= 2 {
+                    wait_for(|| faulted.load(Ordering::SeqCst));
+                    std::thread::sleep(Duration::from_millis(200));
+                }
                 kernel.step(&streams[1], &set.y, &set.k, DT)?;
                 launched_on_1.fetch_add(1, Ordering::SeqCst);
                 return Ok(());
             }
             // Device 0 faults once device 1 computed two chunks: its kernel
             // runs past the end of its arrays (an illegal address).
-            let start = Instant::now();
-            while launched_on_1.load(Ordering::SeqCst) < 2
-                && start.elapsed() < Duration::from_secs(60)
-            {
-                std::thread::yield_now();
-            }
+            wait_for(|| launched_on_1.load(Ordering::SeqCst) >= 2);
             let stream = &streams[0];
             let (y, k) = (stream.view(&set.y)?, stream.view(&set.k)?);
             let (dt, past_the_end) = (DT, 2 * y.len() as u32);
             // SAFETY: deliberately unsound: `past_the_end` elements are
             // twice what the views hold; the fake driver reports the
             // kernel's range as an illegal address instead of running it.
-            unsafe {
+            let launched = unsafe {
                 stream
                     .launch_builder(&faulty)
                     .arg(&y)
@@ -136,7 +145,9 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
                     .arg(&dt)
                     .arg(&past_the_end)
                     .launch(LaunchConfig::for_elements(past_the_end, 256))
-            }
+            };
+            faulted.store(true, Ordering::SeqCst);
+            launched
         })
         .unwrap_err();
     assert_eq!(failed.device(), 0, "{failed}");
@@ -157,6 +168,7 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
         saved[1].len() >= 2 * plan.chunk_length(),
         "device 1 saved the chunks it computed: {saved:?}"
     );
+    assert!(saved[1].end < RUNS, "the set stopped device 1: {saved:?}");
     for run in saved[1].clone() {
         assert_eq!(
             y.as_slice()[run],
