@@ -235,8 +235,8 @@ FK_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevic
         case 115: /* MEMORY_POOLS_SUPPORTED */
             *pi = g.no_pools ? 0 : 1;
             break;
-        default:
-            r = CUDA_ERROR_INVALID_VALUE;
+        default: /* the launch limits (launch.c), else unknown */
+            r = fk_device_limit(attrib, pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
         }
     }
     return fk_leave(r);

@@ -60,6 +60,7 @@ enum {
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_INVALID_PTX = 218,
+    CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
@@ -121,7 +122,10 @@ enum {
     X(cuEventDestroy_v2, 0)                                                    \
     X(cuEventElapsedTime, 0)                                                   \
     X(cuEventElapsedTime_v2, 0)                                                \
-    X(cuLaunchKernel, 0)
+    X(cuLaunchKernel, 0)                                                       \
+    X(cuFuncGetAttribute, 0)                                                   \
+    X(cuFuncSetAttribute, 0)                                                   \
+    X(cuFuncGetParamInfo, 0)
 
 enum fk_fn {
 #define FK_ENUM(name, flags) FN_##name,
@@ -185,6 +189,10 @@ FK_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
                                unsigned int blockDimY, unsigned int blockDimZ,
                                unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
                                void **extra);
+FK_API CUresult cuFuncGetAttribute(int *pi, int attrib, CUfunction hfunc);
+FK_API CUresult cuFuncSetAttribute(CUfunction hfunc, int attrib, int value);
+FK_API CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                                   size_t *paramSize);
 
 /* The control entry points (tests in the same process). */
 FK_API int cubieFakeCudaControl(const char *command);
@@ -353,6 +361,8 @@ struct fk_standin {
 const struct fk_standin *fk_standin_find(const char *name);
 
 struct fk_alloc;
+struct fk_seg;
+struct fk_block;
 struct fk_pinned;
 struct fk_module;
 
@@ -452,6 +462,7 @@ struct fk_pool {
     uint64_t live;   /* allocations not freed */
     uint64_t allocs; /* allocations whose free has not executed */
     struct fk_alloc *pending; /* queued frees not yet returned to the pool */
+    struct fk_seg *segs;      /* its reservations from the device (pools.c) */
 };
 
 struct fk_alloc {
@@ -470,6 +481,7 @@ struct fk_alloc {
     uint32_t naccesses, capaccesses;
     struct fk_alloc *pnext, *pprev; /* the pool's pending frees */
     struct fk_alloc *qnext;         /* the quarantine */
+    struct fk_block *block;         /* its bytes in a pool segment (pools.c) */
 };
 
 CUresult fk_alloc_map(size_t bytes, int dev, struct fk_alloc **out);
@@ -488,6 +500,7 @@ void fk_pool_release_to_threshold(struct fk_ctx *c);
 void fk_pool_unpend(struct fk_alloc *a);
 void fk_pool_alloc_gone(struct fk_pool *p);
 void fk_pool_free(struct fk_pool *p);
+void fk_pool_give_back(struct fk_alloc *a); /* its bytes are idle in the pool again */
 
 /* ---- page-locked host memory (pinned.c) ------------------------------- */
 
@@ -525,9 +538,26 @@ struct fk_function {
     struct fk_obj o;
     struct fk_module *module;
     char *name;
+    int max_dynamic_shared; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 };
 void fk_module_free(struct fk_module *m);
 void fk_function_free(struct fk_function *f);
+
+/* ---- launch limits (launch.c) ------------------------------------------ */
+
+#define FK_MODULE_BYTES (2ULL << 20) /* device memory a loaded module takes */
+#define FK_SHARED_DEFAULT 49152       /* dynamic shared memory without opt-in */
+/* A device attribute of the launch limits (CUdevice_attribute 2..8, 97): 1 and
+ * its value in `out`, or 0 for another attribute. */
+int fk_device_limit(int attrib, int *out);
+/* Checks a launch of `f` (stand-in `k`) against the device's and the
+ * function's limits: 0, or CUDA_ERROR_INVALID_VALUE after saying why. */
+CUresult fk_launch_check(const struct fk_function *f, const struct fk_standin *k,
+                         const unsigned grid[3], const unsigned block[3], unsigned shared,
+                         void **params);
+/* The newest PTX ISA version (major * 10 + minor) a driver of CUDA `version`
+ * (cuDriverGetVersion) loads, or 0 when not known. */
+int fk_ptx_isa_max(int version);
 
 /* ---- helpers ----------------------------------------------------------- */
 

@@ -143,8 +143,7 @@ void fk_alloc_free_exec(struct fk_alloc *a)
         a->released = 1;
         d->allocated -= a->bytes;
         if (p) {
-            fk_pool_unpend(a);
-            p->used -= a->bytes;
+            fk_pool_give_back(a);
         } else {
             d->taken -= a->bytes;
         }

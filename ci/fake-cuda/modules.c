@@ -1,6 +1,8 @@
 /* modules.c - PTX modules (checked for .version, .target and balanced braces;
- * the names after .entry), kernel lookup, and launches, which run host
- * stand-ins (standins.c) in stream order. */
+ * a .version newer than the driver's CUDA version loads, a .target above the
+ * device's compute capability; the names after .entry; 2 MiB of device
+ * memory each while loaded), kernel lookup, and launches, which run host
+ * stand-ins (standins.c) in stream order after the checks of launch.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,9 +15,39 @@ enum {
     JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
     JIT_NUM_OPTIONS = 36,
     MAX_NAME = 1024,
-    MAX_THREADS_PER_BLOCK = 1024,
-    MAX_SHARED_BYTES = 232448,
+    DEVICE_SM = 90, /* the compute capability cuDeviceGetAttribute reports, 9.0 */
 };
+
+/* What a module's directives declare: .version (major * 10 + minor) and the
+ * sm_NN of .target, 0 when absent. */
+struct ptx_info {
+    int version, sm;
+};
+
+int fk_ptx_isa_max(int version)
+{
+    /* The PTX ISA release history: CUDA 11.x loads 7.x, 12.0..12.5 8.0..8.5,
+     * 12.6 8.5, 12.7 8.6, 12.8 8.7, 12.9 8.8, 13.x 9.x (known to 13.1,
+     * assumed after it). */
+    static const int cuda12[10] = {80, 81, 82, 83, 84, 85, 85, 86, 87, 88};
+    int major = version / 1000, minor = version % 1000 / 10;
+    if (major == 11)
+        return 70 + minor;
+    if (major == 12)
+        return cuda12[minor];
+    if (major == 13)
+        return 90 + minor;
+    return 0;
+}
+
+/* The decimal number at *p (at most 4 digits), advancing past it; -1 when none. */
+static int number(const char **p)
+{
+    int n = -1;
+    for (int digits = 0; **p >= '0' && **p <= '9' && digits < 4; digits++, (*p)++)
+        n = (n < 0 ? 0 : n * 10) + (**p - '0');
+    return n;
+}
 
 struct names {
     char **v;
@@ -56,7 +88,8 @@ static const char *skip_blank(const char *p)
  * .version and .target directives and balanced braces, and the kernel
  * names. 0, or an error message for the log (-1 with `err` empty: out of
  * memory). */
-static int parse_ptx(const char *p, struct names *ns, char *err, size_t errlen)
+static int parse_ptx(const char *p, struct names *ns, struct ptx_info *info, char *err,
+                     size_t errlen)
 {
     int version = 0, target = 0;
     long depth = 0;
@@ -88,10 +121,20 @@ static int parse_ptx(const char *p, struct names *ns, char *err, size_t errlen)
         while (ident(*p))
             p++;
         size_t len = (size_t)(p - tok);
-        if (len == 8 && memcmp(tok, ".version", 8) == 0)
+        if (len == 8 && memcmp(tok, ".version", 8) == 0) {
             version = 1;
-        else if (len == 7 && memcmp(tok, ".target", 7) == 0)
+            p = skip_blank(p);
+            int major = number(&p), minor = *p == '.' ? (p++, number(&p)) : 0;
+            info->version = major < 0 ? 0 : major * 10 + (minor > 9 ? 9 : minor < 0 ? 0 : minor);
+        } else if (len == 7 && memcmp(tok, ".target", 7) == 0) {
             target = 1;
+            p = skip_blank(p);
+            if (strncmp(p, "sm_", 3) == 0) {
+                p += 3;
+                int sm = number(&p);
+                info->sm = sm < 0 ? 0 : sm;
+            }
+        }
         if (len != 6 || memcmp(tok, ".entry", 6) != 0)
             continue;
         p = skip_blank(p);
@@ -198,6 +241,7 @@ static CUresult module_new(struct fk_ctx *c, struct names *ns, struct fk_module 
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         f->module = m;
+        f->max_dynamic_shared = FK_SHARED_DEFAULT;
         f->name = ns->v[i]; /* taken over */
         ns->v[i] = NULL;
         m->funcs[m->nfuncs++] = f;
@@ -247,6 +291,8 @@ static CUresult load(CUmodule *module, const char *image, unsigned numOptions,
         ilog = NULL;
     unsigned ewritten = write_log(elog, esize, ""), iwritten = write_log(ilog, isize, "");
     struct names ns = {0};
+    struct ptx_info info = {0};
+    struct fk_device *d = &g.devs[c->dev];
     char err[2048];
     const unsigned char *u = (const unsigned char *)image;
     if ((u[0] == 0x7f && u[1] == 'E' && u[2] == 'L' && u[3] == 'F') ||
@@ -257,17 +303,32 @@ static CUresult load(CUmodule *module, const char *image, unsigned numOptions,
     } else if (g.jit_error) {
         ewritten = write_log(elog, esize, g.jit_error);
         r = CUDA_ERROR_INVALID_PTX;
-    } else if (parse_ptx(image, &ns, err, sizeof err) != 0) {
+    } else if (parse_ptx(image, &ns, &info, err, sizeof err) != 0) {
         if (err[0]) {
             ewritten = write_log(elog, esize, err);
             r = CUDA_ERROR_INVALID_PTX;
         } else {
             r = CUDA_ERROR_OUT_OF_MEMORY;
         }
+    } else if (fk_ptx_isa_max(g.version) && info.version > fk_ptx_isa_max(g.version)) {
+        int max = fk_ptx_isa_max(g.version);
+        snprintf(err, sizeof err, "ptxas fatal   : Unsupported .version %d.%d; current version "
+                                  "is '%d.%d' (fake libcuda)",
+                 info.version / 10, info.version % 10, max / 10, max % 10);
+        ewritten = write_log(elog, esize, err);
+        r = CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+    } else if (info.sm > DEVICE_SM) {
+        ewritten = write_log(elog, esize, "ptxas fatal   : SM version specified by .target is "
+                                          "higher than default SM version assumed (fake libcuda)");
+        r = CUDA_ERROR_INVALID_PTX;
+    } else if (d->free0 < d->taken || d->free0 - d->taken < FK_MODULE_BYTES) {
+        r = CUDA_ERROR_OUT_OF_MEMORY; /* the module's code and data need device memory */
     } else {
         struct fk_module *m;
-        if ((r = module_new(c, &ns, &m)) == CUDA_SUCCESS)
+        if ((r = module_new(c, &ns, &m)) == CUDA_SUCCESS) {
+            d->taken += FK_MODULE_BYTES;
             *module = fk_handle(&m->o);
+        }
     }
     names_free(&ns);
     if (has_esize)
@@ -294,11 +355,13 @@ FK_API CUresult cuModuleUnload(CUmodule hmod)
     if (r == CUDA_SUCCESS && (r = fk_current(&c)) == CUDA_SUCCESS &&
         (r = fk_obj_get(hmod, FK_MODULE, c, &o)) == CUDA_SUCCESS) {
         struct fk_module *m = (struct fk_module *)o;
-        if (m->pending > 0)
+        if (m->pending > 0) {
             fk_violation("module unloaded while %llu launches of its kernels have not executed",
                          (unsigned long long)m->pending);
-        else
+        } else {
+            g.devs[c->dev].taken -= FK_MODULE_BYTES;
             module_drop(m);
+        }
     }
     return fk_leave(r);
 }
@@ -338,11 +401,11 @@ static CUresult launch(CUfunction hf, const unsigned grid[3], const unsigned blo
         (r = fk_stream_get(hStream, c, &s)) != CUDA_SUCCESS)
         return r;
     struct fk_function *f = (struct fk_function *)o;
-    uint64_t threads = (uint64_t)block[0] * block[1] * block[2];
-    if (extra || !grid[0] || !grid[1] || !grid[2] || !block[0] || !block[1] || !block[2] ||
-        threads > MAX_THREADS_PER_BLOCK || shared > MAX_SHARED_BYTES)
-        return CUDA_ERROR_INVALID_VALUE;
     const struct fk_standin *k = fk_standin_find(f->name);
+    if (extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = fk_launch_check(f, k, grid, block, shared, params)) != CUDA_SUCCESS)
+        return r;
     if (!k) {
         fprintf(stderr, "fake libcuda: kernel %s has no host stand-in (add one to "
                         "ci/fake-cuda/standins.c)\n", f->name);

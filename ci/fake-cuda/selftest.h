@@ -29,6 +29,7 @@ void st_violation(const char *needle, const char *file, int line);
 
 void st_orders(CUcontext ctx);
 void st_modules(CUcontext ctx);
+void st_limits(CUcontext ctx);
 void st_faults(CUcontext ctx);
 void st_contexts(CUcontext ctx);
 int st_child(const char *which);
