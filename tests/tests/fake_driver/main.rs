@@ -14,6 +14,7 @@
 mod budget;
 mod contexts;
 mod devices;
+mod limits;
 mod misuse;
 mod ordering;
 mod pipeline;

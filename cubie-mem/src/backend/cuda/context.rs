@@ -6,6 +6,15 @@
 //! from the device's default pool: the pool it measures (free memory, idle
 //! bytes) is the pool it allocates from (`cuMemAllocFromPoolAsync`), and its
 //! release threshold and trims touch no other library's memory.
+//!
+//! The pool never makes one stream wait for another to reuse memory: the
+//! driver's default (`CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES`)
+//! lets an allocation take bytes freed on another stream, not yet ordered
+//! before it, by making its stream wait for that free, which silently
+//! queues one stream group behind another group's kernels. The backend
+//! switches it off: memory freed on one stream serves another once the free
+//! completed (or an event orders them), and otherwise the pool grows, or an
+//! allocation that finds no memory synchronises, trims and retries.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr;
@@ -186,12 +195,33 @@ impl DeviceContext {
         // SAFETY: both pointers are live; the properties are fully initialised.
         let result = unsafe { sys::cuMemPoolCreate(&mut pool, &props) };
         self.check(result, "create the memory pool")?;
+        // No allocation waits for a free on another stream (module doc).
+        let mut off: c_int = 0;
+        // SAFETY: the attribute is an int; the pointer is to a live c_int
+        // the driver only reads; the pool was just created on this context.
+        let result = unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+                (&raw mut off).cast::<c_void>(),
+            )
+        };
+        if let Err(error) = self.check(result, "configure the memory pool's reuse") {
+            // SAFETY: the pool was created above and has no allocations.
+            unsafe { sys::cuMemPoolDestroy(pool) };
+            return Err(error);
+        }
         Ok(pool)
     }
 
     /// The device ordinal.
     pub(super) fn ordinal(&self) -> u32 {
         self.ordinal
+    }
+
+    /// The driver's handle of the device.
+    pub(super) fn device(&self) -> CuDevice {
+        self.device
     }
 
     /// The device's name.

@@ -146,7 +146,9 @@ impl CudaStream {
             function: function.raw(),
             function_name: function.name(),
             function_context: function.context(),
+            limits: function.limits(),
             params: Vec::new(),
+            arg_sizes: Vec::new(),
             views: Vec::new(),
         }
     }
@@ -262,6 +264,9 @@ pub trait LaunchArg: sealed::Sealed {
     /// Where the parameter's bytes are, for the driver to copy at launch.
     #[doc(hidden)]
     fn param_ptr(&self) -> *mut c_void;
+    /// The parameter's size in bytes, checked against the kernel's.
+    #[doc(hidden)]
+    fn param_size(&self) -> usize;
     /// The view, when the argument is one: its stream, its device memory
     /// (`None` for page-locked host memory) and its bytes.
     #[doc(hidden)]
@@ -275,12 +280,20 @@ impl<T: Element> LaunchArg for T {
     fn param_ptr(&self) -> *mut c_void {
         (self as *const T).cast_mut().cast()
     }
+
+    fn param_size(&self) -> usize {
+        size_of::<T>()
+    }
 }
 
 impl<T: Element> sealed::Sealed for CudaView<'_, T> {}
 impl<T: Element> LaunchArg for CudaView<'_, T> {
     fn param_ptr(&self) -> *mut c_void {
         (&raw const self.address).cast_mut().cast()
+    }
+
+    fn param_size(&self) -> usize {
+        size_of::<u64>()
     }
 
     fn view(&self) -> Option<(StreamHandle, Option<DevicePtr>, u64)> {
@@ -299,7 +312,9 @@ pub struct LaunchBuilder<'a> {
     function: super::sys::CuFunction,
     function_name: &'a str,
     function_context: &'a Arc<super::context::DeviceContext>,
+    limits: &'a super::launch_limits::KernelLimits,
     params: Vec<*mut c_void>,
+    arg_sizes: Vec<usize>,
     views: Vec<(StreamHandle, Option<DevicePtr>, u64)>,
 }
 
@@ -307,6 +322,7 @@ impl<'a> LaunchBuilder<'a> {
     /// Appends the next argument: a scalar (`&dt`, `&n`) or a view (`&y`).
     pub fn arg<A: LaunchArg>(&mut self, arg: &'a A) -> &mut Self {
         self.params.push(arg.param_ptr());
+        self.arg_sizes.push(arg.param_size());
         if let Some(view) = arg.view() {
             self.views.push(view);
         }
@@ -316,7 +332,12 @@ impl<'a> LaunchBuilder<'a> {
     /// Queues the kernel on the stream with `config`; it runs after the
     /// work queued there before it, and the arrays' frees wait for it.
     /// Refused, with nothing queued, when the kernel was loaded on another
-    /// backend or a view was taken by another stream.
+    /// backend or a view was taken by another stream, and, saying what
+    /// allows it, when the launch exceeds the device's or the kernel's limits
+    /// (blocks of the grid, threads of a block, dynamic shared memory above
+    /// what [`CudaFunction::set_max_dynamic_shared_bytes`] allowed) or the
+    /// arguments differ from the parameters in number or size (checked
+    /// where the driver tells them: CUDA 12.4 and later).
     ///
     /// # Safety
     ///
@@ -341,6 +362,13 @@ impl<'a> LaunchBuilder<'a> {
                 stream.handle().0
             )));
         }
+        self.limits.check(
+            context,
+            self.function,
+            self.function_name,
+            &config,
+            &self.arg_sizes,
+        )?;
         let _guard = context.enter(OPERATION).map_err(mem_error)?;
         let recorder = &stream.backend.shared.recorder;
         let started = recorder.start(&stream.raw);

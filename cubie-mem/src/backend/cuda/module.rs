@@ -2,7 +2,7 @@
 //! the driver's JIT for the device), and the kernels they hold.
 
 use std::collections::HashMap;
-use std::ffi::{CString, c_uint, c_void};
+use std::ffi::CString;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr;
@@ -11,21 +11,25 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::CudaBackend;
 use super::context::DeviceContext;
 use super::driver::{describe, mem_error, with_detail};
-use super::sys::{self, CuFunction, CuJitOption, CuModule, CuResult};
+use super::launch_limits::{DeviceLimits, KernelLimits};
+use super::ptx;
+use super::sys::{self, CuFunction, CuModule, CuResult};
 use crate::MemError;
-
-/// Bytes of the PTX compiler's error log kept for an error message.
-const JIT_LOG_BYTES: usize = 16 * 1024;
 
 /// A module loaded into a CUDA backend's context from PTX; unloaded (with
 /// that context current) when dropped.
 pub struct CudaModule {
     raw: CuModule,
     context: Arc<DeviceContext>,
-    /// Kernels found so far by name: a launch per chunk looks its kernel
-    /// up without a driver call.
-    functions: Mutex<HashMap<String, CuFunction>>,
+    /// The device's launch limits, read when the module loaded.
+    device: DeviceLimits,
+    /// Kernels found so far by name, with their launch limits: a launch
+    /// per chunk looks its kernel up without a driver call.
+    functions: Mutex<HashMap<String, Found>>,
 }
+
+/// A kernel found in a module: its handle and its launch limits.
+type Found = (CuFunction, Arc<KernelLimits>);
 
 // SAFETY: a CUmodule is an opaque handle usable from any thread with its
 // context current, which every use here arranges through `enter`.
@@ -34,11 +38,14 @@ unsafe impl Send for CudaModule {}
 unsafe impl Sync for CudaModule {}
 
 impl CudaModule {
-    /// Loads `ptx`, which the driver compiles for the device. A compile
-    /// error carries the compiler's log; PTX holding a NUL byte is refused
-    /// before the driver sees it.
+    /// Loads `ptx`, which the driver compiles for the device. A load that
+    /// fails for want of device memory (the module's code and data are the
+    /// driver's own allocation, outside the pool) is retried once after the
+    /// pool's idle memory went back to the driver. A compile error carries
+    /// the compiler's log and what to do (PTX newer than the driver, PTX for
+    /// a newer device); PTX holding a NUL byte is refused before the driver
+    /// sees it.
     pub fn from_ptx(backend: &CudaBackend, ptx: &str) -> Result<Self, MemError> {
-        const OPERATION: &str = "load PTX module";
         let image = CString::new(ptx).map_err(|error| MemError::Kernel {
             kernel: "PTX module".into(),
             reason: format!(
@@ -47,42 +54,10 @@ impl CudaModule {
             ),
         })?;
         let context = Arc::clone(backend.context());
-        let _guard = context.enter(OPERATION).map_err(mem_error)?;
-        let mut log = vec![0u8; JIT_LOG_BYTES];
-        let mut options: [CuJitOption; 2] = [
-            sys::JIT_ERROR_LOG_BUFFER,
-            sys::JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-        ];
-        let mut values: [*mut c_void; 2] = [
-            log.as_mut_ptr().cast::<c_void>(),
-            // The size option is an unsigned int passed in the pointer's bits.
-            JIT_LOG_BYTES as *mut c_void,
-        ];
-        let mut raw: CuModule = ptr::null_mut();
-        // SAFETY: the image is NUL-terminated text; the option arrays hold
-        // two entries each, the log buffer is live and as long as its
-        // stated size; the context is current.
-        let result = unsafe {
-            sys::cuModuleLoadDataEx(
-                &mut raw,
-                image.as_ptr().cast::<c_void>(),
-                options.len() as c_uint,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
-        };
-        context.check(result, OPERATION).map_err(|error| {
-            let log = String::from_utf8_lossy(log.split(|&b| b == 0).next().unwrap_or(&[]))
-                .trim()
-                .to_owned();
-            mem_error(if log.is_empty() {
-                error
-            } else {
-                with_detail(error, format_args!("the PTX compiler said: {log}"))
-            })
-        })?;
+        let raw = ptx::load(&context, &image, ptx)?;
         Ok(CudaModule {
             raw,
+            device: DeviceLimits::read(context.device()),
             context,
             functions: Mutex::new(HashMap::new()),
         })
@@ -92,24 +67,27 @@ impl CudaModule {
     /// remembered).
     pub fn function(&self, name: &str) -> Result<CudaFunction<'_>, MemError> {
         const OPERATION: &str = "find kernel";
-        let found = self.functions().get(name).copied();
-        let raw = match found {
-            Some(raw) => raw,
+        let found = self.functions().get(name).cloned();
+        let (raw, limits) = match found {
+            Some(found) => found,
             None => {
                 let raw = self.find_function(name, OPERATION)?;
-                self.functions().insert(name.to_owned(), raw);
-                raw
+                let limits = Arc::new(KernelLimits::read(&self.context, raw, self.device));
+                self.functions()
+                    .insert(name.to_owned(), (raw, Arc::clone(&limits)));
+                (raw, limits)
             }
         };
         Ok(CudaFunction {
             raw,
             name: name.to_owned(),
             context: Arc::clone(&self.context),
+            limits,
             _module: PhantomData,
         })
     }
 
-    fn functions(&self) -> MutexGuard<'_, HashMap<String, CuFunction>> {
+    fn functions(&self) -> MutexGuard<'_, HashMap<String, Found>> {
         // The map is consistent after every statement.
         self.functions.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -166,6 +144,7 @@ pub struct CudaFunction<'m> {
     raw: CuFunction,
     name: String,
     context: Arc<DeviceContext>,
+    limits: Arc<KernelLimits>,
     _module: PhantomData<&'m CudaModule>,
 }
 
@@ -187,6 +166,25 @@ impl CudaFunction<'_> {
 
     pub(super) fn context(&self) -> &Arc<DeviceContext> {
         &self.context
+    }
+
+    pub(super) fn limits(&self) -> &KernelLimits {
+        &self.limits
+    }
+
+    /// Lets launches of the kernel use up to `bytes` of dynamic shared
+    /// memory per block (`cuFuncSetAttribute` of
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`). Without it a
+    /// launch may use 48 KiB less the kernel's static shared memory; a
+    /// launch asking for more is refused before it reaches the driver,
+    /// saying to call this. Refused, with the figures, above what the
+    /// device allows a block after opting in
+    /// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, e.g.
+    /// 227 KiB on compute capability 9.0) less the kernel's static shared
+    /// memory. The setting belongs to the kernel, for every launch of it.
+    pub fn set_max_dynamic_shared_bytes(&self, bytes: u32) -> Result<(), MemError> {
+        self.limits
+            .set_max_dynamic_shared(&self.context, self.raw, &self.name, bytes)
     }
 }
 

@@ -26,8 +26,15 @@ use std::mem::{align_of, offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::load::Binding;
+use super::optional::OPTIONAL_BINDINGS;
 use super::result::{KNOWN_CODES, STICKY_CODES};
 use super::{BINDINGS, CONSTANTS, CuMemLocation, CuMemPoolProps};
+
+/// Every binding, the optional ones (functions newer than some drivers) included.
+fn bindings() -> impl Iterator<Item = &'static Binding> {
+    BINDINGS.iter().chain(OPTIONAL_BINDINGS)
+}
 
 /// The environment variable naming the headers.
 const HEADERS_ENV: &str = "CUBIE_CUDA_HEADERS";
@@ -98,6 +105,7 @@ fn c_type(rust: &str) -> String {
         "CuDeviceAttribute" => "CUdevice_attribute",
         "CuMemPoolAttribute" => "CUmemPool_attribute",
         "CuJitOption" => "CUjit_option",
+        "CuFunctionAttribute" => "CUfunction_attribute",
         "CuMemPoolProps" => "CUmemPoolProps",
         other => panic!("no C type is known for the Rust type `{other}`: add it to c_type"),
     }
@@ -107,7 +115,7 @@ fn c_type(rust: &str) -> String {
 /// The C translation unit whose static assertions check one header.
 fn assertions(header: &Path) -> String {
     let mut c = format!("#include <stddef.h>\n#include \"{}\"\n", header.display());
-    for binding in BINDINGS {
+    for binding in bindings() {
         let params: Vec<String> = binding.params.iter().map(|(_, ty)| c_type(ty)).collect();
         let params = if params.is_empty() {
             "void".to_owned()
@@ -187,7 +195,7 @@ fn cuda_version(text: &str) -> u32 {
 /// The API name of each binding mapped through the header's macros.
 fn mapped_symbols(dir: &Path, header: &Path) -> BTreeMap<String, String> {
     let mut source = format!("#include \"{}\"\n", header.display());
-    for binding in BINDINGS {
+    for binding in bindings() {
         writeln!(source, "cubie_map_{0} {0}", binding.api).unwrap();
     }
     let output = compile(dir, "map.c", &source, &["-E", "-P", "-x", "c"])
@@ -317,7 +325,7 @@ fn the_bindings_agree_with_cuda_h() {
     let (version, header, text) = newest.unwrap();
 
     let mapped = mapped_symbols(dir.path(), &header);
-    for binding in BINDINGS {
+    for binding in bindings() {
         match mapped.get(binding.api) {
             Some(symbol) if symbol == binding.symbols[0] => {}
             other => problems.push(format!(
@@ -347,11 +355,7 @@ fn the_bindings_agree_with_cuda_h() {
     let listed = symbols_file();
     let missing: Vec<String> = declared_functions(dir.path(), &header)
         .into_iter()
-        .chain(
-            BINDINGS
-                .iter()
-                .flat_map(|b| b.symbols.iter().map(|s| (*s).to_owned())),
-        )
+        .chain(bindings().flat_map(|b| b.symbols.iter().map(|s| (*s).to_owned())))
         .filter(|symbol| !listed.contains(symbol))
         .collect();
     if !missing.is_empty() {
@@ -367,7 +371,7 @@ fn the_bindings_agree_with_cuda_h() {
     );
     println!(
         "{} bindings, {} constants, {} structs and {} result codes agree with {} header(s), newest CUDA {version}",
-        BINDINGS.len(),
+        bindings().count(),
         CONSTANTS.len(),
         layouts().len(),
         KNOWN_CODES.len(),

@@ -18,9 +18,11 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 #[cfg(test)]
 mod header_check;
 mod load;
+mod optional;
 mod result;
 
 pub(super) use load::load;
+pub(super) use optional::cuFuncGetParamInfo;
 pub(super) use result::CuResult;
 
 /// A device ordinal's handle (`CUdevice`).
@@ -45,6 +47,8 @@ pub(super) type CuDeviceAttribute = c_uint;
 pub(super) type CuMemPoolAttribute = c_uint;
 /// A PTX compiler option (`CUjit_option`, a C enum).
 pub(super) type CuJitOption = c_uint;
+/// A kernel's attribute (`CUfunction_attribute`, a C enum).
+pub(super) type CuFunctionAttribute = c_uint;
 
 /// Declares constants of `cuda.h` under Rust names, and lists them with
 /// their C names for the header check.
@@ -98,6 +102,46 @@ c_constants! {
     JIT_ERROR_LOG_BUFFER: CuJitOption = 5 => "CU_JIT_ERROR_LOG_BUFFER";
     /// That buffer's size in bytes (in, then the bytes written).
     JIT_ERROR_LOG_BUFFER_SIZE_BYTES: CuJitOption = 6 => "CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES";
+    /// Whether an allocation may reuse memory freed on another stream by
+    /// making its stream wait for the free (an `int`; on by default).
+    MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: CuMemPoolAttribute = 3
+        => "CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES";
+    /// The most threads of a block.
+    DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: CuDeviceAttribute = 1
+        => "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK";
+    /// The most threads of a block along x.
+    DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: CuDeviceAttribute = 2 => "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X";
+    /// The most threads of a block along y.
+    DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: CuDeviceAttribute = 3 => "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y";
+    /// The most threads of a block along z.
+    DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: CuDeviceAttribute = 4 => "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z";
+    /// The most blocks of a grid along x.
+    DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: CuDeviceAttribute = 5 => "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X";
+    /// The most blocks of a grid along y.
+    DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: CuDeviceAttribute = 6 => "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y";
+    /// The most blocks of a grid along z.
+    DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: CuDeviceAttribute = 7 => "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z";
+    /// Shared memory a block may use without opting in, in bytes.
+    DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: CuDeviceAttribute = 8
+        => "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK";
+    /// Shared memory a block may use after opting in, in bytes.
+    DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: CuDeviceAttribute = 97
+        => "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN";
+    /// The major number of the device's compute capability.
+    DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: CuDeviceAttribute = 75
+        => "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR";
+    /// The minor number of the device's compute capability.
+    DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: CuDeviceAttribute = 76
+        => "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR";
+    /// The most threads of a block of this kernel on this device.
+    FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: CuFunctionAttribute = 0
+        => "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK";
+    /// The kernel's static shared memory per block, in bytes.
+    FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: CuFunctionAttribute = 1 => "CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES";
+    /// The most dynamic shared memory a launch of the kernel may ask for,
+    /// in bytes (48 KiB less its static shared memory unless raised).
+    FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: CuFunctionAttribute = 8
+        => "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES";
 }
 
 /// `CUmemLocation`.
@@ -249,6 +293,12 @@ load::driver_api! {
         params: *mut *mut c_void,
         extra: *mut *mut c_void,
     ) = "cuLaunchKernel";
+    /// Reads one attribute of a kernel.
+    fn cuFuncGetAttribute(value: *mut c_int, attribute: CuFunctionAttribute, function: CuFunction)
+        = "cuFuncGetAttribute";
+    /// Sets one attribute of a kernel.
+    fn cuFuncSetAttribute(function: CuFunction, attribute: CuFunctionAttribute, value: c_int)
+        = "cuFuncSetAttribute";
 }
 
 #[cfg(test)]
