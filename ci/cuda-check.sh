@@ -105,6 +105,11 @@ expect_failure "could not be loaded" "${no_driver[@]}" "$bundle/examples/gpu_ker
 old=$base/stub-old
 CUDA_STUB_OMIT=cuMemAllocFromPoolAsync ci/cuda-stub/build.sh "$old" 100 > /dev/null
 expect_failure "lacks cuMemAllocFromPoolAsync" env LD_LIBRARY_PATH="$old/lib64" "$bundle/examples/gpu_kernel"
+# A function newer than the oldest supported driver is optional: a driver
+# without cuFuncGetParamInfo (older than CUDA 12.4) loads, and fails later.
+older=$base/stub-no-param-info
+CUDA_STUB_OMIT=cuFuncGetParamInfo ci/cuda-stub/build.sh "$older" 34 > /dev/null
+expect_failure "(code 34)" env LD_LIBRARY_PATH="$older/lib64" "$bundle/examples/gpu_kernel"
 
 echo "== stub drivers: the no-device path and result codes"
 stub=$base/stub-100
