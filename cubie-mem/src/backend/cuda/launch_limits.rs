@@ -257,7 +257,9 @@ impl KernelLimits {
                 ));
             }
         }
-        let threads = block.iter().map(|&n| u64::from(n)).product::<u64>();
+        let threads = block
+            .iter()
+            .fold(1u64, |threads, &n| threads.saturating_mul(u64::from(n)));
         if threads > u64::from(self.max_threads) {
             return Err(refused(
                 kernel,
