@@ -15,17 +15,28 @@ use crate::{Bytes, LimitMode, MemoryKind};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct UsageStats {
-    /// Bytes allocated now, device and pinned: the arrays' own sizes (an
-    /// array in a larger buffer it reused counts its own bytes).
+    /// Bytes in use now, device and pinned: the arrays' own sizes (an
+    /// array in a larger buffer it reused counts its own bytes), as
+    /// PyTorch's "allocated".
     pub current_bytes: u64,
-    /// Device bytes allocated now.
+    /// Device bytes in use now (the arrays' own sizes).
     pub device_bytes: u64,
-    /// Pinned host bytes allocated now.
+    /// Pinned bytes in use now (the arrays' own sizes).
     pub pinned_bytes: u64,
-    /// The most bytes (device and pinned) allocated at once.
+    /// Bytes held now, device and pinned: the buffers' bytes, what the
+    /// device (or the page-locked host memory) gives up for these arrays,
+    /// as PyTorch's "reserved". What caps, budgets and eviction count.
+    pub held_bytes: u64,
+    /// Device bytes held now (the buffers' bytes).
+    pub held_device_bytes: u64,
+    /// Pinned bytes held now (the buffers' bytes).
+    pub held_pinned_bytes: u64,
+    /// The most bytes (device and pinned) in use at once.
     pub peak_bytes: u64,
-    /// The most device bytes allocated at once.
+    /// The most device bytes in use at once.
     pub peak_device_bytes: u64,
+    /// The most bytes (device and pinned) held at once.
+    pub peak_held_bytes: u64,
     /// Arrays allocated now.
     pub current_count: u64,
     /// The most arrays allocated at once.
@@ -41,32 +52,39 @@ pub struct UsageStats {
 }
 
 impl UsageStats {
-    fn kind_bytes(&mut self, kind: MemoryKind) -> &mut u64 {
+    fn kind_bytes(&mut self, kind: MemoryKind) -> (&mut u64, &mut u64) {
         match kind {
-            MemoryKind::Device => &mut self.device_bytes,
-            MemoryKind::Pinned => &mut self.pinned_bytes,
+            MemoryKind::Device => (&mut self.device_bytes, &mut self.held_device_bytes),
+            MemoryKind::Pinned => (&mut self.pinned_bytes, &mut self.held_pinned_bytes),
         }
     }
 
     fn update_peaks(&mut self) {
         self.peak_bytes = self.peak_bytes.max(self.current_bytes);
         self.peak_device_bytes = self.peak_device_bytes.max(self.device_bytes);
+        self.peak_held_bytes = self.peak_held_bytes.max(self.held_bytes);
         self.peak_count = self.peak_count.max(self.current_count);
     }
 
-    pub(crate) fn allocated(&mut self, bytes: u64, kind: MemoryKind) {
+    /// An array of `bytes` in a new buffer of `held` bytes.
+    pub(crate) fn allocated(&mut self, bytes: u64, held: u64, kind: MemoryKind) {
         self.current_bytes = self.current_bytes.saturating_add(bytes);
-        let of_kind = self.kind_bytes(kind);
-        *of_kind = of_kind.saturating_add(bytes);
+        self.held_bytes = self.held_bytes.saturating_add(held);
+        let (in_use, of_kind) = self.kind_bytes(kind);
+        *in_use = in_use.saturating_add(bytes);
+        *of_kind = of_kind.saturating_add(held);
         self.current_count = self.current_count.saturating_add(1);
         self.allocations = self.allocations.saturating_add(1);
         self.update_peaks();
     }
 
-    pub(crate) fn freed(&mut self, bytes: u64, kind: MemoryKind, evicted: bool) {
+    /// An array of `bytes` freed with its buffer of `held` bytes.
+    pub(crate) fn freed(&mut self, bytes: u64, held: u64, kind: MemoryKind, evicted: bool) {
         self.current_bytes = self.current_bytes.saturating_sub(bytes);
-        let of_kind = self.kind_bytes(kind);
-        *of_kind = of_kind.saturating_sub(bytes);
+        self.held_bytes = self.held_bytes.saturating_sub(held);
+        let (in_use, of_kind) = self.kind_bytes(kind);
+        *in_use = in_use.saturating_sub(bytes);
+        *of_kind = of_kind.saturating_sub(held);
         self.current_count = self.current_count.saturating_sub(1);
         self.frees = self.frees.saturating_add(1);
         if evicted {
@@ -74,12 +92,13 @@ impl UsageStats {
         }
     }
 
-    /// A buffer freed and allocated again at once for a new array (reused
-    /// in place): one free and one allocation; the current bytes go from
-    /// the old array's own size to the new one's, the count is unchanged.
-    pub(crate) fn reused(&mut self, before: u64, after: u64, kind: MemoryKind) {
-        self.freed(before, kind, false);
-        self.allocated(after, kind);
+    /// A buffer of `held` bytes freed and allocated again at once for a new
+    /// array (reused in place): one free and one allocation; the bytes in
+    /// use go from the old array's own size to the new one's, the bytes
+    /// held and the count are unchanged.
+    pub(crate) fn reused(&mut self, before: u64, after: u64, held: u64, kind: MemoryKind) {
+        self.freed(before, held, kind, false);
+        self.allocated(after, held, kind);
     }
 
     pub(crate) fn chunked(&mut self) {
@@ -91,6 +110,13 @@ impl UsageStats {
         self.current_bytes = self.current_bytes.saturating_sub(moved.current_bytes);
         self.device_bytes = self.device_bytes.saturating_sub(moved.device_bytes);
         self.pinned_bytes = self.pinned_bytes.saturating_sub(moved.pinned_bytes);
+        self.held_bytes = self.held_bytes.saturating_sub(moved.held_bytes);
+        self.held_device_bytes = self
+            .held_device_bytes
+            .saturating_sub(moved.held_device_bytes);
+        self.held_pinned_bytes = self
+            .held_pinned_bytes
+            .saturating_sub(moved.held_pinned_bytes);
         self.current_count = self.current_count.saturating_sub(moved.current_count);
     }
 
@@ -99,6 +125,13 @@ impl UsageStats {
         self.current_bytes = self.current_bytes.saturating_add(moved.current_bytes);
         self.device_bytes = self.device_bytes.saturating_add(moved.device_bytes);
         self.pinned_bytes = self.pinned_bytes.saturating_add(moved.pinned_bytes);
+        self.held_bytes = self.held_bytes.saturating_add(moved.held_bytes);
+        self.held_device_bytes = self
+            .held_device_bytes
+            .saturating_add(moved.held_device_bytes);
+        self.held_pinned_bytes = self
+            .held_pinned_bytes
+            .saturating_add(moved.held_pinned_bytes);
         self.current_count = self.current_count.saturating_add(moved.current_count);
         self.update_peaks();
     }
@@ -127,8 +160,9 @@ pub(crate) fn counted(n: u64, noun: &str) -> String {
     format!("{} {noun}{}", Count(n), if n == 1 { "" } else { "s" })
 }
 
-/// One line: the bytes held now (device, pinned) and at the peak, the
-/// arrays held now and at the peak, and the event counters.
+/// One line: the bytes in use now (device, pinned: the arrays' own
+/// sizes), the bytes their buffers hold, the peak in use, the arrays held
+/// now and at the peak, and the event counters.
 ///
 /// ```
 /// use cubie_mem::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
@@ -139,8 +173,8 @@ pub(crate) fn counted(n: u64, noun: &str) -> String {
 /// mgr.allocate_queue(&solver)?;
 /// assert_eq!(
 ///     mgr.stats().total.to_string(),
-///     "device 4194304 B (4.00 MiB), pinned 0 B, peak 4194304 B (4.00 MiB); 1 array (peak 1); \
-///      1 allocation, 0 frees, 0 evictions, 0 chunked requests"
+///     "device 4194304 B (4.00 MiB), pinned 0 B, held 4194304 B (4.00 MiB), peak 4194304 B (4.00 MiB); \
+///      1 array (peak 1); 1 allocation, 0 frees, 0 evictions, 0 chunked requests"
 /// );
 /// # Ok::<(), cubie_mem::MemError>(())
 /// ```
@@ -148,9 +182,10 @@ impl fmt::Display for UsageStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "device {}, pinned {}, peak {}; {} (peak {}); {}, {}, {}, {}",
+            "device {}, pinned {}, held {}, peak {}; {} (peak {}); {}, {}, {}, {}",
             Bytes(self.device_bytes),
             Bytes(self.pinned_bytes),
+            Bytes(self.held_bytes),
             Bytes(self.peak_bytes),
             counted(self.current_count, "array"),
             Count(self.peak_count),
@@ -224,6 +259,28 @@ pub struct MemoryStats {
     pub groups: BTreeMap<String, UsageStats>,
     /// Figures per registered instance, by id.
     pub instances: Vec<InstanceStats>,
+    /// Page-locked host memory of the manager's host arrays and staging
+    /// pools (apart from the arrays of requests, in `total`).
+    pub host_pinned: HostPinnedStats,
+}
+
+/// Page-locked host memory held now outside the requests' arrays: the
+/// manager's pinned [`HostArray`](crate::HostArray)s and the buffers of
+/// staging pools it made ([`MemoryManager::new_staging_pool`](crate::MemoryManager::new_staging_pool)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostPinnedStats {
+    /// Bytes of pinned host arrays.
+    pub host_arrays: u64,
+    /// Bytes of staging buffers.
+    pub staging: u64,
+}
+
+impl HostPinnedStats {
+    /// Both, added.
+    pub fn total(&self) -> u64 {
+        self.host_arrays.saturating_add(self.staging)
+    }
 }
 
 impl MemoryStats {
@@ -233,9 +290,12 @@ impl MemoryStats {
     }
 }
 
-/// A [`MemoryStats`] snapshot printed as a table: current device and pinned
-/// MiB, peaks, array counts and event counters per instance, group and in
-/// total. Caps appear only in active limit mode, where they are limits.
+/// A [`MemoryStats`] snapshot printed as a table: device and pinned MiB in
+/// use (the arrays' own sizes) and held (their buffers' bytes, as PyTorch
+/// shows allocated and reserved), the peak held, array counts and event
+/// counters per instance, group and in total, then the page-locked host
+/// memory of host arrays and staging buffers. Caps appear only in active
+/// limit mode, where they are limits.
 pub struct MemoryReport<'a> {
     stats: &'a MemoryStats,
 }
@@ -244,11 +304,13 @@ fn mib(bytes: u64) -> String {
     format!("{:.2}", bytes as f64 / (1u64 << 20) as f64)
 }
 
-const HEADER: [&str; 10] = [
+const HEADER: [&str; 12] = [
     "scope",
     "device MiB",
+    "device held",
     "pinned MiB",
-    "peak MiB",
+    "pinned held",
+    "peak held",
     "arrays",
     "peak arrays",
     "allocs",
@@ -257,12 +319,14 @@ const HEADER: [&str; 10] = [
     "chunked",
 ];
 
-fn row(scope: String, u: &UsageStats) -> [String; 10] {
+fn row(scope: String, u: &UsageStats) -> [String; 12] {
     [
         scope,
         mib(u.device_bytes),
+        mib(u.held_device_bytes),
         mib(u.pinned_bytes),
-        mib(u.peak_bytes),
+        mib(u.held_pinned_bytes),
+        mib(u.peak_held_bytes),
         u.current_count.to_string(),
         u.peak_count.to_string(),
         u.allocations.to_string(),
@@ -283,7 +347,7 @@ impl fmt::Display for MemoryReport<'_> {
             Bytes(s.device.free),
             s.limit_mode
         )?;
-        let mut rows: Vec<[String; 10]> = Vec::new();
+        let mut rows: Vec<[String; 12]> = Vec::new();
         for i in &s.instances {
             let scope = match s.limit_mode {
                 LimitMode::Active => {
@@ -320,7 +384,12 @@ impl fmt::Display for MemoryReport<'_> {
         for r in &rows {
             line(f, &r.iter().map(String::as_str).collect::<Vec<_>>())?;
         }
-        Ok(())
+        writeln!(
+            f,
+            "page-locked host memory: {} MiB of host arrays, {} MiB of staging buffers",
+            mib(s.host_pinned.host_arrays),
+            mib(s.host_pinned.staging)
+        )
     }
 }
 
@@ -331,11 +400,12 @@ mod tests {
     #[test]
     fn peaks_follow_current_and_kinds_split() {
         let mut u = UsageStats::default();
-        u.allocated(100, MemoryKind::Device);
-        u.allocated(50, MemoryKind::Pinned);
-        u.freed(100, MemoryKind::Device, true);
+        u.allocated(100, 100, MemoryKind::Device);
+        u.allocated(50, 50, MemoryKind::Pinned);
+        u.freed(100, 100, MemoryKind::Device, true);
         assert_eq!((u.current_bytes, u.peak_bytes), (50, 150));
         assert_eq!((u.device_bytes, u.pinned_bytes), (0, 50));
+        assert_eq!((u.held_bytes, u.peak_held_bytes), (50, 150));
         assert_eq!(u.peak_device_bytes, 100);
         assert_eq!((u.current_count, u.peak_count), (1, 2));
         assert_eq!((u.allocations, u.frees, u.evictions), (2, 1, 1));
@@ -344,19 +414,30 @@ mod tests {
     #[test]
     fn counters_saturate() {
         let mut u = UsageStats::default();
-        u.allocated(u64::MAX, MemoryKind::Device);
-        u.allocated(u64::MAX, MemoryKind::Device);
-        assert_eq!(u.current_bytes, u64::MAX);
-        u.freed(u64::MAX, MemoryKind::Device, false);
-        u.freed(u64::MAX, MemoryKind::Device, false);
-        u.freed(u64::MAX, MemoryKind::Device, false);
+        u.allocated(u64::MAX, u64::MAX, MemoryKind::Device);
+        u.allocated(u64::MAX, u64::MAX, MemoryKind::Device);
+        assert_eq!((u.current_bytes, u.held_bytes), (u64::MAX, u64::MAX));
+        u.freed(u64::MAX, u64::MAX, MemoryKind::Device, false);
+        u.freed(u64::MAX, u64::MAX, MemoryKind::Device, false);
+        u.freed(u64::MAX, u64::MAX, MemoryKind::Device, false);
         assert_eq!((u.current_bytes, u.current_count), (0, 0));
+        assert_eq!((u.held_bytes, u.held_device_bytes), (0, 0));
+    }
+
+    #[test]
+    fn a_reused_buffer_changes_the_bytes_in_use_not_those_held() {
+        let mut u = UsageStats::default();
+        u.allocated(800, 800, MemoryKind::Device);
+        u.reused(800, 40, 800, MemoryKind::Device);
+        assert_eq!((u.current_bytes, u.device_bytes), (40, 40));
+        assert_eq!((u.held_bytes, u.held_device_bytes), (800, 800));
+        assert_eq!((u.current_count, u.allocations, u.frees), (1, 2, 1));
     }
 
     fn stats(limit_mode: LimitMode) -> MemoryStats {
         let mut usage = UsageStats::default();
-        usage.allocated(3 << 20, MemoryKind::Device);
-        usage.allocated(1 << 20, MemoryKind::Pinned);
+        usage.allocated(3 << 20, 5 << 20, MemoryKind::Device);
+        usage.allocated(1 << 20, 1 << 20, MemoryKind::Pinned);
         MemoryStats {
             backend: "simulated",
             device: MemInfo {
@@ -374,6 +455,10 @@ mod tests {
                 cap: 4 << 30,
                 usage,
             }],
+            host_pinned: HostPinnedStats {
+                host_arrays: 64 << 20,
+                staging: 2 << 20,
+            },
         }
     }
 
@@ -395,7 +480,13 @@ mod tests {
         assert!(!text.contains("cap"), "passive mode shows no caps");
         let total = text.lines().find(|l| l.starts_with("total")).unwrap();
         let cells: Vec<&str> = total.split_whitespace().collect();
-        assert_eq!(&cells[1..4], ["3.00", "1.00", "4.00"]);
+        assert_eq!(&cells[1..6], ["3.00", "5.00", "1.00", "1.00", "6.00"]);
+        assert!(
+            text.ends_with(
+                "page-locked host memory: 64.00 MiB of host arrays, 2.00 MiB of staging buffers\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

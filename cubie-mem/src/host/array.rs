@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::HostMemoryKind;
 use super::spill::SpillFile;
+use super::tally::PinnedUse;
 use crate::backend::{Backend, BackendError, PinnedBlock};
 use crate::block::HostBlock;
 use crate::{DType, Element, Instance, MemError, MemoryManager};
@@ -415,9 +416,12 @@ impl MemoryManager {
         let (_, bytes) = shape_size(shape, dtype.size_bytes())?;
         Ok(match kind {
             HostMemoryKind::Pinned => Storage::Pinned(PinnedStorage::new(
-                self.backend()
-                    .alloc_pinned(bytes as u64)
-                    .map_err(|error| host_pinned_error(&**self.backend(), error))?,
+                self.inner.pinned_host.count(
+                    self.backend()
+                        .alloc_pinned(bytes as u64)
+                        .map_err(|error| host_pinned_error(&**self.backend(), error))?,
+                    PinnedUse::HostArray,
+                ),
             )),
             HostMemoryKind::Pageable => {
                 Storage::Pageable(HostBlock::zeroed(bytes, "a pageable host array")?)

@@ -33,6 +33,7 @@ mod shared;
 mod spill;
 mod stage;
 mod staging;
+mod tally;
 mod target;
 mod transfer;
 
@@ -46,5 +47,6 @@ pub use ram::SystemMemory;
 pub use set_pipeline::{SetError, SetPipeline, SetRun};
 pub(crate) use spill::SPILL_FILE_PREFIX;
 pub use staging::{StagingBuffer, StagingKey, StagingPool};
+pub(crate) use tally::{PinnedTally, PinnedUse};
 pub use target::ChunkTarget;
 pub use transfer::ChunkStreamer;

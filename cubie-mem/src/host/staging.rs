@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::SystemMemory;
 use super::array::shape_size;
+use super::tally::{PinnedTally, PinnedUse};
 use crate::backend::{Backend, PinnedBlock};
 use crate::{DType, Element, MemError, MemoryManager};
 
@@ -39,6 +40,8 @@ type MemoryProbe = dyn Fn() -> Option<SystemMemory> + Send + Sync;
 
 struct PoolShared {
     backend: Arc<dyn Backend>,
+    /// Where the pool's buffers are counted (a pool made by a manager).
+    tally: Option<Arc<PinnedTally>>,
     probe: Box<MemoryProbe>,
     state: Mutex<PoolState>,
     released: Condvar,
@@ -122,6 +125,7 @@ impl StagingPool {
         StagingPool {
             shared: Arc::new(PoolShared {
                 backend,
+                tally: None,
                 probe: Box::new(probe),
                 state: Mutex::new(PoolState::default()),
                 released: Condvar::new(),
@@ -194,7 +198,13 @@ impl StagingPool {
                 state.allocations += 1;
                 drop(state);
                 return match shared.backend.alloc_pinned(bytes as u64) {
-                    Ok(block) => Ok(Some(self.buffer(key, block, len))),
+                    Ok(block) => {
+                        let block = match &shared.tally {
+                            Some(tally) => tally.count(block, PinnedUse::Staging),
+                            None => block,
+                        };
+                        Ok(Some(self.buffer(key, block, len)))
+                    }
                     Err(error) => {
                         let mut state = shared.lock();
                         state.allocations -= 1;
@@ -351,7 +361,13 @@ impl MemoryManager {
     /// A new staging pool on this manager's backend, bounded by the
     /// machine's RAM. Keep it and pass it to every
     /// [`ChunkStreamer`](super::ChunkStreamer) so buffers are reused across batches.
+    /// Its buffers count in the manager's [statistics](Self::stats) as
+    /// page-locked host memory held for staging.
     pub fn new_staging_pool(&self) -> StagingPool {
-        StagingPool::new(Arc::clone(self.backend()))
+        let mut pool = StagingPool::new(Arc::clone(self.backend()));
+        if let Some(shared) = Arc::get_mut(&mut pool.shared) {
+            shared.tally = Some(Arc::clone(&self.inner.pinned_host));
+        }
+        pool
     }
 }

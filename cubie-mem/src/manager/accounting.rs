@@ -94,12 +94,12 @@ impl State {
         slot: &Slot,
         evicted: bool,
     ) {
-        let (bytes, kind) = (slot.bytes(), slot.kind());
+        let (bytes, held, kind) = (slot.bytes(), slot.capacity(), slot.kind());
         if let Some(i) = self.instances.get_mut(&instance) {
-            i.usage.freed(bytes, kind, evicted);
+            i.usage.freed(bytes, held, kind, evicted);
         }
-        group.freed(bytes, kind, evicted);
-        self.total_usage.freed(bytes, kind, evicted);
+        group.freed(bytes, held, kind, evicted);
+        self.total_usage.freed(bytes, held, kind, evicted);
     }
 
     /// Records an allocation of `slot` by `instance` in every scope.
@@ -109,12 +109,12 @@ impl State {
         group: &mut UsageStats,
         slot: &Slot,
     ) {
-        let (bytes, kind) = (slot.bytes(), slot.kind());
+        let (bytes, held, kind) = (slot.bytes(), slot.capacity(), slot.kind());
         if let Some(i) = self.instances.get_mut(&instance) {
-            i.usage.allocated(bytes, kind);
+            i.usage.allocated(bytes, held, kind);
         }
-        group.allocated(bytes, kind);
-        self.total_usage.allocated(bytes, kind);
+        group.allocated(bytes, held, kind);
+        self.total_usage.allocated(bytes, held, kind);
     }
 
     /// Records that `instance` reused a buffer it held, whose array had
@@ -126,17 +126,17 @@ impl State {
         before: u64,
         slot: &Slot,
     ) {
-        let (after, kind) = (slot.bytes(), slot.kind());
+        let (after, held, kind) = (slot.bytes(), slot.capacity(), slot.kind());
         if let Some(i) = self.instances.get_mut(&instance) {
-            i.usage.reused(before, after, kind);
+            i.usage.reused(before, after, held, kind);
         }
-        group.reused(before, after, kind);
-        self.total_usage.reused(before, after, kind);
+        group.reused(before, after, held, kind);
+        self.total_usage.reused(before, after, held, kind);
     }
 
     /// Releases `slot`, held by `instance` until now, and counts it. Returns
-    /// the bytes freed now, device or pinned (none when an access defers
-    /// the free).
+    /// the bytes freed now, device or pinned: its buffer's bytes (none when
+    /// an access defers the free).
     pub(crate) fn release_slot(
         &mut self,
         instance: InstanceId,
@@ -147,7 +147,7 @@ impl State {
         self.count_free(instance, group, slot, reason == ReleaseReason::Evicted);
         let freed_now = matches!(slot.release(reason)?, Release::Freed);
         Ok(Freed::of(
-            if freed_now { slot.bytes() } else { 0 },
+            if freed_now { slot.capacity() } else { 0 },
             slot.kind(),
         ))
     }
@@ -201,7 +201,8 @@ impl State {
         })
     }
 
-    /// Bytes held by `owner`'s registrations: what evicting it releases.
+    /// Bytes held by `owner`'s registrations (their buffers' bytes): what
+    /// evicting it releases.
     pub(crate) fn owner_held(&self, owner: OwnerId) -> Freed {
         self.owners.get(&owner).map_or(Freed::default(), |o| {
             o.instances

@@ -97,6 +97,9 @@ pub(crate) struct Inner {
     pub(crate) total: u64,
     pub(crate) config: ManagerConfig,
     state: Mutex<State>,
+    /// Page-locked host memory the manager's host arrays and staging pools
+    /// hold now (counted without the manager's lock).
+    pub(crate) pinned_host: Arc<crate::host::PinnedTally>,
     /// The list of the last call's ready hooks, emptied, kept with its
     /// room for the next call: freed after every call, a large list makes
     /// glibc's allocator consolidate every small block freed since. Its own
@@ -196,6 +199,7 @@ impl MemoryManager {
                 backend,
                 total,
                 state: Mutex::new(State::new(config.limit_mode)),
+                pinned_host: Arc::default(),
                 spare_ready: Mutex::new(Vec::new()),
                 config,
             }),

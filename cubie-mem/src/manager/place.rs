@@ -175,18 +175,23 @@ impl Held {
         held
     }
 
-    /// Device bytes of the held arrays, every set: those about to be
-    /// replaced, which count as free device memory (`Fe`).
+    /// Device bytes of the held buffers, every set: those about to be
+    /// replaced or reused, which count as free device memory (`Fe`) at
+    /// what they hold (a buffer reused earlier for a smaller array counts
+    /// whole), so that a batch plans the same whatever came before it.
     pub(super) fn replaced_bytes(&self) -> u64 {
-        device_bytes(&self.buffers)
+        self.buffers
+            .iter()
+            .filter(|held| held.kind == MemoryKind::Device)
+            .fold(0u64, |sum, held| sum.saturating_add(held.capacity))
     }
 
-    /// Bytes of the held arrays, device and pinned: what the caps count
+    /// Bytes of the held buffers, device and pinned: what the caps count
     /// as available again (`H`).
     pub(super) fn replaced_cap_bytes(&self) -> u64 {
         self.buffers
             .iter()
-            .fold(0u64, |sum, held| sum.saturating_add(held.bytes))
+            .fold(0u64, |sum, held| sum.saturating_add(held.capacity))
     }
 }
 
@@ -196,13 +201,6 @@ fn device_capacity(replaced: &[Replaced<'_>]) -> u64 {
         .iter()
         .filter(|old| old.kind == MemoryKind::Device)
         .fold(0u64, |sum, old| sum.saturating_add(old.capacity))
-}
-
-fn device_bytes(buffers: &[Comparison]) -> u64 {
-    buffers
-        .iter()
-        .filter(|held| held.kind == MemoryKind::Device)
-        .fold(0u64, |sum, held| sum.saturating_add(held.bytes))
 }
 
 /// Where each requested array's buffers come from, and per request how

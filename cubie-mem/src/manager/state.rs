@@ -41,20 +41,21 @@ pub(crate) struct InstanceState {
 }
 
 impl InstanceState {
-    /// Bytes held in device memory.
+    /// Bytes of device memory held: the buffers' bytes (an array in a
+    /// larger buffer it reused holds the whole buffer).
     pub(crate) fn device_bytes(&self) -> u64 {
         self.allocations
             .buffers()
             .filter(|s| s.kind() == MemoryKind::Device)
-            .fold(0, |sum, s| sum.saturating_add(s.bytes()))
+            .fold(0, |sum, s| sum.saturating_add(s.capacity()))
     }
 
-    /// Bytes held, device and pinned: what counts against the instance's
-    /// cap, as in cubie.
+    /// Bytes held, device and pinned, by the buffers (not the arrays in
+    /// them): what counts against the instance's cap, as in cubie.
     pub(crate) fn held_bytes(&self) -> u64 {
         self.allocations
             .buffers()
-            .fold(0, |sum, s| sum.saturating_add(s.bytes()))
+            .fold(0, |sum, s| sum.saturating_add(s.capacity()))
     }
 }
 

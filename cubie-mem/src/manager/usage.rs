@@ -2,7 +2,8 @@
 
 use super::handles::Instance;
 use crate::backend::{BackendResult, MemInfo};
-use crate::stats::{InstanceStats, MemoryStats};
+use crate::host::PinnedUse;
+use crate::stats::{HostPinnedStats, InstanceStats, MemoryStats};
 use crate::{MemError, MemoryManager};
 
 impl MemoryManager {
@@ -12,18 +13,18 @@ impl MemoryManager {
         self.inner.backend.mem_info().on(&*self.inner.backend)
     }
 
-    /// Bytes (device and pinned) the instance holds (0 for an instance this
-    /// manager does not know).
+    /// Bytes (device and pinned) the instance holds: its buffers' bytes,
+    /// as cubie counts them (an array placed in a larger buffer it reused
+    /// holds the whole buffer), what counts against its cap and what
+    /// evicting it releases. 0 for an instance this manager does not know.
+    /// The arrays' own sizes are [`UsageStats::current_bytes`](crate::stats::UsageStats::current_bytes)
+    /// in the [statistics](Self::stats).
     pub fn allocated_bytes(&self, instance: &Instance) -> u64 {
         self.inner
             .lock()
             .instances
             .get(&instance.id)
-            .map_or(0, |i| {
-                i.allocations
-                    .buffers()
-                    .fold(0u64, |sum, s| sum.saturating_add(s.bytes()))
-            })
+            .map_or(0, |i| i.held_bytes())
     }
 
     /// A snapshot of the statistics.
@@ -60,6 +61,10 @@ impl MemoryManager {
                 .map(|(name, usage)| (name.to_string(), *usage))
                 .collect(),
             instances,
+            host_pinned: HostPinnedStats {
+                host_arrays: self.inner.pinned_host.bytes(PinnedUse::HostArray),
+                staging: self.inner.pinned_host.bytes(PinnedUse::Staging),
+            },
         }
     }
 }

@@ -146,3 +146,24 @@ fn pinned_arrays_count_against_the_caps() {
     let response = mgr.allocate_queue_for(&a).unwrap();
     assert_eq!((response.chunks, response.chunk_length), (2, 512));
 }
+
+#[test]
+fn a_reused_larger_buffer_is_held_whole() {
+    // cubie's buffer_reuse_keeps_larger_allocation: a 100 x 100 x 1,000
+    // f64 array, then the same label at 10 runs, which reuses its buffer:
+    // cubie reports the 80,000,000 bytes the buffer holds.
+    let (mgr, sim) = manager(8 * GIB, GIB);
+    let solver = mgr.register(queuing()).unwrap();
+    let request = |runs: usize| ArrayRequest::of::<f64>([100, 100, runs]).total_runs(runs);
+    mgr.queue_request(&solver, [("x", request(1000))]).unwrap();
+    mgr.allocate_queue(&solver).unwrap();
+    mgr.queue_request(&solver, [("x", request(10))]).unwrap();
+    let x = mgr
+        .allocate_queue_for(&solver)
+        .unwrap()
+        .take::<f64>("x")
+        .unwrap();
+    assert_eq!(x.nbytes(), 800_000);
+    assert_eq!(mgr.allocated_bytes(&solver), 80_000_000);
+    assert_eq!(sim.free_bytes(), GIB - 80_000_000);
+}

@@ -165,7 +165,11 @@ fn a_failed_call_leaves_a_reused_buffer_intact() {
         (80, 160),
         "x keeps its 160-byte buffer"
     );
-    assert_eq!(mgr.allocated_bytes(&a), 80 + 320);
+    assert_eq!(
+        mgr.allocated_bytes(&a),
+        160 + 320,
+        "a holds x's whole buffer"
+    );
 }
 
 #[test]

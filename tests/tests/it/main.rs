@@ -18,6 +18,7 @@ mod element_types;
 mod eviction;
 mod faults;
 mod handles;
+mod held_bytes;
 mod host;
 mod host_limits;
 mod host_pipeline;

@@ -1,7 +1,8 @@
 //! An array placed in an earlier, larger buffer of its label is its own
 //! size everywhere it is reported or passed: its byte size, its length, the
-//! elements a kernel sees, copies, the manager's figures and statistics.
-//! The buffer's capacity is a figure of its own.
+//! elements a kernel sees, copies, the statistics' bytes in use. The
+//! buffer's capacity is what the instance holds (`allocated_bytes`, the
+//! statistics' held figures).
 
 use crate::common::{manager, queuing};
 use std::time::Duration;
@@ -33,10 +34,15 @@ fn a_small_array_in_a_reused_buffer_is_its_own_size() {
 
     assert_eq!((x.len(), x.shape(), x.nbytes()), (10, &[10][..], 40));
     assert_eq!(x.capacity_bytes(), 800);
-    assert_eq!(mgr.allocated_bytes(&solver), 40);
+    assert_eq!(
+        mgr.allocated_bytes(&solver),
+        800,
+        "the instance holds the buffer"
+    );
     let stats = mgr.stats();
     assert_eq!(stats.total.current_bytes, 40);
     assert_eq!(stats.total.device_bytes, 40);
+    assert_eq!(stats.total.held_device_bytes, 800);
     assert_eq!(stats.instances[0].usage.current_bytes, 40);
     assert_eq!(stats.total.current_count, 1);
 
@@ -91,8 +97,9 @@ fn a_smaller_pinned_array_in_a_reused_block_reports_its_own_bytes() {
         .unwrap();
     assert_eq!((p.nbytes(), p.capacity_bytes()), (8_000, 80_000));
     assert_eq!(p.read().unwrap().len(), 1000);
-    assert_eq!(mgr.allocated_bytes(&solver), 8_000);
+    assert_eq!(mgr.allocated_bytes(&solver), 80_000, "the block is held");
     assert_eq!(mgr.stats().total.pinned_bytes, 8_000);
+    assert_eq!(mgr.stats().total.held_pinned_bytes, 80_000);
 }
 
 #[test]

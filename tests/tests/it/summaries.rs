@@ -88,7 +88,7 @@ fn the_report_rows_print_as_one_line_each() {
     let stats = mgr.stats();
 
     let usage = "device 4194304 B (4.00 MiB), pinned 4096 B (4.00 KiB), \
-                 peak 4198400 B (4.00 MiB); 2 arrays (peak 2); \
+                 held 4198400 B (4.00 MiB), peak 4198400 B (4.00 MiB); 2 arrays (peak 2); \
                  2 allocations, 0 frees, 0 evictions, 0 chunked requests";
     assert_eq!(stats.total.to_string(), usage);
     assert_eq!(stats.groups["integrators"].to_string(), usage);
