@@ -6,20 +6,26 @@
 #  2. the bindings against the real cuda.h of CUDA 12.9, 13.0 and the newest
 #     13.x (ci/cuda-headers);
 #  3. the fake driver (ci/fake-cuda): cubie-mem's unit tests and the guide
-#     (docs/cuda.md's device branches), the tests only the fake can run,
-#     the GPU check's counting on stand-in binaries (ci/gpu/selftest.sh),
-#     and the GPU check rehearsed end to end on it: every cuda test and
-#     gpu_* example as the GPU bundle's release binaries, with
-#     CUBIE_REQUIRE_GPU=1;
-#  4. a mutation: with the backend's ordering across streams switched off,
-#     a device test must fail on the fake driver;
+#     (docs/cuda.md's device branches), the tests only the fake can run
+#     (in its lazy, eager and random execution modes), the GPU check's
+#     counting on stand-in binaries (ci/gpu/selftest.sh), and the GPU check
+#     rehearsed end to end on it: every cuda test and gpu_* example as the
+#     GPU bundle's release binaries, with CUBIE_REQUIRE_GPU=1, then the cuda
+#     tests in the eager and random modes;
+#  4. mutations: with the backend's ordering across streams switched off,
+#     a device test must fail on the fake driver; with each of the four
+#     waits of the pipeline's schedule on a buffer set's earlier use
+#     removed alone, the fake must report a race on device memory in every
+#     execution mode;
 #  5. no driver library at all: the main job built with `cuda` runs, the
 #     cuda tests take the no-device path, and gpu_kernel names what is
 #     missing; a driver lacking a function is named too;
 #  6. stub drivers: every call answering 100 gives the exact no-device
 #     message, and 34, 46, 226 and 912 are reported by code, without a crash.
 #
-# Usage: ci/cuda-check.sh     (CUBIE_CUDA_TARGET_DIR overrides the target base)
+# Usage: ci/cuda-check.sh     (CUBIE_CUDA_TARGET_DIR overrides the target base;
+#                              CUBIE_CUDA_CHECK_SEED the random mode's seed,
+#                              printed, by default from the clock)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,9 +52,14 @@ fake=$base/fake-cuda
 ci/fake-cuda/build.sh "$fake"
 echo "== fake driver: cubie-mem's unit tests and the guide"
 LD_LIBRARY_PATH="$fake/lib64" CUBIE_REQUIRE_GPU=1 cargo test -p cubie-mem --features cuda
-echo "== fake driver: the tests only the fake can run"
-LD_LIBRARY_PATH="$fake/lib64" CUBIE_REQUIRE_GPU=1 \
-    cargo test -p cubie-mem-tests --features cuda --test fake_driver -- --ignored
+# The fake's execution modes (when queued work runs) and the random one's seed.
+modes=(lazy eager random)
+seed=${CUBIE_CUDA_CHECK_SEED:-$(($(date +%s) % 1000000))}
+for mode in "${modes[@]}"; do
+    echo "== fake driver: the tests only the fake can run (exec=$mode, seed $seed)"
+    CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
+        CUBIE_REQUIRE_GPU=1 cargo test -p cubie-mem-tests --features cuda --test fake_driver -- --ignored
+done
 
 echo "== the GPU check's own counting (stand-in test binaries)"
 ci/gpu/selftest.sh
@@ -57,6 +68,11 @@ build=$base/gpu-build
 bundle=$base/gpu-bundle
 CUBIE_GPU_TARGET_DIR="$build" ci/gpu/check.sh build "$bundle"
 LD_LIBRARY_PATH="$fake/lib64" CHECK_FAKE_DRIVER=1 bash "$bundle/check.sh" run "$base/gpu-report.txt"
+for mode in eager random; do
+    echo "== fake driver: the cuda tests (exec=$mode, seed $seed)"
+    CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
+        CUBIE_REQUIRE_GPU=1 "$bundle/tests/cuda" -q --test-threads=1
+done
 
 echo "== mutation: the backend's ordering across streams switched off"
 mutant=$base/mutant
@@ -81,6 +97,40 @@ case "$status:$output" in
     *"VIOLATION"*) echo "mutation: caught ($(printf '%s\n' "$output" | grep -m1 VIOLATION))" ;;
     *) echo "mutation: the test failed without naming a violation: $output" >&2; exit 1 ;;
 esac
+
+echo "== mutations: each wait of the pipeline's schedule on a set's earlier use, removed alone"
+# Each must make the fake-driver race tests (tests/tests/fake_driver/races.rs)
+# report a race on device memory, in every execution mode.
+cp "$root/cubie-mem/src/backend/cuda/allocation.rs" "$mutant/cubie-mem/src/backend/cuda/allocation.rs"
+schedule=cubie-mem/src/host/schedule.rs
+waits=(
+    'computed before an upload|s/\n *self\.after_previous_use\(chunk\.index, stream, \|e\| &e\.computed\)\?;//g'
+    'uploaded before a kernel|s/uploaded\.order\(self\.compute\)\?;/let _ = uploaded;/g'
+    'downloaded before a kernel|s/\n *self\.after_previous_use\(chunk\.index, self\.compute, \|e\| &e\.downloaded\)\?;//g'
+    'computed before a download|s/computed\.order\(stream\)\?;/let _ = computed;/g'
+)
+for wait in "${waits[@]}"; do
+    name="no wait on ${wait%%|*}"
+    cp "$root/$schedule" "$mutant/$schedule"
+    perl -0777 -e 'my ($file, $edit) = @ARGV; open my $in, "<", $file or die "$file: $!";
+        local $_ = <$in>; my $n = eval $edit; die $@ if $@;
+        die "mutation: $edit matched " . ($n || 0) . " times in $file\n" if $n != 1;
+        open my $out, ">", $file or die "$file: $!"; print $out $_' "$mutant/$schedule" "${wait#*|}"
+    mutant_test=$(CARGO_TARGET_DIR="$build" cargo test --release --manifest-path "$mutant/Cargo.toml" \
+        -p cubie-mem-tests --features cuda --test fake_driver --no-run --message-format=json-render-diagnostics |
+        grep -o '"executable":"[^"]*"' | sed -e 's/^"executable":"//' -e 's/"$//')
+    for mode in "${modes[@]}"; do
+        status=0
+        output=$(CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
+            CUBIE_REQUIRE_GPU=1 "$mutant_test" --ignored --test-threads=1 races:: 2>&1) || status=$?
+        case "$status:$output" in
+            0:*) echo "mutation ($name, exec=$mode): the race tests passed: $output" >&2; exit 1 ;;
+            *"VIOLATION: race on device memory"*)
+                echo "mutation ($name, exec=$mode): caught ($(printf '%s\n' "$output" | grep -m1 -o 'race on device memory: .*(.* after .*)'))" ;;
+            *) echo "mutation ($name, exec=$mode): failed without a race on device memory: $output" >&2; exit 1 ;;
+        esac
+    done
+done
 
 echo "== no driver library: the main job runs, the cuda tests take the no-device path"
 CARGO_TARGET_DIR="$build" cargo build --release -p cubie-mem-examples --features cuda --bin batch

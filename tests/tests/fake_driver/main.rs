@@ -2,9 +2,10 @@
 //! fake can show: that each misuse a GPU would punish is caught (through
 //! the backend's API), that the backend's own teardown, retries and module
 //! unloading never commit one, that events are reused, that memory lands
-//! on the device it was asked of, and that the overlapped pipeline's copies
+//! on the device it was asked of, that the overlapped pipeline's copies
 //! are not ordered after the kernels they should overlap (from the fake's
-//! order log).
+//! order log), and that they never race with them on a buffer set's device
+//! memory.
 //!
 //! Every test is ignored by default: `ci/cuda-check.sh` runs them with the
 //! fake driver first on the loader's path (`--ignored`).
@@ -18,6 +19,7 @@ mod limits;
 mod misuse;
 mod ordering;
 mod pipeline;
+mod races;
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::{Mutex, MutexGuard};
