@@ -251,6 +251,16 @@ impl Slot {
         }
     }
 
+    /// Whether releasing the slot now would free its memory at once: it is
+    /// live and no access holds it (a snapshot, under the slot's lock).
+    pub(crate) fn frees_on_release(&self) -> bool {
+        match &*self.state.lock() {
+            SlotState::Live(Memory::Device(memory)) => Arc::strong_count(memory) == 1,
+            SlotState::Live(Memory::Pinned(memory)) => Arc::strong_count(memory) == 1,
+            SlotState::Released(_) => false,
+        }
+    }
+
     /// The memory, for an access; `Released` when it is gone.
     pub(crate) fn memory(&self) -> Result<Memory, MemError> {
         match &*self.state.lock() {

@@ -216,4 +216,19 @@ impl State {
                 })
         })
     }
+
+    /// The bytes evicting `owner` would free at once: its buffers' bytes,
+    /// but for memory an access still holds (freed when the access ends).
+    pub(crate) fn owner_releasable(&self, owner: OwnerId) -> Freed {
+        self.owners.get(&owner).map_or(Freed::default(), |o| {
+            o.instances
+                .iter()
+                .filter_map(|i| self.instances.get(i))
+                .flat_map(|i| i.allocations.buffers())
+                .filter(|buffer| buffer.slot().frees_on_release())
+                .fold(Freed::default(), |sum, buffer| {
+                    sum.plus(Freed::of(buffer.capacity(), buffer.kind()))
+                })
+        })
+    }
 }

@@ -3,9 +3,12 @@
 //! committing.
 //!
 //! The call runs in two steps under the manager's lock. [`Inner::prepare`]
-//! may fail and changes nothing but evictions (whose hooks are delivered
-//! whatever happens after): it allocates only new memory, beside the arrays
-//! the participants hold. [`Inner::commit`] cannot fail: it retires replaced
+//! may fail and then changes nothing: it evicts idle owners only for a
+//! batch that the planner says fits once they are gone (granule, caps and
+//! reserve included), and allocates only new memory, beside the arrays the
+//! participants hold. Only an allocation the device then refuses (a fault,
+//! another process taking the memory) fails after an eviction, whose hooks
+//! are delivered all the same. [`Inner::commit`] cannot fail: it retires replaced
 //! arrays, hands reused buffers to their new arrays and builds the responses.
 //!
 //! A chunkable array has a buffer in each of the plan's buffer sets, an
@@ -18,7 +21,7 @@ use rustc_hash::FxHashSet;
 
 use super::Inner;
 use super::hooks::Hooks;
-use super::place::{FreeBefore, Held, Placed, forget_released};
+use super::place::{FreeBefore, Held, Placed, forget_released, sets_of};
 use super::state::{Queued, State};
 use crate::ChunkPlan;
 use crate::backend::BackendResult;
@@ -193,22 +196,36 @@ impl Inner {
                 .fold(0u64, |sum, (_, request)| {
                     sum.saturating_add(request.nbytes().unwrap_or(u64::MAX))
                 });
-            let released = self.evict(s, needed, pinned_requested, batch.owner, hooks);
-            free_unchanged = released == 0;
-            budget.effective_free = budget.effective_free.saturating_add(released);
+            let victims =
+                self.choose_victims(s, needed, pinned_requested, batch.owner, &batch.group);
+            if !victims.owners.is_empty() {
+                // Eviction belongs to a batch that will succeed: planned
+                // as it would be after it, the batch must fit (granule,
+                // caps and reserve included), else no one is evicted.
+                let after = Budget {
+                    effective_free: budget.effective_free.saturating_add(victims.credit),
+                    cap_headroom: headroom.map(|h| h.saturating_add(victims.in_group)),
+                    ..budget
+                };
+                let planned = self.plan_batch(s, batch, &sizes, &after, &misaxed)?;
+                // A remembered partition is not planned: it may still not
+                // fit, and then fails to allocate with no one evicted.
+                if device_footprint(batch, &planned) <= after.effective_free {
+                    let released =
+                        self.evict(s, victims, needed, pinned_requested, batch.owner, hooks);
+                    free_unchanged = released == 0;
+                    budget.effective_free = budget.effective_free.saturating_add(released);
+                    if headroom.is_some() {
+                        budget.cap_headroom = Some(s.cap_headroom(
+                            &batch.group,
+                            self.total,
+                            held.replaced_cap_bytes(),
+                        ));
+                    }
+                }
+            }
         }
-        // A remembered partition a notary's arrays are laid out for comes
-        // first, as in cubie (after the rule that an empty batch is one
-        // chunk); otherwise the batch is planned.
-        let reused = remembered_partition(s, batch)
-            .filter(|_| requested > 0)
-            .and_then(|(length, chunks)| plan_partition(&sizes, &budget, length, chunks));
-        let plan = match reused {
-            Some(plan) => plan,
-            None => plan_chunks(&sizes, &budget)
-                .map_err(|error| with_misaxed(error, misaxed))
-                .map_err(|error| self.explain_caps(s, error, &batch.group, &sizes, &budget))?,
-        };
+        let plan = self.plan_batch(s, batch, &sizes, &budget, &misaxed)?;
         tracing::debug!(
             group = %batch.group,
             owner = %s.named_owner(batch.owner),
@@ -240,6 +257,44 @@ impl Inner {
         let placed = self.place(s, batch, held, &plan, &stream, free)?;
         Ok((plan, placed))
     }
+}
+
+impl Inner {
+    /// The plan of `batch` under `budget`: the remembered partition a
+    /// notary's arrays are laid out for comes first, as in cubie (after the
+    /// rule that an empty batch is one chunk); otherwise the batch is
+    /// planned. An error names the misaxed requests and, where the caps
+    /// bind, the caps.
+    fn plan_batch(
+        &self,
+        s: &State,
+        batch: &Batch,
+        sizes: &BatchSizes,
+        budget: &Budget,
+        misaxed: &[String],
+    ) -> Result<ChunkPlan, MemError> {
+        let reused = remembered_partition(s, batch)
+            .filter(|_| sizes.total_bytes() > 0)
+            .and_then(|(length, chunks)| plan_partition(sizes, budget, length, chunks));
+        match reused {
+            Some(plan) => Ok(plan),
+            None => plan_chunks(sizes, budget)
+                .map_err(|error| with_misaxed(error, misaxed.to_vec()))
+                .map_err(|error| self.explain_caps(s, error, &batch.group, sizes, budget)),
+        }
+    }
+}
+
+/// The device bytes `batch` takes under `plan`: each device request's
+/// chunked bytes in each of its buffer sets.
+fn device_footprint(batch: &Batch, plan: &ChunkPlan) -> u64 {
+    batch
+        .requests()
+        .filter(|(_, request)| request.memory_kind() == crate::MemoryKind::Device)
+        .fold(0u64, |sum, (_, request)| {
+            let sets = u64::try_from(sets_of(plan, request)).unwrap_or(u64::MAX);
+            sum.saturating_add(plan.chunked_bytes(request).saturating_mul(sets))
+        })
 }
 
 /// An optional figure in a log: the figure, or `none`.

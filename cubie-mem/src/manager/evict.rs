@@ -8,26 +8,39 @@ use crate::Bytes;
 use crate::array::ReleaseReason;
 use crate::ids::OwnerId;
 
+/// The owners chosen to be evicted for a batch, before anyone is: what
+/// evicting them would give the batch decides whether they are.
+#[derive(Debug, Default)]
+pub(super) struct Victims {
+    /// The owners, least recently used first.
+    pub(super) owners: Vec<OwnerId>,
+    /// The bytes the batch could count: device bytes, and pinned bytes up
+    /// to its own pinned arrays.
+    pub(super) credit: u64,
+    /// The bytes (device and pinned) they hold in the batch's stream
+    /// group, which its members' caps see again (`H`).
+    pub(super) in_group: u64,
+}
+
 impl Inner {
-    /// Evicts idle owners other than `protected`, least recently used first
-    /// (ties in registration order) and whole owners at a time, until
-    /// `needed` bytes the batch can obtain are freed: device bytes, and
-    /// pinned bytes up to the batch's own pinned arrays
+    /// Chooses idle owners other than `protected`, least recently used
+    /// first (ties in registration order) and whole owners at a time, until
+    /// evicting them would free `needed` bytes the batch can obtain: device
+    /// bytes, and pinned bytes up to the batch's own pinned arrays
     /// (`pinned_requested`), since pinned arrays count wherever device
     /// arrays do, as in cubie, but a device allocation cannot obtain
     /// page-locked host memory. Owners that are busy, whose last completion
     /// events have not fired, or whose memory the batch could not use are
-    /// not candidates. Schedules every evicted registration's invalidate
-    /// hook and returns the bytes the batch can count (bytes an access
-    /// still holds are freed later and not counted).
-    pub(super) fn evict(
+    /// not candidates. Memory an access holds is freed only when the access
+    /// ends, so it does not count. Evicts no one.
+    pub(super) fn choose_victims(
         &self,
         s: &mut State,
         needed: u64,
         pinned_requested: u64,
         protected: OwnerId,
-        hooks: &mut Hooks,
-    ) -> u64 {
+        group: &str,
+    ) -> Victims {
         let owners: Vec<OwnerId> = s.owners.keys().copied().collect();
         let mut candidates: Vec<(u64, OwnerId)> = Vec::new();
         for owner in owners {
@@ -40,11 +53,40 @@ impl Inner {
             }
         }
         candidates.sort_unstable();
+        let mut victims = Victims::default();
         let mut released = Freed::default();
         for (_, owner) in candidates {
             if released.credit(pinned_requested) >= needed {
                 break;
             }
+            let held = s.owner_releasable(owner);
+            released = released.plus(held);
+            if s.owner_group(owner).is_some_and(|g| **g == *group) {
+                victims.in_group = victims
+                    .in_group
+                    .saturating_add(held.device.saturating_add(held.pinned));
+            }
+            victims.owners.push(owner);
+        }
+        victims.credit = released.credit(pinned_requested);
+        victims
+    }
+
+    /// Evicts `victims` for `protected`'s batch (which needed `needed`
+    /// bytes): schedules every evicted registration's invalidate hook and
+    /// returns the bytes the batch can count (bytes an access still holds
+    /// are freed later and not counted).
+    pub(super) fn evict(
+        &self,
+        s: &mut State,
+        victims: Victims,
+        needed: u64,
+        pinned_requested: u64,
+        protected: OwnerId,
+        hooks: &mut Hooks,
+    ) -> u64 {
+        let mut released = Freed::default();
+        for owner in victims.owners {
             let instances = s
                 .owners
                 .get(&owner)

@@ -38,8 +38,10 @@
 //! A call that fails leaves the state as it was: a failed registration
 //! registers nothing; a failed `allocate_queue` frees what it allocated,
 //! leaves every array the participants held valid, and puts their request
-//! sets back in the queue. Owners it evicted before failing stay evicted,
-//! and their invalidate hooks are called.
+//! sets back in the queue. It evicts no one for a batch that would not
+//! fit after the eviction; only when the device then refuses an
+//! allocation (a fault, another process) do the owners it evicted stay
+//! evicted, with their invalidate hooks called.
 
 mod accounting;
 mod allocate;

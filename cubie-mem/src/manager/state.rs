@@ -152,6 +152,12 @@ impl State {
             })
     }
 
+    /// The stream group of `owner`'s registrations (they share one).
+    pub(crate) fn owner_group(&self, owner: OwnerId) -> Option<&Arc<str>> {
+        let first = self.owners.get(&owner)?.instances.first()?;
+        self.groups.group_of(*first)
+    }
+
     /// `id` with its name, for messages.
     pub(crate) fn named(&self, id: InstanceId) -> Named<InstanceId> {
         Named {

@@ -16,6 +16,7 @@ mod derive;
 mod device_set;
 mod element_types;
 mod eviction;
+mod failed_eviction;
 mod faults;
 mod handles;
 mod held_bytes;
