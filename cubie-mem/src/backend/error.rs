@@ -206,6 +206,18 @@ pub enum BackendError {
         duration: std::time::Duration,
     },
 
+    /// A strided copy's figures do not describe rows that can be copied: a
+    /// pitch smaller than a row, or an extent past the address range.
+    #[error("{operation}: {rows}: {reason}")]
+    BadStride {
+        /// What was being done.
+        operation: &'static str,
+        /// The figures given.
+        rows: super::StridedRows,
+        /// What is wrong, and what to change.
+        reason: &'static str,
+    },
+
     /// The backend cannot do this.
     #[error("{operation} is not supported: {reason}")]
     Unsupported {

@@ -22,10 +22,12 @@ mod kernel;
 pub(crate) mod page_locked;
 mod rates;
 pub(crate) mod sim;
+mod strided;
 
 pub use error::{BackendError, HandleKind, HazardMemory, MemorySpace};
 pub use kernel::{Access, HostKernelFn, KernelArg, KernelBody, KernelLaunch};
 pub use rates::EngineRates;
+pub use strided::StridedRows;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -233,6 +235,54 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         dst: *mut u8,
         len: usize,
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError>;
+
+    /// Queues a strided copy of page-locked host rows into device memory
+    /// on `stream`, and returns at once (`cuMemcpy2DAsync`): `rows.rows`
+    /// rows of `rows.row_bytes` bytes, the first at `src` and each
+    /// `rows.host_pitch` bytes after the last, into device memory from
+    /// `dst + offset`, `rows.device_pitch` bytes apart. The copy engine
+    /// moves them directly, with no staging and no host work.
+    ///
+    /// Refused before anything is queued: figures that do not describe
+    /// rows ([`BackendError::BadStride`]: a pitch smaller than a row, an
+    /// extent that overflows), device rows outside the allocation
+    /// ([`BackendError::OutOfBounds`]), and host rows that are not
+    /// page-locked memory of this backend ([`BackendError::NotPageLocked`]).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Backend::copy_to_device_async`], for the bytes of every row:
+    /// they must stay allocated and unwritten until the copy completed.
+    /// (The bytes between rows are not touched.)
+    unsafe fn copy_to_device_strided_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        rows: StridedRows,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError>;
+
+    /// Queues a strided copy of device memory from `src + offset`,
+    /// `rows.device_pitch` bytes apart, into page-locked host rows from
+    /// `dst`, `rows.host_pitch` bytes apart, on `stream`, and returns at
+    /// once (`cuMemcpy2DAsync`); refused as
+    /// [`Backend::copy_to_device_strided_async`] is.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Backend::copy_from_device_async`], for the bytes of every
+    /// row: they must stay allocated, and be neither read nor written by
+    /// anyone else, until the copy completed. (The bytes between rows are
+    /// not touched.)
+    unsafe fn copy_from_device_strided_async(
+        &self,
+        dst: *mut u8,
+        rows: StridedRows,
         src: DevicePtr,
         offset: u64,
         stream: StreamHandle,

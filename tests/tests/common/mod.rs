@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cubie_mem::backend::{
-    Backend, BackendError, DevicePtr, EventHandle, KernelLaunch, MemInfo, PinnedBlock, StreamHandle,
+    Backend, BackendError, DevicePtr, EventHandle, KernelLaunch, MemInfo, PinnedBlock,
+    StreamHandle, StridedRows,
 };
 use cubie_mem::{
     ArrayRequest, ArrayResponse, DType, ManagerConfig, MemoryManager, Registration, SimBackend,
@@ -260,6 +261,42 @@ impl Backend for Logged {
         unsafe {
             self.sim
                 .copy_from_device_async(dst, len, src, offset, stream)
+        }
+    }
+    unsafe fn copy_to_device_strided_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        rows: StridedRows,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.note(format!(
+            "up strided {} x {} on {}",
+            rows.rows, rows.row_bytes, stream.0
+        ));
+        // SAFETY: the caller's guarantees pass through unchanged.
+        unsafe {
+            self.sim
+                .copy_to_device_strided_async(dst, offset, src, rows, stream)
+        }
+    }
+    unsafe fn copy_from_device_strided_async(
+        &self,
+        dst: *mut u8,
+        rows: StridedRows,
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.note(format!(
+            "down strided {} x {} on {}",
+            rows.rows, rows.row_bytes, stream.0
+        ));
+        // SAFETY: the caller's guarantees pass through unchanged.
+        unsafe {
+            self.sim
+                .copy_from_device_strided_async(dst, rows, src, offset, stream)
         }
     }
     fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError> {

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use super::driver::NAME;
 use super::stream::{RawEvent, RawStream};
+use super::strided::HostRows;
 use super::sys::{self, CuResult};
 use super::{Allocation, CudaBackend, PreparedUse, host_kernel_unsupported, unknown_allocation};
 use crate::backend::{
     Backend, BackendError, DevicePtr, EventHandle, KernelBody, KernelLaunch, MemInfo, PinnedBlock,
-    StreamHandle,
+    StreamHandle, StridedRows,
 };
 use crate::timeline::Activity;
 
@@ -269,6 +270,37 @@ impl Backend for CudaBackend {
         // or writes until the copy completed.
         unsafe { self.queue_copy(src, offset, HostSide::Target(dst), len, stream, OPERATION) }
             .map(drop)
+    }
+
+    /// `cuMemcpy2DAsync_v2` on `stream`, after the allocation; returns once
+    /// queued. Every host row must be page-locked memory of this backend
+    /// (or of a peer it accepts).
+    unsafe fn copy_to_device_strided_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        rows: StridedRows,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "asynchronous strided copy to device";
+        // SAFETY: passed on from the caller.
+        unsafe { self.queue_strided(dst, offset, HostRows::Source(src), rows, stream, OPERATION) }
+    }
+
+    /// `cuMemcpy2DAsync_v2` on `stream`, after the allocation; returns once
+    /// queued.
+    unsafe fn copy_from_device_strided_async(
+        &self,
+        dst: *mut u8,
+        rows: StridedRows,
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "asynchronous strided copy from device";
+        // SAFETY: passed on from the caller.
+        unsafe { self.queue_strided(src, offset, HostRows::Target(dst), rows, stream, OPERATION) }
     }
 
     /// Host kernels run only on the simulated device: always

@@ -81,6 +81,7 @@ mod pinned;
 mod ptx;
 mod record;
 mod stream;
+mod strided;
 mod sys;
 mod track;
 mod wait;

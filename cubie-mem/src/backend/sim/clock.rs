@@ -31,6 +31,16 @@ pub(crate) const DEFAULT_HOST_BANDWIDTH: u64 = 12_000_000_000;
 /// so it moves at about the host's memcpy speed.
 pub(crate) const DEFAULT_PAGEABLE_BANDWIDTH: u64 = 12_000_000_000;
 
+/// The default cost of each row of a strided (2D) copy beyond its bytes'
+/// time at the copy bandwidth, in picoseconds: 2.5 ns. A `cudaMemcpy2D` of
+/// 1,048,576 rows of one byte took about 2.6 ms on an NVIDIA GPU against
+/// about 0.03 ms for one contiguous copy of the same bytes (ROCm
+/// rocm-systems pull request 6910, comparing `hipMemcpy2D`'s narrow rows
+/// with CUDA's): (2.6 - 0.03) ms / 1,048,576 rows is 2.45 ns a row. At
+/// 50 GB/s a row of 125 bytes then moves at half the bandwidth, one of
+/// 1 KiB at 89% of it.
+pub(crate) const DEFAULT_STRIDED_ROW_PS: u64 = 2_500;
+
 /// The default compute speed, in percent of the kernels' declared
 /// durations: a kernel takes the time its launch declares.
 pub(crate) const DEFAULT_COMPUTE_PERCENT: u32 = 100;
@@ -75,6 +85,8 @@ pub(super) struct DeviceClock {
     /// Compute speed in percent of the kernels' declared durations (at
     /// least 1).
     compute_percent: u32,
+    /// Picoseconds each row of a strided copy costs beyond its bytes.
+    strided_row_ps: u64,
     timeline: SpanLog,
 }
 
@@ -89,6 +101,7 @@ impl DeviceClock {
             host_bandwidth: DEFAULT_HOST_BANDWIDTH,
             pageable_bandwidth: DEFAULT_PAGEABLE_BANDWIDTH,
             compute_percent: DEFAULT_COMPUTE_PERCENT,
+            strided_row_ps: DEFAULT_STRIDED_ROW_PS,
             timeline: SpanLog::default(),
         }
     }
@@ -106,6 +119,11 @@ impl DeviceClock {
     /// Sets the bandwidth of pageable copies (0 counts as 1).
     pub(super) fn set_pageable_bandwidth(&mut self, bytes_per_second: u64) {
         self.pageable_bandwidth = bytes_per_second.max(1);
+    }
+
+    /// Sets the cost of each row of a strided copy, in picoseconds.
+    pub(super) fn set_strided_row_cost(&mut self, picoseconds: u64) {
+        self.strided_row_ps = picoseconds;
     }
 
     /// Sets the compute speed in percent of the kernels' declared
@@ -167,6 +185,18 @@ impl DeviceClock {
             Engine::Compute => return 0,
         };
         transfer_ns(bytes, bandwidth)
+    }
+
+    /// How long a strided copy of `rows` rows holding `bytes` in all takes
+    /// on `engine`: its bytes at the engine's bandwidth plus each row's
+    /// cost, both rounded up; `u64::MAX` past the range (which the clock
+    /// then refuses).
+    pub(super) fn strided_copy_ns(&self, engine: Engine, bytes: u64, rows: u64) -> u64 {
+        let per_rows = (u128::from(rows) * u128::from(self.strided_row_ps)).div_ceil(1_000);
+        u64::try_from(per_rows)
+            .ok()
+            .and_then(|rows_ns| self.copy_ns(engine, bytes).checked_add(rows_ns))
+            .unwrap_or(u64::MAX)
     }
 
     /// How long a copy of `bytes` from or into pageable memory takes: the
@@ -398,6 +428,31 @@ mod tests {
         assert_eq!(c.copy_ns(Engine::HostToDevice, 1), 333_333_334);
         assert_eq!(c.copy_ns(Engine::DeviceToHost, 1), 1_000_000_000);
         assert_eq!(c.copy_ns(Engine::DeviceToHost, u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn strided_copies_add_each_rows_cost_to_their_bytes_time() {
+        let mut c = DeviceClock::new();
+        // 50,000 bytes at 50 GB/s: 1 µs; 1,000 rows at 2.5 ns: 2.5 µs.
+        assert_eq!(
+            c.strided_copy_ns(Engine::DeviceToHost, 50_000, 1_000),
+            3_500
+        );
+        assert_eq!(
+            c.strided_copy_ns(Engine::HostToDevice, 0, 3),
+            8,
+            "7.5 ns, rounded up"
+        );
+        c.set_strided_row_cost(0);
+        assert_eq!(
+            c.strided_copy_ns(Engine::HostToDevice, 50_000, 1_000),
+            1_000
+        );
+        c.set_strided_row_cost(u64::MAX);
+        assert_eq!(
+            c.strided_copy_ns(Engine::HostToDevice, 1, u64::MAX),
+            u64::MAX
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::{NAME, SimBackend, SimState};
 use crate::Bytes;
 use crate::backend::{
     Backend, BackendError, DevicePtr, EngineRates, EventHandle, HandleKind, HostWork, KernelBody,
-    KernelLaunch, MemInfo, MemorySpace, PinnedBlock, StreamHandle, byte_range,
+    KernelLaunch, MemInfo, MemorySpace, PinnedBlock, StreamHandle, StridedRows, byte_range,
 };
 use crate::timeline::Activity;
 
@@ -372,6 +372,38 @@ impl Backend for SimBackend {
             stream,
         )
         .map(drop)
+    }
+
+    /// Checks every row of host memory from `src` is page-locked memory of
+    /// this device (or of a peer it accepts) and every device row lies in
+    /// the allocation, per row like a contiguous copy; the device memory
+    /// gets the bytes now, and the rows belong to the copy until the host
+    /// sees it done. Timed as its bytes plus a cost per row.
+    unsafe fn copy_to_device_strided_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        rows: StridedRows,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        let mut s = self.call()?;
+        // SAFETY: passed on from the caller.
+        unsafe { s.copy_in_strided(dst, offset, src, rows, stream) }
+    }
+
+    /// Checks the rows as [`copy_to_device_strided_async`](Self::copy_to_device_strided_async)
+    /// does; each row's data lands when the host sees the copy done.
+    unsafe fn copy_from_device_strided_async(
+        &self,
+        dst: *mut u8,
+        rows: StridedRows,
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.call()?
+            .copy_out_strided(dst, rows, src, offset, stream)
     }
 
     /// Times the host's work on its own engine at the host bandwidth: the

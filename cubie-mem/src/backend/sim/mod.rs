@@ -42,6 +42,7 @@ mod order;
 mod pinned;
 mod pinned_uses;
 mod ranges;
+mod strided;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -120,6 +121,11 @@ impl SimBackend {
     /// The default bandwidth of copies from or into pageable memory, bytes
     /// per second (the driver stages them with the CPU).
     pub const DEFAULT_PAGEABLE_BANDWIDTH: u64 = clock::DEFAULT_PAGEABLE_BANDWIDTH;
+    /// The default cost of each row of a strided (2D) copy beyond its
+    /// bytes' time at the copy bandwidth, in picoseconds (2.5 ns: NVIDIA's
+    /// `cudaMemcpy2D` of 1,048,576 one-byte rows, as measured for ROCm
+    /// rocm-systems pull request 6910; see the guide's device model).
+    pub const DEFAULT_STRIDED_ROW_PS: u64 = clock::DEFAULT_STRIDED_ROW_PS;
     /// The default compute speed, in percent of the kernels' declared
     /// durations: a kernel takes the time its launch declares.
     pub const DEFAULT_COMPUTE_PERCENT: u32 = clock::DEFAULT_COMPUTE_PERCENT;
@@ -202,6 +208,15 @@ impl SimBackend {
     /// bytes per second (default [`SimBackend::DEFAULT_HOST_BANDWIDTH`]).
     pub fn with_host_bandwidth(self, bytes_per_second: u64) -> Self {
         self.state().clock.set_host_bandwidth(bytes_per_second);
+        self
+    }
+
+    /// Sets the cost of each row of a strided copy beyond its bytes' time,
+    /// in picoseconds (default [`SimBackend::DEFAULT_STRIDED_ROW_PS`]): a
+    /// strided copy of `rows` rows holding `bytes` takes `bytes / bandwidth
+    /// + rows x cost`, each part rounded up to the nanosecond.
+    pub fn with_strided_row_cost(self, picoseconds: u64) -> Self {
+        self.state().clock.set_strided_row_cost(picoseconds);
         self
     }
 
@@ -491,5 +506,7 @@ impl SimState {
 
 #[cfg(test)]
 mod strict_tests;
+#[cfg(test)]
+mod strided_tests;
 #[cfg(test)]
 mod tests;

@@ -29,7 +29,7 @@ use std::process::Command;
 use super::load::Binding;
 use super::optional::OPTIONAL_BINDINGS;
 use super::result::{KNOWN_CODES, STICKY_CODES};
-use super::{BINDINGS, CONSTANTS, CuMemLocation, CuMemPoolProps};
+use super::{BINDINGS, CONSTANTS, CuMemLocation, CuMemPoolProps, CuMemcpy2D};
 
 /// Every binding, the optional ones (functions newer than some drivers) included.
 fn bindings() -> impl Iterator<Item = &'static Binding> {
@@ -47,7 +47,7 @@ struct Layout {
     fields: &'static [(&'static str, usize)],
 }
 
-fn layouts() -> [Layout; 2] {
+fn layouts() -> [Layout; 3] {
     [
         Layout {
             c_name: "CUmemLocation",
@@ -72,6 +72,29 @@ fn layouts() -> [Layout; 2] {
                 ),
                 ("maxSize", offset_of!(CuMemPoolProps, max_size)),
                 ("usage", offset_of!(CuMemPoolProps, usage)),
+            ],
+        },
+        Layout {
+            c_name: "CUDA_MEMCPY2D",
+            size: size_of::<CuMemcpy2D>(),
+            align: align_of::<CuMemcpy2D>(),
+            fields: &[
+                ("srcXInBytes", offset_of!(CuMemcpy2D, src_x_in_bytes)),
+                ("srcY", offset_of!(CuMemcpy2D, src_y)),
+                ("srcMemoryType", offset_of!(CuMemcpy2D, src_memory_type)),
+                ("srcHost", offset_of!(CuMemcpy2D, src_host)),
+                ("srcDevice", offset_of!(CuMemcpy2D, src_device)),
+                ("srcArray", offset_of!(CuMemcpy2D, src_array)),
+                ("srcPitch", offset_of!(CuMemcpy2D, src_pitch)),
+                ("dstXInBytes", offset_of!(CuMemcpy2D, dst_x_in_bytes)),
+                ("dstY", offset_of!(CuMemcpy2D, dst_y)),
+                ("dstMemoryType", offset_of!(CuMemcpy2D, dst_memory_type)),
+                ("dstHost", offset_of!(CuMemcpy2D, dst_host)),
+                ("dstDevice", offset_of!(CuMemcpy2D, dst_device)),
+                ("dstArray", offset_of!(CuMemcpy2D, dst_array)),
+                ("dstPitch", offset_of!(CuMemcpy2D, dst_pitch)),
+                ("WidthInBytes", offset_of!(CuMemcpy2D, width_in_bytes)),
+                ("Height", offset_of!(CuMemcpy2D, height)),
             ],
         },
     ]
@@ -107,6 +130,8 @@ fn c_type(rust: &str) -> String {
         "CuJitOption" => "CUjit_option",
         "CuFunctionAttribute" => "CUfunction_attribute",
         "CuMemPoolProps" => "CUmemPoolProps",
+        "CuMemcpy2D" => "CUDA_MEMCPY2D",
+        "CuMemoryType" => "CUmemorytype",
         other => panic!("no C type is known for the Rust type `{other}`: add it to c_type"),
     }
     .to_owned()

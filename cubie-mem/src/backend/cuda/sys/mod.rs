@@ -49,6 +49,10 @@ pub(super) type CuMemPoolAttribute = c_uint;
 pub(super) type CuJitOption = c_uint;
 /// A kernel's attribute (`CUfunction_attribute`, a C enum).
 pub(super) type CuFunctionAttribute = c_uint;
+/// Where a side of a 2D copy lies (`CUmemorytype`, a C enum).
+pub(super) type CuMemoryType = c_uint;
+/// A CUDA array (`CUarray`); 2D copies here never use one.
+pub(super) type CuArray = *mut c_void;
 
 /// Declares constants of `cuda.h` under Rust names, and lists them with
 /// their C names for the header check.
@@ -142,6 +146,10 @@ c_constants! {
     /// in bytes (48 KiB less its static shared memory unless raised).
     FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: CuFunctionAttribute = 8
         => "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES";
+    /// A 2D copy's side in host memory (`srcHost`, `dstHost`).
+    MEMORYTYPE_HOST: CuMemoryType = 1 => "CU_MEMORYTYPE_HOST";
+    /// A 2D copy's side in device memory (`srcDevice`, `dstDevice`).
+    MEMORYTYPE_DEVICE: CuMemoryType = 2 => "CU_MEMORYTYPE_DEVICE";
 }
 
 /// `CUmemLocation`.
@@ -167,6 +175,31 @@ pub(super) struct CuMemPoolProps {
     pub(super) usage: u16,
     /// The reserved bytes and the fields later versions define there: zero.
     pub(super) tail: [u8; 54],
+}
+
+/// `CUDA_MEMCPY2D` (`CUDA_MEMCPY2D_v2`, the layout of CUDA 3.2 on): a 2D
+/// copy of `height` rows of `width_in_bytes`, each side's rows `pitch`
+/// bytes apart from its base (host or device, by its memory type), skipping
+/// `x_in_bytes` and `y` rows first (0 here).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct CuMemcpy2D {
+    pub(super) src_x_in_bytes: usize,
+    pub(super) src_y: usize,
+    pub(super) src_memory_type: CuMemoryType,
+    pub(super) src_host: *const c_void,
+    pub(super) src_device: CuDevicePtr,
+    pub(super) src_array: CuArray,
+    pub(super) src_pitch: usize,
+    pub(super) dst_x_in_bytes: usize,
+    pub(super) dst_y: usize,
+    pub(super) dst_memory_type: CuMemoryType,
+    pub(super) dst_host: *mut c_void,
+    pub(super) dst_device: CuDevicePtr,
+    pub(super) dst_array: CuArray,
+    pub(super) dst_pitch: usize,
+    pub(super) width_in_bytes: usize,
+    pub(super) height: usize,
 }
 
 load::driver_api! {
@@ -266,6 +299,8 @@ load::driver_api! {
         bytes: usize,
         stream: CuStream,
     ) = "cuMemcpyDtoHAsync_v2";
+    /// Queues a 2D copy (rows a pitch apart on each side).
+    fn cuMemcpy2DAsync(copy: *const CuMemcpy2D, stream: CuStream) = "cuMemcpy2DAsync_v2";
     /// Loads a module from an image (PTX text), with compiler options.
     fn cuModuleLoadDataEx(
         module: *mut CuModule,
