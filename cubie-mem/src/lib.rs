@@ -39,7 +39,8 @@
 //! device contract in detail, for backend authors and direct device work,
 //! and the CUDA backend), [`plan`] (the chunk planner on its own, and the
 //! split of a batch across devices, [`plan::split`]),
-//! [`stats`] (the statistics types), [`timeline`] (the device's timeline)
+//! [`stats`] (the statistics types), [`report`] (who holds the memory, and
+//! what would make a request fit), [`timeline`] (the device's timeline)
 //! and [`guide`] (the user guide). Constants live beside what they
 //! configure, as associated constants (`ArrayRequest::DEFAULT_CHUNK_AXIS`,
 //! `Registration::DEFAULT_STREAM_GROUP`, `SimBackend::POISON`, ...).
@@ -66,6 +67,7 @@ mod manager;
 pub mod plan;
 mod pools;
 mod registration;
+pub mod report;
 mod request;
 mod shard;
 pub mod stats;

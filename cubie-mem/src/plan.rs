@@ -199,6 +199,7 @@ impl Budget {
             return Err(MemError::BelowGranule {
                 free: Bytes(self.effective_free),
                 granule: Bytes(self.granule),
+                report: None,
             });
         }
         let (reserve_bound, granule_bound) = self.bounds();
@@ -262,6 +263,7 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
             available: Bytes(alloc),
             withheld: Bytes(withheld),
             axis_out_of_range: Vec::new(),
+            report: None,
         });
     }
     if sizes.unchunkable_bytes > 0 && alloc <= sizes.unchunkable_bytes {
@@ -269,6 +271,7 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
             unchunkable: Bytes(sizes.unchunkable_bytes),
             available: Bytes(alloc),
             withheld: Bytes(withheld),
+            report: None,
         });
     }
     // alloc > U here, or U == 0 (and alloc may be 0: no run fits below).
@@ -286,6 +289,7 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
             room: Bytes(room),
             unchunkable: Bytes(sizes.unchunkable_bytes),
             withheld: Bytes(withheld),
+            report: None,
         });
     }
     // max_chunk <= total_runs here, because R >= alloc gives C >= room.

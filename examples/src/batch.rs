@@ -449,4 +449,22 @@ mod tests {
         assert!(outcome.chunks > 1, "{outcome:?}");
         assert!(outcome.max_error <= CLOSED_FORM_TOLERANCE, "{outcome:?}");
     }
+
+    #[test]
+    fn a_device_run_out_explains_who_holds_what() {
+        // The small job on a device that holds a small cache and little
+        // more: even with the cache evicted, the batch does not fit.
+        let job = Job {
+            device_free: MIB / 16 + 2048,
+            cache_bytes: 1024,
+            ..small_job()
+        };
+        let error = run(&job).unwrap_err();
+        println!("{error}\n{}", error.fit_report().unwrap());
+        let message = error.to_string();
+        assert!(message.contains("'lookup cache'"), "{message}");
+        assert!(message.contains("pool reserved"), "{message}");
+        let report = error.fit_report().unwrap();
+        assert_eq!(report.memory.pool.unwrap().used, 1024);
+    }
 }

@@ -258,6 +258,7 @@ impl BackendError {
                     free,
                     idle_held: Bytes(0),
                     limit: free,
+                    report: None,
                 }
             }
             BackendError::OutOfBounds {

@@ -41,6 +41,21 @@ pub struct MemInfo {
     pub total: u64,
 }
 
+/// What a backend's device memory pool holds, where it keeps one: bytes
+/// reserved from the device, the bytes of them live allocations use, and
+/// the largest block one allocation could get now, where known. Out of
+/// memory errors and [`MemoryManager::memory_report`](crate::MemoryManager::memory_report)
+/// show them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Bytes the pool has reserved from the device (in use and idle).
+    pub reserved: u64,
+    /// Bytes of them live allocations use.
+    pub used: u64,
+    /// The largest block one allocation could get now, where known.
+    pub largest_free_block: Option<u64>,
+}
+
 /// A backend's stream (CUDA `CUstream`), never the null stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamHandle(pub u64);
@@ -165,6 +180,13 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Allocates `bytes` of page-locked host memory, zero-filled.
     fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError>;
+
+    /// The device memory pool's figures (reserved, used, the largest block
+    /// one allocation could get), for reports of who holds what; `None`
+    /// (the default) where the backend does not know them.
+    fn pool_usage(&self) -> Option<PoolUsage> {
+        None
+    }
 
     /// Whether the `len` bytes at `ptr` lie in one live [`PinnedBlock`] of
     /// this backend, so that an asynchronous copy may use them. Asked

@@ -108,3 +108,11 @@ pub(super) fn depth_fix(depth: usize) -> &'static str {
         ""
     }
 }
+
+/// The summary of a request that does not fit, when the manager filled
+/// its report: `; device held by 'a' (owner 1) busy 600.00 MiB, ...`.
+pub(super) fn fit_hint(report: &Option<Box<crate::report::FitReport>>) -> String {
+    report
+        .as_ref()
+        .map_or_else(String::new, |report| format!("; {}", report.summary()))
+}

@@ -20,6 +20,31 @@ pub(super) fn run_count_mismatch(
     )
 }
 
+/// `MemError::AllUnchunkable`, before its hints.
+pub(super) fn all_unchunkable(requested: Bytes, available: Bytes, withheld: Bytes) -> String {
+    format!(
+        "all {requested} requested are unchunkable, but only {available} can be allocated ({withheld} \
+         withheld as reserve); make a request chunkable or free memory"
+    )
+}
+
+/// `MemError::SingleRunTooLarge`, before its report.
+pub(super) fn single_run_too_large(
+    per_run: Bytes,
+    depth: usize,
+    room: Bytes,
+    unchunkable: Bytes,
+    withheld: Bytes,
+) -> String {
+    format!(
+        "cannot fit a single run: one run needs {per_run} of chunkable arrays{}, {room} is left after \
+         {unchunkable} of unchunkable arrays ({withheld} withheld as reserve); free memory or shrink \
+         the per-run arrays{}",
+        super::hints::depth_need(depth),
+        super::hints::depth_fix(depth)
+    )
+}
+
 /// `MemError::BelowGranule`.
 pub(super) fn below_granule(free: Bytes, granule: Bytes) -> String {
     format!(

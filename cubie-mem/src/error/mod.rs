@@ -11,7 +11,7 @@ mod hints;
 mod messages;
 
 pub use hints::ArraySide;
-use hints::{depth_fix, depth_need, misaxed_hint, shape_problem};
+use hints::{fit_hint, misaxed_hint, shape_problem};
 
 /// Every failure of cubie-mem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -103,20 +103,18 @@ pub enum MemError {
     },
 
     /// The effective free memory is below the allocation granule.
-    #[error("{}", messages::below_granule(*.free, *.granule))]
+    #[error("{}{}", messages::below_granule(*.free, *.granule), fit_hint(.report))]
     BelowGranule {
         /// Effective free memory.
         free: Bytes,
         /// The configured granule.
         granule: Bytes,
+        /// Who holds the memory, and the fix ([`MemError::fit_report`]); `None` from the planner.
+        report: Option<Box<crate::report::FitReport>>,
     },
 
     /// Everything requested is unchunkable and does not fit.
-    #[error(
-        "all {requested} requested are unchunkable, but only {available} can be allocated ({withheld} withheld as reserve); \
-         make a request chunkable or free memory{}",
-        misaxed_hint(axis_out_of_range)
-    )]
+    #[error("{}{}{}", messages::all_unchunkable(*.requested, *.available, *.withheld), misaxed_hint(axis_out_of_range), fit_hint(.report))]
     AllUnchunkable {
         /// Bytes requested.
         requested: Bytes,
@@ -127,10 +125,12 @@ pub enum MemError {
         /// Requests of several runs that are unchunkable only because their
         /// chunk axis lies beyond their shape: `'label' (shape [..], axis a)`.
         axis_out_of_range: Vec<String>,
+        /// Who holds the memory, and the fix ([`MemError::fit_report`]); `None` from the planner.
+        report: Option<Box<crate::report::FitReport>>,
     },
 
     /// The unchunkable requests alone leave no room for any run.
-    #[error("{}", messages::unchunkable_too_large(*.unchunkable, *.available, *.withheld))]
+    #[error("{}{}", messages::unchunkable_too_large(*.unchunkable, *.available, *.withheld), fit_hint(.report))]
     UnchunkableTooLarge {
         /// Bytes of the unchunkable requests.
         unchunkable: Bytes,
@@ -138,14 +138,12 @@ pub enum MemError {
         available: Bytes,
         /// Bytes withheld for fragmentation and the granule.
         withheld: Bytes,
+        /// Who holds the memory, and the fix ([`MemError::fit_report`]); `None` from the planner.
+        report: Option<Box<crate::report::FitReport>>,
     },
 
     /// Not even one run (in each buffer set) fits beside the unchunkable arrays.
-    #[error(
-        "cannot fit a single run: one run needs {per_run} of chunkable arrays{}, {room} is left after {unchunkable} of \
-         unchunkable arrays ({withheld} withheld as reserve); free memory or shrink the per-run arrays{}",
-        depth_need(*.depth), depth_fix(*.depth)
-    )]
+    #[error("{}{}", messages::single_run_too_large(*.per_run, *.depth, *.room, *.unchunkable, *.withheld), fit_hint(.report))]
     SingleRunTooLarge {
         /// Chunkable bytes per run in one buffer set (rounded up).
         per_run: Bytes,
@@ -157,10 +155,12 @@ pub enum MemError {
         unchunkable: Bytes,
         /// Bytes withheld for fragmentation and the granule.
         withheld: Bytes,
+        /// Who holds the memory, and the fix ([`MemError::fit_report`]); `None` from the planner.
+        report: Option<Box<crate::report::FitReport>>,
     },
 
     /// The device could not provide the memory.
-    #[error("{}", messages::out_of_memory(.label, *.requested, *.free, *.idle_held, *.limit))]
+    #[error("{}{}", messages::out_of_memory(.label, *.requested, *.free, *.idle_held, *.limit), fit_hint(.report))]
     OutOfMemory {
         /// The label being allocated.
         label: String,
@@ -173,6 +173,8 @@ pub enum MemError {
         idle_held: Bytes,
         /// The limit that applied (free memory, or the group's caps in active mode).
         limit: Bytes,
+        /// Who holds the memory, and the fix ([`MemError::fit_report`]); `None` from the planner.
+        report: Option<Box<crate::report::FitReport>>,
     },
 
     /// A handle whose memory was evicted, freed or replaced.
@@ -185,7 +187,7 @@ pub enum MemError {
     },
 
     /// Active-mode caps, not the device, keep the batch from fitting.
-    #[error("{}", messages::cap_limited(.group, *.proportion, *.caps, *.held, *.allowed, *.needed, *.free))]
+    #[error("{}{}", messages::cap_limited(.group, *.proportion, *.caps, *.held, *.allowed, *.needed, *.free), fit_hint(.report))]
     CapLimited {
         /// The stream group.
         group: String,
@@ -202,6 +204,8 @@ pub enum MemError {
         needed: Bytes,
         /// Free device memory, with what the requesters hold.
         free: Bytes,
+        /// Who holds the memory, and the fix ([`MemError::fit_report`]); `None` from the planner.
+        report: Option<Box<crate::report::FitReport>>,
     },
 
     /// `take` of a label that was already taken from this response.

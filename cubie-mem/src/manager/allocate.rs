@@ -22,6 +22,7 @@ use rustc_hash::FxHashSet;
 use super::Inner;
 use super::hooks::Hooks;
 use super::place::{FreeBefore, Held, Placed, forget_released, sets_of};
+use super::report::Attempt;
 use super::state::{Queued, State};
 use crate::ChunkPlan;
 use crate::backend::BackendResult;
@@ -83,12 +84,14 @@ fn with_misaxed(error: MemError, misaxed: Vec<String>) -> MemError {
             requested,
             available,
             withheld,
+            report,
             ..
         } => MemError::AllUnchunkable {
             requested,
             available,
             withheld,
             axis_out_of_range: misaxed,
+            report,
         },
         other => other,
     }
@@ -134,9 +137,11 @@ impl Inner {
             participants,
             taken,
         };
-        match self.prepare(s, &batch, hooks) {
+        let mut attempt = Attempt::default();
+        match self.prepare(s, &batch, hooks, &mut attempt) {
             Ok((plan, placed)) => Ok(self.commit(s, batch, plan, placed, want_response, hooks)),
             Err(error) => {
+                let error = self.fill_report(s, error, &batch, &attempt);
                 forget_released(s, &batch.participants);
                 for (id, queued) in batch.taken {
                     if let Some(instance) = s.instances.get_mut(&id) {
@@ -151,13 +156,16 @@ impl Inner {
     /// Plans the batch (evicting idle owners when it does not fit
     /// physically) and allocates its new memory. On error, what it allocated
     /// is freed and every array the participants hold is untouched.
+    /// `attempt` keeps what the plan was made with, for the error's report.
     fn prepare(
         &self,
         s: &mut State,
         batch: &Batch,
         hooks: &mut Hooks,
+        attempt: &mut Attempt,
     ) -> Result<(ChunkPlan, Placed), MemError> {
         let sizes = BatchSizes::measure(batch.requests())?;
+        attempt.sizes = Some(sizes);
         let misaxed = misaxed_requests(batch.requests());
         let requested = sizes.total_bytes();
         let held = Held::look_up(s, batch);
@@ -187,6 +195,7 @@ impl Inner {
             cap_headroom: headroom,
             granule: self.config.allocation_granule_bytes,
         };
+        attempt.budget = Some(budget);
         // Eviction frees memory: the figure measured above is then stale.
         let mut free_unchanged = requested > 0;
         if let Some(needed) = budget.shortfall(requested) {
@@ -207,6 +216,8 @@ impl Inner {
                     cap_headroom: headroom.map(|h| h.saturating_add(victims.in_group)),
                     ..budget
                 };
+                // Its error says what stays in the way once eviction is
+                // counted; its report, what holds the memory now.
                 let planned = self.plan_batch(s, batch, &sizes, &after, &misaxed)?;
                 // A remembered partition is not planned: it may still not
                 // fit, and then fails to allocate with no one evicted.
@@ -222,6 +233,7 @@ impl Inner {
                             held.replaced_cap_bytes(),
                         ));
                     }
+                    attempt.budget = Some(budget);
                 }
             }
         }

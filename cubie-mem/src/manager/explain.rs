@@ -39,6 +39,7 @@ impl Inner {
                 },
                 idle_held: Bytes(self.idle_bytes(s, requester)),
                 limit: Bytes(plan.allocatable.saturating_add(plan.withheld)),
+                report: None,
             },
             other => other,
         }
@@ -84,6 +85,7 @@ impl Inner {
             allowed: Bytes(budget.allocatable().map_or(0, |(alloc, _)| alloc)),
             needed: Bytes(sizes.unchunkable_bytes.saturating_add(per_run)),
             free: Bytes(budget.effective_free),
+            report: None,
         }
     }
 

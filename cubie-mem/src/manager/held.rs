@@ -175,6 +175,11 @@ impl HeldArrays {
         self.entries.iter().map(|(_, sets)| sets)
     }
 
+    /// Every label with its buffers, in order.
+    pub(crate) fn labelled(&self) -> impl Iterator<Item = (&str, &HeldSets)> {
+        self.entries.iter().map(|(label, sets)| (&**label, sets))
+    }
+
     /// Every buffer held.
     pub(crate) fn buffers(&self) -> impl Iterator<Item = &HeldBuffer> {
         self.values().flatten()

@@ -6,7 +6,8 @@
 //! (proportions, caps, limit modes), [`groups`] (stream groups and streams),
 //! [`queue`] (queueing and serving requests, with [`allocate`],
 //! [`explain`] and [`evict`]), [`release`] (freeing), [`work`] (busy
-//! owners) and [`usage`] (statistics).
+//! owners), [`usage`] (statistics) and [`report`] (who holds the memory,
+//! and what would make a batch fit).
 //!
 //! # Locks
 //!
@@ -58,6 +59,7 @@ mod place;
 mod queue;
 mod registry;
 mod release;
+mod report;
 mod shares;
 mod state;
 mod usage;

@@ -101,6 +101,7 @@ fn a_run_that_fits_one_set_but_not_all_names_the_depth() {
             room: Bytes(980),
             unchunkable: Bytes(0),
             withheld: Bytes(20),
+            report: None,
         }
     );
     let message = error.to_string();

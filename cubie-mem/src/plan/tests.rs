@@ -203,6 +203,7 @@ fn no_room_and_no_unchunkable_bytes_is_a_single_run_error() {
             room: Bytes(0),
             unchunkable: Bytes(0),
             withheld: Bytes(100),
+            report: None,
         }
     );
     // With unchunkable bytes it is their fault.

@@ -18,6 +18,7 @@ mod element_types;
 mod eviction;
 mod failed_eviction;
 mod faults;
+mod fit_reports;
 mod handles;
 mod held_bytes;
 mod host;

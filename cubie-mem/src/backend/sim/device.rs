@@ -8,7 +8,8 @@ use super::{NAME, SimBackend, SimState};
 use crate::Bytes;
 use crate::backend::{
     Backend, BackendError, DevicePtr, EngineRates, EventHandle, HandleKind, HostWork, KernelBody,
-    KernelLaunch, MemInfo, MemorySpace, PinnedBlock, StreamHandle, StridedRows, byte_range,
+    KernelLaunch, MemInfo, MemorySpace, PinnedBlock, PoolUsage, StreamHandle, StridedRows,
+    byte_range,
 };
 use crate::timeline::Activity;
 
@@ -140,6 +141,19 @@ impl Backend for SimBackend {
         Ok(MemInfo {
             free: s.free(),
             total: s.total,
+        })
+    }
+
+    /// The pool: live allocations and the freed blocks it keeps; one
+    /// allocation can get all of the free memory (the pool gives back
+    /// blocks to make room).
+    fn pool_usage(&self) -> Option<PoolUsage> {
+        let s = self.state();
+        let used = s.device_bytes;
+        Some(PoolUsage {
+            reserved: used.saturating_add(s.pool.bytes()),
+            used,
+            largest_free_block: Some(s.free()),
         })
     }
 

@@ -1,0 +1,342 @@
+//! Who holds the device's memory ([`MemoryManager::memory_report`]), and
+//! the report an error that says a batch does not fit carries: the
+//! holders, the bytes the batch lacks and the one change that would make
+//! it fit, found by planning the batch again with that change (the planner
+//! is pure).
+
+use super::Inner;
+use super::allocate::Batch;
+use super::state::State;
+use crate::backend::{BackendResult, MemInfo};
+use crate::host::PinnedUse;
+use crate::ids::OwnerId;
+use crate::plan::{BatchSizes, Budget, plan_chunks};
+use crate::report::{FitReport, Fix, Holder, HolderState, HoldersReport};
+use crate::stats::HostPinnedStats;
+use crate::{MemError, MemoryKind, MemoryManager};
+
+/// What a failed batch was planned with, for its error's report.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Attempt {
+    /// The batch's sizes, once measured.
+    pub(super) sizes: Option<BatchSizes>,
+    /// The budget of the plan that failed (before any eviction).
+    pub(super) budget: Option<Budget>,
+}
+
+impl MemoryManager {
+    /// Who holds the device's memory now: each owner holding any (its
+    /// registrations, group, whether it is idle or busy, device and pinned
+    /// bytes), the device's free and total memory, the backend pool's
+    /// reserved and used bytes and largest free block where it knows them,
+    /// and the page-locked host memory of host arrays and staging buffers.
+    /// The same figures an out-of-memory error carries
+    /// ([`MemError::fit_report`]), to look before a batch fails.
+    pub fn memory_report(&self) -> HoldersReport {
+        let device = self.inner.device_info();
+        let mut s = self.inner.lock();
+        self.inner.holders_report(&mut s, None, device)
+    }
+}
+
+impl Inner {
+    /// Free and total memory, or the total and nothing free when the
+    /// backend cannot say.
+    fn device_info(&self) -> MemInfo {
+        self.backend.mem_info().unwrap_or(MemInfo {
+            free: 0,
+            total: self.total,
+        })
+    }
+
+    /// The holders of memory, `requester`'s owner marked as such.
+    fn holders_report(
+        &self,
+        s: &mut State,
+        requester: Option<OwnerId>,
+        device: MemInfo,
+    ) -> HoldersReport {
+        let owners: Vec<OwnerId> = s.owners.keys().copied().collect();
+        let mut holders = Vec::new();
+        for owner in owners {
+            let held = s.owner_held(owner);
+            if held.device == 0 && held.pinned == 0 {
+                continue;
+            }
+            let state = if Some(owner) == requester {
+                HolderState::Requesting
+            } else if s.owner_idle(owner, &*self.backend) {
+                HolderState::Idle
+            } else {
+                HolderState::Busy
+            };
+            let instances = s.owners.get(&owner).map_or_else(Vec::new, |o| {
+                o.instances
+                    .iter()
+                    .filter(|id| s.instances.get(id).is_some_and(|i| i.held_bytes() > 0))
+                    .map(|&id| s.named(id).to_string())
+                    .collect()
+            });
+            holders.push((
+                owner,
+                Holder {
+                    owner: s.named_owner(owner).to_string(),
+                    instances,
+                    group: s
+                        .owner_group(owner)
+                        .map_or_else(String::new, |g| g.to_string()),
+                    state,
+                    device_bytes: held.device,
+                    pinned_bytes: held.pinned,
+                },
+            ));
+        }
+        // The most device bytes first; ties in registration order.
+        holders.sort_by(|(a_id, a), (b_id, b)| {
+            (b.device_bytes, b.pinned_bytes, a_id).cmp(&(a.device_bytes, a.pinned_bytes, b_id))
+        });
+        let holders = holders.into_iter().map(|(_, holder)| holder).collect();
+        HoldersReport {
+            backend: self.backend.name(),
+            device,
+            holders,
+            pool: self.backend.pool_usage(),
+            host_pinned: HostPinnedStats {
+                host_arrays: self.pinned_host.bytes(PinnedUse::HostArray),
+                staging: self.pinned_host.bytes(PinnedUse::Staging),
+            },
+        }
+    }
+
+    /// `error` with its report, when it says the batch does not fit.
+    pub(super) fn fill_report(
+        &self,
+        s: &mut State,
+        error: MemError,
+        batch: &Batch,
+        attempt: &Attempt,
+    ) -> MemError {
+        if !error.is_fit_error() {
+            return error;
+        }
+        let device = match self.backend.mem_info().on(&*self.backend) {
+            Ok(info) => info,
+            Err(_) => self.device_info(),
+        };
+        let memory = self.holders_report(s, Some(batch.owner), device);
+        let (lacking, fix) = match (&error, attempt.sizes, attempt.budget) {
+            (MemError::OutOfMemory { requested, .. }, _, _) => {
+                let lacking = requested.0.saturating_sub(device.free);
+                (lacking, self.allocation_fix(s, batch, &memory, lacking))
+            }
+            (_, Some(sizes), Some(budget)) => self.plan_fix(s, batch, &memory, &sizes, &budget),
+            _ => (0, Fix::FreeDevice { bytes: 0 }),
+        };
+        error.with_fit_report(FitReport {
+            memory,
+            lacking,
+            fix,
+        })
+    }
+
+    /// The fix of an allocation the device refused, `lacking` bytes short
+    /// of its free memory (0: the figures allowed it).
+    fn allocation_fix(
+        &self,
+        s: &State,
+        batch: &Batch,
+        memory: &HoldersReport,
+        lacking: u64,
+    ) -> Fix {
+        if lacking == 0 {
+            let largest = memory
+                .pool
+                .and_then(|pool| pool.largest_free_block)
+                .unwrap_or(memory.device.free);
+            return Fix::Shrink { bytes: largest };
+        }
+        freeing_fix(s, batch, memory, lacking).unwrap_or(Fix::FreeDevice { bytes: lacking })
+    }
+
+    /// The bytes a batch the planner refused lacks, and the one change that
+    /// makes it plan: a larger proportion where the caps alone bind, the
+    /// requester's own arrays, an idle owner, a lower granule, a lower
+    /// pipeline depth, a busy owner, or memory freed elsewhere.
+    fn plan_fix(
+        &self,
+        s: &State,
+        batch: &Batch,
+        memory: &HoldersReport,
+        sizes: &BatchSizes,
+        budget: &Budget,
+    ) -> (u64, Fix) {
+        let plans = |budget: &Budget| plan_chunks(sizes, budget).is_ok();
+        let free = budget.effective_free;
+        // The free memory the batch lacks, the caps as they are.
+        let lacking = least(|x| {
+            plans(&Budget {
+                effective_free: free.saturating_add(x),
+                ..*budget
+            })
+        });
+        if let (None, Some(headroom)) = (lacking, budget.cap_headroom) {
+            // The caps keep it out whatever is freed.
+            let raised = |fe: u64| {
+                least(|x| {
+                    plans(&Budget {
+                        effective_free: fe,
+                        cap_headroom: Some(headroom.saturating_add(x)),
+                        ..*budget
+                    })
+                })
+            };
+            if let Some(more) = raised(free).or_else(|| raised(u64::MAX)) {
+                let (caps, _) = s.group_caps_and_use(&batch.group, self.total);
+                let proportion = if self.total == 0 {
+                    1.0
+                } else {
+                    (caps.saturating_add(more) as f64 / self.total as f64).min(1.0)
+                };
+                return (
+                    more,
+                    Fix::RaiseProportion {
+                        group: batch.group.to_string(),
+                        proportion: (proportion * 1e4).ceil() / 1e4,
+                    },
+                );
+            }
+        }
+        let Some(lacking) = lacking else {
+            let most = budget.allocatable().map_or(0, |(alloc, _)| alloc);
+            return (0, Fix::Shrink { bytes: most });
+        };
+        if let Some(fix) = freeing_fix(s, batch, memory, lacking).filter(|fix| {
+            !matches!(fix, Fix::FreeBusy { .. }) || !smaller_settings(sizes, budget, &plans)
+        }) {
+            return (lacking, fix);
+        }
+        if budget.granule > 0
+            && plans(&Budget {
+                granule: 0,
+                ..*budget
+            })
+        {
+            let lower = least(|x| {
+                plans(&Budget {
+                    granule: budget.granule.saturating_sub(x),
+                    ..*budget
+                })
+            })
+            .unwrap_or(budget.granule);
+            return (
+                lacking,
+                Fix::LowerGranule {
+                    granule: budget.granule.saturating_sub(lower),
+                },
+            );
+        }
+        if let Some(depth) = (1..sizes.depth)
+            .rev()
+            .find(|&depth| plan_chunks(&BatchSizes { depth, ..*sizes }, budget).is_ok())
+        {
+            return (lacking, Fix::LowerDepth { depth });
+        }
+        (lacking, Fix::FreeDevice { bytes: lacking })
+    }
+}
+
+/// Whether a lower granule or pipeline depth alone would make the batch
+/// plan under `budget`: changes preferred to stopping another's work.
+fn smaller_settings(sizes: &BatchSizes, budget: &Budget, plans: &impl Fn(&Budget) -> bool) -> bool {
+    (budget.granule > 0
+        && plans(&Budget {
+            granule: 0,
+            ..*budget
+        }))
+        || (sizes.depth > 1 && plan_chunks(&BatchSizes { depth: 1, ..*sizes }, budget).is_ok())
+}
+
+/// Freeing `lacking` device bytes held by this manager: the requester's
+/// own arrays outside the batch (the registration holding the most), else
+/// the smallest idle owner holding enough, else the smallest busy one.
+fn freeing_fix(s: &State, batch: &Batch, memory: &HoldersReport, lacking: u64) -> Option<Fix> {
+    let own = batch
+        .participants
+        .iter()
+        .map(|&id| (id, own_bytes_outside(s, batch, id)))
+        .max_by_key(|&(_, bytes)| bytes)
+        .filter(|&(_, bytes)| bytes >= lacking);
+    if let Some((id, bytes)) = own {
+        return Some(Fix::ReleaseOwn {
+            instance: s.named(id).to_string(),
+            bytes,
+        });
+    }
+    let smallest = |state: HolderState| {
+        memory
+            .holders
+            .iter()
+            .filter(|h| h.state == state && h.device_bytes >= lacking)
+            .min_by_key(|h| h.device_bytes)
+    };
+    if let Some(idle) = smallest(HolderState::Idle) {
+        return Some(Fix::FreeIdle {
+            owner: idle.owner.clone(),
+            bytes: idle.device_bytes,
+        });
+    }
+    smallest(HolderState::Busy).map(|busy| Fix::FreeBusy {
+        owner: busy.owner.clone(),
+        bytes: busy.device_bytes,
+    })
+}
+
+/// Device bytes `id` holds under labels the batch does not request of it.
+fn own_bytes_outside(s: &State, batch: &Batch, id: crate::ids::InstanceId) -> u64 {
+    let Some(instance) = s.instances.get(&id) else {
+        return 0;
+    };
+    let queued = batch
+        .taken
+        .iter()
+        .find(|(taken, _)| *taken == id)
+        .map(|(_, queued)| &queued.set);
+    instance
+        .allocations
+        .labelled()
+        .filter(|(label, _)| queued.is_none_or(|set| set.iter().all(|(asked, _)| asked != *label)))
+        .flat_map(|(_, sets)| sets.iter())
+        .filter(|buffer| buffer.kind() == MemoryKind::Device)
+        .fold(0u64, |sum, buffer| sum.saturating_add(buffer.capacity()))
+}
+
+/// The least `x` for which `fits(x)` holds, for a `fits` that stays true
+/// once true; `None` when even `u64::MAX` does not fit.
+fn least(fits: impl Fn(u64) -> bool) -> Option<u64> {
+    if !fits(u64::MAX) {
+        return None;
+    }
+    let (mut low, mut high) = (0u64, u64::MAX);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if fits(mid) {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    Some(low)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::least;
+
+    #[test]
+    fn least_finds_the_threshold_or_none() {
+        assert_eq!(least(|x| x >= 1234), Some(1234));
+        assert_eq!(least(|_| true), Some(0));
+        assert_eq!(least(|x| x == u64::MAX), Some(u64::MAX));
+        assert_eq!(least(|_| false), None);
+    }
+}

@@ -1,0 +1,357 @@
+//! Who holds a device's memory, and what would make a request fit: the
+//! report an out-of-memory error carries ([`FitReport`], from
+//! [`MemError::fit_report`](crate::MemError::fit_report)) and the same
+//! figures without an error ([`MemoryManager::memory_report`](crate::MemoryManager::memory_report)).
+//!
+//! ```
+//! use cubie_mem::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
+//!
+//! let mgr = MemoryManager::with_config(SimBackend::new(1 << 30), ManagerConfig::default().granule(0));
+//! let solver = mgr.register(Registration::new().name("solver").on_invalidate(|| {}))?;
+//! mgr.queue_request(&solver, [("state", ArrayRequest::of::<f32>([1 << 20]).unchunkable())])?;
+//! mgr.allocate_queue(&solver)?;
+//! let report = mgr.memory_report();
+//! assert_eq!(report.holders[0].device_bytes, 4 << 20);
+//! assert_eq!(report.pool.unwrap().used, 4 << 20);
+//! println!("{report}");
+//! # Ok::<(), cubie_mem::MemError>(())
+//! ```
+
+use std::fmt;
+
+use crate::Bytes;
+use crate::backend::{MemInfo, PoolUsage};
+use crate::pools::Proportion;
+use crate::stats::HostPinnedStats;
+
+/// What a holder of memory is doing, which decides whether it can give
+/// memory back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HolderState {
+    /// No work in flight: eviction may take its memory.
+    Idle,
+    /// Work begun and not finished, or not yet seen done on the device:
+    /// never evicted.
+    Busy,
+    /// The owner of the request the report is about: never evicted for
+    /// its own batch.
+    Requesting,
+}
+
+impl fmt::Display for HolderState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            HolderState::Idle => "idle",
+            HolderState::Busy => "busy",
+            HolderState::Requesting => "requesting",
+        })
+    }
+}
+
+/// One owner (the unit of eviction) and what its registrations hold: the
+/// buffers' bytes, device and pinned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The owner, with its name when it has one (`'solver' (owner 3)`).
+    pub owner: String,
+    /// Its registrations holding memory, with their names.
+    pub instances: Vec<String>,
+    /// The stream group its registrations are in.
+    pub group: String,
+    /// Idle, busy, or the requester.
+    pub state: HolderState,
+    /// Device bytes held.
+    pub device_bytes: u64,
+    /// Pinned bytes held (page-locked host memory of pinned requests).
+    pub pinned_bytes: u64,
+}
+
+/// One line: `'solver' (owner 3), group default, busy: 600 B device, 0 B
+/// pinned (instances 'solver', 'outputs')`.
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, group {}, {}: {} device, {} pinned (instances {})",
+            self.owner,
+            self.group,
+            self.state,
+            Bytes(self.device_bytes),
+            Bytes(self.pinned_bytes),
+            self.instances.join(", ")
+        )
+    }
+}
+
+/// Who holds a device's memory: every owner of the manager holding any,
+/// busy or idle (largest first), the device's free and total memory, its
+/// pool's reserved and used bytes and the largest block one allocation
+/// could get (where the backend knows them), and the page-locked host
+/// memory of the manager's host arrays and staging pools.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HoldersReport {
+    /// The backend's name.
+    pub backend: &'static str,
+    /// The device's free and total memory.
+    pub device: MemInfo,
+    /// The owners holding memory, the most device bytes first.
+    pub holders: Vec<Holder>,
+    /// The backend's pool, where it reports one.
+    pub pool: Option<PoolUsage>,
+    /// Page-locked host memory of host arrays and staging buffers.
+    pub host_pinned: HostPinnedStats,
+}
+
+impl HoldersReport {
+    /// Device bytes this manager's owners hold.
+    pub fn held_device_bytes(&self) -> u64 {
+        self.holders
+            .iter()
+            .fold(0u64, |sum, h| sum.saturating_add(h.device_bytes))
+    }
+
+    /// Device bytes the idle owners hold: what eviction could release.
+    pub fn idle_device_bytes(&self) -> u64 {
+        self.holders
+            .iter()
+            .filter(|h| h.state == HolderState::Idle)
+            .fold(0u64, |sum, h| sum.saturating_add(h.device_bytes))
+    }
+
+    /// Device memory neither free nor held by this manager's owners: other
+    /// processes, other managers, the driver.
+    pub fn elsewhere_bytes(&self) -> u64 {
+        self.device
+            .total
+            .saturating_sub(self.device.free)
+            .saturating_sub(self.held_device_bytes())
+    }
+}
+
+/// Several lines: the device, its pool, each holder, what is held
+/// elsewhere, and the page-locked host memory.
+impl fmt::Display for HoldersReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} device: {} total, {} free",
+            self.backend,
+            Bytes(self.device.total),
+            Bytes(self.device.free)
+        )?;
+        if let Some(pool) = self.pool {
+            write!(
+                f,
+                "; pool reserved {}, used {}",
+                Bytes(pool.reserved),
+                Bytes(pool.used)
+            )?;
+            if let Some(largest) = pool.largest_free_block {
+                write!(f, ", largest free block {}", Bytes(largest))?;
+            }
+        }
+        writeln!(f)?;
+        if self.holders.is_empty() {
+            writeln!(f, "  no owner of this manager holds memory")?;
+        }
+        for holder in &self.holders {
+            writeln!(f, "  {holder}")?;
+        }
+        writeln!(
+            f,
+            "  held elsewhere (other processes, managers, the driver): {}",
+            Bytes(self.elsewhere_bytes())
+        )?;
+        write!(
+            f,
+            "page-locked host memory: {} in host arrays, {} in staging buffers",
+            Bytes(self.host_pinned.host_arrays),
+            Bytes(self.host_pinned.staging)
+        )
+    }
+}
+
+/// The one change that would make a request fit, as an error's report
+/// names it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Fix {
+    /// Give the stream group's instances a proportion of at least
+    /// `proportion` (`set_manual_proportion`), or use `LimitMode::Passive`.
+    RaiseProportion {
+        /// The group held to its caps.
+        group: String,
+        /// The proportion its members need together.
+        proportion: f64,
+    },
+    /// Release arrays the requesting owner holds outside this batch
+    /// (`free`, `Allocated::release`).
+    ReleaseOwn {
+        /// The registration holding them.
+        instance: String,
+        /// The device bytes it holds.
+        bytes: u64,
+    },
+    /// Free the arrays of an idle owner (eviction chose fewer owners: it
+    /// releases only what the batch lacks of the free memory).
+    FreeIdle {
+        /// The owner.
+        owner: String,
+        /// The device bytes it holds.
+        bytes: u64,
+    },
+    /// Lower `ManagerConfig::allocation_granule_bytes` to at most `granule`.
+    LowerGranule {
+        /// The largest granule with which the request fits.
+        granule: u64,
+    },
+    /// Lower the requests' pipeline depth to `depth`.
+    LowerDepth {
+        /// The deepest pipeline that fits.
+        depth: usize,
+    },
+    /// Finish a busy owner's work and free its arrays.
+    FreeBusy {
+        /// The owner.
+        owner: String,
+        /// The device bytes it holds.
+        bytes: u64,
+    },
+    /// Free this much device memory held outside this manager's reach.
+    FreeDevice {
+        /// The bytes lacking.
+        bytes: u64,
+    },
+    /// Ask for at most this many bytes in one allocation (the device's
+    /// largest free block), or for smaller per-run arrays.
+    Shrink {
+        /// The most one allocation can get.
+        bytes: u64,
+    },
+}
+
+/// A phrase that follows "it would fit if you": `free the arrays of idle
+/// 'cache' (owner 4), which holds 40.00 MiB`.
+impl fmt::Display for Fix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fix::RaiseProportion { group, proportion } => write!(
+                f,
+                "raise the proportion of group '{group}' to {} (set_manual_proportion) or use \
+                 LimitMode::Passive",
+                Proportion(*proportion)
+            ),
+            Fix::ReleaseOwn { instance, bytes } => write!(
+                f,
+                "release the arrays {instance} holds outside this batch ({}; free or \
+                 Allocated::release)",
+                Bytes(*bytes)
+            ),
+            Fix::FreeIdle { owner, bytes } => write!(
+                f,
+                "free the arrays of idle {owner}, which holds {}",
+                Bytes(*bytes)
+            ),
+            Fix::LowerGranule { granule } => write!(
+                f,
+                "lower ManagerConfig::allocation_granule_bytes to {}",
+                Bytes(*granule)
+            ),
+            Fix::LowerDepth { depth } => write!(f, "lower the pipeline depth to {depth}"),
+            Fix::FreeBusy { owner, bytes } => write!(
+                f,
+                "finish the work of busy {owner} and free its arrays ({})",
+                Bytes(*bytes)
+            ),
+            Fix::FreeDevice { bytes } => {
+                write!(f, "free {} more of device memory", Bytes(*bytes))
+            }
+            Fix::Shrink { bytes } => write!(
+                f,
+                "ask for at most {} in one array, or shrink the per-run arrays",
+                Bytes(*bytes)
+            ),
+        }
+    }
+}
+
+/// What an error that says a request does not fit knows: who holds the
+/// device's memory, the bytes the request lacks, and the one change that
+/// would make it fit. Its `Display` prints the fix and the holders.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct FitReport {
+    /// Who holds the memory, when the request failed.
+    pub memory: HoldersReport,
+    /// Bytes of free device memory the request lacks (0 when the figures
+    /// allow it and the device refused all the same).
+    pub lacking: u64,
+    /// The one change that would make the request fit.
+    pub fix: Fix,
+}
+
+/// A byte count in its binary unit alone (`600.00 MiB`, `12 B`), for
+/// summary lines.
+fn short(bytes: u64) -> String {
+    let text = Bytes(bytes).to_string();
+    match text.split_once(" (") {
+        Some((_, unit)) => unit.trim_end_matches(')').to_owned(),
+        None => text,
+    }
+}
+
+/// Holders a summary line names; the rest are counted.
+const SUMMARY_HOLDERS: usize = 4;
+
+impl FitReport {
+    /// One line for an error's message: the largest holders with their
+    /// state and device bytes, what is held elsewhere, the pool's reserved
+    /// and used bytes, and the fix.
+    pub fn summary(&self) -> String {
+        let memory = &self.memory;
+        let mut parts: Vec<String> = memory
+            .holders
+            .iter()
+            .filter(|h| h.device_bytes > 0)
+            .take(SUMMARY_HOLDERS)
+            .map(|h| format!("{} {} {}", h.owner, h.state, short(h.device_bytes)))
+            .collect();
+        let more = memory
+            .holders
+            .iter()
+            .filter(|h| h.device_bytes > 0)
+            .count()
+            .saturating_sub(SUMMARY_HOLDERS);
+        if more > 0 {
+            parts.push(format!("{more} more"));
+        }
+        parts.push(format!("elsewhere {}", short(memory.elsewhere_bytes())));
+        let pool = memory.pool.map_or_else(String::new, |pool| {
+            format!(
+                "; pool reserved {}, used {}",
+                short(pool.reserved),
+                short(pool.used)
+            )
+        });
+        format!(
+            "device held by {}{pool}; it would fit if you {}",
+            parts.join(", "),
+            self.fix
+        )
+    }
+}
+
+impl fmt::Display for FitReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "lacking {}; it would fit if you {}",
+            Bytes(self.lacking),
+            self.fix
+        )?;
+        self.memory.fmt(f)
+    }
+}
