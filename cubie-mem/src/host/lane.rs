@@ -1,9 +1,12 @@
 //! One binding of a chunk pipeline: a host array of the whole batch, the
 //! device (or pinned) array of each buffer set, and the copies between them.
 //!
-//! A chunk moves directly when the host array is page-locked and the chunk
-//! is one contiguous block of it; otherwise it is gathered into (or
-//! scattered from) a page-locked staging buffer, window by window. Every
+//! A chunk of a page-locked host array moves directly: by one contiguous
+//! copy when it is one block of the array, else by one strided copy of its
+//! rows when they are at least the streamer's narrowest strided row
+//! ([`ChunkStreamer::DEFAULT_MIN_STRIDED_ROW_BYTES`](super::ChunkStreamer::DEFAULT_MIN_STRIDED_ROW_BYTES)).
+//! Otherwise it is gathered into (or scattered from) a page-locked staging
+//! buffer, window by window. Every
 //! copy is queued on the pipeline's upload or download stream and returns at
 //! once; a staging buffer is only touched again once the copy that used it
 //! is done ([`Stage`]).
@@ -14,16 +17,20 @@
 //! scattered out of it once the chunk's computation is done.
 
 use std::ops::Range;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::HostArray;
+use super::HostMemoryKind;
 use super::layout::ChunkLayout;
 use super::shared::RunsAccess;
-use super::stage::{Stage, queue_download, queue_upload};
+use super::stage::{
+    Stage, queue_download, queue_download_strided, queue_upload, queue_upload_strided,
+};
 use super::transfer::direct_range;
 use crate::Chunk;
 use crate::array::slot::{DeviceMemory, Memory, PinnedMemory};
-use crate::backend::{Backend, BackendResult, HostWork, StreamHandle};
+use crate::backend::{Backend, BackendResult, HostWork, StreamHandle, StridedRows};
 use crate::streams::OwnedStream;
 use crate::{Element, MemError};
 
@@ -88,6 +95,32 @@ impl<T: Element> HostRef<'_, T> {
             .get_mut(range.clone())
             .map(Some)
             .ok_or_else(|| host_range_error(label, &range, len))
+    }
+
+    /// The address of element `first`, where the rows of a strided copy of
+    /// chunk `runs` start; writable (through the address) for an output's
+    /// array, whose runs the pipeline borrows exclusively.
+    fn rows_start(
+        &mut self,
+        label: &str,
+        runs: &Range<usize>,
+        first: usize,
+    ) -> Result<NonNull<T>, MemError> {
+        let outside = |len: usize| host_range_error(label, &(first..first.saturating_add(1)), len);
+        match self {
+            HostRef::Shared(host) => {
+                let whole = host.as_slice();
+                let start = whole.get(first..).ok_or_else(|| outside(whole.len()))?;
+                Ok(NonNull::from(start).cast())
+            }
+            HostRef::Exclusive(host) => {
+                let whole = host.as_mut_slice();
+                let len = whole.len();
+                let start = whole.get_mut(first..).ok_or_else(|| outside(len))?;
+                Ok(NonNull::from(start).cast())
+            }
+            HostRef::Runs(access) => access.rows_start(label, runs, first),
+        }
     }
 
     /// Gathers chunk `runs` into `part`, the device window from `start`.
@@ -155,6 +188,18 @@ pub(super) struct Lane<'p, T: Element> {
     pub(super) input: Option<Stage<T>>,
     /// Staging for downloads.
     pub(super) output: Option<Stage<T>>,
+    /// The narrowest row, in bytes, a strided copy moves.
+    pub(super) min_strided_row: usize,
+}
+
+/// How a chunk moves between the host array and a device buffer.
+enum Route {
+    /// By one contiguous copy of these host elements.
+    Contiguous(Range<usize>),
+    /// By one strided copy of rows starting at this host element.
+    Strided(usize, StridedRows),
+    /// Through a staging buffer.
+    Staged,
 }
 
 /// What the pipeline's schedule asks of a lane, whatever its element type.
@@ -169,8 +214,10 @@ pub(super) trait Move {
     /// through it).
     fn order_on(&self, stream: &Arc<OwnedStream>) -> Result<(), MemError>;
     /// Acquires the staging buffers the run will need (waiting for them),
-    /// so that no acquire waits later while another buffer is held.
-    fn reserve(&mut self, first: &Chunk) -> Result<(), MemError>;
+    /// so that no acquire waits later while another buffer is held: for
+    /// `ends`, the run's first and last chunks (the last the shortest, so
+    /// the narrowest rows).
+    fn reserve(&mut self, ends: &[Chunk]) -> Result<(), MemError>;
     /// Queues the upload of `chunk` into buffer set `set` on `stream`.
     fn upload(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle) -> Result<(), MemError>;
     /// Queues the download of `chunk` from buffer set `set` on `stream`;
@@ -249,24 +296,49 @@ impl<T: Element> Lane<'_, T> {
         Ok(())
     }
 
-    /// The range of the host array that chunk `runs` moves from or to
-    /// directly: a contiguous block of page-locked memory of this backend.
-    /// Anything else (pageable, spilled, strided, or another backend's
-    /// page-locked memory) goes through a staging buffer.
-    fn direct(&self, runs: &Range<usize>) -> Option<Range<usize>> {
-        let range = direct_range(self.host.get(), &self.layout, runs)?;
-        let bytes = self
-            .host
-            .range(&self.label, &self.layout, runs, range.clone())
-            .ok()?;
-        self.backend
-            .is_page_locked(bytes.as_ptr().cast(), size_of_val(bytes))
-            .then_some(range)
+    /// How chunk `runs` moves: directly from or to page-locked memory of
+    /// this backend (or of a peer it accepts), by one contiguous copy when
+    /// the chunk is one block of the host array, else by one strided copy
+    /// when its rows are at least `min_strided_row` bytes. Anything else
+    /// (pageable, spilled, narrower rows, or page-locked memory the backend
+    /// cannot copy) goes through a staging buffer.
+    fn route(&self, runs: &Range<usize>) -> Route {
+        if let Some(range) = direct_range(self.host.get(), &self.layout, runs) {
+            let Ok(bytes) = self
+                .host
+                .range(&self.label, &self.layout, runs, range.clone())
+            else {
+                return Route::Staged;
+            };
+            return match self
+                .backend
+                .is_page_locked(bytes.as_ptr().cast(), size_of_val(bytes))
+            {
+                true => Route::Contiguous(range),
+                false => Route::Staged,
+            };
+        }
+        if self.host.get().kind() != HostMemoryKind::Pinned {
+            return Route::Staged;
+        }
+        let Some((first, rows)) = self.layout.strided_rows(runs, size_of::<T>()) else {
+            return Route::Staged;
+        };
+        if rows.row_bytes < self.min_strided_row {
+            return Route::Staged;
+        }
+        let address = self.host.get().as_slice().as_ptr().wrapping_add(first);
+        match rows.host_span() {
+            Some(span) if self.backend.is_page_locked(address.cast(), span) => {
+                Route::Strided(first, rows)
+            }
+            _ => Route::Staged,
+        }
     }
 
     /// Whether moving `runs` needs a staging buffer.
     fn staged(&self, runs: &Range<usize>) -> bool {
-        self.layout.chunk_extent(runs.len()) > 0 && self.direct(runs).is_none()
+        self.layout.chunk_extent(runs.len()) > 0 && matches!(self.route(runs), Route::Staged)
     }
 }
 
@@ -292,8 +364,8 @@ impl<T: Element> Move for Lane<'_, T> {
         })
     }
 
-    fn reserve(&mut self, first: &Chunk) -> Result<(), MemError> {
-        if !self.staged(&first.runs) {
+    fn reserve(&mut self, ends: &[Chunk]) -> Result<(), MemError> {
+        if !ends.iter().any(|chunk| self.staged(&chunk.runs)) {
             return Ok(());
         }
         if let Some(input) = self.input.as_mut() {
@@ -326,12 +398,25 @@ impl<T: Element> Move for Lane<'_, T> {
             SetMemory::Device(device) => device,
             SetMemory::Pinned(pinned) => return self.gather_pinned(&pinned, runs, extent, stream),
         };
-        if let Some(range) = self.direct(&runs) {
-            let src = self.host.range(&self.label, &self.layout, &runs, range)?;
-            // SAFETY: the host array is page-locked, borrowed by the pipeline
-            // for the whole run and only read; the run waits for every copy
-            // before it returns.
-            return unsafe { queue_upload(&*self.backend, &device, &self.label, 0, src, stream) };
+        match self.route(&runs) {
+            Route::Contiguous(range) => {
+                let src = self.host.range(&self.label, &self.layout, &runs, range)?;
+                // SAFETY: the host array is page-locked, borrowed by the
+                // pipeline for the whole run and only read; the run waits
+                // for every copy before it returns.
+                return unsafe {
+                    queue_upload(&*self.backend, &device, &self.label, 0, src, stream)
+                };
+            }
+            Route::Strided(first, rows) => {
+                let src = self.host.rows_start(&self.label, &runs, first)?;
+                // SAFETY: as for a contiguous copy; the rows lie in the
+                // host array (the layout's rows of `runs`).
+                return unsafe {
+                    queue_upload_strided(&*self.backend, &device, &self.label, src, rows, stream)
+                };
+            }
+            Route::Staged => {}
         }
         let Some(stage) = self.input.as_mut() else {
             return Ok(());
@@ -377,7 +462,7 @@ impl<T: Element> Move for Lane<'_, T> {
         if matches!(self.host, HostRef::Shared(_)) {
             return Ok(());
         }
-        let direct = self.direct(&runs);
+        let route = self.route(&runs);
         let device = match memory {
             SetMemory::Device(device) => device,
             SetMemory::Pinned(pinned) => {
@@ -389,16 +474,31 @@ impl<T: Element> Move for Lane<'_, T> {
                 return Ok(());
             }
         };
-        if let Some(range) = direct
-            && let Some(dst) = self
-                .host
-                .range_mut(&self.label, &self.layout, &runs, range)?
-        {
-            // SAFETY: the host array is page-locked and the pipeline's to
-            // write (wholly, or these runs of it) for the whole run; chunks
-            // are disjoint, and the run waits for every copy before it
-            // returns.
-            return unsafe { queue_download(&*self.backend, &device, &self.label, 0, dst, stream) };
+        match route {
+            Route::Contiguous(range) => {
+                if let Some(dst) = self
+                    .host
+                    .range_mut(&self.label, &self.layout, &runs, range)?
+                {
+                    // SAFETY: the host array is page-locked and the
+                    // pipeline's to write (wholly, or these runs of it) for
+                    // the whole run; chunks are disjoint, and the run waits
+                    // for every copy before it returns.
+                    return unsafe {
+                        queue_download(&*self.backend, &device, &self.label, 0, dst, stream)
+                    };
+                }
+            }
+            Route::Strided(first, rows) => {
+                let dst = self.host.rows_start(&self.label, &runs, first)?;
+                // SAFETY: as for a contiguous copy (an input's array is
+                // never downloaded into: `Shared` returned above); the rows
+                // lie in the host array and hold only `runs`.
+                return unsafe {
+                    queue_download_strided(&*self.backend, &device, &self.label, dst, rows, stream)
+                };
+            }
+            Route::Staged => {}
         }
         let Some(stage) = self.output.as_mut().or(self.input.as_mut()) else {
             return Ok(());

@@ -15,6 +15,7 @@
 use std::ops::Range;
 
 use crate::MemError;
+use crate::backend::StridedRows;
 
 /// The geometry of one chunked array: full shape, chunk axis, chunk length.
 ///
@@ -134,6 +135,31 @@ impl ChunkLayout {
         } else {
             None
         }
+    }
+
+    /// Chunk `runs` as the rows of one strided copy of elements of
+    /// `element_bytes`: the host element where its first row starts, and
+    /// `outer` rows of `runs x inner` elements, `axis_length x inner`
+    /// elements apart in the host array and `chunk_length x inner` apart
+    /// (packed) in the device array. `None` for runs outside the axis or
+    /// longer than a chunk, and for figures that overflow.
+    pub(crate) fn strided_rows(
+        &self,
+        runs: &Range<usize>,
+        element_bytes: usize,
+    ) -> Option<(usize, StridedRows)> {
+        if runs.start > runs.end || runs.end > self.axis_length || runs.len() > self.chunk_length {
+            return None;
+        }
+        let bytes = |elements: usize| elements.checked_mul(self.inner)?.checked_mul(element_bytes);
+        let device_pitch = u64::try_from(bytes(self.chunk_length)?).ok()?;
+        let rows = StridedRows::new(
+            bytes(runs.len())?,
+            self.outer,
+            bytes(self.axis_length)?,
+            device_pitch,
+        );
+        Some((runs.start.checked_mul(self.inner)?, rows))
     }
 
     /// Copies the runs `runs` of `host` (the whole array) into `staging`,
@@ -363,6 +389,19 @@ mod tests {
             layout.gather(&host[..5], 0..2, 0, &mut staging),
             Err(MemError::LengthMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn a_chunk_is_outer_rows_of_its_runs_a_host_row_apart() {
+        // [2, 10, 3] f32 chunked along axis 1 in chunks of 4: runs 8..10.
+        let layout = ChunkLayout::new(&[2, 10, 3], 1, 4).unwrap();
+        let (first, rows) = layout.strided_rows(&(8..10), 4).unwrap();
+        assert_eq!(first, 24);
+        assert_eq!(rows, StridedRows::new(2 * 3 * 4, 2, 10 * 3 * 4, 4 * 3 * 4));
+        assert_eq!(layout.strided_rows(&(6..11), 4), None, "past the axis");
+        assert_eq!(layout.strided_rows(&(0..5), 4), None, "longer than a chunk");
+        let huge = ChunkLayout::new(&[2, 4, 1 << 40], 1, 2).unwrap();
+        assert_eq!(huge.strided_rows(&(0..2), 1 << 30), None, "overflows");
     }
 
     #[test]

@@ -162,6 +162,7 @@ impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
             layout,
             direction: self.direction,
             backend: Arc::clone(streamer.manager.backend()),
+            min_strided_row: streamer.min_strided_row_bytes(),
         }))
     }
 }
@@ -408,11 +409,13 @@ fn start<'p>(
         .into_iter()
         .map(|owner| streamer.manager.begin_work_for(owner))
         .collect::<Result<Vec<_>, MemError>>()?;
-    if let Some(first) = streamer.chunks().next() {
+    let mut chunks = streamer.chunks();
+    if let Some(first) = chunks.next() {
+        let ends: Vec<Chunk> = std::iter::once(first).chain(chunks.next_back()).collect();
         // Staging buffers are taken in one global order (by label).
         for (_, index) in &order {
             if let Some(lane) = lanes.get_mut(*index) {
-                lane.reserve(&first)?;
+                lane.reserve(&ends)?;
             }
         }
     }

@@ -126,6 +126,24 @@ impl<'p, T: Element> RunsAccess<'p, T> {
         Ok(unsafe { std::slice::from_raw_parts_mut(start.as_ptr(), range.len()) })
     }
 
+    /// The address of element `first` of the array, where the first row of
+    /// a strided copy of `runs` starts, when `runs` are this access's and
+    /// `first` lies in the array. The rows of chunk `runs`
+    /// ([`ChunkLayout::strided_rows`]) hold this access's runs only.
+    pub(crate) fn rows_start(
+        &self,
+        label: &str,
+        runs: &Range<usize>,
+        first: usize,
+    ) -> Result<NonNull<T>, MemError> {
+        self.check(runs)?;
+        if first >= self.len {
+            return Err(self.outside(label, &(first..first.saturating_add(1))));
+        }
+        // SAFETY: `first < len`: the offset stays inside the allocation.
+        Ok(unsafe { self.data.add(first) })
+    }
+
     /// `range` lies outside the array of `label`.
     fn outside(&self, label: &str, range: &Range<usize>) -> MemError {
         MemError::LengthMismatch {

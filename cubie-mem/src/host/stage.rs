@@ -7,11 +7,12 @@
 //! before the buffer goes back to its pool, so neither the host nor the next
 //! user of the buffer can see (or spoil) bytes a copy is still moving.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::transfer::Stager;
 use crate::array::slot::DeviceMemory;
-use crate::backend::{Backend, BackendResult, EventHandle, StreamHandle};
+use crate::backend::{Backend, BackendResult, EventHandle, StreamHandle, StridedRows};
 use crate::{Element, MemError};
 
 /// Queues a copy of `src` into `device` at element `offset`.
@@ -56,6 +57,49 @@ pub(super) unsafe fn queue_download<T: Element>(
     let len = bytes.len();
     // SAFETY: passed on from the caller.
     unsafe { backend.copy_from_device_async(bytes.as_mut_ptr(), len, device.ptr(), offset, stream) }
+        .for_array(backend, label)
+}
+
+/// Queues a strided copy of the host rows from `src` into `device` (from
+/// its first element).
+///
+/// # Safety
+///
+/// Every row of `rows` from `src` is page-locked memory of `backend` that
+/// stays allocated and unwritten until the work queued on `stream` is done.
+pub(super) unsafe fn queue_upload_strided<T: Element>(
+    backend: &dyn Backend,
+    device: &DeviceMemory,
+    label: &str,
+    src: NonNull<T>,
+    rows: StridedRows,
+    stream: StreamHandle,
+) -> Result<(), MemError> {
+    let src = src.as_ptr().cast::<u8>().cast_const();
+    // SAFETY: passed on from the caller.
+    unsafe { backend.copy_to_device_strided_async(device.ptr(), 0, src, rows, stream) }
+        .for_array(backend, label)
+}
+
+/// Queues a strided copy of `device` (from its first element) into the
+/// host rows from `dst`.
+///
+/// # Safety
+///
+/// Every row of `rows` from `dst` is page-locked memory of `backend` that
+/// stays allocated and that no one reads or writes until the work queued on
+/// `stream` is done.
+pub(super) unsafe fn queue_download_strided<T: Element>(
+    backend: &dyn Backend,
+    device: &DeviceMemory,
+    label: &str,
+    dst: NonNull<T>,
+    rows: StridedRows,
+    stream: StreamHandle,
+) -> Result<(), MemError> {
+    let dst = dst.as_ptr().cast::<u8>();
+    // SAFETY: passed on from the caller.
+    unsafe { backend.copy_from_device_strided_async(dst, rows, device.ptr(), 0, stream) }
         .for_array(backend, label)
 }
 

@@ -44,6 +44,7 @@ pub struct ChunkStreamer<'a> {
     batch_runs: usize,
     pool: StagingPool,
     staging_bytes: usize,
+    min_strided_row_bytes: usize,
 }
 
 impl MemoryManager {
@@ -66,11 +67,43 @@ impl MemoryManager {
             batch_runs: plan.total_runs,
             pool: self.new_staging_pool(),
             staging_bytes: STAGING_BYTES_PER_TRANSFER,
+            min_strided_row_bytes: ChunkStreamer::DEFAULT_MIN_STRIDED_ROW_BYTES,
         })
     }
 }
 
 impl<'a> ChunkStreamer<'a> {
+    /// The narrowest row, in bytes, that a pipeline moves by one strided
+    /// (2D) copy of the copy engines instead of through a staging buffer,
+    /// by default ([`with_min_strided_row_bytes`](Self::with_min_strided_row_bytes)).
+    ///
+    /// A chunk of a page-locked host array that is not one block of it is
+    /// `outer` rows of `runs x inner` elements, one host row apart. A
+    /// strided copy moves them with no host work, at a cost per row beyond
+    /// the bytes' time on the copy engine: about 2.5 ns
+    /// ([`SimBackend::DEFAULT_STRIDED_ROW_PS`](crate::SimBackend::DEFAULT_STRIDED_ROW_PS),
+    /// NVIDIA's `cudaMemcpy2D` of one-byte rows). Staging costs the host the
+    /// chunk's bytes at memcpy speed (12 GB/s,
+    /// [`SimBackend::DEFAULT_HOST_BANDWIDTH`](crate::SimBackend::DEFAULT_HOST_BANDWIDTH))
+    /// beside the same bytes on the bus. The strided copy is the faster
+    /// once a row holds more than 2.5 ns x 12 GB/s = 30 bytes: rows of 32
+    /// bytes (four `f64`) and wider move by DMA, narrower ones are staged.
+    pub const DEFAULT_MIN_STRIDED_ROW_BYTES: usize = 32;
+
+    /// Moves chunks of page-locked host arrays whose rows hold at least
+    /// `bytes` by one strided copy, and stages narrower ones (default
+    /// [`DEFAULT_MIN_STRIDED_ROW_BYTES`](Self::DEFAULT_MIN_STRIDED_ROW_BYTES);
+    /// `usize::MAX` stages every chunk that is not one block of its array).
+    pub fn with_min_strided_row_bytes(mut self, bytes: usize) -> Self {
+        self.min_strided_row_bytes = bytes;
+        self
+    }
+
+    /// The narrowest row a pipeline moves by one strided copy, in bytes.
+    pub fn min_strided_row_bytes(&self) -> usize {
+        self.min_strided_row_bytes
+    }
+
     /// Uses `pool` for staging buffers, so that they are reused across streamers.
     pub fn with_pool(mut self, pool: StagingPool) -> Self {
         self.pool = pool;
@@ -253,6 +286,7 @@ impl std::fmt::Debug for ChunkStreamer<'_> {
             .field("instance", &format_args!("{}", self.named_instance()))
             .field("plan", &self.plan)
             .field("staging_bytes", &self.staging_bytes)
+            .field("min_strided_row_bytes", &self.min_strided_row_bytes)
             .finish()
     }
 }

@@ -40,5 +40,6 @@ mod split;
 mod staging;
 mod streams;
 mod stress;
+mod strided_dma;
 mod summaries;
 mod tracing_events;
