@@ -139,6 +139,9 @@ impl<'a> HostKernel<'a> {
     /// Queues the kernel; `body` gets the arrays' elements through
     /// [`KernelArgs`]. Its error, if any, is returned. The arrays stay
     /// allocated until the kernel is done even if they are released meanwhile.
+    /// A duration past any modelled clock (over 2^64 - 1 ns), or one the
+    /// device's clock cannot hold, is refused with [`MemError::Kernel`]
+    /// and nothing runs.
     pub fn launch(
         self,
         body: impl FnOnce(&mut KernelArgs<'_>) -> Result<(), MemError> + Send,
@@ -146,6 +149,13 @@ impl<'a> HostKernel<'a> {
         let Some(&(first, _)) = self.args.first() else {
             return Err(self.error("it has no arrays; list what it reads and writes"));
         };
+        if u64::try_from(self.duration.as_nanos()).is_err() {
+            return Err(self.error(format!(
+                "its duration of {:?} is past any modelled clock (at most 2^64 - 1 ns, about 584 \
+                 years); give it a shorter duration",
+                self.duration
+            )));
+        }
         if let Some((other, _)) = self
             .args
             .iter()
@@ -255,19 +265,27 @@ impl<'a> HostKernel<'a> {
             }
         };
         let backend = first.backend();
-        backend
-            .launch(
-                KernelLaunch {
-                    name,
-                    args: &launch_args,
-                    body: KernelBody::Host {
-                        duration: self.duration,
-                        run: &mut run,
-                    },
+        let launched = backend.launch(
+            KernelLaunch {
+                name,
+                args: &launch_args,
+                body: KernelBody::Host {
+                    duration: self.duration,
+                    run: &mut run,
                 },
-                stream.handle(),
-            )
-            .for_array(backend, first.label())?;
+            },
+            stream.handle(),
+        );
+        match launched {
+            // The device's clock cannot hold it: the launch is refused.
+            Err(error @ crate::backend::BackendError::ClockOverflow { .. }) => {
+                return Err(MemError::Kernel {
+                    kernel: self.name.clone(),
+                    reason: format!("refused, nothing ran: {error}"),
+                });
+            }
+            launched => launched.for_array(backend, first.label())?,
+        }
         outcome
     }
 }

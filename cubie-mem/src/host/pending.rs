@@ -150,7 +150,10 @@ impl<T: Element> DeviceArray<T> {
     /// The host array is held by the returned [`PendingCopy`] until the copy
     /// is done. A pageable or spilled array is refused (copy it with
     /// [`copy_from_host`](Self::copy_from_host), which blocks), and the
-    /// error gives it back.
+    /// error gives it back. A page-locked array the backend does not take
+    /// for asynchronous copies (another manager's or backend's) is staged
+    /// as pageable memory is: the host waits for that copy, and the
+    /// returned copy is already done.
     ///
     /// ```
     /// use cubie_mem::{ArrayRequest, HostMemoryKind, MemoryManager, Registration, SimBackend};
@@ -196,6 +199,10 @@ fn queue_copy<T: Element>(
     };
     let mut host = host;
     let backend = stream.backend();
+    let bytes: &[u8] = bytemuck::cast_slice(host.as_slice());
+    if !backend.is_page_locked(bytes.as_ptr(), bytes.len()) {
+        return copy_staged(device, host, way, memory, &stream);
+    }
     let queued = queue(backend, &memory, device.label(), &mut host, way, &stream);
     match (queued, Event::record(backend, stream.handle())) {
         (Ok(()), Ok(event)) => Ok(PendingCopy {
@@ -234,21 +241,6 @@ fn prepare<T: Element>(
             ),
         });
     }
-    let backend = device.slot().backend();
-    let bytes: &[u8] = bytemuck::cast_slice(host.as_slice());
-    if !backend.is_page_locked(bytes.as_ptr(), bytes.len()) {
-        return Err(MemError::WrongArrayType {
-            label: device.label().to_owned(),
-            requested: format!(
-                "a page-locked host array of this manager's {} device for an asynchronous copy",
-                backend.name()
-            ),
-            found: "a page-locked host array of another manager or backend; make it with this \
-                    manager's create_host_array, or copy it with copy_from_host or copy_to_host, \
-                    which block"
-                .into(),
-        });
-    }
     if host.len() != device.len() {
         return Err(MemError::LengthMismatch {
             label: device.label().to_owned(),
@@ -260,6 +252,35 @@ fn prepare<T: Element>(
     let stream = device.slot().work_stream(&memory);
     memory.use_on(&stream)?;
     Ok((memory, stream))
+}
+
+/// Copies a page-locked host array the backend does not accept for an
+/// asynchronous copy (another manager's or backend's page-locked memory)
+/// as pageable memory is copied: the host waits while the backend stages
+/// it, so the copy is done when this returns, and never hands an
+/// asynchronous copy memory outside its contract.
+fn copy_staged<T: Element>(
+    device: &DeviceArray<T>,
+    mut host: HostArray<T>,
+    way: Way,
+    memory: Arc<DeviceMemory>,
+    stream: &OwnedStream,
+) -> Result<PendingCopy<T>, AsyncCopyError<T>> {
+    let copied = match way {
+        Way::Upload => device.copy_from_host(host.as_slice()),
+        Way::Download => device.copy_to_host(host.as_mut_slice()),
+    };
+    if let Err(error) = copied {
+        return Err(refused(error, host));
+    }
+    match Event::record(stream.backend(), stream.handle()) {
+        Ok(event) => Ok(PendingCopy {
+            host: Some(host),
+            event,
+            _device: memory,
+        }),
+        Err(error) => Err(refused(error, host)),
+    }
 }
 
 /// Queues the copy itself.

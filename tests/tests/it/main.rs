@@ -24,6 +24,7 @@ mod held_bytes;
 mod host;
 mod host_limits;
 mod host_pipeline;
+mod hostile_inputs;
 mod identity;
 mod idle_eviction;
 mod logging;
