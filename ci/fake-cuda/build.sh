@@ -27,7 +27,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 cflags=(-std=gnu11 -O2 -fPIC -pthread -Wall -Wextra -Werror -fvisibility=hidden -ffp-contract=off)
-sources=(state knobs context table clock queue streams memory pools pinned copies modules standins launch
+sources=(state knobs context table clock queue streams memory pools pinned copies copies2d modules standins launch
     races exec)
 
 objects=()

@@ -103,6 +103,7 @@ enum {
     X(cuMemcpyDtoH_v2, 0)                                                      \
     X(cuMemcpyHtoDAsync_v2, 0)                                                 \
     X(cuMemcpyDtoHAsync_v2, 0)                                                 \
+    X(cuMemcpy2DAsync_v2, 0)                                                   \
     X(cuMemFreeAsync, 0)                                                       \
     X(cuMemPoolTrimTo, 0)                                                      \
     X(cuMemPoolSetAttribute, 0)                                                \
@@ -160,6 +161,24 @@ FK_API CUresult cuMemFreeHost(void *p);
 FK_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
 FK_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 FK_API CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+/* cuda.h's CUDA_MEMCPY2D (_v2) and the memory types the fake copies. */
+typedef enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2 } CUmemorytype;
+typedef struct CUDA_MEMCPY2D_st {
+    size_t srcXInBytes, srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+FK_API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
 FK_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
                                      CUstream hStream);
 FK_API CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
@@ -376,8 +395,10 @@ struct fk_op {
     /* OP_H2D, OP_D2H */
     CUdeviceptr dptr;
     void *host;
-    void *snapshot; /* pageable HtoD: the staged bytes */
-    size_t bytes;
+    void *snapshot; /* pageable HtoD: the staged bytes (a 2D copy's packed) */
+    size_t bytes;   /* a 2D copy's: each row's */
+    size_t rows;    /* a 2D copy's rows, a pitch apart on each side; 0: 1-D */
+    size_t host_pitch, dev_pitch;
     struct fk_pinned *pinned;
     /* OP_KERNEL */
     const struct fk_standin *kernel;
@@ -435,6 +456,10 @@ struct fk_stream *fk_stream_by_sid(uint32_t sid);
 int fk_point_done(struct fk_point p);
 int fk_covered(const struct fk_vclock *c, struct fk_point p);
 CUresult fk_run_to(struct fk_stream *s, uint64_t seq);
+/* Copies `rows` rows of `width` bytes, `spitch` apart at `src`, to `dpitch`
+ * apart at `dst` (copies2d.c). */
+void fk_copy_rows(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                  size_t rows);
 void fk_run_head(struct fk_stream *s);
 CUresult fk_run_ctx(struct fk_ctx *c);
 CUresult fk_host_observe(const struct fk_vclock *c, double t);
@@ -525,6 +550,10 @@ CUresult fk_pinned_check(struct fk_pinned *b, const void *p, size_t len, int wri
                          const struct fk_vclock *clock, const char *who);
 CUresult fk_pinned_reserve(struct fk_pinned *b);
 void fk_pinned_note(struct fk_pinned *b, const void *p, size_t len, int writes, struct fk_point at);
+/* Records the rows of one 2D copy (`rows` of `len`, `pitch` apart), as one
+ * queued copy. */
+void fk_pinned_note_rows(struct fk_pinned *b, const char *p, size_t len, size_t pitch, size_t rows,
+                         int writes, struct fk_point at);
 
 /* ---- modules (modules.c) ---------------------------------------------- */
 

@@ -124,6 +124,16 @@ void fk_pinned_note(struct fk_pinned *b, const void *p, size_t len, int writes, 
     b->pending++;
 }
 
+void fk_pinned_note_rows(struct fk_pinned *b, const char *p, size_t len, size_t pitch, size_t rows,
+                         int writes, struct fk_point at)
+{
+    uint64_t pending = b->pending;
+    for (size_t row = 0; row < rows; row++)
+        if (fk_pinned_reserve(b) == CUDA_SUCCESS)
+            fk_pinned_note(b, p + row * pitch, len, writes, at);
+    b->pending = pending + 1; /* one op, executed once */
+}
+
 FK_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
     struct fk_ctx *c;

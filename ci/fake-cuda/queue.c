@@ -283,12 +283,22 @@ static void exec_op(struct fk_op *op)
         fk_alloc_free_exec(op->alloc);
         break;
     case OP_H2D:
-        memcpy((void *)(uintptr_t)op->dptr, op->snapshot ? op->snapshot : op->host, op->bytes);
+        if (op->rows)
+            fk_copy_rows((char *)(uintptr_t)op->dptr, op->dev_pitch,
+                         op->snapshot ? op->snapshot : op->host,
+                         op->snapshot ? op->bytes : op->host_pitch, op->bytes, op->rows);
+        else
+            memcpy((void *)(uintptr_t)op->dptr, op->snapshot ? op->snapshot : op->host,
+                   op->bytes);
         if (op->pinned)
             op->pinned->pending--;
         break;
     case OP_D2H:
-        memcpy(op->host, (const void *)(uintptr_t)op->dptr, op->bytes);
+        if (op->rows)
+            fk_copy_rows(op->host, op->host_pitch, (const char *)(uintptr_t)op->dptr,
+                         op->dev_pitch, op->bytes, op->rows);
+        else
+            memcpy(op->host, (const void *)(uintptr_t)op->dptr, op->bytes);
         if (op->pinned)
             op->pinned->pending--;
         break;

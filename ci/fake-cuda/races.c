@@ -51,16 +51,19 @@ static void prune(struct fk_alloc *a)
     a->naccesses = w;
 }
 
-static CUresult reserve(struct fk_alloc *a)
+CUresult fk_race_reserve(struct fk_alloc *a, uint64_t n)
 {
-    if (a->capaccesses - a->naccesses >= FK_MAX_PARAMS)
+    if (a->capaccesses - a->naccesses >= n)
         return CUDA_SUCCESS;
-    uint32_t cap = a->capaccesses ? a->capaccesses * 2 : 2 * FK_MAX_PARAMS;
+    uint64_t want = (uint64_t)a->naccesses + n;
+    uint64_t cap = a->capaccesses ? a->capaccesses : 2 * FK_MAX_PARAMS;
+    while (cap < want && cap <= UINT32_MAX / 2)
+        cap *= 2;
     struct fk_access *v;
-    if (cap < a->capaccesses || !(v = realloc(a->accesses, (size_t)cap * sizeof *v)))
+    if (cap < want || cap > UINT32_MAX || !(v = realloc(a->accesses, (size_t)cap * sizeof *v)))
         return CUDA_ERROR_OUT_OF_MEMORY;
     a->accesses = v;
-    a->capaccesses = cap;
+    a->capaccesses = (uint32_t)cap;
     return CUDA_SUCCESS;
 }
 
@@ -90,7 +93,7 @@ CUresult fk_race_check(struct fk_alloc *a, uint64_t ptr, uint64_t bytes, int mod
                      (unsigned long long)(e->off + e->len), kind);
         return CUDA_ERROR_ILLEGAL_ADDRESS;
     }
-    return reserve(a);
+    return fk_race_reserve(a, FK_MAX_PARAMS);
 }
 
 void fk_race_note(struct fk_alloc *a, uint64_t ptr, uint64_t bytes, int mode, struct fk_point at,

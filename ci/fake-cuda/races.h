@@ -18,6 +18,8 @@ struct fk_racer {
  * `clock`; then makes room for the op's fk_race_note calls. */
 CUresult fk_race_check(struct fk_alloc *a, uint64_t ptr, uint64_t bytes, int mode,
                        const struct fk_vclock *clock, const struct fk_racer *who);
+/* Makes room for `n` more fk_race_note calls (a 2D copy's rows). */
+CUresult fk_race_reserve(struct fk_alloc *a, uint64_t n);
 /* Records the access of the op queued at `at`, its stream's clock `clock`. */
 void fk_race_note(struct fk_alloc *a, uint64_t ptr, uint64_t bytes, int mode, struct fk_point at,
                   const struct fk_vclock *clock, const struct fk_racer *who);

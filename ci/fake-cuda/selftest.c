@@ -457,6 +457,7 @@ int main(int argc, char **argv)
     st_limits(ctx);
     st_faults(ctx);
     st_races(ctx);
+    st_copies2d(ctx);
     st_exec(ctx);
     st_contexts(ctx);
     st_children();

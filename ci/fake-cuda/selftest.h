@@ -37,6 +37,7 @@ int st_child(const char *which);
  * added to the environment: its exit status, or -1. */
 int st_spawn(const char *which, const char *const *knobs);
 void st_races(CUcontext ctx);
+void st_copies2d(CUcontext ctx);
 void st_exec(CUcontext ctx);
 void st_exec_child(void);
 int st_failures(void);

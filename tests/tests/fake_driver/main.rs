@@ -20,6 +20,7 @@ mod misuse;
 mod ordering;
 mod pipeline;
 mod races;
+mod strided;
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::{Mutex, MutexGuard};
