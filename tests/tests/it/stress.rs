@@ -176,9 +176,9 @@ where
 
 #[test]
 fn eight_threads_end_with_an_empty_registry_and_free_memory() {
-    // 1 MiB free: the threads' batches do not all fit, so idle owners are
+    // 768 KiB free: the threads' batches do not all fit, so idle owners are
     // evicted and batches chunked all along.
-    let (mgr, sim) = manager(1 << 30, 1 << 20);
+    let (mgr, sim) = manager(1 << 30, 768 << 10);
     let free_before = sim.free_bytes();
     let worker_mgr = mgr.clone();
     let served: usize = run_threads(THREADS, DEADLINE, move |t| {
