@@ -278,6 +278,7 @@ struct fk_ctx {
     uint64_t gen;   /* incarnation, bumped at each destruction */
     int sticky;     /* a violation of its ops: its calls answer 700 until reset */
     unsigned flags; /* cuDevicePrimaryCtxSetFlags_v2's, kept across incarnations */
+    uint64_t local_reserved; /* device memory held for launches' local memory */
     struct fk_obj *objs;
     struct fk_stream *null_stream; /* created on first use */
 };
@@ -376,6 +377,7 @@ struct fk_standin {
     uint64_t (*elements)(const struct fk_kargs *a);               /* for the modelled time */
     uint64_t (*bytes)(const struct fk_kargs *a, unsigned param); /* a pointer's range */
     void (*run)(const struct fk_kargs *a);
+    uint64_t local_bytes; /* local memory per thread (launch.c reserves it) */
 };
 const struct fk_standin *fk_standin_find(const char *name);
 
@@ -584,6 +586,7 @@ int fk_device_limit(int attrib, int *out);
 CUresult fk_launch_check(const struct fk_function *f, const struct fk_standin *k,
                          const unsigned grid[3], const unsigned block[3], unsigned shared,
                          void **params);
+CUresult fk_launch_reserve_local(struct fk_ctx *c, const struct fk_standin *k); /* 0 or 2 */
 /* The newest PTX ISA version (major * 10 + minor) a driver of CUDA `version`
  * (cuDriverGetVersion) loads, or 0 when not known. */
 int fk_ptx_isa_max(int version);

@@ -2,8 +2,8 @@
  * device attributes a launch is checked against (grid, block, shared
  * memory), the function attributes (cuFuncGetAttribute, cuFuncSetAttribute:
  * the opt-in to more than 48 KiB of dynamic shared memory), the parameter
- * layout of the stand-ins (cuFuncGetParamInfo), and the check each launch
- * passes before it is queued. */
+ * layout of the stand-ins (cuFuncGetParamInfo), the check each launch
+ * passes before it is queued, and the local memory a launch reserves. */
 #include <stdarg.h>
 
 #include "fake.h"
@@ -190,4 +190,32 @@ FK_API CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *p
         }
     }
     return fk_leave(r);
+}
+
+/* Threads the device holds at once: attribute 16 (multiprocessors, 132)
+ * times attribute 39 (threads per multiprocessor, 2048), as on an H100. */
+#define RESIDENT_THREADS (132ULL * 2048ULL)
+
+/* A kernel's local memory, as a GPU reserves it: per thread, for every
+ * thread the device can hold at once, taken from the device's free memory
+ * on the first launch that needs more than the context holds, and kept
+ * until the context goes. When the device lacks it the launch fails with
+ * CUDA_ERROR_OUT_OF_MEMORY (2) and nothing is queued. */
+CUresult fk_launch_reserve_local(struct fk_ctx *c, const struct fk_standin *k)
+{
+    if (k->local_bytes == 0)
+        return CUDA_SUCCESS;
+    uint64_t needed = k->local_bytes > UINT64_MAX / RESIDENT_THREADS
+                          ? UINT64_MAX
+                          : k->local_bytes * RESIDENT_THREADS;
+    if (needed <= c->local_reserved)
+        return CUDA_SUCCESS;
+    struct fk_device *d = &g.devs[c->dev];
+    uint64_t grow = needed - c->local_reserved;
+    uint64_t avail = d->free0 > d->taken ? d->free0 - d->taken : 0;
+    if (grow > avail)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    d->taken += grow;
+    c->local_reserved = needed;
+    return CUDA_SUCCESS;
 }

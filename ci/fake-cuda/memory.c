@@ -175,6 +175,7 @@ void fk_mem_context_destroyed(struct fk_ctx *c)
         i = 0;
     }
     d->taken = d->allocated = 0;
+    c->local_reserved = 0;
 }
 
 int fk_host_overlaps_device(const void *p, size_t len)

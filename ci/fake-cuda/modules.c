@@ -430,7 +430,8 @@ static CUresult launch(CUfunction hf, const unsigned grid[3], const unsigned blo
             memcpy(&args.u[i], params[i], sizeof args.u[i]);
         }
     }
-    if ((r = fk_q_begin(&q, s)) != CUDA_SUCCESS)
+    if ((r = fk_launch_reserve_local(c, k)) != CUDA_SUCCESS ||
+        (r = fk_q_begin(&q, s)) != CUDA_SUCCESS)
         return r;
     char who[64];
     snprintf(who, sizeof who, "stream %u (kernel %s)", s->sid, f->name);

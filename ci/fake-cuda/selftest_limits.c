@@ -1,6 +1,7 @@
 /* selftest_limits.c - the pool's granules and segments, reuse through an
  * internal dependency (pool attribute 3), the device memory of modules, the
- * PTX versions and targets a module load refuses, and the launch limits. */
+ * PTX versions and targets a module load refuses, the launch limits, and
+ * the local memory a launch reserves. */
 #include "selftest.h"
 
 static const char ptx_euler[] =
@@ -209,6 +210,46 @@ static void launch_limits(void)
     EXPECT(cuStreamDestroy_v2(s), 0);
 }
 
+/* euler_decay_local's 512 bytes a thread, for 132 x 2048 resident threads:
+ * reserved by its first launch, kept by the context (so it comes last). */
+static void local_memory(void)
+{
+    static const char ptx_local[] =
+        ".version 7.0\n.target sm_50\n.address_size 64\n"
+        ".visible .entry euler_decay_local(.param .u64 y, .param .u64 k, .param .f64 dt, "
+        ".param .u32 n)\n{ ret; }\n";
+    const size_t local = 512ULL * 132 * 2048;
+    CUmemoryPool pool = st_pool(0);
+    CUmodule m;
+    CUfunction f;
+    CUstream s;
+    CUdeviceptr d, fill;
+    char log[256];
+    double dt = 0.5;
+    unsigned n = 16;
+    EXPECT(load(&m, ptx_local, log, sizeof log), 0);
+    EXPECT(cuModuleGetFunction(&f, m, "euler_decay_local"), 0);
+    EXPECT(cuStreamCreate(&s, 1), 0);
+    EXPECT(cuMemAllocFromPoolAsync(&d, 16 * sizeof(double), pool, s), 0);
+    void *params[] = {&d, &d, &dt, &n};
+    size_t f0 = st_free_bytes();
+    /* Leave the device 2 MiB short of the local memory. */
+    EXPECT(cuMemAllocFromPoolAsync(&fill, f0 - local + 2 * MIB, pool, s), 0);
+    EXPECT(cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, s, params, NULL), 2);
+    EXPECT(cuMemFreeAsync(fill, s), 0);
+    EXPECT(cuStreamSynchronize(s), 0);
+    EXPECT(cuMemPoolTrimTo(pool, 16 * sizeof(double)), 0);
+    EXPECT(cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, s, params, NULL), 0);
+    CHECK(st_free_bytes() == f0 - local);
+    EXPECT(cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, s, params, NULL), 0);
+    CHECK(st_free_bytes() == f0 - local); /* reserved once */
+    EXPECT(cuMemFreeAsync(d, s), 0);
+    EXPECT(cuStreamSynchronize(s), 0);
+    EXPECT(cuModuleUnload(m), 0);
+    EXPECT(cuMemPoolDestroy(pool), 0);
+    EXPECT(cuStreamDestroy_v2(s), 0);
+}
+
 void st_limits(CUcontext ctx)
 {
     (void)ctx;
@@ -216,4 +257,5 @@ void st_limits(CUcontext ctx)
     internal_dependencies();
     ptx_versions();
     launch_limits();
+    local_memory();
 }

@@ -92,6 +92,20 @@ static const struct fk_standin standins[] = {
         .bytes = into_bytes,
         .run = into_run,
     },
+    {
+        /* euler_decay with 512 bytes of local memory a thread (a stack of
+         * spilled registers): its first launch on a context reserves that
+         * for every thread the device can hold at once. */
+        .name = "euler_decay_local",
+        .nparams = 4,
+        .kinds = {FK_P_PTR, FK_P_PTR, FK_P_F64, FK_P_U32},
+        .access = {FK_RW, FK_READ},
+        .pnames = {"y", "k", "dt", "n"},
+        .elements = euler_elements,
+        .bytes = euler_bytes,
+        .run = euler_run,
+        .local_bytes = 512,
+    },
 };
 
 const struct fk_standin *fk_standin_find(const char *name)

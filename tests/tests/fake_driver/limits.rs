@@ -392,3 +392,72 @@ fn ptx_the_driver_cannot_load_says_what_to_do() {
     }
     fake.assert_clean();
 }
+
+/// A kernel of 512 bytes of local memory a thread: the fake reserves
+/// 132 MiB of device memory for it at its first launch on a context.
+const LOCAL_MEMORY_PTX: &str = "\
+.version 7.0
+.target sm_50
+.address_size 64
+.visible .entry euler_decay_local(.param .u64 y, .param .u64 k, .param .f64 dt, .param .u32 n)
+{ ret; }
+";
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn a_kernel_needing_local_memory_launches_after_a_batch_that_filled_the_device() {
+    let fake = Fake::open();
+    let cuda = CudaBackend::new(0).unwrap();
+    let mgr = manager(&cuda);
+    let solver = mgr
+        .register(Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    mgr.queue_request(
+        &solver,
+        [("y", ArrayRequest::of::<f64>([64]).unchunkable())],
+    )
+    .unwrap();
+    let y = mgr
+        .allocate_queue_for(&solver)
+        .unwrap()
+        .take::<f64>("y")
+        .unwrap();
+    let module = CudaModule::from_ptx(&cuda, LOCAL_MEMORY_PTX).unwrap();
+    let function = module.function("euler_decay_local").unwrap();
+    // Another owner's memory leaves 150 MiB; a batch of 140 MiB comes and
+    // goes, and the pool keeps it idle (release threshold u64::MAX).
+    let other = cuda.create_stream().unwrap();
+    let resident = cuda.mem_info().unwrap().free - 150 * MIB;
+    let kept = cuda.alloc_device(resident, other).unwrap();
+    let batch = cuda.alloc_device(140 * MIB, other).unwrap();
+    cuda.free_device(batch, 140 * MIB, other).unwrap();
+    cuda.synchronize(other).unwrap();
+    assert!(cuda.driver_mem_info().unwrap().free < 132 * MIB);
+    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let view = stream.view(&y).unwrap();
+    let (dt, n) = (0.5f64, 64u32);
+    let (launches, trims) = (fake.calls("cuLaunchKernel"), fake.calls("cuMemPoolTrimTo"));
+    // SAFETY: euler_decay_local's parameters; the view holds 64 elements
+    // and the grid is 64 threads along x.
+    unsafe {
+        stream
+            .launch_builder(&function)
+            .arg(&view)
+            .arg(&view)
+            .arg(&dt)
+            .arg(&n)
+            .launch(LaunchConfig::for_elements(64, 64))
+    }
+    .unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(
+        fake.calls("cuLaunchKernel") - launches,
+        2,
+        "a first try and the retry"
+    );
+    assert_eq!(fake.calls("cuMemPoolTrimTo") - trims, 1);
+    drop(view);
+    cuda.free_device(kept, resident, other).unwrap();
+    cuda.synchronize(other).unwrap();
+    fake.assert_clean();
+}

@@ -354,6 +354,20 @@ impl DeviceContext {
         self.check(result, "trim the memory pool")
     }
 
+    /// Waits for the context's work (frees in flight, on any stream,
+    /// destroyed ones included, return to the pool) and gives the pool's
+    /// idle memory back to the driver, for a retry of `operation` that ran
+    /// out of device memory while the pool held some idle. Failures are
+    /// logged: the retry reports what still fails.
+    pub(super) fn reclaim_idle_memory(&self, operation: &'static str) {
+        if let Err(error) = self.synchronize() {
+            tracing::warn!(%error, operation, "synchronising the device before a retry failed");
+        }
+        if let Err(error) = self.trim_pool(0) {
+            tracing::warn!(%error, operation, "trimming the memory pool before a retry failed");
+        }
+    }
+
     /// Blocks until all work on the device's primary context completed.
     pub(super) fn synchronize(&self) -> Result<(), BackendError> {
         let _guard = self.enter("synchronize the device")?;

@@ -109,12 +109,7 @@ impl Backend for CudaBackend {
         let _guard = self.shared.context.enter(OPERATION)?;
         let mut result = self.try_alloc(size, &raw)?;
         if result.is_err_and(|code| code == CuResult::OUT_OF_MEMORY) {
-            if let Err(error) = self.shared.context.synchronize() {
-                tracing::warn!(%error, "synchronising the device before retrying an allocation failed");
-            }
-            if let Err(error) = self.shared.context.trim_pool(0) {
-                tracing::warn!(%error, "trimming the memory pool before retrying an allocation failed");
-            }
+            self.shared.context.reclaim_idle_memory(OPERATION);
             result = self.try_alloc(size, &raw)?;
         }
         match result {

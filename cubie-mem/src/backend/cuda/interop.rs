@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::driver::mem_error;
 use super::module::CudaFunction;
 use super::stream::RawStream;
+use super::sys::CuResult;
 use super::{CudaBackend, NAME};
 use crate::array::slot::{DeviceMemory, PinnedMemory};
 use crate::backend::{Backend, BackendError, DevicePtr, StreamHandle};
@@ -377,8 +378,9 @@ impl<'a> LaunchBuilder<'a> {
         // which is current; the caller guarantees that the parameters match
         // the kernel's and that it stays within the views, whose memory
         // lives until after the launch is queued (they are borrowed). The
-        // driver copies the parameter values before returning.
-        let result = unsafe {
+        // driver copies the parameter values before returning; a launch
+        // that failed queued nothing and may be tried again.
+        let mut launch_once = || unsafe {
             super::sys::cuLaunchKernel(
                 self.function,
                 grid.0,
@@ -393,6 +395,13 @@ impl<'a> LaunchBuilder<'a> {
                 std::ptr::null_mut(),
             )
         };
+        let mut result = launch_once();
+        // The kernel's local memory is reserved by the driver at its first
+        // launch: the pool may hold idle what it needs.
+        if result == CuResult::OUT_OF_MEMORY {
+            context.reclaim_idle_memory(OPERATION);
+            result = launch_once();
+        }
         let launched = context.check(result, OPERATION).and_then(|()| {
             self.views
                 .iter()

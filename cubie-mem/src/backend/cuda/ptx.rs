@@ -33,7 +33,7 @@ pub(super) fn load(context: &DeviceContext, image: &CStr, ptx: &str) -> Result<C
     let _guard = context.enter(OPERATION).map_err(mem_error)?;
     let mut attempt = load_once(image);
     if attempt.0 == CuResult::OUT_OF_MEMORY {
-        give_back_idle_memory(context);
+        context.reclaim_idle_memory(OPERATION);
         attempt = load_once(image);
     }
     let (result, raw, log) = attempt;
@@ -81,17 +81,6 @@ fn load_once(image: &CStr) -> (CuResult, CuModule, String) {
         .trim()
         .to_owned();
     (result, raw, log)
-}
-
-/// Waits for the context's work (frees in flight return to the pool) and
-/// gives the pool's idle memory back to the driver.
-fn give_back_idle_memory(context: &DeviceContext) {
-    if let Err(error) = context.synchronize() {
-        tracing::warn!(%error, "synchronising the device before retrying a module load failed");
-    }
-    if let Err(error) = context.trim_pool(0) {
-        tracing::warn!(%error, "trimming the memory pool before retrying a module load failed");
-    }
 }
 
 /// What to do about a load that failed with `result`.
