@@ -7,7 +7,8 @@
 
 use crate::common::{manager, queuing};
 use cubie_mem::{
-    ArrayRequest, HostMemoryKind, LimitMode, ManagerConfig, MemoryManager, Registration, SimBackend,
+    ArrayRequest, HostMemoryKind, LimitMode, ManagerConfig, MemoryKind, MemoryManager,
+    Registration, SimBackend,
 };
 use proptest::prelude::*;
 
@@ -157,7 +158,15 @@ proptest! {
             for &(runs, depth, params) in batches {
                 let request = state(4, runs).pipeline_depth(depth);
                 let params = ArrayRequest::of::<f32>([params * 100 + 1]).unchunkable();
-                mgr.queue_request(&solver, [("state", request), ("params", params)]).unwrap();
+                let status = ArrayRequest::of::<i32>([runs])
+                    .chunk_axis(0)
+                    .total_runs(runs)
+                    .memory(MemoryKind::Pinned);
+                mgr.queue_request(
+                    &solver,
+                    [("state", request), ("params", params), ("status", status)],
+                )
+                .unwrap();
                 last = Some(mgr.allocate_queue_for(&solver).map(|r| *r.plan()));
             }
             last
