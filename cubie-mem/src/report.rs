@@ -231,6 +231,9 @@ pub enum Fix {
         /// The most one allocation can get.
         bytes: u64,
     },
+    /// Call again: the device refused memory its figures show free
+    /// (another process took it meanwhile, or a fault).
+    Retry,
 }
 
 /// A phrase that follows "it would fit if you": `free the arrays of idle
@@ -273,6 +276,10 @@ impl fmt::Display for Fix {
                 f,
                 "ask for at most {} in one array, or shrink the per-run arrays",
                 Bytes(*bytes)
+            ),
+            Fix::Retry => f.write_str(
+                "call again: the device refused memory its figures show free (another process \
+                 took it meanwhile, or a fault)",
             ),
         }
     }

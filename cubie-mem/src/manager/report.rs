@@ -127,7 +127,8 @@ impl Inner {
         let (lacking, fix) = match (&error, attempt.sizes, attempt.budget) {
             (MemError::OutOfMemory { requested, .. }, _, _) => {
                 let lacking = requested.0.saturating_sub(device.free);
-                (lacking, self.allocation_fix(s, batch, &memory, lacking))
+                let fix = self.allocation_fix(s, batch, &memory, requested.0, lacking);
+                (lacking, fix)
             }
             (_, Some(sizes), Some(budget)) => self.plan_fix(s, batch, &memory, &sizes, &budget),
             _ => (0, Fix::FreeDevice { bytes: 0 }),
@@ -139,21 +140,23 @@ impl Inner {
         })
     }
 
-    /// The fix of an allocation the device refused, `lacking` bytes short
-    /// of its free memory (0: the figures allowed it).
+    /// The fix of an allocation of `requested` bytes the device refused,
+    /// `lacking` bytes short of its free memory (0: the figures allowed
+    /// it: a block too fragmented where the backend knows its largest free
+    /// block, else memory taken meanwhile or a fault).
     fn allocation_fix(
         &self,
         s: &State,
         batch: &Batch,
         memory: &HoldersReport,
+        requested: u64,
         lacking: u64,
     ) -> Fix {
         if lacking == 0 {
-            let largest = memory
-                .pool
-                .and_then(|pool| pool.largest_free_block)
-                .unwrap_or(memory.device.free);
-            return Fix::Shrink { bytes: largest };
+            return match memory.pool.and_then(|pool| pool.largest_free_block) {
+                Some(largest) if largest < requested => Fix::Shrink { bytes: largest },
+                _ => Fix::Retry,
+            };
         }
         freeing_fix(s, batch, memory, lacking).unwrap_or(Fix::FreeDevice { bytes: lacking })
     }
