@@ -56,6 +56,13 @@ pub struct PoolUsage {
     pub largest_free_block: Option<u64>,
 }
 
+impl PoolUsage {
+    /// Memory the pool holds idle: reusable without asking the device.
+    pub fn idle(&self) -> u64 {
+        self.reserved.saturating_sub(self.used)
+    }
+}
+
 /// A backend's stream (CUDA `CUstream`), never the null stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamHandle(pub u64);

@@ -441,6 +441,14 @@ fn allocations_show_in_the_backends_pool() {
             during.used
         );
         assert!(during.reserved >= during.used);
+        // The same figures reach the manager's reports (and its
+        // out-of-memory errors) through the backend contract.
+        let reported = Backend::pool_usage(&cuda).expect("the cuda backend reports its pool");
+        assert_eq!(
+            (reported.reserved, reported.used),
+            (during.reserved, during.used)
+        );
+        assert_eq!(reported.largest_free_block, None);
         cuda.free_device(ptr, bytes, stream)?;
         cuda.synchronize(stream)?;
         assert!(cuda.pool_usage()?.used <= before);

@@ -25,23 +25,7 @@ use super::driver::{Health, describe, unusable};
 use super::sys::{self, CuContext, CuDevice, CuEvent, CuMemPoolAttribute, CuMemoryPool, CuResult};
 use super::wait::HostWait;
 use crate::MemError;
-use crate::backend::BackendError;
-
-/// Figures of the backend's memory pool, in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PoolUsage {
-    /// Device memory the pool holds from the driver (in use or idle).
-    pub reserved: u64,
-    /// Of that, memory handed out to live allocations.
-    pub used: u64,
-}
-
-impl PoolUsage {
-    /// Memory the pool holds idle: reusable without asking the driver.
-    pub fn idle(&self) -> u64 {
-        self.reserved.saturating_sub(self.used)
-    }
-}
+use crate::backend::{BackendError, PoolUsage};
 
 /// Idle events of each kind kept for reuse (creating and destroying one
 /// each time an event is needed costs two driver calls).
@@ -307,11 +291,14 @@ impl DeviceContext {
         Ok((free as u64, total as u64))
     }
 
-    /// The pool's reserved and used bytes.
+    /// The pool's reserved and used bytes (the driver does not tell the
+    /// largest block one allocation could get).
     pub(super) fn pool_usage(&self) -> Result<PoolUsage, BackendError> {
+        let _guard = self.enter("query the memory pool")?;
         Ok(PoolUsage {
             reserved: self.pool_attribute(sys::MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
             used: self.pool_attribute(sys::MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            largest_free_block: None,
         })
     }
 

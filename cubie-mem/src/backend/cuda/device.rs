@@ -10,7 +10,7 @@ use super::sys::{self, CuResult};
 use super::{Allocation, CudaBackend, PreparedUse, host_kernel_unsupported, unknown_allocation};
 use crate::backend::{
     Backend, BackendError, DevicePtr, EventHandle, KernelBody, KernelLaunch, MemInfo, PinnedBlock,
-    StreamHandle, StridedRows,
+    PoolUsage, StreamHandle, StridedRows,
 };
 use crate::timeline::Activity;
 
@@ -29,6 +29,12 @@ impl Backend for CudaBackend {
             free: free.saturating_add(idle).min(total),
             total,
         })
+    }
+
+    /// The pool's reserved and used bytes (`CU_MEMPOOL_ATTR_*_MEM_CURRENT`);
+    /// CUDA does not tell the largest free block.
+    fn pool_usage(&self) -> Option<PoolUsage> {
+        self.shared.context.pool_usage().ok()
     }
 
     fn create_stream(&self) -> Result<StreamHandle, BackendError> {

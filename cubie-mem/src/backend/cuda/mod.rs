@@ -90,8 +90,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// The backend pool's figures ([`CudaBackend::pool_usage`]).
+pub use crate::backend::PoolUsage;
 pub use calls::DriverCalls;
-pub use context::PoolUsage;
 pub use interop::{CudaStream, CudaView, LaunchArg, LaunchBuilder, LaunchConfig};
 pub use module::{CudaFunction, CudaModule};
 pub use wait::HostWait;
