@@ -150,7 +150,8 @@ static CUresult copy2d(const CUDA_MEMCPY2D *p, CUstream hStream)
     for (size_t row = 0; row < drows; row++)
         fk_race_note(a, dptr + row * dpitch, dlen, mode, at, &s->clock, &racer);
     if (pinned)
-        fk_pinned_note_rows(pinned, (const char *)host, hlen, hpitch, hrows, !to_device, at);
+        fk_pinned_note_rows(pinned, (const char *)host, hlen, hrows == 1 ? hlen : hpitch, hrows,
+                            !to_device, at);
     if (!to_device && !pinned) {
         /* Into pageable memory the copy is synchronous. */
         if ((r = fk_run_to(s, at.seq)) == CUDA_SUCCESS)

@@ -124,14 +124,25 @@ void fk_pinned_note(struct fk_pinned *b, const void *p, size_t len, int writes, 
     b->pending++;
 }
 
+/* As fk_pinned_note for each row, in one pass over the earlier records
+ * (a record inside one row goes as fk_pinned_note drops it), so that a
+ * copy of many rows costs its rows, not its rows times the records. */
 void fk_pinned_note_rows(struct fk_pinned *b, const char *p, size_t len, size_t pitch, size_t rows,
                          int writes, struct fk_point at)
 {
-    uint64_t pending = b->pending;
-    for (size_t row = 0; row < rows; row++)
-        if (fk_pinned_reserve(b) == CUDA_SUCCESS)
-            fk_pinned_note(b, p + row * pitch, len, writes, at);
-    b->pending = pending + 1; /* one op, executed once */
+    size_t off = (size_t)(p - b->base), w = 0;
+    for (size_t i = 0; i < b->ncopies; i++) {
+        const struct fk_pcopy *c = &b->copies[i];
+        size_t row = c->off >= off && pitch ? (c->off - off) / pitch : rows;
+        if (c->at.stream == at.stream && row < rows && c->off + c->len <= off + row * pitch + len &&
+            c->writes <= writes)
+            continue;
+        b->copies[w++] = *c;
+    }
+    b->ncopies = w;
+    for (size_t row = 0; row < rows && fk_pinned_reserve(b) == CUDA_SUCCESS; row++)
+        b->copies[b->ncopies++] = (struct fk_pcopy){at, off + row * pitch, len, writes};
+    b->pending++; /* one op, executed once */
 }
 
 FK_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)

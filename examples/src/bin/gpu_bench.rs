@@ -16,7 +16,11 @@
 //! - driver calls: what a pipeline chunk costs in driver calls, with the
 //!   timeline off and on, and the live events of a persistent buffer set
 //!   over 50 pipeline runs (goals: the fake driver's budgets, 24 and 40 a
-//!   chunk; no more events after 50 runs than after 5).
+//!   chunk; no more events after 50 runs than after 5);
+//! - strided copies: one 2D copy of rows of 64 B to 1 MiB, both ways,
+//!   against one contiguous copy of the same bytes, and the pipeline over a
+//!   pinned `[states, runs]` state chunked along the runs (figures only:
+//!   the curve the simulated device's 2.5 ns a row stands for).
 //!
 //! Each figure is printed with its goal and whether it was met; with
 //! `--check-goals` a missed goal makes the run fail (the GPU check passes
@@ -44,6 +48,8 @@ use cubie_mem_examples::euler_decay::EulerDecay;
 
 #[path = "gpu_bench/calls.rs"]
 mod calls;
+#[path = "gpu_bench/strided.rs"]
+mod strided;
 
 /// The plain driver calls the references make, resolved from the driver
 /// library the backend loaded (the same library, loaded once more).
@@ -193,6 +199,7 @@ fn run() -> BenchResult {
     bandwidth(&cuda, &driver, &mut goals)?;
     overlap(&cuda, options.trace, &mut goals)?;
     calls::report(&cuda, &mut goals)?;
+    strided::report(&cuda)?;
     match (goals.missed.is_empty(), options.check_goals) {
         (true, _) => println!("\nevery goal met"),
         (false, true) => {

@@ -53,11 +53,18 @@ impl CudaBackend {
         operation: &'static str,
     ) -> Result<(), BackendError> {
         let bytes = rows.check(operation)?;
-        for (range, _) in rows.host_ranges(host.address() as u64) {
-            let len = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
-            self.shared
-                .pinned
-                .check_page_locked(operation, range.start as usize, len)?;
+        let pinned = &self.shared.pinned;
+        let span = rows.host_span().unwrap_or(usize::MAX);
+        // One block holding every row is found at once; else each row is
+        // checked, and the first outside one is reported.
+        if pinned
+            .check_page_locked(operation, host.address(), span)
+            .is_err()
+        {
+            for (range, _) in rows.host_ranges(host.address() as u64) {
+                let len = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+                pinned.check_page_locked(operation, range.start as usize, len)?;
+            }
         }
         // `check` bounded the span; one past usize cannot lie in an allocation.
         let span = rows

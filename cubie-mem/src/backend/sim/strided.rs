@@ -59,14 +59,19 @@ impl SimState {
                 });
             }
         }
-        let host = rows.host_ranges(host as u64);
-        for (range, _) in &host {
-            let len = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
-            self.check_page_locked(operation, range.start as usize, len)?;
+        let span = rows.host_span().unwrap_or(usize::MAX);
+        let ranges = rows.host_ranges(host as u64);
+        // One block holding every row is found at once; else each row is
+        // checked, and the first outside one is reported.
+        if self.check_page_locked(operation, host, span).is_err() {
+            for (range, _) in &ranges {
+                let len = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+                self.check_page_locked(operation, range.start as usize, len)?;
+            }
         }
         Ok(Checked {
             bytes,
-            host,
+            host: ranges,
             device: rows.device_ranges(offset),
         })
     }
