@@ -53,16 +53,14 @@ impl DeviceMemory {
     /// memory on another stream, and makes `stream` the last.
     pub(crate) fn use_on(&self, stream: &Arc<OwnedStream>) -> Result<(), MemError> {
         let mut last = self.last_use.lock();
-        if last.handle() != stream.handle() {
-            let backend = stream.backend();
-            let event = backend.record_event(last.handle()).on(&**backend)?;
-            let ordered = backend.wait_event(stream.handle(), event).on(&**backend);
-            if let Err(error) = backend.destroy_event(event) {
-                tracing::warn!(%error, "destroying an ordering event failed");
-            }
-            ordered?;
-            *last = Arc::clone(stream);
+        if Arc::ptr_eq(&last, stream) {
+            return Ok(());
         }
+        // The same stream bound anew as external needs no event.
+        if last.handle() != stream.handle() || last.ended() {
+            stream.wait_for(&last)?;
+        }
+        *last = Arc::clone(stream);
         Ok(())
     }
 

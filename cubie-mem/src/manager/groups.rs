@@ -2,7 +2,7 @@
 
 use super::handles::Instance;
 use super::state::State;
-use crate::backend::{Backend, BackendResult, StreamHandle};
+use crate::backend::{Backend, BackendError, BackendResult, StreamHandle};
 use crate::ids::InstanceId;
 use std::sync::Arc;
 
@@ -61,6 +61,49 @@ impl MemoryManager {
     /// the stream alive.
     pub fn bind_stream(&self, instance: &Instance) -> Result<CurrentStream, MemError> {
         Ok(CurrentStream::bind(self.group_stream(instance)?))
+    }
+
+    /// Binds `stream`, a stream of this manager's backend that the manager
+    /// did not create (one made with [`Backend::create_stream`] on
+    /// [`MemoryManager::backend`], such as another library's), as this
+    /// thread's current stream until the guard drops, as
+    /// [`bind_stream`](Self::bind_stream) does for a group's stream:
+    /// device allocations made by the manager and copies through array
+    /// handles inside the scope are ordered on it. An array allocated
+    /// there is freed on its group's stream, ordered after the work queued
+    /// on `stream` through an event.
+    ///
+    /// The manager never destroys the stream, and never touches it after
+    /// the guard dropped: the guard records an event after its work as it
+    /// drops, and later frees and copies wait for that event instead. The
+    /// stream must stay alive until then; one destroyed earlier makes the
+    /// work inside the scope fail with an unknown-stream error. Refused,
+    /// binding nothing, when `stream` is not a live stream of the backend.
+    /// (For a CUDA stream of another library, see
+    /// [`bind_cuda_stream`](Self::bind_cuda_stream) with the feature
+    /// `cuda`.)
+    pub fn bind_external_stream(&self, stream: StreamHandle) -> Result<CurrentStream, MemError> {
+        let backend = &self.inner.backend;
+        let probe = backend.record_event(stream).map_err(|error| {
+            MemError::backend(
+                backend.name(),
+                BackendError::Unsupported {
+                    operation: "bind an external stream",
+                    reason: format!(
+                        "stream {} is not a live stream of this backend ({error}); bind a stream \
+                         created with Backend::create_stream on MemoryManager::backend, before \
+                         it is destroyed",
+                        stream.0
+                    ),
+                },
+            )
+        })?;
+        if let Err(error) = backend.destroy_event(probe) {
+            tracing::debug!(%error, "destroying a probe event failed");
+        }
+        Ok(CurrentStream::bind(OwnedStream::external(
+            backend, stream, false, None,
+        )))
     }
 
     /// Blocks until the work queued on the instance's group stream completed.

@@ -16,6 +16,7 @@ mod derive;
 mod device_set;
 mod element_types;
 mod eviction;
+mod external_streams;
 mod failed_eviction;
 mod faults;
 mod fit_reports;
