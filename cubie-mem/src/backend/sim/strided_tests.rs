@@ -217,3 +217,73 @@ fn a_strided_copy_takes_its_bytes_time_plus_a_cost_per_row() {
     assert_eq!(span.name, "upload 4000 B (3.91 KiB) in 100 rows");
     assert_eq!(span.bytes, 4_000);
 }
+
+#[test]
+fn each_row_of_a_strided_copy_is_checked_against_earlier_work() {
+    let sim = sim();
+    let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
+    let ptr = sim.alloc_device(64, a).unwrap();
+    sim.copy_to_device(ptr, 0, &[1; 64], a).unwrap();
+    let ready = sim.record_event(a).unwrap();
+    sim.wait_event(b, ready).unwrap();
+    let mut block = sim.alloc_pinned(64).unwrap();
+    let base = block.bytes_mut().as_mut_ptr();
+    // Stream b writes a byte of the second device row (6..10), unordered
+    // with stream a: both directions' strided copies on a race with it.
+    let other = sim.alloc_pinned(8).unwrap();
+    // SAFETY: the block outlives the copy; the streams are synchronised.
+    unsafe { sim.copy_to_device_async(ptr, 7, other.bytes().as_ptr(), 1, b) }.unwrap();
+    let error = upload(&sim, ptr, 0, &*block, 0, ROWS, a).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::StreamHazard {
+                memory: HazardMemory::Device(_),
+                ..
+            }
+        ),
+        "{error}"
+    );
+    let error = download(&sim, &mut *block, 0, ROWS, ptr, a).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::StreamHazard {
+                memory: HazardMemory::Device(_),
+                ..
+            }
+        ),
+        "{error}"
+    );
+    sim.synchronize(b).unwrap();
+    // Stream b's download into the third host row (20..24) is in flight:
+    // a strided upload reading it, or download writing it, races with it.
+    // SAFETY: the block outlives the copy; the streams are synchronised.
+    unsafe { sim.copy_from_device_async(base.wrapping_add(21), 2, ptr, 50, b) }.unwrap();
+    // SAFETY: as in `upload` (refused: nothing is queued).
+    let error = unsafe { sim.copy_to_device_strided_async(ptr, 0, base, ROWS, a) }.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::StreamHazard {
+                memory: HazardMemory::PageLocked(_),
+                ..
+            }
+        ),
+        "{error}"
+    );
+    // SAFETY: as above.
+    let error = unsafe { sim.copy_from_device_strided_async(base, ROWS, ptr, 0, a) }.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::StreamHazard {
+                memory: HazardMemory::PageLocked(_),
+                ..
+            }
+        ),
+        "{error}"
+    );
+    sim.synchronize(b).unwrap();
+    sim.synchronize(a).unwrap();
+}
