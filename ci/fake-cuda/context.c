@@ -341,6 +341,28 @@ FK_API CUresult cuCtxGetCurrent(CUcontext *pctx)
     return fk_leave(r);
 }
 
+/* The context of a stream, current or not; the default streams' is the
+ * current context. */
+FK_API CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    CUresult r = fk_enter(FN_cuStreamGetCtx);
+    uint64_t v = (uint64_t)(uintptr_t)hStream;
+    if (r == CUDA_SUCCESS && !pctx)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && v <= 2) { /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
+        struct fk_ctx *c;
+        if ((r = fk_current(&c)) == CUDA_SUCCESS)
+            *pctx = ctx_handle(c);
+    } else if (r == CUDA_SUCCESS) {
+        struct fk_obj *o = (v & TAG_MASK) == OBJ_TAG ? fk_htab_get(&g.handles, v & ~TAG_MASK) : NULL;
+        if (!o || o->kind != FK_STREAM)
+            r = CUDA_ERROR_INVALID_HANDLE;
+        else
+            *pctx = ctx_handle(o->ctx);
+    }
+    return fk_leave(r);
+}
+
 FK_API CUresult cuCtxSynchronize(void)
 {
     struct fk_ctx *c;

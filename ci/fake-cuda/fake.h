@@ -116,6 +116,7 @@ enum {
     X(cuStreamQuery, 0)                                                        \
     X(cuStreamSynchronize, 0)                                                  \
     X(cuStreamDestroy_v2, 0)                                                   \
+    X(cuStreamGetCtx, 0)                                                       \
     X(cuEventCreate, 0)                                                        \
     X(cuEventRecord, 0)                                                        \
     X(cuEventQuery, 0)                                                         \
@@ -196,6 +197,7 @@ FK_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int
 FK_API CUresult cuStreamQuery(CUstream hStream);
 FK_API CUresult cuStreamSynchronize(CUstream hStream);
 FK_API CUresult cuStreamDestroy_v2(CUstream hStream);
+FK_API CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
 FK_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
 FK_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
 FK_API CUresult cuEventQuery(CUevent hEvent);

@@ -38,6 +38,15 @@ static void sticky_per_context(CUcontext c0, CUcontext c1, unsigned char *h)
     EXPECT(cuMemAllocFromPoolAsync(&y, N, p1, s1), 0);
     EXPECT(cuMemcpyHtoDAsync_v2(y, h, N, s1), 0);
     EXPECT(cuMemcpyDtoHAsync_v2(back, y, N, s1), 0);
+    /* A stream's context, whichever is current. */
+    EXPECT(cuStreamGetCtx(s1, &cur), 0);
+    CHECK(cur == c1);
+    EXPECT(cuStreamGetCtx(a, &cur), 0);
+    CHECK(cur == c0);
+    EXPECT(cuStreamGetCtx(NULL, &cur), 0);
+    CHECK(cur == c1);
+    EXPECT(cuStreamGetCtx((CUstream)(uintptr_t)0x5A00000000ABCDEFULL, &cur), 400);
+    EXPECT(cuStreamGetCtx(s1, NULL), 1);
     CHECK(memcmp(back, h, N) == 0);
     EXPECT(cuMemFreeAsync(y, s1), 0);
     EXPECT(cuStreamSynchronize(s1), 0);

@@ -79,9 +79,8 @@ impl MemoryManager {
     /// stream must stay alive until then; one destroyed earlier makes the
     /// work inside the scope fail with an unknown-stream error. Refused,
     /// binding nothing, when `stream` is not a live stream of the backend.
-    /// (For a CUDA stream of another library, see
-    /// [`bind_cuda_stream`](Self::bind_cuda_stream) with the feature
-    /// `cuda`.)
+    /// (A CUDA stream of another library is bound by `bind_cuda_stream`,
+    /// feature `cuda`.)
     pub fn bind_external_stream(&self, stream: StreamHandle) -> Result<CurrentStream, MemError> {
         let backend = &self.inner.backend;
         let probe = backend.record_event(stream).map_err(|error| {

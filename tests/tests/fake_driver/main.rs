@@ -15,6 +15,7 @@
 mod budget;
 mod contexts;
 mod devices;
+mod external;
 mod limits;
 mod misuse;
 mod ordering;

@@ -203,6 +203,11 @@ impl DeviceContext {
         self.ordinal
     }
 
+    /// The driver's handle of the primary context.
+    pub(super) fn raw_context(&self) -> CuContext {
+        self.context
+    }
+
     /// The driver's handle of the device.
     pub(super) fn device(&self) -> CuDevice {
         self.device

@@ -32,8 +32,8 @@ use crate::{DeviceArray, Element, Instance, MemError, MemoryManager, PinnedArray
 /// with [`launch_builder`](Self::launch_builder).
 pub struct CudaStream {
     stream: Arc<OwnedStream>,
-    raw: Arc<RawStream>,
-    backend: CudaBackend,
+    pub(super) raw: Arc<RawStream>,
+    pub(super) backend: CudaBackend,
 }
 
 impl CudaStream {
@@ -217,6 +217,22 @@ impl<T: Element> CudaView<'_, T> {
         T: cust::memory::DeviceCopy,
     {
         cust::memory::DevicePointer::from_raw(self.address)
+    }
+}
+
+/// A view as an argument of `cudarc`'s launch builder: its device
+/// address, as cudarc passes its own slices. Launch on the stream the view
+/// was taken for ([`CudaStream::as_cudarc`]): the view ordered that stream
+/// after the array's earlier uses, and the manager orders the array's free
+/// after the stream's work. Feature `cudarc`.
+#[cfg(feature = "cudarc")]
+// SAFETY: pushes a pointer to the view's `u64` device address, which lives
+// as long as the borrow of the view ('b), as cudarc's own slices do.
+unsafe impl<'a, 'b: 'a, 'c: 'b, T> cudarc::driver::PushKernelArg<&'b CudaView<'c, T>>
+    for cudarc::driver::LaunchArgs<'a>
+{
+    fn arg(&mut self, arg: &'b CudaView<'c, T>) -> &mut Self {
+        self.arg(&arg.address)
     }
 }
 
@@ -439,7 +455,7 @@ fn refused(reason: String) -> MemError {
 }
 
 /// `backend` as the CUDA backend, or why it is not one.
-fn cuda_backend<'b>(
+pub(super) fn cuda_backend<'b>(
     backend: &'b dyn Backend,
     operation: &'static str,
 ) -> Result<&'b CudaBackend, MemError> {

@@ -74,6 +74,7 @@ mod calls;
 mod context;
 mod device;
 mod driver;
+mod external;
 mod interop;
 mod launch_limits;
 mod module;
@@ -93,6 +94,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// The backend pool's figures ([`CudaBackend::pool_usage`]).
 pub use crate::backend::PoolUsage;
 pub use calls::DriverCalls;
+#[cfg(feature = "cudarc")]
+pub use external::CudarcStream;
 pub use interop::{CudaStream, CudaView, LaunchArg, LaunchBuilder, LaunchConfig};
 pub use module::{CudaFunction, CudaModule};
 pub use wait::HostWait;

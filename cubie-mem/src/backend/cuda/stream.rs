@@ -12,11 +12,15 @@ use crate::backend::BackendError;
 
 /// A stream that does not synchronise with the null stream; destroyed when
 /// dropped (the driver finishes its pending work first), after recording
-/// a final marker when it used device memory since its last one.
+/// a final marker when it used device memory since its last one. An
+/// adopted stream (another library's) gets its final marker but is never
+/// destroyed.
 pub(super) struct RawStream {
     raw: CuStream,
     context: Arc<DeviceContext>,
     track: Arc<StreamTrack>,
+    /// False for an adopted stream, which its owner destroys.
+    owned: bool,
 }
 
 // SAFETY: a CUstream is an opaque handle the driver lets any thread use once
@@ -33,11 +37,27 @@ impl RawStream {
         // SAFETY: the out-pointer is a live stream slot; the context is current.
         let result = unsafe { sys::cuStreamCreate(&mut raw, sys::STREAM_NON_BLOCKING) };
         context.check(result, "create stream")?;
-        Ok(Arc::new_cyclic(|stream| RawStream {
+        Ok(Self::wrap(context, raw, true))
+    }
+
+    /// Adopts `raw`, a stream of `context` created by someone else, which
+    /// is never destroyed here.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live stream of `context` and stays so while the result
+    /// (or a clone of it) lives.
+    pub(super) unsafe fn adopt(context: &Arc<DeviceContext>, raw: CuStream) -> Arc<Self> {
+        Self::wrap(context, raw, false)
+    }
+
+    fn wrap(context: &Arc<DeviceContext>, raw: CuStream, owned: bool) -> Arc<Self> {
+        Arc::new_cyclic(|stream| RawStream {
             raw,
             context: Arc::clone(context),
             track: StreamTrack::new(stream.clone()),
-        }))
+            owned,
+        })
     }
 
     /// What the stream queued on device memory, for ordering frees after it.
@@ -67,6 +87,9 @@ impl RawStream {
 impl Drop for RawStream {
     fn drop(&mut self) {
         self.track.end(self);
+        if !self.owned {
+            return;
+        }
         let _guard = self.context.enter("destroy stream");
         // SAFETY: the stream was created by this struct and is destroyed
         // once; the driver finishes its pending work before releasing it.

@@ -271,6 +271,8 @@ load::driver_api! {
     fn cuStreamSynchronize(stream: CuStream) = "cuStreamSynchronize";
     /// Orders a stream's later work after an event.
     fn cuStreamWaitEvent(stream: CuStream, event: CuEvent, flags: c_uint) = "cuStreamWaitEvent";
+    /// The context a stream belongs to.
+    fn cuStreamGetCtx(stream: CuStream, context: *mut CuContext) = "cuStreamGetCtx";
     /// Creates an event.
     fn cuEventCreate(event: *mut CuEvent, flags: c_uint) = "cuEventCreate";
     /// Records an event after the work queued so far on a stream.
