@@ -98,29 +98,45 @@ impl<T: Element> HostRef<'_, T> {
     }
 
     /// The address of element `first`, where the rows of a strided copy of
-    /// chunk `runs` start; writable (through the address) for an output's
-    /// array, whose runs the pipeline borrows exclusively.
-    fn rows_start(
+    /// chunk `runs` start, writable (through the address): an output's
+    /// array, whose runs the pipeline borrows exclusively; `None` for an
+    /// input's.
+    fn rows_start_mut(
         &mut self,
         label: &str,
         runs: &Range<usize>,
         first: usize,
+    ) -> Result<Option<NonNull<T>>, MemError> {
+        let whole = match self {
+            HostRef::Shared(_) => return Ok(None),
+            HostRef::Exclusive(host) => host.as_mut_slice(),
+            HostRef::Runs(access) => return access.rows_start(label, runs, first).map(Some),
+        };
+        let len = whole.len();
+        whole
+            .get_mut(first..)
+            .map(|start| Some(NonNull::from(start).cast()))
+            .ok_or_else(|| host_range_error(label, &(first..first.saturating_add(1)), len))
+    }
+
+    /// The address of element `first`, where the rows of a strided copy of
+    /// chunk `runs` start, read-only: no slice of an array other devices
+    /// write is made.
+    fn rows_address(
+        &self,
+        label: &str,
+        runs: &Range<usize>,
+        first: usize,
     ) -> Result<NonNull<T>, MemError> {
-        let outside = |len: usize| host_range_error(label, &(first..first.saturating_add(1)), len);
-        match self {
-            HostRef::Shared(host) => {
-                let whole = host.as_slice();
-                let start = whole.get(first..).ok_or_else(|| outside(whole.len()))?;
-                Ok(NonNull::from(start).cast())
-            }
-            HostRef::Exclusive(host) => {
-                let whole = host.as_mut_slice();
-                let len = whole.len();
-                let start = whole.get_mut(first..).ok_or_else(|| outside(len))?;
-                Ok(NonNull::from(start).cast())
-            }
-            HostRef::Runs(access) => access.rows_start(label, runs, first),
-        }
+        let whole = match self {
+            HostRef::Shared(host) => host.as_slice(),
+            HostRef::Exclusive(host) => host.as_slice(),
+            HostRef::Runs(access) => return access.rows_start(label, runs, first),
+        };
+        whole
+            .get(first..)
+            .map(|start| NonNull::from(start).cast())
+            .ok_or_else(|| host_range_error(label, &(first..first.saturating_add(1)), whole.len()))
     }
 
     /// Gathers chunk `runs` into `part`, the device window from `start`.
@@ -327,9 +343,11 @@ impl<T: Element> Lane<'_, T> {
         if rows.row_bytes < self.min_strided_row {
             return Route::Staged;
         }
-        let address = self.host.get().as_slice().as_ptr().wrapping_add(first);
+        let Ok(address) = self.host.rows_address(&self.label, runs, first) else {
+            return Route::Staged;
+        };
         match rows.host_span() {
-            Some(span) if self.backend.is_page_locked(address.cast(), span) => {
+            Some(span) if self.backend.is_page_locked(address.as_ptr().cast(), span) => {
                 Route::Strided(first, rows)
             }
             _ => Route::Staged,
@@ -409,7 +427,7 @@ impl<T: Element> Move for Lane<'_, T> {
                 };
             }
             Route::Strided(first, rows) => {
-                let src = self.host.rows_start(&self.label, &runs, first)?;
+                let src = self.host.rows_address(&self.label, &runs, first)?;
                 // SAFETY: as for a contiguous copy; the rows lie in the
                 // host array (the layout's rows of `runs`).
                 return unsafe {
@@ -490,13 +508,20 @@ impl<T: Element> Move for Lane<'_, T> {
                 }
             }
             Route::Strided(first, rows) => {
-                let dst = self.host.rows_start(&self.label, &runs, first)?;
-                // SAFETY: as for a contiguous copy (an input's array is
-                // never downloaded into: `Shared` returned above); the rows
-                // lie in the host array and hold only `runs`.
-                return unsafe {
-                    queue_download_strided(&*self.backend, &device, &self.label, dst, rows, stream)
-                };
+                if let Some(dst) = self.host.rows_start_mut(&self.label, &runs, first)? {
+                    // SAFETY: as for a contiguous copy; the rows lie in the
+                    // host array and hold only `runs`.
+                    return unsafe {
+                        queue_download_strided(
+                            &*self.backend,
+                            &device,
+                            &self.label,
+                            dst,
+                            rows,
+                            stream,
+                        )
+                    };
+                }
             }
             Route::Staged => {}
         }
