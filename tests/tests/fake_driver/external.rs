@@ -226,11 +226,7 @@ fn an_external_stream_destroyed_after_its_guard_leaves_nothing_dangling() {
         x.copy_from_host(&[4.0; 1024]).unwrap();
         allocate(&mgr, &solver, "y")
     };
-    assert_eq!(
-        streams(&cuda),
-        known,
-        "the backend forgot the stream"
-    );
+    assert_eq!(streams(&cuda), known, "the backend forgot the stream");
     // The stream is live after the guard (never destroyed by the manager);
     // its owner destroys it.
     // SAFETY: a live stream of the current context.
