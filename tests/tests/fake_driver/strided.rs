@@ -2,11 +2,16 @@
 //! states, runs]` arrays along their last axis by one `cuMemcpy2DAsync_v2`
 //! per array and chunk, both ways, with every byte right and no violation
 //! (page-locked rows, device rows in one live allocation, races per row);
-//! and figures the driver must not see are refused before it is called.
+//! both devices of a set copy the rows of device 0's pinned arrays
+//! directly; and figures the driver must not see are refused before it is
+//! called.
 
 use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
 use cubie_mem::backend::{Backend, BackendError, StridedRows};
-use cubie_mem::{ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Registration};
+use cubie_mem::{
+    ArrayRequest, ChunkPlan, DeviceArray, DeviceSet, GpuBuffers, HostMemoryKind, ManagerConfig,
+    Registration, Throughput,
+};
 use cubie_mem_examples::euler_decay::EulerDecay;
 
 use super::*;
@@ -127,4 +132,93 @@ fn strided_copies_the_driver_must_not_see_are_refused_before_it_is_called() {
     cuda.free_device(ptr, 4096, stream).unwrap();
     cuda.synchronize(stream).unwrap();
     cuda.destroy_stream(stream).unwrap();
+}
+
+pub struct Dims {
+    pub n_states: usize,
+    pub n_runs: usize,
+}
+
+/// A `[states, runs]` state and its rates, two buffer sets.
+#[derive(GpuBuffers)]
+#[buffers(dims = Dims, pipeline_depth = 2)]
+pub struct States {
+    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs)]
+    y: DeviceArray<f64>,
+    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs)]
+    k: DeviceArray<f64>,
+}
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn both_devices_of_a_set_copy_the_rows_of_device_0s_pinned_arrays_directly() {
+    let fake = Fake::open();
+    let set = DeviceSet::cuda(ManagerConfig::default().granule(0)).unwrap();
+    assert_eq!(set.len(), 2, "the fake lists two devices");
+    let runs = 20_001;
+    let buffers = set
+        .allocate::<States>(
+            runs,
+            &Throughput::Equal,
+            |_| States::registration().on_invalidate(|| {}),
+            |n_runs| Dims {
+                n_states: STATES,
+                n_runs,
+            },
+        )
+        .unwrap();
+    let kernels: Vec<EulerDecay> = set
+        .managers()
+        .iter()
+        .map(|m| {
+            let backend = m.backend().as_any();
+            let cuda = backend
+                .and_then(|a| a.downcast_ref::<CudaBackend>())
+                .unwrap();
+            EulerDecay::load(cuda).unwrap()
+        })
+        .collect();
+    let streams: Vec<CudaStream> = buffers
+        .shares()
+        .iter()
+        .map(|share| CudaStream::of(&set.managers()[share.device()], share.instance()).unwrap())
+        .collect();
+    let (y0, rates) = euler_inputs(STATES * runs);
+    let first = &set.managers()[0];
+    let holder = first.register(Registration::new()).unwrap();
+    let pinned = HostMemoryKind::Pinned;
+    let mut y = first
+        .create_host_array([STATES, runs], pinned, Some(&y0), &holder)
+        .unwrap();
+    let k = first
+        .create_host_array([STATES, runs], pinned, Some(&rates), &holder)
+        .unwrap();
+    let (strided, contiguous) = (
+        fake.calls("cuMemcpy2DAsync_v2"),
+        fake.calls("cuMemcpyHtoDAsync_v2") + fake.calls("cuMemcpyDtoHAsync_v2"),
+    );
+    buffers
+        .pipeline()
+        .inout(&mut y, |set| &set.y)
+        .input(&k, |set| &set.k)
+        .run(|device, _, set| kernels[device].step(&streams[device], &set.y, &set.k, DT))
+        .unwrap();
+    fake.assert_clean();
+    assert_one_euler_step(y.as_slice(), &y0, &rates, DT);
+    let chunks: usize = buffers
+        .shares()
+        .iter()
+        .map(|share| share.buffers().plan().chunks())
+        .sum();
+    assert_eq!(
+        fake.calls("cuMemcpy2DAsync_v2") - strided,
+        3 * chunks as u64,
+        "y up and down and k up on both devices: one 2D copy each a chunk"
+    );
+    assert_eq!(
+        fake.calls("cuMemcpyHtoDAsync_v2") + fake.calls("cuMemcpyDtoHAsync_v2"),
+        contiguous,
+        "nothing staged"
+    );
+    drop(buffers);
 }
