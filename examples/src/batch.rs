@@ -173,6 +173,14 @@ pub struct Outcome {
     pub chunks: usize,
     /// The largest difference between a result and the closed form.
     pub max_error: f64,
+    /// The host's modelled busy time (gathers, scatters, spill I/O), in ns.
+    pub host_busy_ns: u64,
+    /// The modelled makespan of the batch, in ns.
+    pub makespan_ns: u64,
+    /// The busy time of the busiest engine, in ns.
+    pub busiest_engine_ns: u64,
+    /// Which engine that is ("the host", "device to host", ...).
+    pub busiest_engine: &'static str,
 }
 
 /// Runs `job`, printing the plan, the chunks and the summary; an error when
@@ -419,6 +427,10 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         cache_evicted,
         chunks: plan.chunks(),
         max_error,
+        host_busy_ns: host,
+        makespan_ns: makespan,
+        busiest_engine_ns: busiest,
+        busiest_engine: busiest_name(&timeline),
     })
 }
 
@@ -448,6 +460,28 @@ mod tests {
         assert!(outcome.cache_evicted);
         assert!(outcome.chunks > 1, "{outcome:?}");
         assert!(outcome.max_error <= CLOSED_FORM_TOLERANCE, "{outcome:?}");
+    }
+
+    #[test]
+    fn pinned_results_leave_the_host_idle_and_the_downloads_the_busiest_engine() {
+        let spilled = run(&small_job()).unwrap();
+        assert_eq!(spilled.busiest_engine, "the host", "{spilled:?}");
+        let pinned = run(&Job {
+            pinned_output: true,
+            ..small_job()
+        })
+        .unwrap();
+        assert_eq!(
+            pinned.host_busy_ns, 0,
+            "strided copies both ways: {pinned:?}"
+        );
+        assert_eq!(pinned.busiest_engine, "device to host", "{pinned:?}");
+        // The downloads overlap everything else: 107,192 ns against their
+        // 101,500 on the modelled clock (the spilled results: 502,186 ns).
+        assert!(
+            pinned.makespan_ns * 100 <= pinned.busiest_engine_ns * 110,
+            "at most 1.10x the busiest engine: {pinned:?}"
+        );
     }
 
     #[test]
