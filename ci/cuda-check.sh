@@ -2,7 +2,8 @@
 # Checks the `cuda` feature on a machine with nothing of CUDA installed (CI,
 # contributors):
 #  1. clippy and rustdoc with the feature (no toolkit, no driver needed),
-#     and the `cust` interop with DOCS_RS=1 (cust's build needs a toolkit);
+#     alone and with the `cudarc` interop, and the `cust` interop with
+#     DOCS_RS=1 (cust's build needs a toolkit);
 #  2. the bindings against the real cuda.h of CUDA 12.9, 13.0 and the newest
 #     13.x (ci/cuda-headers);
 #  3. the fake driver (ci/fake-cuda): cubie-mem's unit tests and the guide
@@ -34,10 +35,11 @@ base=${CUBIE_CUDA_TARGET_DIR:-$root/target/cuda-check}
 packages=(-p cubie-mem -p cubie-mem-tests -p cubie-mem-examples)
 unset DOCS_RS CUBIE_REQUIRE_GPU CUBIE_CUDA_STUB
 
-echo "== cuda: clippy, no CUDA toolkit or driver"
+echo "== cuda: clippy, no CUDA toolkit or driver (alone and with the cudarc interop)"
 cargo clippy "${packages[@]}" --features cuda --all-targets -- -D warnings
+cargo clippy "${packages[@]}" --features cuda,cudarc --all-targets -- -D warnings
 echo "== cuda: rustdoc"
-RUSTDOCFLAGS="-D warnings" cargo doc -p cubie-mem --features cuda --no-deps
+RUSTDOCFLAGS="-D warnings" cargo doc -p cubie-mem --features cuda,cudarc --no-deps
 echo "== cust interop: clippy and rustdoc with DOCS_RS=1"
 DOCS_RS=1 CARGO_TARGET_DIR="$base/cust" \
     cargo clippy -p cubie-mem --features cust --all-targets -- -D warnings
@@ -58,7 +60,7 @@ seed=${CUBIE_CUDA_CHECK_SEED:-$(($(date +%s) % 1000000))}
 for mode in "${modes[@]}"; do
     echo "== fake driver: the tests only the fake can run (exec=$mode, seed $seed)"
     CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
-        CUBIE_REQUIRE_GPU=1 cargo test -p cubie-mem-tests --features cuda --test fake_driver -- --ignored
+        CUBIE_REQUIRE_GPU=1 cargo test -p cubie-mem-tests --features cuda,cudarc --test fake_driver -- --ignored
 done
 
 echo "== the GPU check's own counting (stand-in test binaries)"

@@ -91,6 +91,7 @@ enum {
     X(cuCtxSetCurrent, FK_BIND)                                                \
     X(cuCtxGetCurrent, FK_BIND)                                                \
     X(cuCtxSynchronize, 0)                                                     \
+    X(cuModuleLoadData, 0)                                                     \
     X(cuModuleLoadDataEx, 0)                                                   \
     X(cuModuleUnload, 0)                                                       \
     X(cuModuleGetFunction, 0)                                                  \
@@ -153,6 +154,7 @@ FK_API CUresult cuCtxGetCurrent(CUcontext *pctx);
 FK_API CUresult cuCtxSynchronize(void);
 FK_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
                                    CUjit_option *options, void **optionValues);
+FK_API CUresult cuModuleLoadData(CUmodule *module, const void *image);
 FK_API CUresult cuModuleUnload(CUmodule hmod);
 FK_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 FK_API CUresult cuMemGetInfo_v2(size_t *free, size_t *total);

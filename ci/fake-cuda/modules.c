@@ -347,6 +347,15 @@ FK_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned
     return fk_leave(r);
 }
 
+/* cuModuleLoadDataEx without options (cudarc loads modules so). */
+FK_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    CUresult r = fk_enter(FN_cuModuleLoadData);
+    if (r == CUDA_SUCCESS)
+        r = load(module, image, 0, NULL, NULL);
+    return fk_leave(r);
+}
+
 FK_API CUresult cuModuleUnload(CUmodule hmod)
 {
     struct fk_ctx *c;

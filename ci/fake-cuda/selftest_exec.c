@@ -185,6 +185,11 @@ void st_exec(CUcontext ctx)
     CUevent *evs[] = {&p.e, &p.e2, &p.t0, &p.t1};
     for (int i = 0; i < 4; i++)
         EXPECT(cuEventCreate(evs[i], 0), 0);
+    /* cuModuleLoadData is cuModuleLoadDataEx without options. */
+    EXPECT(cuModuleLoadData(&m, ptx), 0);
+    EXPECT(cuModuleGetFunction(&p.decay, m, "euler_decay"), 0);
+    EXPECT(cuModuleUnload(m), 0);
+    EXPECT(cuModuleLoadData(&m, "no ptx"), 218);
     EXPECT(cuModuleLoadDataEx(&m, ptx, 0, NULL, NULL), 0);
     EXPECT(cuModuleGetFunction(&p.decay, m, "euler_decay"), 0);
     EXPECT(cuModuleGetFunction(&p.into, m, "euler_decay_into"), 0);

@@ -14,6 +14,8 @@
 
 mod budget;
 mod contexts;
+#[cfg(feature = "cudarc")]
+mod cudarc_interop;
 mod devices;
 mod external;
 mod limits;
