@@ -164,24 +164,6 @@ FK_API CUresult cuMemFreeHost(void *p);
 FK_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
 FK_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 FK_API CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
-/* cuda.h's CUDA_MEMCPY2D (_v2) and the memory types the fake copies. */
-typedef enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2 } CUmemorytype;
-typedef struct CUDA_MEMCPY2D_st {
-    size_t srcXInBytes, srcY;
-    CUmemorytype srcMemoryType;
-    const void *srcHost;
-    CUdeviceptr srcDevice;
-    void *srcArray;
-    size_t srcPitch;
-    size_t dstXInBytes, dstY;
-    CUmemorytype dstMemoryType;
-    void *dstHost;
-    CUdeviceptr dstDevice;
-    void *dstArray;
-    size_t dstPitch;
-    size_t WidthInBytes, Height;
-} CUDA_MEMCPY2D;
-FK_API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
 FK_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
                                      CUstream hStream);
 FK_API CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
@@ -462,10 +444,6 @@ struct fk_stream *fk_stream_by_sid(uint32_t sid);
 int fk_point_done(struct fk_point p);
 int fk_covered(const struct fk_vclock *c, struct fk_point p);
 CUresult fk_run_to(struct fk_stream *s, uint64_t seq);
-/* Copies `rows` rows of `width` bytes, `spitch` apart at `src`, to `dpitch`
- * apart at `dst` (copies2d.c). */
-void fk_copy_rows(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
-                  size_t rows);
 void fk_run_head(struct fk_stream *s);
 CUresult fk_run_ctx(struct fk_ctx *c);
 CUresult fk_host_observe(const struct fk_vclock *c, double t);
@@ -556,10 +534,6 @@ CUresult fk_pinned_check(struct fk_pinned *b, const void *p, size_t len, int wri
                          const struct fk_vclock *clock, const char *who);
 CUresult fk_pinned_reserve(struct fk_pinned *b);
 void fk_pinned_note(struct fk_pinned *b, const void *p, size_t len, int writes, struct fk_point at);
-/* Records the rows of one 2D copy (`rows` of `len`, `pitch` apart), as one
- * queued copy. */
-void fk_pinned_note_rows(struct fk_pinned *b, const char *p, size_t len, size_t pitch, size_t rows,
-                         int writes, struct fk_point at);
 
 /* ---- modules (modules.c) ---------------------------------------------- */
 
@@ -600,5 +574,6 @@ int fk_ptx_isa_max(int version);
 static inline double fk_max(double a, double b) { return a > b ? a : b; }
 
 #include "races.h" /* races on device memory, execution modes */
+#include "copies2d.h" /* 2D copies */
 
 #endif
