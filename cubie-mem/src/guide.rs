@@ -1,8 +1,8 @@
 #![doc = include_str!("../docs/index.md")]
 //!
 //! In the API documentation the pages are this module's submodules, and
-//! their code blocks run as the crate's doctests (the `cuda` page with the
-//! feature `cuda`).
+//! their code blocks run as the crate's doctests (the `cuda` and `interop`
+//! pages with the feature `cuda`).
 
 #[doc = include_str!("../docs/glossary.md")]
 pub mod glossary {}
@@ -52,3 +52,7 @@ pub mod clusters {}
 #[cfg(feature = "cuda")]
 #[doc = include_str!("../docs/cuda.md")]
 pub mod cuda {}
+
+#[cfg(feature = "cuda")]
+#[doc = include_str!("../docs/interop.md")]
+pub mod interop {}
