@@ -348,3 +348,34 @@ fn a_launch_refuses_a_view_taken_by_another_stream() {
         Ok(())
     });
 }
+
+#[test]
+fn arrays_allocated_and_uploaded_on_a_bound_external_stream_serve_its_kernels() {
+    on_device(|cuda| {
+        let mgr = manager(&cuda);
+        let solver = mgr.register(
+            Registration::new()
+                .stream_group("cuda-solver")
+                .on_invalidate(|| {}),
+        )?;
+        let library = mgr.register(Registration::new().stream_group("cuda-library"))?;
+        // Another library's stream: here another group's, bound by its raw
+        // handle as any CUstream of the device's primary context is.
+        let theirs = CudaStream::of(&mgr, &library)?;
+        // SAFETY: `theirs` keeps the stream alive past the guard.
+        let guard = unsafe { mgr.bind_cuda_stream(theirs.raw_stream())? };
+        let (y, k) = euler_arrays(&mgr, &solver)?;
+        drop(guard);
+        let kernel = EulerDecay::load(&cuda)?;
+        let steps = 40;
+        for _ in 0..steps {
+            kernel.step(&theirs, &y, &k, DT)?;
+        }
+        // Read on the solver's stream, ordered after the kernels.
+        assert_matches_host(&y.to_vec()?, steps);
+        // SAFETY: the null stream is refused before any driver call.
+        let error = unsafe { mgr.bind_cuda_stream(std::ptr::null_mut()) }.unwrap_err();
+        assert!(error.to_string().contains("default stream"), "{error}");
+        Ok(())
+    });
+}

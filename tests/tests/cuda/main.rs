@@ -9,8 +9,8 @@
 //! pool's reuse across batches, pinned block reuse, asynchronous copies
 //! between page-locked blocks and the device ordered by events, the pool
 //! given back under pressure, and the user's own kernel (the examples'
-//! `EulerDecay`) on the manager's memory, ordered across groups and across
-//! new streams.
+//! `EulerDecay`) on the manager's memory, ordered across groups, across
+//! new streams and with a stream bound by its raw handle.
 //!
 //! `CUBIE_REQUIRE_GPU=1` makes the no-device path a failure (the GPU bundle
 //! sets it, so that a device run cannot pass by skipping the device), and
