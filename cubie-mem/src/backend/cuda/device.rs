@@ -49,7 +49,8 @@ impl Backend for CudaBackend {
     /// Forgets the stream and destroys it (`cuStreamDestroy`, once no
     /// other call holds it): its queued work still completes, and work on
     /// other streams stays ordered after the allocations made on it through
-    /// their events.
+    /// their events. A stream adopted with [`CudaBackend::adopt_stream`] is
+    /// forgotten only, never destroyed.
     fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
         let removed = self.handles().streams.remove(&stream.0);
         match removed {
