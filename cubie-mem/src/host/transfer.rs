@@ -7,14 +7,18 @@
 //! [`STAGING_BYTES_PER_TRANSFER`] bytes; a larger chunk moves in several
 //! rounds. A pinned host array whose chunk is already one contiguous block
 //! (the chunk axis is the outermost non-trivial one, or the batch is one
-//! chunk) is copied directly.
+//! chunk) is copied directly, and one whose chunk's rows are wide enough
+//! by one strided copy.
 
 use std::ops::Range;
 
 use super::layout::ChunkLayout;
 use super::staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
 use super::{HostArray, HostMemoryKind};
-use crate::backend::HostWork;
+use crate::array::slot::Memory;
+use crate::backend::{
+    Backend, BackendError, BackendResult, DevicePtr, HostWork, StreamHandle, StridedRows,
+};
 use crate::ids::{InstanceId, Named};
 use crate::streams::CurrentStream;
 use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
@@ -178,7 +182,8 @@ impl<'a> ChunkStreamer<'a> {
         let layout = self.layout(host.shape(), device.label(), device.shape(), axis)?;
         let _stream = self.bind_stream()?;
         let mut staging = self.stager(&layout, device.label());
-        upload(host, device, &layout, &chunk.runs, &mut staging)
+        let min_row = self.min_strided_row_bytes;
+        upload(host, device, &layout, &chunk.runs, min_row, &mut staging)
     }
 
     /// Copies `device` (one chunk) into chunk `chunk` of `host` (the whole
@@ -195,7 +200,8 @@ impl<'a> ChunkStreamer<'a> {
         let layout = self.layout(host.shape(), device.label(), device.shape(), axis)?;
         let _stream = self.bind_stream()?;
         let mut staging = self.stager(&layout, device.label());
-        download(device, host, &layout, &chunk.runs, &mut staging)
+        let min_row = self.min_strided_row_bytes;
+        download(device, host, &layout, &chunk.runs, min_row, &mut staging)
     }
 
     pub(super) fn bind_stream(&self) -> Result<CurrentStream, MemError> {
@@ -350,6 +356,47 @@ pub(super) fn direct_range<T: Element>(
     }
 }
 
+/// Chunk `runs` of a pinned host array as the rows of one strided copy the
+/// copy engines can move directly: the host element where they start, and
+/// the rows, when they hold at least `min_row` bytes each and lie in
+/// page-locked memory `device`'s backend copies.
+fn strided_rows<T: Element>(
+    host: &HostArray<T>,
+    device: &DeviceArray<T>,
+    layout: &ChunkLayout,
+    runs: &Range<usize>,
+    min_row: usize,
+) -> Option<(usize, StridedRows)> {
+    if host.kind() != HostMemoryKind::Pinned {
+        return None;
+    }
+    let (first, rows) = layout.strided_rows(runs, size_of::<T>())?;
+    let start = host.as_slice().get(first..)?.as_ptr();
+    let page_locked = device
+        .slot()
+        .backend()
+        .is_page_locked(start.cast(), rows.host_span()?);
+    (rows.row_bytes >= min_row && page_locked).then_some((first, rows))
+}
+
+/// Queues a strided copy by `queue` on the stream of `device`'s memory and
+/// waits for it (for whatever a failed call queued too); `false` when the
+/// array is not device memory (nothing queued: stage it).
+fn strided_blocking<T: Element>(
+    device: &DeviceArray<T>,
+    queue: impl FnOnce(&dyn Backend, DevicePtr, StreamHandle) -> Result<(), BackendError>,
+) -> Result<bool, MemError> {
+    let slot = device.slot();
+    let Memory::Device(memory) = slot.memory()? else {
+        return Ok(false);
+    };
+    let (backend, label) = (slot.backend(), slot.label());
+    let stream = slot.use_stream(&memory)?;
+    let queued = queue(backend, memory.ptr(), stream).for_array(backend, label);
+    let waited = backend.synchronize(stream).for_array(backend, label);
+    queued.and(waited).map(|()| true)
+}
+
 fn host_range_error(range: &Range<usize>, len: usize) -> MemError {
     MemError::LengthMismatch {
         label: "host".into(),
@@ -364,6 +411,7 @@ fn upload<T: Element>(
     device: &DeviceArray<T>,
     layout: &ChunkLayout,
     runs: &Range<usize>,
+    min_row: usize,
     staging: &mut Stager<T>,
 ) -> Result<(), MemError> {
     let extent = layout.chunk_extent(runs.len());
@@ -376,6 +424,18 @@ fn upload<T: Element>(
             .get(range.clone())
             .ok_or_else(|| host_range_error(&range, host.len()))?;
         return device.copy_from_host_at(0, source);
+    }
+    if let Some((first, rows)) = strided_rows(host, device, layout, runs, min_row) {
+        let src = host.as_slice().get(first..).unwrap_or(&[]).as_ptr();
+        // SAFETY: the rows lie in the pinned host array (the layout's rows
+        // of `runs`), page-locked memory of the backend, borrowed for the
+        // call, which waits for the copy.
+        let copied = strided_blocking(device, |backend, ptr, stream| unsafe {
+            backend.copy_to_device_strided_async(ptr, 0, src.cast(), rows, stream)
+        })?;
+        if copied {
+            return Ok(());
+        }
     }
     let buffer = staging.buffer()?;
     let window = buffer.len().max(1);
@@ -403,6 +463,7 @@ fn download<T: Element>(
     host: &mut HostArray<T>,
     layout: &ChunkLayout,
     runs: &Range<usize>,
+    min_row: usize,
     staging: &mut Stager<T>,
 ) -> Result<(), MemError> {
     let extent = layout.chunk_extent(runs.len());
@@ -416,6 +477,21 @@ fn download<T: Element>(
             .get_mut(range.clone())
             .ok_or_else(|| host_range_error(&range, len))?;
         return device.copy_to_host_at(0, target);
+    }
+    if let Some((first, rows)) = strided_rows(host, device, layout, runs, min_row) {
+        let dst = host
+            .as_mut_slice()
+            .get_mut(first..)
+            .unwrap_or(&mut [])
+            .as_mut_ptr();
+        // SAFETY: as for an upload; the host array is borrowed mutably for
+        // the call, so nothing else reads or writes it meanwhile.
+        let copied = strided_blocking(device, |backend, ptr, stream| unsafe {
+            backend.copy_from_device_strided_async(dst.cast(), rows, ptr, 0, stream)
+        })?;
+        if copied {
+            return Ok(());
+        }
     }
     let buffer = staging.buffer()?;
     let window = buffer.len().max(1);

@@ -222,3 +222,46 @@ fn both_devices_of_a_set_copy_the_rows_of_device_0s_pinned_arrays_directly() {
     );
     drop(buffers);
 }
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn copy_in_and_copy_out_of_a_pinned_chunk_are_one_2d_copy_each() {
+    let fake = Fake::open();
+    let cuda = CudaBackend::new(0).unwrap();
+    let mgr = manager(&cuda);
+    let solver = mgr
+        .register(Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    let chunk = [STATES, CHUNK_RUNS];
+    mgr.queue_request(
+        &solver,
+        [("x", ArrayRequest::of::<f64>(chunk).unchunkable())],
+    )
+    .unwrap();
+    let device = mgr
+        .allocate_queue_for(&solver)
+        .unwrap()
+        .take::<f64>("x")
+        .unwrap();
+    let (values, _) = euler_inputs(STATES * RUNS);
+    let pinned = HostMemoryKind::Pinned;
+    let host = mgr
+        .create_host_array([STATES, RUNS], pinned, Some(&values), &solver)
+        .unwrap();
+    let mut back = mgr
+        .create_host_array::<f64>([STATES, RUNS], pinned, None, &solver)
+        .unwrap();
+    let plan = ChunkPlan::new(RUNS, RUNS.div_ceil(CHUNK_RUNS), CHUNK_RUNS).unwrap();
+    let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
+    let strided = fake.calls("cuMemcpy2DAsync_v2");
+    for chunk in 0..plan.chunks() {
+        streamer.copy_in(&host, &device, 1, chunk).unwrap();
+        streamer.copy_out(&device, &mut back, 1, chunk).unwrap();
+    }
+    fake.assert_clean();
+    assert_eq!(back.as_slice(), values);
+    assert_eq!(
+        fake.calls("cuMemcpy2DAsync_v2") - strided,
+        2 * plan.chunks() as u64
+    );
+}

@@ -282,3 +282,48 @@ fn a_device_set_writes_a_pinned_strided_output_by_dma_on_every_device() {
         assert_eq!(strided_copies(timeline, Activity::HostToDevice), chunks);
     }
 }
+
+#[test]
+fn copy_in_and_copy_out_move_a_pinned_chunks_rows_by_one_strided_copy() {
+    let sim = SimBackend::new(1 << 30);
+    let mgr = MemoryManager::new(sim.clone());
+    let solver = mgr
+        .register(Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    mgr.queue_request(
+        &solver,
+        [("x", ArrayRequest::of::<f64>([5, 8]).unchunkable())],
+    )
+    .unwrap();
+    let device = mgr
+        .allocate_queue_for(&solver)
+        .unwrap()
+        .take::<f64>("x")
+        .unwrap();
+    // [5, 40] along axis 1 in chunks of 8: rows of 64 bytes, 320 apart.
+    let plan = ChunkPlan::new(40, 5, 8).unwrap();
+    let values: Vec<f64> = (0..200).map(f64::from).collect();
+    let pinned = HostMemoryKind::Pinned;
+    let host = mgr
+        .create_host_array([5, 40], pinned, Some(&values), &solver)
+        .unwrap();
+    let mut back = mgr
+        .create_host_array::<f64>([5, 40], pinned, None, &solver)
+        .unwrap();
+    let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
+    sim.clear_timeline();
+    streamer.copy_in(&host, &device, 1, 2).unwrap();
+    let expected: Vec<f64> = (0..5)
+        .flat_map(|row| (16..24).map(move |run| f64::from(row * 40 + run)))
+        .collect();
+    assert_eq!(device.to_vec().unwrap(), expected);
+    for chunk in 0..5 {
+        streamer.copy_in(&host, &device, 1, chunk).unwrap();
+        streamer.copy_out(&device, &mut back, 1, chunk).unwrap();
+    }
+    assert_eq!(back.as_slice(), values);
+    let timeline = sim.timeline();
+    assert_eq!(timeline.busy_ns(Activity::HostStaging), 0, "nothing staged");
+    assert_eq!(strided_copies(&timeline, Activity::HostToDevice), 6);
+    assert_eq!(strided_copies(&timeline, Activity::DeviceToHost), 5);
+}
