@@ -7,7 +7,10 @@
 //! on it and every [`CurrentStream`] guard binding it. The backend stream is
 //! destroyed (through [`Backend::destroy_stream`], which finishes its pending
 //! work first) when the last of them lets go: when a group empties, or after
-//! `reinit_streams` once the arrays moved to the new stream.
+//! `reinit_streams` once the arrays moved to the new stream. An external
+//! stream (bound by `bind_external_stream` and its CUDA siblings) is never
+//! destroyed: its binding ends with its guard, after an event recorded on
+//! it, which later work waits for instead of touching the stream.
 
 use std::any::Any;
 use std::cell::RefCell;
