@@ -79,6 +79,8 @@ impl MemoryManager {
     /// stream must stay alive until then; one destroyed earlier makes the
     /// work inside the scope fail with an unknown-stream error. Refused,
     /// binding nothing, when `stream` is not a live stream of the backend.
+    /// (A handle is a number: one made by another backend is refused only
+    /// where this backend has no live stream of that number.)
     /// (A CUDA stream of another library is bound by `bind_cuda_stream`,
     /// feature `cuda`.)
     pub fn bind_external_stream(&self, stream: StreamHandle) -> Result<CurrentStream, MemError> {
