@@ -158,20 +158,7 @@ fn a_module_loads_after_a_batch_that_filled_the_device() {
 /// the launches that reached the driver.
 fn launch_euler(fake: &Fake, config: LaunchConfig, with_n: bool) -> (Result<(), MemError>, u64) {
     let cuda = CudaBackend::new(0).unwrap();
-    let mgr = manager(&cuda);
-    let solver = mgr
-        .register(Registration::new().on_invalidate(|| {}))
-        .unwrap();
-    mgr.queue_request(
-        &solver,
-        [("y", ArrayRequest::of::<f64>([64]).unchunkable())],
-    )
-    .unwrap();
-    let y = mgr
-        .allocate_queue_for(&solver)
-        .unwrap()
-        .take::<f64>("y")
-        .unwrap();
+    let (mgr, solver, y) = one_array(&cuda, 64);
     let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
     let euler = module.function("euler_decay").unwrap();
     if config.shared_bytes > 48 * 1024 {
@@ -408,20 +395,7 @@ const LOCAL_MEMORY_PTX: &str = "\
 fn a_kernel_needing_local_memory_launches_after_a_batch_that_filled_the_device() {
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
-    let mgr = manager(&cuda);
-    let solver = mgr
-        .register(Registration::new().on_invalidate(|| {}))
-        .unwrap();
-    mgr.queue_request(
-        &solver,
-        [("y", ArrayRequest::of::<f64>([64]).unchunkable())],
-    )
-    .unwrap();
-    let y = mgr
-        .allocate_queue_for(&solver)
-        .unwrap()
-        .take::<f64>("y")
-        .unwrap();
+    let (mgr, solver, y) = one_array(&cuda, 64);
     let module = CudaModule::from_ptx(&cuda, LOCAL_MEMORY_PTX).unwrap();
     let function = module.function("euler_decay_local").unwrap();
     // Another owner's memory leaves 150 MiB; a batch of 140 MiB comes and

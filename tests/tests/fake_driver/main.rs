@@ -136,6 +136,33 @@ impl Drop for Fake {
     }
 }
 
+/// A manager on `cuda` (without an allocation granule), an instance of it,
+/// and one unchunkable f64 device array `y` of `len` elements it holds.
+fn one_array(
+    cuda: &CudaBackend,
+    len: usize,
+) -> (
+    MemoryManager,
+    cubie_mem::Instance,
+    cubie_mem::DeviceArray<f64>,
+) {
+    let mgr = manager(cuda);
+    let solver = mgr
+        .register(cubie_mem::Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    mgr.queue_request(
+        &solver,
+        [("y", cubie_mem::ArrayRequest::of::<f64>([len]).unchunkable())],
+    )
+    .unwrap();
+    let y = mgr
+        .allocate_queue_for(&solver)
+        .unwrap()
+        .take::<f64>("y")
+        .unwrap();
+    (mgr, solver, y)
+}
+
 /// A manager on `cuda` without an allocation granule.
 fn manager(cuda: &CudaBackend) -> MemoryManager {
     MemoryManager::with_config(

@@ -36,20 +36,7 @@ fn teardown_waits_for_work_queued_on_a_destroyed_stream() {
 fn a_module_is_unloaded_only_after_its_kernels_ran() {
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
-    let mgr = manager(&cuda);
-    let solver = mgr
-        .register(Registration::new().on_invalidate(|| {}))
-        .unwrap();
-    mgr.queue_request(
-        &solver,
-        [("y", ArrayRequest::of::<f64>([4096]).unchunkable())],
-    )
-    .unwrap();
-    let y = mgr
-        .allocate_queue_for(&solver)
-        .unwrap()
-        .take::<f64>("y")
-        .unwrap();
+    let (mgr, solver, y) = one_array(&cuda, 4096);
     y.copy_from_host(&[1.0; 4096]).unwrap();
     let stream = CudaStream::of(&mgr, &solver).unwrap();
     {
