@@ -86,7 +86,7 @@ pub use error::{ArraySide, MemError};
 pub use host::{
     AnyHostArray, AsyncCopyError, BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer,
     ChunkTarget, HostArray, HostMemoryKind, PendingCopy, SetError, SetPipeline, SetRun,
-    StagingBuffer, StagingKey, StagingPool, SystemMemory,
+    StagingBuffer, StagingKey, StagingPool, StagingThreads, SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs, KernelArray};

@@ -324,11 +324,13 @@ pub trait Backend: Send + Sync + 'static {
     fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError>;
 
     /// The host has just done `work` on `bytes` of host memory for the
-    /// device (a gather into a staging buffer, a scatter out of one), so
-    /// that a modelled device can time it on the host's engine and clock.
-    /// A real device ignores it (the default).
-    fn host_work(&self, work: HostWork, bytes: u64) {
-        let _ = (work, bytes);
+    /// device (a gather into a staging buffer, a scatter out of one), cut
+    /// into `lanes` pieces copied at the same time by as many threads
+    /// ([`StagingThreads`](crate::StagingThreads); 0 counts as 1), so that
+    /// a modelled device can time it on the host's engine and clock. A real
+    /// device ignores it (the default).
+    fn host_work(&self, work: HostWork, bytes: u64, lanes: usize) {
+        let _ = (work, bytes, lanes);
     }
 
     /// How fast the device's engines work, for splitting a batch across

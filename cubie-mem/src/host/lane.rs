@@ -27,10 +27,11 @@ use super::shared::RunsAccess;
 use super::stage::{
     Stage, queue_download, queue_download_strided, queue_upload, queue_upload_strided,
 };
+use super::threads::{ScatterTarget, StagingThreads};
 use super::transfer::direct_range;
 use crate::Chunk;
 use crate::array::slot::{DeviceMemory, Memory, PinnedMemory};
-use crate::backend::{Backend, BackendResult, HostWork, StreamHandle, StridedRows};
+use crate::backend::{Backend, BackendResult, StreamHandle, StridedRows};
 use crate::streams::OwnedStream;
 use crate::{Element, MemError};
 
@@ -154,19 +155,13 @@ impl<T: Element> HostRef<'_, T> {
         }
     }
 
-    /// Scatters `part`, the device window from `start`, into chunk `runs`;
-    /// nothing for an input's array.
-    fn scatter(
-        &mut self,
-        layout: &ChunkLayout,
-        part: &[T],
-        start: usize,
-        runs: Range<usize>,
-    ) -> Result<(), MemError> {
+    /// Chunk `runs` of the array, for staging threads to scatter into;
+    /// `None` for an input's array.
+    fn target(&mut self, runs: Range<usize>) -> Result<Option<ScatterTarget<'_, T>>, MemError> {
         match self {
-            HostRef::Shared(_) => Ok(()),
-            HostRef::Exclusive(host) => layout.scatter(part, start, runs, host.as_mut_slice()),
-            HostRef::Runs(access) => access.scatter(layout, part, start, runs),
+            HostRef::Shared(_) => Ok(None),
+            HostRef::Exclusive(host) => Ok(Some(ScatterTarget::new(host.as_mut_slice(), runs))),
+            HostRef::Runs(access) => access.target(runs).map(Some),
         }
     }
 }
@@ -206,6 +201,30 @@ pub(super) struct Lane<'p, T: Element> {
     pub(super) output: Option<Stage<T>>,
     /// The narrowest row, in bytes, a strided copy moves.
     pub(super) min_strided_row: usize,
+    /// The threads that gather and scatter staged chunks.
+    pub(super) threads: StagingThreads,
+}
+
+/// Scatters `part`, the device window from `start`, into chunk `runs` of
+/// `host` on `threads`, and reports the work to `backend`; nothing for an
+/// input's array.
+fn scatter_window<T: Element>(
+    threads: &StagingThreads,
+    backend: &dyn Backend,
+    host: &mut HostRef<'_, T>,
+    layout: &ChunkLayout,
+    runs: &Range<usize>,
+    start: usize,
+    part: &[T],
+) -> Result<(), MemError> {
+    let Some(target) = host.target(runs.clone())? else {
+        return Ok(());
+    };
+    threads.scatter(backend, part, |offset, piece| {
+        // SAFETY: the threads are given disjoint pieces of the window,
+        // which the layout maps to disjoint elements of the chunk.
+        unsafe { target.scatter(layout, piece, start.saturating_add(offset)) }
+    })
 }
 
 /// How a chunk moves between the host array and a device buffer.
@@ -306,10 +325,10 @@ impl<T: Element> Lane<'_, T> {
         self.wait_for(stream)?;
         let mut block = pinned.write();
         let part = pinned_elements::<T>(block.bytes_mut(), &self.label, extent)?;
-        self.host.gather(&self.layout, runs, 0, part)?;
-        self.backend
-            .host_work(HostWork::Gather, size_of_val(part) as u64);
-        Ok(())
+        let (host, layout) = (&self.host, &self.layout);
+        self.threads.gather(&*self.backend, part, |offset, piece| {
+            host.gather(layout, runs.clone(), offset, piece)
+        })
     }
 
     /// How chunk `runs` moves: directly from or to page-locked memory of
@@ -441,6 +460,7 @@ impl<T: Element> Move for Lane<'_, T> {
         };
         let window = stage.host()?.len().max(1);
         let (backend, label, layout, host) = (&self.backend, &self.label, &self.layout, &self.host);
+        let threads = &self.threads;
         let mut start = 0;
         while start < extent {
             let len = window.min(extent - start);
@@ -448,8 +468,9 @@ impl<T: Element> Move for Lane<'_, T> {
             // on `stream`; the stage keeps the buffer until it is done.
             unsafe {
                 stage.lend(backend, stream, len, |part| {
-                    host.gather(layout, runs.clone(), start, part)?;
-                    backend.host_work(HostWork::Gather, size_of_val(part) as u64);
+                    threads.gather(&**backend, part, |offset, piece| {
+                        host.gather(layout, runs.clone(), start + offset, piece)
+                    })?;
                     queue_upload(&**backend, &device, label, start, part, stream)
                 })?;
             }
@@ -486,10 +507,16 @@ impl<T: Element> Move for Lane<'_, T> {
             SetMemory::Pinned(pinned) => {
                 let mut block = pinned.write();
                 let part = pinned_elements::<T>(block.bytes_mut(), &self.label, extent)?;
-                self.host.scatter(&self.layout, part, 0, runs)?;
-                self.backend
-                    .host_work(HostWork::Scatter, size_of_val(part) as u64);
-                return Ok(());
+                let (threads, backend) = (&self.threads, &*self.backend);
+                return scatter_window(
+                    threads,
+                    backend,
+                    &mut self.host,
+                    &self.layout,
+                    &runs,
+                    0,
+                    part,
+                );
             }
         };
         match route {
@@ -531,6 +558,7 @@ impl<T: Element> Move for Lane<'_, T> {
         let window = stage.host()?.len().max(1);
         let (backend, label, layout, host) =
             (&self.backend, &self.label, &self.layout, &mut self.host);
+        let threads = &self.threads;
         let mut start = 0;
         while start < extent {
             let len = window.min(extent - start);
@@ -544,8 +572,7 @@ impl<T: Element> Move for Lane<'_, T> {
             // `host` waits for the copy before giving the bytes back.
             let staged = stage.host()?;
             let part = staged.get(..len).unwrap_or(&[]);
-            host.scatter(layout, part, start, runs.clone())?;
-            backend.host_work(HostWork::Scatter, size_of_val(part) as u64);
+            scatter_window(threads, &**backend, host, layout, &runs, start, part)?;
             start += len;
         }
         Ok(())

@@ -35,6 +35,7 @@ mod stage;
 mod staging;
 mod tally;
 mod target;
+mod threads;
 mod transfer;
 
 pub use array::{AnyHostArray, HostArray};
@@ -49,4 +50,5 @@ pub(crate) use spill::SPILL_FILE_PREFIX;
 pub use staging::{StagingBuffer, StagingKey, StagingPool};
 pub(crate) use tally::{PinnedTally, PinnedUse};
 pub use target::ChunkTarget;
+pub use threads::StagingThreads;
 pub use transfer::ChunkStreamer;

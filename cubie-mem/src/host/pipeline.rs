@@ -163,6 +163,7 @@ impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
             direction: self.direction,
             backend: Arc::clone(streamer.manager.backend()),
             min_strided_row: streamer.min_strided_row_bytes(),
+            threads: streamer.staging_threads(),
         }))
     }
 }

@@ -12,6 +12,7 @@ use std::ptr::NonNull;
 
 use super::HostArray;
 use super::layout::ChunkLayout;
+use super::threads::ScatterTarget;
 use crate::{Element, MemError};
 
 /// Access to the runs `runs` of a host array whose other runs other threads
@@ -186,33 +187,12 @@ impl<'p, T: Element> RunsAccess<'p, T> {
         )
     }
 
-    /// [`ChunkLayout::scatter`] into `runs`, which must be this access's.
-    pub(crate) fn scatter(
-        &mut self,
-        layout: &ChunkLayout,
-        staging: &[T],
-        window_start: usize,
-        runs: Range<usize>,
-    ) -> Result<(), MemError> {
+    /// Chunk `runs`, which must be this access's, for staging threads to
+    /// scatter into.
+    pub(crate) fn target(&mut self, runs: Range<usize>) -> Result<ScatterTarget<'_, T>, MemError> {
         self.check(&runs)?;
-        let (data, len) = (self.data, self.len);
-        let outside = |range: &Range<usize>| MemError::LengthMismatch {
-            label: "host".into(),
-            expected: range.end,
-            found: len,
-        };
-        layout.blocks(len, &runs, window_start, staging.len(), |staged, hosted| {
-            let src = staging.get(staged).ok_or_else(|| outside(&hosted))?;
-            if hosted.end > len || hosted.len() != src.len() {
-                return Err(outside(&hosted));
-            }
-            // SAFETY: as in `gather`, and `&mut self` makes this the only
-            // borrow of these elements.
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(data.add(hosted.start).as_ptr(), hosted.len())
-            };
-            dst.copy_from_slice(src);
-            Ok(())
-        })
+        // SAFETY: the elements of `runs` are this access's alone, and
+        // `&mut self` makes the target their only borrow through it.
+        Ok(unsafe { ScatterTarget::from_raw(self.data, self.len, runs) })
     }
 }

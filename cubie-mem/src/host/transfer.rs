@@ -14,11 +14,10 @@ use std::ops::Range;
 
 use super::layout::ChunkLayout;
 use super::staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
+use super::threads::{ScatterTarget, StagingThreads};
 use super::{HostArray, HostMemoryKind};
 use crate::array::slot::Memory;
-use crate::backend::{
-    Backend, BackendError, BackendResult, DevicePtr, HostWork, StreamHandle, StridedRows,
-};
+use crate::backend::{Backend, BackendError, BackendResult, DevicePtr, StreamHandle, StridedRows};
 use crate::ids::{InstanceId, Named};
 use crate::streams::CurrentStream;
 use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
@@ -49,6 +48,8 @@ pub struct ChunkStreamer<'a> {
     pool: StagingPool,
     staging_bytes: usize,
     min_strided_row_bytes: usize,
+    /// The staging threads; `None`: the manager's.
+    threads: Option<StagingThreads>,
 }
 
 impl MemoryManager {
@@ -72,6 +73,7 @@ impl MemoryManager {
             pool: self.new_staging_pool(),
             staging_bytes: STAGING_BYTES_PER_TRANSFER,
             min_strided_row_bytes: ChunkStreamer::DEFAULT_MIN_STRIDED_ROW_BYTES,
+            threads: None,
         })
     }
 }
@@ -106,6 +108,21 @@ impl<'a> ChunkStreamer<'a> {
     /// The narrowest row a pipeline moves by one strided copy, in bytes.
     pub fn min_strided_row_bytes(&self) -> usize {
         self.min_strided_row_bytes
+    }
+
+    /// Gathers and scatters staged chunks (pageable and spilled arrays,
+    /// rows too narrow for a strided copy) with `threads` (default: the
+    /// manager's, [`MemoryManager::staging_threads`]).
+    pub fn with_staging_threads(mut self, threads: StagingThreads) -> Self {
+        self.threads = Some(threads);
+        self
+    }
+
+    /// The threads that gather and scatter staged chunks.
+    pub fn staging_threads(&self) -> StagingThreads {
+        self.threads
+            .clone()
+            .unwrap_or_else(|| self.manager.staging_threads())
     }
 
     /// Uses `pool` for staging buffers, so that they are reused across streamers.
@@ -183,7 +200,16 @@ impl<'a> ChunkStreamer<'a> {
         let _stream = self.bind_stream()?;
         let mut staging = self.stager(&layout, device.label());
         let min_row = self.min_strided_row_bytes;
-        upload(host, device, &layout, &chunk.runs, min_row, &mut staging)
+        let threads = self.staging_threads();
+        upload(
+            host,
+            device,
+            &layout,
+            &chunk.runs,
+            min_row,
+            &mut staging,
+            &threads,
+        )
     }
 
     /// Copies `device` (one chunk) into chunk `chunk` of `host` (the whole
@@ -201,7 +227,16 @@ impl<'a> ChunkStreamer<'a> {
         let _stream = self.bind_stream()?;
         let mut staging = self.stager(&layout, device.label());
         let min_row = self.min_strided_row_bytes;
-        download(device, host, &layout, &chunk.runs, min_row, &mut staging)
+        let threads = self.staging_threads();
+        download(
+            device,
+            host,
+            &layout,
+            &chunk.runs,
+            min_row,
+            &mut staging,
+            &threads,
+        )
     }
 
     pub(super) fn bind_stream(&self) -> Result<CurrentStream, MemError> {
@@ -293,6 +328,7 @@ impl std::fmt::Debug for ChunkStreamer<'_> {
             .field("plan", &self.plan)
             .field("staging_bytes", &self.staging_bytes)
             .field("min_strided_row_bytes", &self.min_strided_row_bytes)
+            .field("threads", &self.threads)
             .finish()
     }
 }
@@ -413,6 +449,7 @@ fn upload<T: Element>(
     runs: &Range<usize>,
     min_row: usize,
     staging: &mut Stager<T>,
+    threads: &StagingThreads,
 ) -> Result<(), MemError> {
     let extent = layout.chunk_extent(runs.len());
     if extent == 0 {
@@ -445,11 +482,9 @@ fn upload<T: Element>(
         let part = buffer
             .get_mut(..end - start)
             .ok_or_else(|| host_range_error(&(start..end), window))?;
-        layout.gather(host.as_slice(), runs.clone(), start, part)?;
-        device
-            .slot()
-            .backend()
-            .host_work(HostWork::Gather, size_of_val(part) as u64);
+        threads.gather(device.slot().backend(), part, |offset, piece| {
+            layout.gather(host.as_slice(), runs.clone(), start + offset, piece)
+        })?;
         device.copy_from_host_at(start, part)?;
         start = end;
     }
@@ -465,6 +500,7 @@ fn download<T: Element>(
     runs: &Range<usize>,
     min_row: usize,
     staging: &mut Stager<T>,
+    threads: &StagingThreads,
 ) -> Result<(), MemError> {
     let extent = layout.chunk_extent(runs.len());
     if extent == 0 {
@@ -502,11 +538,12 @@ fn download<T: Element>(
             .get_mut(..end - start)
             .ok_or_else(|| host_range_error(&(start..end), window))?;
         device.copy_to_host_at(start, part)?;
-        layout.scatter(part, start, runs.clone(), host.as_mut_slice())?;
-        device
-            .slot()
-            .backend()
-            .host_work(HostWork::Scatter, size_of_val(part) as u64);
+        let target = ScatterTarget::new(host.as_mut_slice(), runs.clone());
+        threads.scatter(device.slot().backend(), part, |offset, piece| {
+            // SAFETY: the threads are given disjoint pieces of the window,
+            // which the layout maps to disjoint elements of the chunk.
+            unsafe { target.scatter(layout, piece, start + offset) }
+        })?;
         start = end;
     }
     Ok(())

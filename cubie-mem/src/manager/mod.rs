@@ -109,6 +109,8 @@ pub(crate) struct Inner {
     /// glibc's allocator consolidate every small block freed since. Its own
     /// lock, taken only without the manager's.
     spare_ready: Mutex<hooks::ReadyList>,
+    /// The staging threads of the manager's streamers, started on first use.
+    staging_threads: std::sync::OnceLock<crate::StagingThreads>,
 }
 
 impl Inner {
@@ -205,9 +207,21 @@ impl MemoryManager {
                 state: Mutex::new(State::new(config.limit_mode)),
                 pinned_host: Arc::default(),
                 spare_ready: Mutex::new(Vec::new()),
+                staging_threads: std::sync::OnceLock::new(),
                 config,
             }),
         }
+    }
+
+    /// The threads that gather and scatter staged chunks for the manager's
+    /// streamers ([`ChunkStreamer::with_staging_threads`](crate::ChunkStreamer::with_staging_threads)
+    /// sets others): [`StagingThreads::default_count`](crate::StagingThreads::default_count)
+    /// of them, started on first use and shared.
+    pub fn staging_threads(&self) -> crate::StagingThreads {
+        self.inner
+            .staging_threads
+            .get_or_init(crate::StagingThreads::with_default_count)
+            .clone()
     }
 
     /// The backend.

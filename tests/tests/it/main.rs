@@ -40,6 +40,7 @@ mod robustness;
 mod shares;
 mod split;
 mod staging;
+mod staging_threads;
 mod streams;
 mod stress;
 mod strided_dma;

@@ -206,11 +206,18 @@ impl DeviceClock {
             .max(transfer_ns(bytes, self.pageable_bandwidth))
     }
 
-    /// The host works on `bytes` of host memory (`name`): it is busy, and
-    /// its clock advances, for bytes / host bandwidth. Work that would take
-    /// the clock past its range is refused.
-    pub(super) fn host_work(&mut self, name: String, bytes: u64) -> Result<(), BackendError> {
-        let duration = self.copy_ns(Engine::Host, bytes);
+    /// The host works on `bytes` of host memory (`name`) with `lanes`
+    /// threads at once (at least 1): it is busy, and its clock advances,
+    /// for bytes / (lanes x host bandwidth). Work that would take the clock
+    /// past its range is refused.
+    pub(super) fn host_work(
+        &mut self,
+        name: String,
+        bytes: u64,
+        lanes: usize,
+    ) -> Result<(), BackendError> {
+        let lanes = u64::try_from(lanes.max(1)).unwrap_or(u64::MAX);
+        let duration = transfer_ns(bytes, self.host_bandwidth.saturating_mul(lanes));
         self.fits(
             "host work",
             Engine::Host,

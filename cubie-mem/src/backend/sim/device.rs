@@ -420,13 +420,17 @@ impl Backend for SimBackend {
             .copy_out_strided(dst, rows, src, offset, stream)
     }
 
-    /// Times the host's work on its own engine at the host bandwidth: the
-    /// host's clock advances by it.
-    fn host_work(&self, work: HostWork, bytes: u64) {
+    /// Times the host's work on its own engine at the host bandwidth times
+    /// its lanes: the host's clock advances by it.
+    fn host_work(&self, work: HostWork, bytes: u64, lanes: usize) {
         let mut s = self.state();
-        let timed = s
-            .clock
-            .host_work(format!("{} {}", work.name(), Bytes(bytes)), bytes);
+        let lanes = lanes.max(1);
+        let name = if lanes == 1 {
+            format!("{} {}", work.name(), Bytes(bytes))
+        } else {
+            format!("{} {} on {lanes} threads", work.name(), Bytes(bytes))
+        };
+        let timed = s.clock.host_work(name, bytes, lanes);
         // The contract's calls cannot fail: the device's next call does.
         if let Err(error) = timed {
             tracing::error!(%error, "host work past the simulated clock");

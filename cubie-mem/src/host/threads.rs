@@ -1,0 +1,298 @@
+//! The staging threads: a pool of host threads that gathers chunks into
+//! staging buffers and scatters them out (and so reads and writes spill
+//! files), each thread one contiguous piece of the staging window.
+//!
+//! A pool is a dedicated [`rayon::ThreadPool`], never rayon's global one:
+//! the caller's thread waits while the pool's threads copy, so a gather
+//! or scatter keeps exactly [`StagingThreads::threads`] threads busy, and
+//! other rayon users of the process are left alone.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::num::NonZeroUsize;
+use std::ops::Range;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::ChunkLayout;
+use crate::backend::{Backend, HostWork};
+use crate::{Element, MemError};
+
+/// The host threads a [`ChunkStreamer`](crate::ChunkStreamer) gathers and
+/// scatters staged chunks with: pageable and spilled arrays, and rows of
+/// page-locked arrays too narrow for a strided copy.
+///
+/// A staging window of `B` bytes is cut into at most
+/// [`threads`](Self::threads) contiguous pieces of at least
+/// [`MIN_PIECE_BYTES`](Self::MIN_PIECE_BYTES) each, copied at the same
+/// time; the simulated device times the work as `B / (pieces x host
+/// bandwidth)` ([`Backend::host_work`](crate::backend::Backend::host_work)).
+/// Clones share one pool. With one thread the caller's thread does the
+/// work and no pool is made.
+///
+/// ```
+/// use cubie_mem::{MemError, StagingThreads};
+///
+/// let two = StagingThreads::new(2)?;
+/// assert_eq!(two.threads(), 2);
+/// assert!(StagingThreads::default_count() <= StagingThreads::MAX_DEFAULT_THREADS);
+/// assert!(matches!(StagingThreads::new(0), Err(MemError::Config { .. })));
+/// # Ok::<(), MemError>(())
+/// ```
+#[derive(Clone)]
+pub struct StagingThreads {
+    threads: NonZeroUsize,
+    /// `None` for one thread: the caller's.
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl StagingThreads {
+    /// The most threads the default takes: 8. A memcpy thread moves 10 to
+    /// 15 GB/s; about 8 of them saturate a socket's memory bandwidth and
+    /// reach a PCIe Gen5 x16 link's 50 GB/s with room to spare, and more
+    /// would take cores from the user's own work for nothing.
+    pub const MAX_DEFAULT_THREADS: usize = 8;
+
+    /// The smallest piece one thread is given, in bytes: 256 KiB, about
+    /// 20 µs of memcpy, well above a hand-off to a pool thread (a few µs).
+    /// A window of fewer than `2 x` this is copied by one thread.
+    pub const MIN_PIECE_BYTES: usize = 256 << 10;
+
+    /// The default thread count: the machine's available parallelism,
+    /// at most [`MAX_DEFAULT_THREADS`](Self::MAX_DEFAULT_THREADS) (1 where
+    /// it cannot be read).
+    pub fn default_count() -> usize {
+        std::thread::available_parallelism()
+            .map_or(1, NonZeroUsize::get)
+            .min(Self::MAX_DEFAULT_THREADS)
+    }
+
+    /// A pool of `threads` host threads (1: the caller's thread alone).
+    /// 0 threads, or a pool the system refuses to start, is
+    /// [`MemError::Config`] naming the count and the fix.
+    pub fn new(threads: usize) -> Result<Self, MemError> {
+        let refused = |reason: String| MemError::Config {
+            name: "StagingThreads::new".to_owned(),
+            value: threads.to_string(),
+            reason,
+        };
+        let count = NonZeroUsize::new(threads).ok_or_else(|| {
+            refused(format!(
+                "a staging pool needs at least 1 thread: pass 1 to stage on the caller's \
+                 thread, or StagingThreads::default_count() ({}) for the machine's cores",
+                Self::default_count()
+            ))
+        })?;
+        if count.get() == 1 {
+            return Ok(StagingThreads {
+                threads: count,
+                pool: None,
+            });
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(count.get())
+            .thread_name(|index| format!("cubie-mem-staging-{index}"))
+            .build()
+            .map_err(|error| {
+                refused(format!(
+                    "the system did not start {threads} threads ({error}): ask for fewer"
+                ))
+            })?;
+        Ok(StagingThreads {
+            threads: count,
+            pool: Some(Arc::new(pool)),
+        })
+    }
+
+    /// A pool of [`default_count`](Self::default_count) threads (the
+    /// caller's thread alone where the system refuses to start them).
+    pub fn with_default_count() -> Self {
+        Self::new(Self::default_count()).unwrap_or_else(|_| Self::single())
+    }
+
+    /// The caller's thread alone.
+    fn single() -> Self {
+        StagingThreads {
+            threads: NonZeroUsize::MIN,
+            pool: None,
+        }
+    }
+
+    /// How many threads gather and scatter at most.
+    pub fn threads(&self) -> usize {
+        self.threads.get()
+    }
+
+    /// How many pieces a window of `bytes` is cut into: one per
+    /// [`MIN_PIECE_BYTES`](Self::MIN_PIECE_BYTES), at most
+    /// [`threads`](Self::threads), at least one.
+    pub fn lanes_for(&self, bytes: usize) -> usize {
+        (bytes / Self::MIN_PIECE_BYTES).clamp(1, self.threads.get())
+    }
+
+    /// Fills `part` piece by piece at the same time on the pool's threads,
+    /// `fill(offset, piece)` for each piece (`offset` its first element in
+    /// `part`), and reports the gather to `backend` with its pieces as
+    /// lanes; the first error is returned.
+    pub(crate) fn gather<T, F>(
+        &self,
+        backend: &dyn Backend,
+        part: &mut [T],
+        fill: F,
+    ) -> Result<(), MemError>
+    where
+        T: Send,
+        F: Fn(usize, &mut [T]) -> Result<(), MemError> + Sync,
+    {
+        let bytes = size_of_val(part);
+        let lanes = match self.pieces(part.len(), bytes) {
+            None => fill(0, part).map(|()| 1)?,
+            Some((pool, piece)) => {
+                pool.install(|| {
+                    part.par_chunks_mut(piece)
+                        .enumerate()
+                        .try_for_each(|(index, chunk)| fill(index.saturating_mul(piece), chunk))
+                })?;
+                part.len().div_ceil(piece)
+            }
+        };
+        backend.host_work(HostWork::Gather, bytes as u64, lanes);
+        Ok(())
+    }
+
+    /// Reads `part` piece by piece at the same time on the pool's threads,
+    /// `drain(offset, piece)` for each piece, and reports the scatter to
+    /// `backend`, as [`gather`](Self::gather).
+    pub(crate) fn scatter<T, F>(
+        &self,
+        backend: &dyn Backend,
+        part: &[T],
+        drain: F,
+    ) -> Result<(), MemError>
+    where
+        T: Sync,
+        F: Fn(usize, &[T]) -> Result<(), MemError> + Sync,
+    {
+        let bytes = size_of_val(part);
+        let lanes = match self.pieces(part.len(), bytes) {
+            None => drain(0, part).map(|()| 1)?,
+            Some((pool, piece)) => {
+                pool.install(|| {
+                    part.par_chunks(piece)
+                        .enumerate()
+                        .try_for_each(|(index, chunk)| drain(index.saturating_mul(piece), chunk))
+                })?;
+                part.len().div_ceil(piece)
+            }
+        };
+        backend.host_work(HostWork::Scatter, bytes as u64, lanes);
+        Ok(())
+    }
+
+    /// The pool and the elements of each piece of a window of `len`
+    /// elements and `bytes` bytes; `None` when one thread copies it.
+    fn pieces(&self, len: usize, bytes: usize) -> Option<(&rayon::ThreadPool, usize)> {
+        let lanes = self.lanes_for(bytes);
+        match &self.pool {
+            Some(pool) if lanes > 1 && len > 1 => Some((pool, len.div_ceil(lanes))),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for StagingThreads {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StagingThreads")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+/// The runs of one chunk of a host array, that several staging threads
+/// scatter into at once, each thread its own window of the chunk (the
+/// layout maps different windows to different host elements).
+pub(crate) struct ScatterTarget<'a, T> {
+    data: NonNull<T>,
+    len: usize,
+    runs: Range<usize>,
+    _borrow: PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: a target only writes through `scatter`, whose callers give each
+// thread a window of its own; `T` is plain data.
+unsafe impl<T: Element> Send for ScatterTarget<'_, T> {}
+// SAFETY: as for Send.
+unsafe impl<T: Element> Sync for ScatterTarget<'_, T> {}
+
+impl<'a, T: Element> ScatterTarget<'a, T> {
+    /// Chunk `runs` of the whole array `host`.
+    pub(crate) fn new(host: &'a mut [T], runs: Range<usize>) -> Self {
+        ScatterTarget {
+            len: host.len(),
+            data: NonNull::from(host).cast(),
+            runs,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Chunk `runs` of the array of `len` elements at `data`.
+    ///
+    /// # Safety
+    ///
+    /// `data` points to `len` elements, valid for writes for `'a`, and no
+    /// one else reads or writes the elements of chunk `runs` meanwhile.
+    pub(crate) unsafe fn from_raw(data: NonNull<T>, len: usize, runs: Range<usize>) -> Self {
+        ScatterTarget {
+            data,
+            len,
+            runs,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// [`ChunkLayout::scatter`] of the device window `staging`, from
+    /// `window_start`, into the chunk.
+    ///
+    /// # Safety
+    ///
+    /// No other thread scatters a window overlapping
+    /// `window_start..window_start + staging.len()` at the same time.
+    pub(crate) unsafe fn scatter(
+        &self,
+        layout: &ChunkLayout,
+        staging: &[T],
+        window_start: usize,
+    ) -> Result<(), MemError> {
+        let len = self.len;
+        let outside = |range: &Range<usize>| MemError::LengthMismatch {
+            label: "host".into(),
+            expected: range.end,
+            found: len,
+        };
+        layout.blocks(
+            len,
+            &self.runs,
+            window_start,
+            staging.len(),
+            |staged, hosted| {
+                let src = staging.get(staged).ok_or_else(|| outside(&hosted))?;
+                if hosted.end > len || hosted.len() != src.len() {
+                    return Err(outside(&hosted));
+                }
+                // SAFETY: `hosted` lies inside the array (checked) and holds
+                // elements of this window of the chunk only, which no other
+                // thread touches (the caller's promise).
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        self.data.add(hosted.start).as_ptr(),
+                        hosted.len(),
+                    )
+                };
+                dst.copy_from_slice(src);
+                Ok(())
+            },
+        )
+    }
+}
