@@ -132,6 +132,59 @@ impl StagingThreads {
         (bytes / Self::MIN_PIECE_BYTES).clamp(1, self.threads.get())
     }
 
+    /// [`ChunkLayout::gather`] on the pool's threads: the runs `runs` of
+    /// `host` (the whole array) into `staging`, the device elements from
+    /// `window_start`, each thread a piece of `staging`.
+    ///
+    /// ```
+    /// use cubie_mem::{ChunkLayout, MemError, StagingThreads};
+    ///
+    /// let layout = ChunkLayout::new(&[4, 6], 1, 3)?;
+    /// let host: Vec<u32> = (0..24).collect();
+    /// let mut staging = vec![0; 12];
+    /// StagingThreads::new(2)?.gather_chunk(&layout, &host, 3..6, 0, &mut staging)?;
+    /// assert_eq!(staging[..6], [3, 4, 5, 9, 10, 11]);
+    /// # Ok::<(), MemError>(())
+    /// ```
+    pub fn gather_chunk<T: Element>(
+        &self,
+        layout: &ChunkLayout,
+        host: &[T],
+        runs: Range<usize>,
+        window_start: usize,
+        staging: &mut [T],
+    ) -> Result<(), MemError> {
+        self.fill(staging, |offset, piece| {
+            layout.gather(
+                host,
+                runs.clone(),
+                window_start.saturating_add(offset),
+                piece,
+            )
+        })
+        .map(drop)
+    }
+
+    /// [`ChunkLayout::scatter`] on the pool's threads: the device elements
+    /// from `window_start` held in `staging` into their places in `host`
+    /// (the whole array), each thread a piece of `staging`.
+    pub fn scatter_chunk<T: Element>(
+        &self,
+        layout: &ChunkLayout,
+        staging: &[T],
+        window_start: usize,
+        runs: Range<usize>,
+        host: &mut [T],
+    ) -> Result<(), MemError> {
+        let target = ScatterTarget::new(host, runs);
+        self.drain(staging, |offset, piece| {
+            // SAFETY: the pieces are disjoint windows of the chunk, which
+            // the layout maps to disjoint elements of `host`.
+            unsafe { target.scatter(layout, piece, window_start.saturating_add(offset)) }
+        })
+        .map(drop)
+    }
+
     /// Fills `part` piece by piece at the same time on the pool's threads,
     /// `fill(offset, piece)` for each piece (`offset` its first element in
     /// `part`), and reports the gather to `backend` with its pieces as
@@ -146,19 +199,9 @@ impl StagingThreads {
         T: Send,
         F: Fn(usize, &mut [T]) -> Result<(), MemError> + Sync,
     {
-        let bytes = size_of_val(part);
-        let lanes = match self.pieces(part.len(), bytes) {
-            None => fill(0, part).map(|()| 1)?,
-            Some((pool, piece)) => {
-                pool.install(|| {
-                    part.par_chunks_mut(piece)
-                        .enumerate()
-                        .try_for_each(|(index, chunk)| fill(index.saturating_mul(piece), chunk))
-                })?;
-                part.len().div_ceil(piece)
-            }
-        };
-        backend.host_work(HostWork::Gather, bytes as u64, lanes);
+        let bytes = size_of_val(part) as u64;
+        let lanes = self.fill(part, fill)?;
+        backend.host_work(HostWork::Gather, bytes, lanes);
         Ok(())
     }
 
@@ -175,20 +218,43 @@ impl StagingThreads {
         T: Sync,
         F: Fn(usize, &[T]) -> Result<(), MemError> + Sync,
     {
-        let bytes = size_of_val(part);
-        let lanes = match self.pieces(part.len(), bytes) {
-            None => drain(0, part).map(|()| 1)?,
-            Some((pool, piece)) => {
-                pool.install(|| {
-                    part.par_chunks(piece)
-                        .enumerate()
-                        .try_for_each(|(index, chunk)| drain(index.saturating_mul(piece), chunk))
-                })?;
-                part.len().div_ceil(piece)
-            }
-        };
-        backend.host_work(HostWork::Scatter, bytes as u64, lanes);
+        let lanes = self.drain(part, drain)?;
+        backend.host_work(HostWork::Scatter, size_of_val(part) as u64, lanes);
         Ok(())
+    }
+
+    /// `fill(offset, piece)` on each piece of `part` at once; the pieces.
+    fn fill<T, F>(&self, part: &mut [T], fill: F) -> Result<usize, MemError>
+    where
+        T: Send,
+        F: Fn(usize, &mut [T]) -> Result<(), MemError> + Sync,
+    {
+        let Some((pool, piece)) = self.pieces(part.len(), size_of_val(part)) else {
+            return fill(0, part).map(|()| 1);
+        };
+        pool.install(|| {
+            part.par_chunks_mut(piece)
+                .enumerate()
+                .try_for_each(|(index, chunk)| fill(index.saturating_mul(piece), chunk))
+        })?;
+        Ok(part.len().div_ceil(piece))
+    }
+
+    /// `drain(offset, piece)` on each piece of `part` at once; the pieces.
+    fn drain<T, F>(&self, part: &[T], drain: F) -> Result<usize, MemError>
+    where
+        T: Sync,
+        F: Fn(usize, &[T]) -> Result<(), MemError> + Sync,
+    {
+        let Some((pool, piece)) = self.pieces(part.len(), size_of_val(part)) else {
+            return drain(0, part).map(|()| 1);
+        };
+        pool.install(|| {
+            part.par_chunks(piece)
+                .enumerate()
+                .try_for_each(|(index, chunk)| drain(index.saturating_mul(piece), chunk))
+        })?;
+        Ok(part.len().div_ceil(piece))
     }
 
     /// The pool and the elements of each piece of a window of `len`
@@ -294,5 +360,55 @@ impl<'a, T: Element> ScatterTarget<'a, T> {
                 Ok(())
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gather_and_scatter_chunk_on_three_threads_match_one_thread_along_each_axis() {
+        // 3 MiB of u64: every quarter-axis window holds 768 KiB, three pieces.
+        let shape = [8, 16, 3072];
+        let host: Vec<u64> = (0..shape.iter().product::<usize>() as u64).collect();
+        let (one, three) = (
+            StagingThreads::new(1).unwrap(),
+            StagingThreads::new(3).unwrap(),
+        );
+        for axis in 0..3 {
+            let chunk_length = shape[axis] / 4;
+            let layout = ChunkLayout::new(&shape, axis, chunk_length).unwrap();
+            let runs = chunk_length..2 * chunk_length;
+            let bytes = layout.chunk_elements() * size_of::<u64>();
+            assert_eq!(three.lanes_for(bytes), 3, "axis {axis}");
+            let mut expected = vec![0; layout.chunk_elements()];
+            let mut staged = vec![0; layout.chunk_elements()];
+            layout
+                .gather(&host, runs.clone(), 0, &mut expected)
+                .unwrap();
+            three
+                .gather_chunk(&layout, &host, runs.clone(), 0, &mut staged)
+                .unwrap();
+            assert!(staged == expected, "gather along axis {axis}");
+            let (mut by_one, mut by_three) = (vec![0; host.len()], vec![0; host.len()]);
+            one.scatter_chunk(&layout, &staged, 0, runs.clone(), &mut by_one)
+                .unwrap();
+            three
+                .scatter_chunk(&layout, &staged, 0, runs, &mut by_three)
+                .unwrap();
+            assert!(by_three == by_one, "scatter along axis {axis}");
+        }
+    }
+
+    #[test]
+    fn windows_are_cut_into_pieces_of_at_least_256_kib_up_to_the_thread_count() {
+        let four = StagingThreads::new(4).unwrap();
+        let piece = StagingThreads::MIN_PIECE_BYTES;
+        assert_eq!(four.lanes_for(0), 1);
+        assert_eq!(four.lanes_for(2 * piece - 1), 1);
+        assert_eq!(four.lanes_for(2 * piece), 2);
+        assert_eq!(four.lanes_for(100 * piece), 4);
+        assert_eq!(StagingThreads::new(1).unwrap().lanes_for(100 * piece), 1);
     }
 }
