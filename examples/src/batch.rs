@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use cubie_mem::timeline::{Activity, Timeline};
 use cubie_mem::{
     ArrayRequest, Bytes, DeviceArray, GpuBuffers, HostKernel, HostMemoryKind, ManagerConfig,
-    MemError, MemoryManager, Precision, Registration, SimBackend,
+    MemError, MemoryManager, Precision, Registration, SimBackend, StagingThreads,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -139,6 +139,10 @@ pub struct Job {
     pub spill_threshold: u64,
     /// Keep the results in page-locked memory instead of the spill file.
     pub pinned_output: bool,
+    /// Host threads that gather and scatter staged chunks (and so read
+    /// and write the spill file); the modelled host engine gets as many
+    /// lanes.
+    pub staging_threads: usize,
     /// Where to write the modelled device's Chrome trace.
     pub trace: Option<PathBuf>,
     /// Draw the progress bar (on standard error).
@@ -147,7 +151,8 @@ pub struct Job {
 
 impl Job {
     /// The main job: 300,000 runs (about 470 MiB) on a device with 96 MiB
-    /// free, 24 MiB of it taken by an idle cache.
+    /// free, 24 MiB of it taken by an idle cache, staged by the machine's
+    /// default number of threads ([`StagingThreads::default_count`]).
     pub fn main_job() -> Job {
         Job {
             n_runs: 300_000,
@@ -156,6 +161,7 @@ impl Job {
             granule: 8 * MIB,
             spill_threshold: 128 * MIB,
             pinned_output: false,
+            staging_threads: StagingThreads::default_count(),
             trace: None,
             show_progress: true,
         }
@@ -291,7 +297,8 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
     let started = Instant::now();
     let streamer = mgr
         .chunk_streamer(&solver, &plan)?
-        .with_pool(mgr.new_staging_pool());
+        .with_pool(mgr.new_staging_pool())
+        .with_staging_threads(StagingThreads::new(job.staging_threads)?);
     streamer
         .pipeline_sets(buffers.sets())
         .input_with(&host_initial, |set| &set.initial)
@@ -341,6 +348,10 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         "chunks",
         plan.chunks(),
         plan.chunk_length()
+    );
+    println!(
+        "  {:<28} {} (the modelled host engine's lanes)",
+        "staging threads", job.staging_threads
     );
     println!("  {:<28} {}", "bytes moved host -> device", Bytes(moved_in));
     println!(
@@ -448,6 +459,7 @@ mod tests {
             granule: MIB / 16,
             spill_threshold: MIB,
             pinned_output: false,
+            staging_threads: 1,
             trace: None,
             show_progress: false,
         }

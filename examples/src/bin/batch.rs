@@ -10,13 +10,15 @@ use cubie_mem::MemError;
 use cubie_mem_examples::batch::{self, Job};
 
 /// The main job as the command line asks:
-/// `batch [--trace FILE] [--output spilled|pinned]`.
+/// `batch [--trace FILE] [--output spilled|pinned] [--staging-threads N]`.
 fn job_from_args() -> Result<Job, MemError> {
     let usage = |value: &str| MemError::Config {
         name: "arguments".into(),
         value: value.to_owned(),
-        reason: "usage: batch [--trace FILE] [--output spilled|pinned] (FILE: a Chrome trace of \
-                 the modelled device; the results go to a spill file, or to page-locked memory)"
+        reason: "usage: batch [--trace FILE] [--output spilled|pinned] [--staging-threads N] \
+                 (FILE: a Chrome trace of the modelled device; the results go to a spill file, or \
+                 to page-locked memory; N host threads stage the chunks, at least 1, by default \
+                 the machine's available parallelism up to 8)"
             .into(),
     };
     let mut job = Job::main_job();
@@ -26,6 +28,9 @@ fn job_from_args() -> Result<Job, MemError> {
             ("--trace", Some(path)) => job.trace = Some(path.into()),
             ("--output", Some(kind)) if kind == "spilled" || kind == "pinned" => {
                 job.pinned_output = kind == "pinned";
+            }
+            ("--staging-threads", Some(count)) => {
+                job.staging_threads = count.parse().map_err(|_| usage(&count))?;
             }
             _ => return Err(usage(&arg)),
         }
