@@ -475,6 +475,34 @@ mod tests {
     }
 
     #[test]
+    fn four_staging_threads_quarter_the_modelled_host_time() {
+        // The main job at a tenth of its size: each chunk's results are
+        // scattered from windows of about 4 MiB, cut in four pieces.
+        let tenth = |staging_threads| Job {
+            n_runs: 30_000,
+            device_free: 10 * MIB,
+            cache_bytes: 10 * MIB / 4,
+            granule: 10 * MIB / 16,
+            spill_threshold: 10 * MIB,
+            staging_threads,
+            ..small_job()
+        };
+        let one = run(&tenth(1)).unwrap();
+        let four = run(&tenth(4)).unwrap();
+        // On the modelled clock: 4,001,068 ns of host work on one thread,
+        // a quarter of it on four (each window's time rounded up to the ns).
+        assert_eq!(one.host_busy_ns, 4_001_068, "{one:?}");
+        assert_eq!(four.host_busy_ns, 1_000_272, "{four:?}");
+        assert_eq!(one.busiest_engine, "the host", "{one:?}");
+        // The host is the busiest engine: the makespan falls by what it saved.
+        assert_eq!(
+            one.makespan_ns - four.makespan_ns,
+            one.host_busy_ns - four.host_busy_ns,
+            "{one:?}\n{four:?}"
+        );
+    }
+
+    #[test]
     fn pinned_results_leave_the_host_idle_and_the_downloads_the_busiest_engine() {
         let spilled = run(&small_job()).unwrap();
         assert_eq!(spilled.busiest_engine, "the host", "{spilled:?}");
