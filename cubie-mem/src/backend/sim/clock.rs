@@ -6,7 +6,7 @@
 //! across streams. An operation starts once the host has issued it, its
 //! stream's earlier work is done and its engine is free. The host's clock
 //! advances when the host works (gathers, scatters, spill I/O, at the host
-//! bandwidth) and when it waits (a blocking copy, a synchronisation, an
+//! bandwidth times the staging threads' lanes) and when it waits (a blocking copy, a synchronisation, an
 //! event wait, a poll), so an event has fired once the host's clock has
 //! passed its time. Everything is integer nanoseconds: the model is
 //! deterministic.

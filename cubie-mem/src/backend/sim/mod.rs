@@ -14,7 +14,8 @@
 //!   copies take bytes / bandwidth (pageable ones a slower bandwidth, the
 //!   host waiting), kernels the time their launch declares (scaled by the
 //!   device's compute speed), gathers,
-//!   scatters and spill I/O bytes / host bandwidth; streams order their own
+//!   scatters and spill I/O bytes / (lanes x host bandwidth), the lanes
+//!   the staging threads' pieces; streams order their own
 //!   work, events order work across streams, and the host's clock advances
 //!   when it works and when it waits or polls. An event fires once the
 //!   host's clock has passed it.
@@ -116,7 +117,8 @@ impl SimBackend {
     /// about that of a PCIe Gen5 x16 link.
     pub const DEFAULT_COPY_BANDWIDTH: u64 = clock::DEFAULT_COPY_BANDWIDTH;
     /// The default bandwidth of the host's own work (gather, scatter, spill
-    /// I/O), bytes per second: a large memcpy on a small cloud machine.
+    /// I/O) on one thread, bytes per second: a large memcpy on a small
+    /// cloud machine.
     pub const DEFAULT_HOST_BANDWIDTH: u64 = clock::DEFAULT_HOST_BANDWIDTH;
     /// The default bandwidth of copies from or into pageable memory, bytes
     /// per second (the driver stages them with the CPU).
@@ -204,8 +206,11 @@ impl SimBackend {
     }
 
     /// Sets the bandwidth of the host's own work on host memory (gathering
-    /// chunks into staging buffers, scattering them out, spill I/O), in
-    /// bytes per second (default [`SimBackend::DEFAULT_HOST_BANDWIDTH`]).
+    /// chunks into staging buffers, scattering them out, spill I/O) on one
+    /// thread, in bytes per second (default
+    /// [`SimBackend::DEFAULT_HOST_BANDWIDTH`]); work cut over `L` staging
+    /// threads ([`StagingThreads`](crate::StagingThreads)) takes
+    /// `bytes / (L x bandwidth)`.
     pub fn with_host_bandwidth(self, bytes_per_second: u64) -> Self {
         self.state().clock.set_host_bandwidth(bytes_per_second);
         self
