@@ -188,6 +188,16 @@ pub trait Backend: Send + Sync + 'static {
     /// Allocates `bytes` of page-locked host memory, zero-filled.
     fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError>;
 
+    /// Allocates `bytes` of page-locked host memory for a caller that writes
+    /// every byte before it reads any (the staging buffers that gathers fill
+    /// and downloads land in): the contents are initialised but unspecified,
+    /// so a backend may hand back a reused block as its last user left it
+    /// instead of zero-filling it. The default allocates zero-filled memory
+    /// with [`alloc_pinned`](Self::alloc_pinned).
+    fn alloc_pinned_for_overwrite(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
+        self.alloc_pinned(bytes)
+    }
+
     /// The device memory pool's figures (reserved, used, the largest block
     /// one allocation could get), for reports of who holds what; `None`
     /// (the default) where the backend does not know them.

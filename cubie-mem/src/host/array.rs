@@ -361,7 +361,8 @@ impl MemoryManager {
                 found: like.len(),
             });
         }
-        let storage = self.host_storage(&shape, crate::dtype::dtype_of::<T>(), kind, instance)?;
+        let dtype = crate::dtype::dtype_of::<T>();
+        let storage = self.host_storage(&shape, dtype, kind, like.is_some(), instance)?;
         let mut array = HostArray {
             storage,
             shape,
@@ -397,7 +398,7 @@ impl MemoryManager {
         instance: &Instance,
     ) -> Result<AnyHostArray, MemError> {
         let shape = shape.into();
-        let storage = self.host_storage(&shape, dtype, kind, instance)?;
+        let storage = self.host_storage(&shape, dtype, kind, false, instance)?;
         Ok(AnyHostArray {
             storage,
             shape,
@@ -410,19 +411,24 @@ impl MemoryManager {
         shape: &[usize],
         dtype: DType,
         kind: HostMemoryKind,
+        overwritten: bool,
         instance: &Instance,
     ) -> Result<Storage, MemError> {
         self.check_registered(instance)?;
         let (_, bytes) = shape_size(shape, dtype.size_bytes())?;
         Ok(match kind {
-            HostMemoryKind::Pinned => Storage::Pinned(PinnedStorage::new(
-                self.inner.pinned_host.count(
-                    self.backend()
-                        .alloc_pinned(bytes as u64)
-                        .map_err(|error| host_pinned_error(&**self.backend(), error))?,
+            HostMemoryKind::Pinned => {
+                // A block the caller fills from data need not be zeroed first.
+                let block = if overwritten {
+                    self.backend().alloc_pinned_for_overwrite(bytes as u64)
+                } else {
+                    self.backend().alloc_pinned(bytes as u64)
+                };
+                Storage::Pinned(PinnedStorage::new(self.inner.pinned_host.count(
+                    block.map_err(|error| host_pinned_error(&**self.backend(), error))?,
                     PinnedUse::HostArray,
-                ),
-            )),
+                )))
+            }
             HostMemoryKind::Pageable => {
                 Storage::Pageable(HostBlock::zeroed(bytes, "a pageable host array")?)
             }

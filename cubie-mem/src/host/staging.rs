@@ -197,7 +197,7 @@ impl StagingPool {
                 *state.in_flight.entry(key.label.clone()).or_default() += 1;
                 state.allocations += 1;
                 drop(state);
-                return match shared.backend.alloc_pinned(bytes as u64) {
+                return match shared.backend.alloc_pinned_for_overwrite(bytes as u64) {
                     Ok(block) => {
                         let block = match &shared.tally {
                             Some(tally) => tally.count(block, PinnedUse::Staging),
@@ -296,8 +296,11 @@ impl fmt::Debug for StagingPool {
 }
 
 /// A pinned buffer from a [`StagingPool`]; dereferences to its elements and
-/// returns to the pool when dropped, waking waiting acquires. A reused
-/// buffer holds what its last user left.
+/// returns to the pool when dropped, waking waiting acquires. Its contents
+/// are unspecified until written: a reused buffer holds what its last user
+/// left, and a new one comes from
+/// [`Backend::alloc_pinned_for_overwrite`](crate::backend::Backend::alloc_pinned_for_overwrite),
+/// which may hand back a recycled page-locked block without zero-filling it.
 pub struct StagingBuffer<T: Element> {
     block: Option<Box<dyn PinnedBlock>>,
     key: StagingKey,

@@ -21,6 +21,7 @@ mod external;
 mod limits;
 mod misuse;
 mod ordering;
+mod pinned_reuse;
 mod pipeline;
 mod races;
 mod strided;

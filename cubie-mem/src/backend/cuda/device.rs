@@ -4,6 +4,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::driver::NAME;
+use super::pinned::Contents;
 use super::stream::{RawEvent, RawStream};
 use super::strided::HostRows;
 use super::sys::{self, CuResult};
@@ -192,7 +193,11 @@ impl Backend for CudaBackend {
     }
 
     fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
-        self.shared.pinned.allocate(bytes)
+        self.shared.pinned.allocate(bytes, Contents::Zeroed)
+    }
+
+    fn alloc_pinned_for_overwrite(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
+        self.shared.pinned.allocate(bytes, Contents::Overwritten)
     }
 
     fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {

@@ -169,6 +169,15 @@ impl<B> BlockCache<B> {
     }
 }
 
+/// What a block handed out by [`PinnedPool::allocate`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Contents {
+    /// Zeros: the caller may read before it writes.
+    Zeroed,
+    /// Whatever its last user left: the caller writes every byte first.
+    Overwritten,
+}
+
 /// The page-locked blocks of one device context, in use and cached.
 pub(super) struct PinnedPool {
     context: Arc<DeviceContext>,
@@ -192,16 +201,22 @@ impl PinnedPool {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A zero-filled block of `bytes`, reused from the cache when one fits.
+    /// A block of `bytes`, reused from the cache when one fits: zero-filled,
+    /// or for [`Contents::Overwritten`] a reused block as its last user left
+    /// it (a new block is zero-filled either way, so no byte is ever
+    /// undefined).
     pub(super) fn allocate(
         self: &Arc<Self>,
         bytes: u64,
+        contents: Contents,
     ) -> Result<Box<dyn PinnedBlock>, BackendError> {
         let len = usize::try_from(bytes).map_err(|_| out_of_page_locked_memory(bytes))?;
         let cached = self.cache().take(len);
         let buffer = match cached {
             Some((_, mut buffer)) => {
-                if let Some(used) = buffer.bytes_mut().get_mut(..len) {
+                if contents == Contents::Zeroed
+                    && let Some(used) = buffer.bytes_mut().get_mut(..len)
+                {
                     used.fill(0);
                 }
                 buffer

@@ -1,0 +1,87 @@
+//! The page-locked cache skips the zero-fill where the caller overwrites
+//! every byte (staging buffers) and keeps it where a user could read
+//! before writing (pinned host arrays made without data).
+
+use cubie_mem::HostMemoryKind;
+use cubie_mem::backend::Backend;
+use cubie_mem::backend::cuda::CudaBackend;
+
+use super::{Fake, manager};
+
+/// A byte no zero-fill leaves behind.
+const SENTINEL: u8 = 0xA5;
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn a_recycled_block_for_overwrite_keeps_its_bytes_and_a_zeroed_one_is_cleared() {
+    let fake = Fake::open();
+    let cuda = CudaBackend::new(0).unwrap();
+    let mut first = cuda.alloc_pinned_for_overwrite(8192).unwrap();
+    assert!(
+        first.bytes().iter().all(|&b| b == 0),
+        "new memory is zeroed"
+    );
+    first.bytes_mut().fill(SENTINEL);
+    drop(first);
+    let pages = fake.calls("cuMemHostAlloc");
+
+    let recycled = cuda.alloc_pinned_for_overwrite(8192).unwrap();
+    assert_eq!(fake.calls("cuMemHostAlloc"), pages, "served from the cache");
+    assert!(
+        recycled.bytes().iter().all(|&b| b == SENTINEL),
+        "a block for overwrite is not zero-filled again"
+    );
+    drop(recycled);
+
+    let zeroed = cuda.alloc_pinned(8192).unwrap();
+    assert_eq!(fake.calls("cuMemHostAlloc"), pages, "served from the cache");
+    assert!(
+        zeroed.bytes().iter().all(|&b| b == 0),
+        "alloc_pinned zero-fills"
+    );
+}
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn a_staging_buffer_reuses_a_block_unfilled_and_a_host_array_still_reads_zeros() {
+    let fake = Fake::open();
+    let cuda = CudaBackend::new(0).unwrap();
+    let mgr = manager(&cuda);
+    let solver = mgr
+        .register(cubie_mem::Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    let pool = mgr.new_staging_pool();
+    let mut staged = pool.acquire::<u8>("y", &[8192]).unwrap();
+    staged.fill(SENTINEL);
+    drop(staged);
+    // Back to the backend's page-locked cache.
+    pool.clear();
+    let pages = fake.calls("cuMemHostAlloc");
+
+    let staged = pool.acquire::<u8>("y", &[8192]).unwrap();
+    assert_eq!(fake.calls("cuMemHostAlloc"), pages, "served from the cache");
+    assert!(
+        staged.iter().all(|&b| b == SENTINEL),
+        "the recycled staging block was not memset"
+    );
+    drop(staged);
+    pool.clear();
+
+    let host = mgr
+        .create_host_array::<u8>([8192], HostMemoryKind::Pinned, None, &solver)
+        .unwrap();
+    assert_eq!(fake.calls("cuMemHostAlloc"), pages, "served from the cache");
+    assert!(
+        host.as_slice().iter().all(|&b| b == 0),
+        "a host array made without data reads zeros"
+    );
+    drop(host);
+
+    // One made from data takes a block unfilled and holds the data.
+    let data: Vec<u8> = (0..8192).map(|i| (i % 251) as u8).collect();
+    let host = mgr
+        .create_host_array([8192], HostMemoryKind::Pinned, Some(&data), &solver)
+        .unwrap();
+    assert_eq!(fake.calls("cuMemHostAlloc"), pages, "served from the cache");
+    assert_eq!(host.as_slice(), &data[..]);
+}
