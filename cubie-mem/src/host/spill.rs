@@ -19,6 +19,16 @@
 //! support it (`EOPNOTSUPP`, `EINVAL` or `ENOSYS`), and on other systems, the
 //! file is written out with zeros in [`ZERO_CHUNK_BYTES`] chunks instead,
 //! which allocates every block just as well, only slower.
+//!
+//! A new mapping is pre-faulted for writing where the kernel can
+//! (`MADV_POPULATE_WRITE`, Linux 5.14 and later), when the file is created
+//! and so before any pipeline streams through it: otherwise the first write
+//! to each 4 KiB page takes a page fault of its own (about 117,000 for
+//! 480 MB) in the middle of a scatter. Only a file that fits in half the
+//! available RAM is pre-faulted (populating dirties every page, which a
+//! host already short of RAM would have to write back at once); elsewhere,
+//! and where the advice is refused, the pages fault in on first write as
+//! before.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -166,6 +176,32 @@ fn write_zeros(mut file: &File, bytes: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Pre-faults every page of `map` for writing (`MADV_POPULATE_WRITE`) when
+/// it fits in half the available RAM; returns whether it did. Where the
+/// kernel refuses the advice (before Linux 5.14) the pages fault in on
+/// first write instead.
+#[cfg(target_os = "linux")]
+fn prefault(map: &MmapMut) -> bool {
+    let bytes = map.len() as u64;
+    let fits = super::SystemMemory::read().is_some_and(|ram| bytes <= ram.available / 2);
+    if bytes == 0 || !fits {
+        return false;
+    }
+    match map.advise(memmap2::Advice::PopulateWrite) {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::debug!(%error, bytes = %Bytes(bytes), "pre-faulting a spill file refused; its pages fault in on first write");
+            false
+        }
+    }
+}
+
+/// No write pre-faulting here: the pages fault in on first write.
+#[cfg(not(target_os = "linux"))]
+fn prefault(_map: &MmapMut) -> bool {
+    false
+}
+
 impl SpillFile {
     /// Creates, unlinks, reserves and maps a zero-filled file of `bytes` in
     /// `directory`.
@@ -190,6 +226,7 @@ impl SpillFile {
             path: directory.display().to_string(),
             message: format!("{} to map: {e}", Bytes(bytes as u64)),
         })?;
+        prefault(&map);
         Ok(SpillFile { map, path })
     }
 
@@ -246,6 +283,52 @@ mod tests {
 
         let empty = SpillFile::create(dir.path(), 0).unwrap();
         assert!(empty.bytes().is_empty());
+    }
+
+    /// Bytes of the mapping at `start` resident in memory, from
+    /// `/proc/self/smaps`.
+    #[cfg(target_os = "linux")]
+    fn resident(start: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut lines = smaps.lines();
+        while let Some(line) = lines.next() {
+            let range = line.split_whitespace().next().unwrap_or("");
+            let Some((from, _)) = range.split_once('-') else {
+                continue;
+            };
+            if usize::from_str_radix(from, 16) != Ok(start) {
+                continue;
+            }
+            for field in lines.by_ref() {
+                if let Some(kib) = field.strip_prefix("Rss:") {
+                    let kib = kib.trim().trim_end_matches("kB").trim();
+                    return kib.parse::<u64>().unwrap() * 1024;
+                }
+            }
+        }
+        panic!("no mapping at {start:#x} in /proc/self/smaps");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_new_file_is_pre_faulted_where_the_kernel_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = 4 << 20;
+        let file = tempfile::tempfile_in(dir.path()).unwrap();
+        reserve(&file, bytes).unwrap();
+        // SAFETY: a private unlinked temporary file of fixed length.
+        let cold = unsafe { MmapMut::map_mut(&file) }.unwrap();
+        assert!(
+            resident(cold.as_ptr().addr()) < bytes as u64,
+            "nothing touched yet"
+        );
+        let spilled = SpillFile::create(dir.path(), bytes).unwrap();
+        if prefault(&cold) {
+            assert_eq!(resident(cold.as_ptr().addr()), bytes as u64);
+            let at = spilled.bytes().as_ptr().addr();
+            assert_eq!(resident(at), bytes as u64, "created pre-faulted");
+        }
+        assert!(spilled.bytes().iter().all(|&b| b == 0));
     }
 
     #[cfg(unix)]
