@@ -14,7 +14,7 @@ use cubie_mem::backend::cuda::{
 use cubie_mem::backend::{Backend, BackendError};
 use cubie_mem::{
     ArrayRequest, DeviceArray, DeviceSet, GpuBuffers, HostMemoryKind, LimitMode, ManagerConfig,
-    MemError, Registration, Throughput,
+    MemError, Registration, SetBuffers, Throughput,
 };
 use cubie_mem_examples::euler_decay::{EULER_DECAY_PTX, EulerDecay};
 
@@ -61,15 +61,19 @@ fn wait_for(done: impl Fn() -> bool) {
     }
 }
 
-/// The CUDA backend of each manager of `set`.
-fn backends(set: &DeviceSet) -> Vec<CudaBackend> {
-    set.managers()
-        .iter()
-        .map(|m| {
-            let backend = m.backend().as_any().and_then(|a| a.downcast_ref());
-            backend.cloned().unwrap()
-        })
-        .collect()
+/// The batch over `set`, each device's share budgeted as `shares` says.
+fn allocate<'s>(set: &'s DeviceSet, shares: &[f64]) -> SetBuffers<'s, Decay> {
+    set.allocate::<Decay>(
+        RUNS,
+        &Throughput::Equal,
+        |device| {
+            Decay::registration()
+                .proportion(shares[device])
+                .on_invalidate(|| {})
+        },
+        |n_runs| Dims { n_runs },
+    )
+    .unwrap()
 }
 
 #[test]
@@ -77,19 +81,8 @@ fn backends(set: &DeviceSet) -> Vec<CudaBackend> {
 fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
     let fake = Fake::open();
     let (set, shares) = small_set(256 << 10);
-    let cuda = backends(&set);
-    let buffers = set
-        .allocate::<Decay>(
-            RUNS,
-            &Throughput::Equal,
-            |device| {
-                Decay::registration()
-                    .proportion(shares[device])
-                    .on_invalidate(|| {})
-            },
-            |n_runs| Dims { n_runs },
-        )
-        .unwrap();
+    let cuda = set_backends(&set);
+    let buffers = allocate(&set, &shares);
     let half = RUNS / 2;
     assert_eq!(buffers.split().ranges(), [0..half, half..RUNS]);
     let plan = *buffers.shares()[1].buffers().plan();
@@ -211,25 +204,8 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
 fn pinned_host_arrays_of_device_0_are_page_locked_for_device_1s_copies() {
     let fake = Fake::open();
     let (set, shares) = small_set(1 << 20);
-    let cuda = backends(&set);
-    let buffers = set
-        .allocate::<Decay>(
-            RUNS,
-            &Throughput::Equal,
-            |device| {
-                Decay::registration()
-                    .proportion(shares[device])
-                    .on_invalidate(|| {})
-            },
-            |n_runs| Dims { n_runs },
-        )
-        .unwrap();
-    let kernels: Vec<EulerDecay> = cuda.iter().map(|c| EulerDecay::load(c).unwrap()).collect();
-    let streams: Vec<CudaStream> = buffers
-        .shares()
-        .iter()
-        .map(|share| CudaStream::of(&set.managers()[share.device()], share.instance()).unwrap())
-        .collect();
+    let buffers = allocate(&set, &shares);
+    let (kernels, streams) = set_kernels(&set, &buffers);
     let (y0, rates) = euler_inputs(RUNS);
     // Both arrays are page-locked by device 0's manager: device 1 copies
     // them directly, unstaged, which needs them portable.

@@ -2,11 +2,9 @@
 //! visible device, splits the runs between them, and each device's share
 //! lives and computes on that device, into one host array.
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
 use cubie_mem::{
     DeviceArray, DeviceSet, GpuBuffers, HostMemoryKind, ManagerConfig, Registration, Throughput,
 };
-use cubie_mem_examples::euler_decay::EulerDecay;
 
 use super::*;
 
@@ -32,17 +30,6 @@ fn a_batch_splits_across_both_devices_and_each_share_stays_on_its_device() {
     let fake = Fake::open();
     let set = DeviceSet::cuda(ManagerConfig::default().granule(0)).unwrap();
     assert_eq!(set.len(), 2, "the fake lists two devices");
-    let cuda: Vec<CudaBackend> = set
-        .managers()
-        .iter()
-        .map(|m| {
-            let backend = m
-                .backend()
-                .as_any()
-                .and_then(|a| a.downcast_ref::<CudaBackend>());
-            backend.unwrap().clone()
-        })
-        .collect();
     let runs = 50_001;
     let buffers = set
         .allocate::<Decay>(
@@ -61,12 +48,7 @@ fn a_batch_splits_across_both_devices_and_each_share_stays_on_its_device() {
             }
         }
     }
-    let kernels: Vec<EulerDecay> = cuda.iter().map(|c| EulerDecay::load(c).unwrap()).collect();
-    let streams: Vec<CudaStream> = buffers
-        .shares()
-        .iter()
-        .map(|share| CudaStream::of(&set.managers()[share.device()], share.instance()).unwrap())
-        .collect();
+    let (kernels, streams) = set_kernels(&set, &buffers);
     let (y0, rates) = euler_inputs(runs);
     let first = &set.managers()[0];
     let holder = first.register(Registration::new()).unwrap();

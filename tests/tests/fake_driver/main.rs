@@ -164,6 +164,41 @@ fn one_array(
     (mgr, solver, y)
 }
 
+/// The CUDA backend of each manager of `set`, by device.
+fn set_backends(set: &cubie_mem::DeviceSet) -> Vec<CudaBackend> {
+    set.managers()
+        .iter()
+        .map(|m| {
+            let backend = m.backend().as_any().and_then(|a| a.downcast_ref());
+            backend.cloned().unwrap()
+        })
+        .collect()
+}
+
+/// The Euler kernel loaded on each device of `set`, and the stream of each
+/// share of `buffers`, by device.
+fn set_kernels<B: cubie_mem::GpuBuffers>(
+    set: &cubie_mem::DeviceSet,
+    buffers: &cubie_mem::SetBuffers<'_, B>,
+) -> (
+    Vec<cubie_mem_examples::euler_decay::EulerDecay>,
+    Vec<cubie_mem::backend::cuda::CudaStream>,
+) {
+    let kernels = set_backends(set)
+        .iter()
+        .map(|cuda| cubie_mem_examples::euler_decay::EulerDecay::load(cuda).unwrap())
+        .collect();
+    let streams = buffers
+        .shares()
+        .iter()
+        .map(|share| {
+            let manager = &set.managers()[share.device()];
+            cubie_mem::backend::cuda::CudaStream::of(manager, share.instance()).unwrap()
+        })
+        .collect();
+    (kernels, streams)
+}
+
 /// A manager on `cuda` without an allocation granule.
 fn manager(cuda: &CudaBackend) -> MemoryManager {
     MemoryManager::with_config(

@@ -167,22 +167,7 @@ fn both_devices_of_a_set_copy_the_rows_of_device_0s_pinned_arrays_directly() {
             },
         )
         .unwrap();
-    let kernels: Vec<EulerDecay> = set
-        .managers()
-        .iter()
-        .map(|m| {
-            let backend = m.backend().as_any();
-            let cuda = backend
-                .and_then(|a| a.downcast_ref::<CudaBackend>())
-                .unwrap();
-            EulerDecay::load(cuda).unwrap()
-        })
-        .collect();
-    let streams: Vec<CudaStream> = buffers
-        .shares()
-        .iter()
-        .map(|share| CudaStream::of(&set.managers()[share.device()], share.instance()).unwrap())
-        .collect();
+    let (kernels, streams) = set_kernels(&set, &buffers);
     let (y0, rates) = euler_inputs(STATES * runs);
     let first = &set.managers()[0];
     let holder = first.register(Registration::new()).unwrap();
