@@ -1,8 +1,8 @@
 //! A user's own CUDA kernel on the manager's memory: `euler_decay`, one
 //! explicit Euler step of `y' = -k y`, loaded from PTX and launched on a
-//! stream group's [`CudaStream`] over views of the arrays.
+//! stream group's [`GroupStream`] over views of the arrays.
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaModule, CudaStream, CudaView, LaunchConfig};
+use cubie_mem::backend::cuda::{CudaBackend, DeviceView, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::{DeviceArray, MemError};
 
 /// PTX of `euler_decay(y, k, dt, n)`: `y[i] = y[i] + dt * (-(k[i] * y[i]))`
@@ -19,13 +19,13 @@ const BLOCK_THREADS: u32 = 256;
 /// The `euler_decay` kernel, loaded into a CUDA backend's context.
 #[derive(Debug)]
 pub struct EulerDecay {
-    module: CudaModule,
+    module: PtxModule,
 }
 
 impl EulerDecay {
     /// Loads the kernel into `cuda`'s context.
     pub fn load(cuda: &CudaBackend) -> Result<Self, MemError> {
-        let module = CudaModule::from_ptx(cuda, EULER_DECAY_PTX)?;
+        let module = PtxModule::from_ptx(cuda, EULER_DECAY_PTX)?;
         module.function("euler_decay")?;
         Ok(EulerDecay { module })
     }
@@ -36,7 +36,7 @@ impl EulerDecay {
     /// live on `stream`'s backend; they may be the same array.
     pub fn step(
         &self,
-        stream: &CudaStream,
+        stream: &GroupStream,
         y: &DeviceArray<f64>,
         k: &DeviceArray<f64>,
         dt: f64,
@@ -52,13 +52,13 @@ impl EulerDecay {
     }
 
     /// [`step`](Self::step) over views the caller took from `stream`: of
-    /// device arrays ([`CudaStream::view`]) or of pinned arrays, which the
-    /// kernel reads and writes in place ([`CudaStream::view_pinned`]).
+    /// device arrays ([`GroupStream::view`]) or of pinned arrays, which the
+    /// kernel reads and writes in place ([`GroupStream::view_pinned`]).
     pub fn step_views(
         &self,
-        stream: &CudaStream,
-        y: &CudaView<'_, f64>,
-        k: &CudaView<'_, f64>,
+        stream: &GroupStream,
+        y: &DeviceView<'_, f64>,
+        k: &DeviceView<'_, f64>,
         dt: f64,
     ) -> Result<(), MemError> {
         if k.len() != y.len() {
@@ -91,7 +91,7 @@ impl EulerDecay {
                 .arg(k)
                 .arg(&dt)
                 .arg(&n)
-                .launch(LaunchConfig::for_elements(n, BLOCK_THREADS))
+                .launch(LaunchDims::for_elements(n, BLOCK_THREADS))
         }
     }
 }

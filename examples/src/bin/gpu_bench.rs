@@ -38,7 +38,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use cubie_mem::backend::Backend;
-use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
 use cubie_mem::timeline::{Activity, Timeline};
 use cubie_mem::{
     ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, ManagerConfig, MemoryManager,
@@ -355,7 +355,7 @@ fn bandwidth(cuda: &CudaBackend, driver: &driver::Driver, goals: &mut Goals) -> 
         return Err("the round trip through the device changed the data".into());
     }
 
-    let stream = CudaStream::of(&mgr, &bench)?;
+    let stream = GroupStream::of(&mgr, &bench)?;
     let view = stream.view(&device)?;
     let address = view.device_address();
     stream.synchronize()?;
@@ -436,7 +436,7 @@ fn pipeline(
     let k = mgr.create_host_array([runs], HostMemoryKind::Pinned, Some(&rates), &solver)?;
     let plan = ChunkPlan::new(runs, CHUNKS, CHUNK_RUNS)?;
     let kernel = EulerDecay::load(cuda)?;
-    let stream = CudaStream::of(mgr, &solver)?;
+    let stream = GroupStream::of(mgr, &solver)?;
     cuda.record_timeline(true);
     let streamer = mgr.chunk_streamer(&solver, &plan)?;
     let ran = streamer

@@ -1,9 +1,10 @@
 //! End to end on a CUDA device: the manager allocates a batch's buffers on
 //! its stream group's stream, the initial state goes up from pinned host
 //! memory, a hand-written PTX kernel (the user's own, loaded with
-//! `CudaModule` and launched on the group's `CudaStream`) takes explicit
-//! Euler steps of `y' = -k y` on the device, and the result comes back into
-//! pinned memory, checked against the same steps computed on the host.
+//! `PtxModule` and launched on the group's stream, a `GroupStream`) takes
+//! explicit Euler steps of `y' = -k y` on the device, and the result comes
+//! back into pinned memory, checked against the same steps computed on the
+//! host.
 //!
 //! ```text
 //! cargo run -p cubie-mem-examples --features cuda --bin gpu_kernel
@@ -14,7 +15,7 @@
 use std::error::Error;
 use std::process::ExitCode;
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
 use cubie_mem::{ArrayRequest, MemoryKind, MemoryManager, Registration};
 use cubie_mem_examples::euler_decay::EulerDecay;
 
@@ -85,7 +86,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     let kernel = EulerDecay::load(&cuda)?;
 
     // The group's stream: the copies and the kernels are ordered on it.
-    let stream = CudaStream::of(&mgr, &solver)?;
+    let stream = GroupStream::of(&mgr, &solver)?;
     let current = mgr.bind_stream(&solver)?;
     y.copy_from_host(&y_host.read()?)?;
     k.copy_from_host(&rates)?;

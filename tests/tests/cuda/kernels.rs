@@ -29,7 +29,7 @@ fn a_host_kernel_launch_is_refused_with_advice() {
             panic!("expected Unsupported, got {error:?}");
         };
         assert!(
-            reason.contains("group's CudaStream with a LaunchBuilder"),
+            reason.contains("(GroupStream::of) with a LaunchBuilder"),
             "{reason}"
         );
         assert!(!ran, "the host body did not run");
@@ -105,7 +105,7 @@ fn the_example_kernel_matches_the_host_computation() {
         )?;
         let (y, k) = euler_arrays(&mgr, &solver)?;
         let kernel = EulerDecay::load(&cuda)?;
-        let stream = CudaStream::of(&mgr, &solver)?;
+        let stream = GroupStream::of(&mgr, &solver)?;
         let steps = 25;
         for _ in 0..steps {
             kernel.step(&stream, &y, &k, DT)?;
@@ -162,7 +162,7 @@ fn a_kernel_updates_a_pinned_array_in_place() {
         y.write()?.copy_from_slice(&initial_state());
         k.copy_from_host(&decay_rates())?;
         let kernel = EulerDecay::load(&cuda)?;
-        let stream = CudaStream::of(&mgr, &solver)?;
+        let stream = GroupStream::of(&mgr, &solver)?;
         let steps = 10;
         for _ in 0..steps {
             kernel.step_views(&stream, &stream.view_pinned(&y)?, &stream.view(&k)?, DT)?;
@@ -190,7 +190,7 @@ fn a_kernel_on_arrays_of_another_groups_stream_is_ordered_after_their_upload() {
         // Allocated and uploaded on the owner's group stream, without waiting.
         let (y, k) = euler_arrays(&mgr, &owner)?;
         let kernel = EulerDecay::load(&cuda)?;
-        let stream = CudaStream::of(&mgr, &runner)?;
+        let stream = GroupStream::of(&mgr, &runner)?;
         assert_ne!(stream.handle(), mgr.stream(&owner)?);
         let steps = 40;
         for _ in 0..steps {
@@ -215,7 +215,7 @@ fn ordering_survives_new_streams_and_freed_memory_reused_at_once() {
         let kernel = EulerDecay::load(&cuda)?;
         let steps = 2000;
         let pending = {
-            let stream = CudaStream::of(&mgr, &solver)?;
+            let stream = GroupStream::of(&mgr, &solver)?;
             for _ in 0..steps {
                 kernel.step(&stream, &y, &k, DT)?;
             }
@@ -243,7 +243,7 @@ fn a_simulated_array_is_refused_by_a_cuda_stream() {
     on_device(|cuda| {
         let mgr = manager(&cuda);
         let solver = mgr.register(Registration::new().on_invalidate(|| {}))?;
-        let stream = CudaStream::of(&mgr, &solver)?;
+        let stream = GroupStream::of(&mgr, &solver)?;
         let sim = MemoryManager::with_config(
             SimBackend::new(1 << 20),
             ManagerConfig {
@@ -259,7 +259,7 @@ fn a_simulated_array_is_refused_by_a_cuda_stream() {
             error.to_string().contains("not the cuda backend"),
             "{error}"
         );
-        let error = CudaStream::of(&sim, &other).unwrap_err();
+        let error = GroupStream::of(&sim, &other).unwrap_err();
         assert!(error.to_string().contains("simulated"), "{error}");
         Ok(())
     });
@@ -272,14 +272,14 @@ const BROKEN_PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n\n\
 #[test]
 fn a_ptx_compile_error_carries_the_log_and_a_missing_kernel_is_named() {
     on_device(|cuda| {
-        let error = CudaModule::from_ptx(&cuda, BROKEN_PTX).unwrap_err();
+        let error = PtxModule::from_ptx(&cuda, BROKEN_PTX).unwrap_err();
         let message = error.to_string();
         assert!(
             message.starts_with("cuda backend: load PTX module failed: ")
                 && message.contains("; the PTX compiler said: "),
             "{message}"
         );
-        let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX)?;
+        let module = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX)?;
         let error = module.function("no_such_kernel").unwrap_err();
         assert!(
             error
@@ -306,11 +306,11 @@ fn a_launch_refuses_a_view_taken_by_another_stream() {
                 .on_invalidate(|| {}),
         )?;
         let (y, k) = euler_arrays(&mgr, &first)?;
-        let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX)?;
+        let module = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX)?;
         let euler = module.function("euler_decay")?;
         let (a, b) = (
-            CudaStream::of(&mgr, &first)?,
-            CudaStream::of(&mgr, &second)?,
+            GroupStream::of(&mgr, &first)?,
+            GroupStream::of(&mgr, &second)?,
         );
         let (y_view, k_view) = (a.view(&y)?, a.view(&k)?);
         assert_eq!(y_view.len(), RUNS);
@@ -324,7 +324,7 @@ fn a_launch_refuses_a_view_taken_by_another_stream() {
                 .arg(&k_view)
                 .arg(&dt)
                 .arg(&n)
-                .launch(LaunchConfig::for_elements(n, 256))
+                .launch(LaunchDims::for_elements(n, 256))
         }
         .unwrap_err();
         assert!(
@@ -341,7 +341,7 @@ fn a_launch_refuses_a_view_taken_by_another_stream() {
                 .arg(&k_view)
                 .arg(&dt)
                 .arg(&n)
-                .launch(LaunchConfig::for_elements(n, 256))?;
+                .launch(LaunchDims::for_elements(n, 256))?;
         }
         drop((y_view, k_view));
         assert_matches_host(&y.to_vec()?, 1);
@@ -361,7 +361,7 @@ fn arrays_allocated_and_uploaded_on_a_bound_external_stream_serve_its_kernels() 
         let library = mgr.register(Registration::new().stream_group("cuda-library"))?;
         // Another library's stream: here another group's, bound by its raw
         // handle as any CUstream of the device's primary context is.
-        let theirs = CudaStream::of(&mgr, &library)?;
+        let theirs = GroupStream::of(&mgr, &library)?;
         // SAFETY: `theirs` keeps the stream alive past the guard.
         let guard = unsafe { mgr.bind_cuda_stream(theirs.raw_stream())? };
         let (y, k) = euler_arrays(&mgr, &solver)?;

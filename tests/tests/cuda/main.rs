@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaModule, CudaStream, LaunchConfig};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::backend::{
     Access, Backend, BackendError, DevicePtr, HandleKind, KernelArg, KernelBody, KernelLaunch,
     PinnedBlock, StreamHandle,

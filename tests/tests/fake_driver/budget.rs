@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
 use cubie_mem::{ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Instance, Registration};
 use cubie_mem_examples::euler_decay::EulerDecay;
 
@@ -68,7 +68,7 @@ struct Solver {
     instance: Instance,
     sets: Vec<Set>,
     kernel: EulerDecay,
-    stream: CudaStream,
+    stream: GroupStream,
 }
 
 impl Solver {
@@ -96,7 +96,7 @@ impl Solver {
             })
             .collect();
         let kernel = EulerDecay::load(&cuda).unwrap();
-        let stream = CudaStream::of(&mgr, &instance).unwrap();
+        let stream = GroupStream::of(&mgr, &instance).unwrap();
         Solver {
             cuda,
             mgr,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cubie_mem::backend::cuda::{
-    CudaBackend, CudaConfig, CudaModule, CudaStream, HostWait, LaunchConfig,
+    CudaBackend, CudaConfig, GroupStream, HostWait, LaunchDims, PtxModule,
 };
 use cubie_mem::backend::{Backend, BackendError};
 use cubie_mem::{
@@ -88,12 +88,12 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
     let plan = *buffers.shares()[1].buffers().plan();
     assert!(plan.chunks() >= 4, "{plan:?}");
     let kernel = EulerDecay::load(&cuda[1]).unwrap();
-    let module = CudaModule::from_ptx(&cuda[0], EULER_DECAY_PTX).unwrap();
+    let module = PtxModule::from_ptx(&cuda[0], EULER_DECAY_PTX).unwrap();
     let faulty = module.function("euler_decay").unwrap();
-    let streams: Vec<CudaStream> = buffers
+    let streams: Vec<GroupStream> = buffers
         .shares()
         .iter()
-        .map(|share| CudaStream::of(&set.managers()[share.device()], share.instance()).unwrap())
+        .map(|share| GroupStream::of(&set.managers()[share.device()], share.instance()).unwrap())
         .collect();
     let (y0, rates) = euler_inputs(RUNS);
     let first = &set.managers()[0];
@@ -137,7 +137,7 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
                     .arg(&k)
                     .arg(&dt)
                     .arg(&past_the_end)
-                    .launch(LaunchConfig::for_elements(past_the_end, 256))
+                    .launch(LaunchDims::for_elements(past_the_end, 256))
             };
             faulted.store(true, Ordering::SeqCst);
             launched

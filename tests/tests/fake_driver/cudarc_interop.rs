@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
 use cubie_mem::{ArrayRequest, DeviceArray, Instance, MemoryManager, Registration};
 use cubie_mem_examples::euler_decay::EULER_DECAY_PTX;
 use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
@@ -86,7 +86,7 @@ fn cudarcs_launch_builder_runs_a_kernel_on_a_group_stream_with_views() {
     let (y0, rates) = euler_inputs(RUNS);
     y.copy_from_host(&y0).unwrap();
     k.copy_from_host(&rates).unwrap();
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     let context: Arc<CudaContext> = CudaContext::new(0).unwrap();
     let theirs = stream.as_cudarc(&context).unwrap();
     assert_eq!(theirs.cu_stream().cast(), stream.raw_stream());

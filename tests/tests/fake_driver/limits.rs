@@ -13,7 +13,7 @@
 //! - PTX the driver cannot load is reported with what to do.
 
 use cubie_mem::backend::Backend;
-use cubie_mem::backend::cuda::{CudaBackend, CudaModule, CudaStream, LaunchConfig};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::{ArrayRequest, MemError, Registration};
 use cubie_mem_examples::euler_decay::EULER_DECAY_PTX;
 use serde_json::Value;
@@ -140,7 +140,7 @@ fn a_module_loads_after_a_batch_that_filled_the_device() {
         fake.calls("cuModuleLoadDataEx"),
         fake.calls("cuMemPoolTrimTo"),
     );
-    let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
+    let module = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
     assert_eq!(
         fake.calls("cuModuleLoadDataEx") - loads,
         2,
@@ -156,17 +156,17 @@ fn a_module_loads_after_a_batch_that_filled_the_device() {
 
 /// A launch of euler_decay over `y` with `config` and `n`, its result and
 /// the launches that reached the driver.
-fn launch_euler(fake: &Fake, config: LaunchConfig, with_n: bool) -> (Result<(), MemError>, u64) {
+fn launch_euler(fake: &Fake, config: LaunchDims, with_n: bool) -> (Result<(), MemError>, u64) {
     let cuda = CudaBackend::new(0).unwrap();
     let (mgr, solver, y) = one_array(&cuda, 64);
-    let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
+    let module = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
     let euler = module.function("euler_decay").unwrap();
     if config.shared_bytes > 48 * 1024 {
         euler
             .set_max_dynamic_shared_bytes(config.shared_bytes)
             .unwrap();
     }
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     let view = stream.view(&y).unwrap();
     let (dt, n) = (0.5f64, 64u32);
     let before = fake.calls("cuLaunchKernel");
@@ -200,12 +200,12 @@ fn assert_refused(result: Result<(), MemError>, says: &[&str]) {
 #[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
 fn launches_beyond_the_devices_limits_are_refused_with_the_numbers() {
     let fake = Fake::open();
-    let grid = |grid, block| LaunchConfig {
+    let grid = |grid, block| LaunchDims {
         grid,
         block,
         shared_bytes: 0,
     };
-    let refusals: [(LaunchConfig, &[&str]); 5] = [
+    let refusals: [(LaunchDims, &[&str]); 5] = [
         (
             grid((1, 65_536, 1), (64, 1, 1)),
             &["65536 blocks along y", "1..=65535", "MAX_GRID_DIM_Y"],
@@ -243,7 +243,7 @@ fn launches_beyond_the_devices_limits_are_refused_with_the_numbers() {
 fn dynamic_shared_memory_above_48_kib_needs_the_kernels_opt_in() {
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
-    let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
+    let module = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
     let euler = module.function("euler_decay").unwrap();
     let error = euler.set_max_dynamic_shared_bytes(300_000).unwrap_err();
     assert!(
@@ -254,20 +254,20 @@ fn dynamic_shared_memory_above_48_kib_needs_the_kernels_opt_in() {
     );
     drop(module);
 
-    let shared = |shared_bytes| LaunchConfig {
+    let shared = |shared_bytes| LaunchDims {
         grid: (1, 1, 1),
         block: (64, 1, 1),
         shared_bytes,
     };
     // Without the opt-in (launch_euler opts in above 48 KiB only when asked).
     let cuda = CudaBackend::new(0).unwrap();
-    let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
+    let module = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
     let euler = module.function("euler_decay").unwrap();
     let mgr = manager(&cuda);
     let solver = mgr
         .register(Registration::new().on_invalidate(|| {}))
         .unwrap();
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     let (dt, n, y) = (0.5f64, 0u32, 0u64);
     // SAFETY: refused before the driver; nothing runs.
     let result = unsafe {
@@ -298,7 +298,7 @@ fn dynamic_shared_memory_above_48_kib_needs_the_kernels_opt_in() {
 #[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
 fn arguments_are_checked_against_the_kernels_parameters() {
     let fake = Fake::open();
-    let config = LaunchConfig::for_elements(64, 64);
+    let config = LaunchDims::for_elements(64, 64);
     let (result, launched) = launch_euler(&fake, config, false);
     assert_refused(
         result,
@@ -310,13 +310,13 @@ fn arguments_are_checked_against_the_kernels_parameters() {
     assert_eq!(launched, 0);
 
     let cuda = CudaBackend::new(0).unwrap();
-    let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
+    let module = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
     let euler = module.function("euler_decay").unwrap();
     let mgr = manager(&cuda);
     let solver = mgr
         .register(Registration::new().on_invalidate(|| {}))
         .unwrap();
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     let (dt, wide_n, y) = (0.5f64, 64u64, 0u64);
     // SAFETY: refused before the driver; nothing runs.
     let result = unsafe {
@@ -359,13 +359,13 @@ fn ptx_the_driver_cannot_load_says_what_to_do() {
         ),
     ];
     for (ptx, says) in cases {
-        let error = CudaModule::from_ptx(&cuda, &ptx).unwrap_err().to_string();
+        let error = PtxModule::from_ptx(&cuda, &ptx).unwrap_err().to_string();
         for text in says {
             assert!(error.contains(text), "'{text}' not in: {error}");
         }
     }
     fake.command("fail=cuModuleLoadDataEx:209");
-    let error = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX)
+    let error = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX)
         .unwrap_err()
         .to_string();
     fake.command("reset");
@@ -396,7 +396,7 @@ fn a_kernel_needing_local_memory_launches_after_a_batch_that_filled_the_device()
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
     let (mgr, solver, y) = one_array(&cuda, 64);
-    let module = CudaModule::from_ptx(&cuda, LOCAL_MEMORY_PTX).unwrap();
+    let module = PtxModule::from_ptx(&cuda, LOCAL_MEMORY_PTX).unwrap();
     let function = module.function("euler_decay_local").unwrap();
     // Another owner's memory leaves 150 MiB; a batch of 140 MiB comes and
     // goes, and the pool keeps it idle (release threshold u64::MAX).
@@ -407,7 +407,7 @@ fn a_kernel_needing_local_memory_launches_after_a_batch_that_filled_the_device()
     cuda.free_device(batch, 140 * MIB, other).unwrap();
     cuda.synchronize(other).unwrap();
     assert!(cuda.driver_mem_info().unwrap().free < 132 * MIB);
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     let view = stream.view(&y).unwrap();
     let (dt, n) = (0.5f64, 64u32);
     let (launches, trims) = (fake.calls("cuLaunchKernel"), fake.calls("cuMemPoolTrimTo"));
@@ -420,7 +420,7 @@ fn a_kernel_needing_local_memory_launches_after_a_batch_that_filled_the_device()
             .arg(&view)
             .arg(&dt)
             .arg(&n)
-            .launch(LaunchConfig::for_elements(64, 64))
+            .launch(LaunchDims::for_elements(64, 64))
     }
     .unwrap();
     stream.synchronize().unwrap();

@@ -182,7 +182,7 @@ fn set_kernels<B: cubie_mem::GpuBuffers>(
     buffers: &cubie_mem::SetBuffers<'_, B>,
 ) -> (
     Vec<cubie_mem_examples::euler_decay::EulerDecay>,
-    Vec<cubie_mem::backend::cuda::CudaStream>,
+    Vec<cubie_mem::backend::cuda::GroupStream>,
 ) {
     let kernels = set_backends(set)
         .iter()
@@ -193,7 +193,7 @@ fn set_kernels<B: cubie_mem::GpuBuffers>(
         .iter()
         .map(|share| {
             let manager = &set.managers()[share.device()];
-            cubie_mem::backend::cuda::CudaStream::of(manager, share.instance()).unwrap()
+            cubie_mem::backend::cuda::GroupStream::of(manager, share.instance()).unwrap()
         })
         .collect();
     (kernels, streams)

@@ -2,7 +2,7 @@
 //! backend's API, is caught by the fake driver; afterwards every call fails
 //! with the sticky 700, which the backend reports as a lost context.
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaModule, CudaStream, LaunchConfig};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::backend::{Backend, BackendError};
 use cubie_mem::{MemError, Registration};
 use cubie_mem_examples::euler_decay::EULER_DECAY_PTX;
@@ -13,11 +13,11 @@ use super::*;
 /// address `address` (a number, not a view: nothing orders the launch).
 fn launch_on_raw_address(
     cuda: &CudaBackend,
-    stream: &CudaStream,
+    stream: &GroupStream,
     address: u64,
     elements: u32,
 ) -> Result<(), MemError> {
-    let module = CudaModule::from_ptx(cuda, EULER_DECAY_PTX)?;
+    let module = PtxModule::from_ptx(cuda, EULER_DECAY_PTX)?;
     let euler = module.function("euler_decay")?;
     let dt = 0.5f64;
     // SAFETY: deliberately unsound: the address is passed as a plain u64,
@@ -30,7 +30,7 @@ fn launch_on_raw_address(
             .arg(&address)
             .arg(&dt)
             .arg(&elements)
-            .launch(LaunchConfig::for_elements(elements, 128))
+            .launch(LaunchDims::for_elements(elements, 128))
     }
 }
 
@@ -43,7 +43,7 @@ fn memory_used_on_a_stream_not_ordered_after_its_allocation_is_caught() {
     let solver = mgr
         .register(Registration::new().on_invalidate(|| {}))
         .unwrap();
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     let other = cuda.create_stream().unwrap();
     let ptr = cuda.alloc_device(1024 * 8, other).unwrap();
     let error = launch_on_raw_address(&cuda, &stream, ptr.0, 1024).unwrap_err();
@@ -66,7 +66,7 @@ fn memory_used_after_its_stream_ordered_free_is_caught() {
     let solver = mgr
         .register(Registration::new().on_invalidate(|| {}))
         .unwrap();
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     let ptr = cuda.alloc_device(1024 * 8, stream.handle()).unwrap();
     cuda.free_device(ptr, 1024 * 8, stream.handle()).unwrap();
     launch_on_raw_address(&cuda, &stream, ptr.0, 1024).unwrap_err();

@@ -4,7 +4,7 @@
 //! on the device it was asked of.
 
 use cubie_mem::backend::Backend;
-use cubie_mem::backend::cuda::{CudaBackend, CudaModule, CudaStream, LaunchConfig};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::{ArrayRequest, Registration};
 use cubie_mem_examples::euler_decay::EULER_DECAY_PTX;
 
@@ -38,9 +38,9 @@ fn a_module_is_unloaded_only_after_its_kernels_ran() {
     let cuda = CudaBackend::new(0).unwrap();
     let (mgr, solver, y) = one_array(&cuda, 4096);
     y.copy_from_host(&[1.0; 4096]).unwrap();
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     {
-        let module = CudaModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
+        let module = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap();
         let euler = module.function("euler_decay").unwrap();
         let view = stream.view(&y).unwrap();
         let (dt, n) = (0.5f64, 4096u32);
@@ -52,7 +52,7 @@ fn a_module_is_unloaded_only_after_its_kernels_ran() {
                 .arg(&view)
                 .arg(&dt)
                 .arg(&n)
-                .launch(LaunchConfig::for_elements(n, 256))
+                .launch(LaunchDims::for_elements(n, 256))
                 .unwrap();
         }
         // The module drops here, its kernel still queued.
@@ -134,7 +134,7 @@ fn memory_lands_on_the_device_it_was_asked_of() {
         let values: Vec<u32> = (0..1000).map(|i| i * ordinal + 1).collect();
         x.copy_from_host(&values).unwrap();
         assert_eq!(x.to_vec().unwrap(), values);
-        let stream = CudaStream::of(&mgr, &solver).unwrap();
+        let stream = GroupStream::of(&mgr, &solver).unwrap();
         let view = stream.view(&x).unwrap();
         assert_eq!(fake.device_of(view.device_address()), Some(ordinal));
     }

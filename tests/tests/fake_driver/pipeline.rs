@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaStream, CudaView};
+use cubie_mem::backend::cuda::{CudaBackend, DeviceView, GroupStream};
 use cubie_mem::{
     ArrayRequest, ChunkPlan, ChunkTarget, DeviceArray, HostMemoryKind, MemError, MemoryKind,
     PinnedArray, Registration,
@@ -101,7 +101,7 @@ fn the_pipelines_copies_are_not_ordered_after_the_kernels_they_overlap() {
         .unwrap();
     let plan = ChunkPlan::new(runs, CHUNKS, CHUNK_RUNS).unwrap();
     let kernel = EulerDecay::load(&cuda).unwrap();
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     let log = tempfile::NamedTempFile::new().unwrap();
     fake.command(&format!("log={}", log.path().display()));
     mgr.chunk_streamer(&solver, &plan)
@@ -185,7 +185,7 @@ impl Memory {
         }
     }
 
-    fn view<'a>(&'a self, stream: &CudaStream) -> Result<CudaView<'a, f64>, MemError> {
+    fn view<'a>(&'a self, stream: &GroupStream) -> Result<DeviceView<'a, f64>, MemError> {
         match self {
             Memory::Device(array) => stream.view(array),
             Memory::Pinned(array) => stream.view_pinned(array),
@@ -251,7 +251,7 @@ fn pinned_sets_pipeline(y_pinned: bool, k_pinned: bool) {
         .unwrap();
     let plan = ChunkPlan::new(runs, CHUNKS, CHUNK_RUNS).unwrap();
     let kernel = EulerDecay::load(&cuda).unwrap();
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     mgr.chunk_streamer(&solver, &plan)
         .unwrap()
         .pipeline_sets(&sets)

@@ -13,7 +13,7 @@
 //! would hide the latter, its upload waiting for that download, so one
 //! test has none.
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream, LaunchDims, PtxFunction, PtxModule};
 use cubie_mem::{ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, MemError, Registration};
 use cubie_mem_examples::euler_decay::EulerDecay;
 
@@ -83,8 +83,8 @@ struct Set {
 
 /// Queues `out = y + dt * (-(k * y))` on `stream`.
 fn step_into(
-    stream: &CudaStream,
-    into: &CudaFunction<'_>,
+    stream: &GroupStream,
+    into: &PtxFunction<'_>,
     set: &Set,
     dt: f64,
 ) -> Result<(), MemError> {
@@ -104,7 +104,7 @@ fn step_into(
             .arg(&k)
             .arg(&dt)
             .arg(&n)
-            .launch(LaunchConfig::for_elements(n, BLOCK_THREADS))
+            .launch(LaunchDims::for_elements(n, BLOCK_THREADS))
     }
 }
 
@@ -151,9 +151,9 @@ fn pipeline(inout: bool) {
         .unwrap();
     let plan = ChunkPlan::new(runs, CHUNKS, CHUNK_RUNS).unwrap();
     let decay = EulerDecay::load(&cuda).unwrap();
-    let module = CudaModule::from_ptx(&cuda, EULER_DECAY_INTO_PTX).unwrap();
+    let module = PtxModule::from_ptx(&cuda, EULER_DECAY_INTO_PTX).unwrap();
     let into = module.function("euler_decay_into").unwrap();
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
     let bound = streamer
         .pipeline_sets(&sets)

@@ -6,7 +6,7 @@
 //! directly; and figures the driver must not see are refused before it is
 //! called.
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
 use cubie_mem::backend::{Backend, BackendError, StridedRows};
 use cubie_mem::{
     ArrayRequest, ChunkPlan, DeviceArray, DeviceSet, GpuBuffers, HostMemoryKind, ManagerConfig,
@@ -67,7 +67,7 @@ fn pinned_saves_states_runs_arrays_stream_along_their_last_axis_by_2d_copies() {
         .unwrap();
     let plan = ChunkPlan::new(RUNS, RUNS.div_ceil(CHUNK_RUNS), CHUNK_RUNS).unwrap();
     let decay = EulerDecay::load(&cuda).unwrap();
-    let stream = CudaStream::of(&mgr, &solver).unwrap();
+    let stream = GroupStream::of(&mgr, &solver).unwrap();
     let (strided, contiguous) = (
         fake.calls("cuMemcpy2DAsync_v2"),
         fake.calls("cuMemcpyHtoDAsync_v2") + fake.calls("cuMemcpyDtoHAsync_v2"),

@@ -435,13 +435,13 @@ fn a_chunk_pipeline_streams_states_and_complex_results_through_the_device() {
 #[cfg(feature = "cuda")]
 #[test]
 fn the_new_types_are_cuda_launch_arguments() {
-    use cubie_mem::backend::cuda::{CudaView, LaunchArg};
+    use cubie_mem::backend::cuda::{DeviceView, LaunchArg};
     fn launch_arg<A: LaunchArg + ?Sized>() {}
-    launch_arg::<CudaView<'static, State>>();
-    launch_arg::<CudaView<'static, f16>>();
-    launch_arg::<CudaView<'static, bf16>>();
-    launch_arg::<CudaView<'static, Complex<f32>>>();
-    launch_arg::<CudaView<'static, Complex<f64>>>();
+    launch_arg::<DeviceView<'static, State>>();
+    launch_arg::<DeviceView<'static, f16>>();
+    launch_arg::<DeviceView<'static, bf16>>();
+    launch_arg::<DeviceView<'static, Complex<f32>>>();
+    launch_arg::<DeviceView<'static, Complex<f64>>>();
     launch_arg::<State>();
     launch_arg::<f16>();
     launch_arg::<Complex<f64>>();

@@ -313,7 +313,7 @@ impl Backend for CudaBackend {
     /// Host kernels run only on the simulated device: always
     /// [`BackendError::Unsupported`], with nothing queued or checked. Launch
     /// CUDA kernels with a [`LaunchBuilder`](super::LaunchBuilder) on the
-    /// group's [`CudaStream`](super::CudaStream).
+    /// group's [`GroupStream`](super::GroupStream).
     fn launch(&self, launch: KernelLaunch<'_>, _stream: StreamHandle) -> Result<(), BackendError> {
         match launch.body {
             KernelBody::Host { .. } => Err(host_kernel_unsupported(launch.name)),

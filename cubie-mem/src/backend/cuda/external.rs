@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::CudaBackend;
 use super::driver::mem_error;
-use super::interop::{CudaStream, cuda_backend};
+use super::interop::{GroupStream, cuda_backend};
 use super::stream::RawStream;
 use super::sys::{self, CuContext};
 use crate::backend::{BackendError, StreamHandle};
@@ -172,7 +172,7 @@ impl MemoryManager {
     }
 }
 
-impl CudaStream {
+impl GroupStream {
     /// The driver handle of the stream (`CUstream`), for launching with any
     /// library on it, ordered with the manager's work there. Valid while
     /// `self` lives: the stream is never destroyed before.
@@ -214,13 +214,13 @@ impl CudaStream {
     }
 }
 
-/// A group's stream as a `cudarc` stream, borrowed from the [`CudaStream`]
-/// that made it ([`CudaStream::as_cudarc`]): derefs to cudarc's stream,
+/// A group's stream as a `cudarc` stream, borrowed from the [`GroupStream`]
+/// that made it ([`GroupStream::as_cudarc`]): derefs to cudarc's stream,
 /// for its launch builder and copies. Feature `cudarc`.
 #[cfg(feature = "cudarc")]
 pub struct CudarcStream<'a> {
     stream: Arc<cudarc::driver::CudaStream>,
-    _stream: std::marker::PhantomData<&'a CudaStream>,
+    _stream: std::marker::PhantomData<&'a GroupStream>,
 }
 
 #[cfg(feature = "cudarc")]

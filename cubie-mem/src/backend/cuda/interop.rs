@@ -1,5 +1,5 @@
 //! Your own kernels on the manager's memory: a stream group's stream as a
-//! [`CudaStream`], each array a kernel touches as a [`CudaView`] of it, and
+//! [`GroupStream`], each array a kernel touches as a [`DeviceView`] of it, and
 //! a [`LaunchBuilder`] that passes views and scalars to the kernel by type.
 //!
 //! Views have no operations of their own that reach the driver (their
@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::driver::mem_error;
-use super::module::CudaFunction;
+use super::module::PtxFunction;
 use super::stream::RawStream;
 use super::sys::CuResult;
 use super::{CudaBackend, NAME};
@@ -30,13 +30,13 @@ use crate::{DeviceArray, Element, Instance, MemError, MemoryManager, PinnedArray
 /// Take a [`view`](Self::view) of each array the kernel touches (which
 /// orders this stream after the array's last use elsewhere), then launch
 /// with [`launch_builder`](Self::launch_builder).
-pub struct CudaStream {
+pub struct GroupStream {
     stream: Arc<OwnedStream>,
     pub(super) raw: Arc<RawStream>,
     pub(super) backend: CudaBackend,
 }
 
-impl CudaStream {
+impl GroupStream {
     /// The stream of `instance`'s group on `mgr`, whose backend must be a
     /// [`CudaBackend`].
     pub fn of(mgr: &MemoryManager, instance: &Instance) -> Result<Self, MemError> {
@@ -45,7 +45,7 @@ impl CudaStream {
         let raw = backend
             .stream(stream.handle(), "take a group's CUDA stream")
             .map_err(mem_error)?;
-        Ok(CudaStream {
+        Ok(GroupStream {
             stream,
             raw,
             backend,
@@ -74,7 +74,7 @@ impl CudaStream {
     pub fn view<'a, T: Element>(
         &self,
         array: &'a DeviceArray<T>,
-    ) -> Result<CudaView<'a, T>, MemError> {
+    ) -> Result<DeviceView<'a, T>, MemError> {
         const OPERATION: &str = "take an array's CUDA memory";
         self.check_backend(array.slot().backend(), array.label(), OPERATION)?;
         let memory = array.device_memory()?;
@@ -82,7 +82,7 @@ impl CudaStream {
         self.backend
             .order_use(memory.ptr(), &self.raw, OPERATION)
             .map_err(mem_error)?;
-        Ok(CudaView {
+        Ok(DeviceView {
             address: memory.ptr().0,
             len: array.len(),
             stream: self.handle(),
@@ -104,12 +104,12 @@ impl CudaStream {
     pub fn view_pinned<'a, T: Element>(
         &self,
         array: &'a PinnedArray<T>,
-    ) -> Result<CudaView<'a, T>, MemError> {
+    ) -> Result<DeviceView<'a, T>, MemError> {
         const OPERATION: &str = "take an array's page-locked memory";
         self.check_backend(array.slot().backend(), array.label(), OPERATION)?;
         let memory = array.pinned_memory()?;
         let address = memory.read().bytes().as_ptr().addr() as u64;
-        Ok(CudaView {
+        Ok(DeviceView {
             address,
             len: array.len(),
             stream: self.handle(),
@@ -141,7 +141,7 @@ impl CudaStream {
 
     /// A launch of `function` on this stream; give its arguments in order
     /// with [`LaunchBuilder::arg`], then [`LaunchBuilder::launch`].
-    pub fn launch_builder<'a>(&'a self, function: &'a CudaFunction<'_>) -> LaunchBuilder<'a> {
+    pub fn launch_builder<'a>(&'a self, function: &'a PtxFunction<'_>) -> LaunchBuilder<'a> {
         LaunchBuilder {
             stream: self,
             function: function.raw(),
@@ -155,20 +155,20 @@ impl CudaStream {
     }
 }
 
-impl fmt::Debug for CudaStream {
+impl fmt::Debug for GroupStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CudaStream")
+        f.debug_struct("GroupStream")
             .field("handle", &self.handle())
             .field("device", &self.backend.ordinal())
             .finish()
     }
 }
 
-/// A device array's memory for a kernel launched on the [`CudaStream`] that
+/// A device array's memory for a kernel launched on the [`GroupStream`] that
 /// made it, valid while the borrow of the array lives: its address, its
 /// length in elements of `T`, and its use as a kernel argument
 /// ([`LaunchBuilder::arg`] passes the address).
-pub struct CudaView<'a, T> {
+pub struct DeviceView<'a, T> {
     /// The device address, where a launch's parameter points.
     address: u64,
     len: usize,
@@ -188,7 +188,7 @@ enum ViewMemory {
     },
 }
 
-impl<T: Element> CudaView<'_, T> {
+impl<T: Element> DeviceView<'_, T> {
     /// The device address of the first element.
     pub fn device_address(&self) -> u64 {
         self.address
@@ -222,23 +222,23 @@ impl<T: Element> CudaView<'_, T> {
 
 /// A view as an argument of `cudarc`'s launch builder: its device
 /// address, as cudarc passes its own slices. Launch on the stream the view
-/// was taken for ([`CudaStream::as_cudarc`]): the view ordered that stream
+/// was taken for ([`GroupStream::as_cudarc`]): the view ordered that stream
 /// after the array's earlier uses, and the manager orders the array's free
 /// after the stream's work. Feature `cudarc`.
 #[cfg(feature = "cudarc")]
 // SAFETY: pushes a pointer to the view's `u64` device address, which lives
 // as long as the borrow of the view ('b), as cudarc's own slices do.
-unsafe impl<'a, 'b: 'a, 'c: 'b, T> cudarc::driver::PushKernelArg<&'b CudaView<'c, T>>
+unsafe impl<'a, 'b: 'a, 'c: 'b, T> cudarc::driver::PushKernelArg<&'b DeviceView<'c, T>>
     for cudarc::driver::LaunchArgs<'a>
 {
-    fn arg(&mut self, arg: &'b CudaView<'c, T>) -> &mut Self {
+    fn arg(&mut self, arg: &'b DeviceView<'c, T>) -> &mut Self {
         self.arg(&arg.address)
     }
 }
 
-impl<T> fmt::Debug for CudaView<'_, T> {
+impl<T> fmt::Debug for DeviceView<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CudaView")
+        f.debug_struct("DeviceView")
             .field("address", &format_args!("{:#x}", self.address))
             .field("len", &self.len)
             .field("element", &std::any::type_name::<T>())
@@ -248,7 +248,7 @@ impl<T> fmt::Debug for CudaView<'_, T> {
 
 /// A grid of blocks of threads and the dynamic shared memory of a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaunchConfig {
+pub struct LaunchDims {
     /// Blocks in x, y and z.
     pub grid: (u32, u32, u32),
     /// Threads per block in x, y and z.
@@ -257,12 +257,12 @@ pub struct LaunchConfig {
     pub shared_bytes: u32,
 }
 
-impl LaunchConfig {
+impl LaunchDims {
     /// One thread per element, `block_threads` to a block (at least one),
     /// with enough blocks for `elements` (at least one block).
     pub fn for_elements(elements: u32, block_threads: u32) -> Self {
         let block_threads = block_threads.max(1);
-        LaunchConfig {
+        LaunchDims {
             grid: (elements.div_ceil(block_threads).max(1), 1, 1),
             block: (block_threads, 1, 1),
             shared_bytes: 0,
@@ -276,7 +276,7 @@ mod sealed {
 }
 
 /// A value a kernel takes as one parameter: a scalar of an element type
-/// (passed by value), or a [`CudaView`] (passed as its device address).
+/// (passed by value), or a [`DeviceView`] (passed as its device address).
 pub trait LaunchArg: sealed::Sealed {
     /// Where the parameter's bytes are, for the driver to copy at launch.
     #[doc(hidden)]
@@ -303,8 +303,8 @@ impl<T: Element> LaunchArg for T {
     }
 }
 
-impl<T: Element> sealed::Sealed for CudaView<'_, T> {}
-impl<T: Element> LaunchArg for CudaView<'_, T> {
+impl<T: Element> sealed::Sealed for DeviceView<'_, T> {}
+impl<T: Element> LaunchArg for DeviceView<'_, T> {
     fn param_ptr(&self) -> *mut c_void {
         (&raw const self.address).cast_mut().cast()
     }
@@ -322,10 +322,10 @@ impl<T: Element> LaunchArg for CudaView<'_, T> {
     }
 }
 
-/// A kernel launch being put together by [`CudaStream::launch_builder`]:
+/// A kernel launch being put together by [`GroupStream::launch_builder`]:
 /// its arguments by type, borrowed until the launch is queued.
 pub struct LaunchBuilder<'a> {
-    stream: &'a CudaStream,
+    stream: &'a GroupStream,
     function: super::sys::CuFunction,
     function_name: &'a str,
     function_context: &'a Arc<super::context::DeviceContext>,
@@ -352,7 +352,7 @@ impl<'a> LaunchBuilder<'a> {
     /// backend or a view was taken by another stream, and, saying what
     /// allows it, when the launch exceeds the device's or the kernel's limits
     /// (blocks of the grid, threads of a block, dynamic shared memory above
-    /// what [`CudaFunction::set_max_dynamic_shared_bytes`] allowed) or the
+    /// what [`PtxFunction::set_max_dynamic_shared_bytes`] allowed) or the
     /// arguments differ from the parameters in number or size (checked
     /// where the driver tells them: CUDA 12.4 and later).
     ///
@@ -360,7 +360,7 @@ impl<'a> LaunchBuilder<'a> {
     ///
     /// The arguments match the kernel's parameters in number, order and
     /// type, and the kernel touches each view only within its length.
-    pub unsafe fn launch(&mut self, config: LaunchConfig) -> Result<(), MemError> {
+    pub unsafe fn launch(&mut self, config: LaunchDims) -> Result<(), MemError> {
         const OPERATION: &str = "launch kernel";
         let stream = self.stream;
         let context = stream.raw.context();

@@ -8,7 +8,7 @@
 //! - the kernel's: its threads per block (fewer than the device's when its
 //!   registers do not allow more), its dynamic shared memory (48 KiB less its
 //!   static shared memory, until raised with
-//!   [`CudaFunction::set_max_dynamic_shared_bytes`](super::CudaFunction::set_max_dynamic_shared_bytes)),
+//!   [`PtxFunction::set_max_dynamic_shared_bytes`](super::PtxFunction::set_max_dynamic_shared_bytes)),
 //!   and the sizes of its parameters, which the driver tells from CUDA 12.4
 //!   on (`cuFuncGetParamInfo`; older drivers leave the arguments unchecked).
 
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::context::DeviceContext;
 use super::driver::{mem_error, with_detail};
-use super::interop::LaunchConfig;
+use super::interop::LaunchDims;
 use super::sys::{self, CuDevice, CuDeviceAttribute, CuFunction, CuFunctionAttribute, CuResult};
 use crate::MemError;
 
@@ -219,7 +219,7 @@ impl KernelLimits {
         context: &DeviceContext,
         function: CuFunction,
         kernel: &str,
-        config: &LaunchConfig,
+        config: &LaunchDims,
         arg_sizes: &[usize],
     ) -> Result<(), MemError> {
         let grid = [config.grid.0, config.grid.1, config.grid.2];

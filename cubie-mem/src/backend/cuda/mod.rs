@@ -43,9 +43,9 @@
 //!   after them fires.
 //! - **Kernels**: the manager's host kernels
 //!   ([`KernelBody::Host`](super::KernelBody::Host)) run only on the
-//!   simulated device; load your CUDA kernels with [`CudaModule`] and launch
-//!   them on a stream group's [`CudaStream`] with a [`LaunchBuilder`],
-//!   passing the arrays as [`CudaView`]s and scalars by type.
+//!   simulated device; load your CUDA kernels with [`PtxModule`] and launch
+//!   them on a stream group's [`GroupStream`] with a [`LaunchBuilder`],
+//!   passing the arrays as [`DeviceView`]s and scalars by type.
 //!
 //! Without a device (or driver), [`CudaBackend::new`] fails with
 //! [`MemError::NoDevice`] naming the cause. The [`Backend`] methods report
@@ -96,8 +96,8 @@ pub use crate::backend::PoolUsage;
 pub use calls::DriverCalls;
 #[cfg(feature = "cudarc")]
 pub use external::CudarcStream;
-pub use interop::{CudaStream, CudaView, LaunchArg, LaunchBuilder, LaunchConfig};
-pub use module::{CudaFunction, CudaModule};
+pub use interop::{DeviceView, GroupStream, LaunchArg, LaunchBuilder, LaunchDims};
+pub use module::{PtxFunction, PtxModule};
 pub use wait::HostWait;
 
 use allocation::{Allocation, PreparedUse};
@@ -257,7 +257,7 @@ impl CudaBackend {
     }
 
     /// Starts recording a timeline of the device's work (from empty), or
-    /// stops: every copy, kernel launched through a [`CudaStream`],
+    /// stops: every copy, kernel launched through a [`GroupStream`],
     /// allocation and free gets timed events around it on its stream, which
     /// costs a little per operation; off by default.
     pub fn record_timeline(&self, on: bool) {
@@ -448,8 +448,8 @@ fn host_kernel_unsupported(kernel: &str) -> BackendError {
         operation: "launch",
         reason: format!(
             "kernel '{kernel}' is a host kernel, which only the simulated device runs; on the cuda \
-             backend load your CUDA kernel with CudaModule and launch it on the group's CudaStream \
-             with a LaunchBuilder (see docs/cuda.md)"
+             backend load your CUDA kernel with PtxModule and launch it on the group's stream \
+             (GroupStream::of) with a LaunchBuilder (see docs/cuda.md)"
         ),
     }
 }
@@ -532,7 +532,7 @@ mod tests {
         assert_eq!(*operation, "launch");
         assert!(reason.contains("'decay'"), "{reason}");
         assert!(
-            reason.contains("group's CudaStream with a LaunchBuilder")
+            reason.contains("(GroupStream::of) with a LaunchBuilder")
                 && reason.contains("docs/cuda.md"),
             "{reason}"
         );
@@ -555,7 +555,7 @@ mod tests {
     fn the_backend_is_shareable_across_threads() {
         fn assert_send_sync<T: Send + Sync + 'static>() {}
         assert_send_sync::<CudaBackend>();
-        assert_send_sync::<CudaModule>();
-        assert_send_sync::<CudaStream>();
+        assert_send_sync::<PtxModule>();
+        assert_send_sync::<GroupStream>();
     }
 }

@@ -18,7 +18,7 @@ use crate::MemError;
 
 /// A module loaded into a CUDA backend's context from PTX; unloaded (with
 /// that context current) when dropped.
-pub struct CudaModule {
+pub struct PtxModule {
     raw: CuModule,
     context: Arc<DeviceContext>,
     /// The device's launch limits, read when the module loaded.
@@ -33,11 +33,11 @@ type Found = (CuFunction, Arc<KernelLimits>);
 
 // SAFETY: a CUmodule is an opaque handle usable from any thread with its
 // context current, which every use here arranges through `enter`.
-unsafe impl Send for CudaModule {}
+unsafe impl Send for PtxModule {}
 // SAFETY: as for Send; the handle is never changed after loading.
-unsafe impl Sync for CudaModule {}
+unsafe impl Sync for PtxModule {}
 
-impl CudaModule {
+impl PtxModule {
     /// Loads `ptx`, which the driver compiles for the device. A load that
     /// fails for want of device memory (the module's code and data are the
     /// driver's own allocation, outside the pool) is retried once after the
@@ -55,7 +55,7 @@ impl CudaModule {
         })?;
         let context = Arc::clone(backend.context());
         let raw = ptx::load(&context, &image, ptx)?;
-        Ok(CudaModule {
+        Ok(PtxModule {
             raw,
             device: DeviceLimits::read(context.device()),
             context,
@@ -65,7 +65,7 @@ impl CudaModule {
 
     /// The kernel `name` of the module (found by the driver once, then
     /// remembered).
-    pub fn function(&self, name: &str) -> Result<CudaFunction<'_>, MemError> {
+    pub fn function(&self, name: &str) -> Result<PtxFunction<'_>, MemError> {
         const OPERATION: &str = "find kernel";
         let found = self.functions().get(name).cloned();
         let (raw, limits) = match found {
@@ -78,7 +78,7 @@ impl CudaModule {
                 (raw, limits)
             }
         };
-        Ok(CudaFunction {
+        Ok(PtxFunction {
             raw,
             name: name.to_owned(),
             context: Arc::clone(&self.context),
@@ -113,7 +113,7 @@ impl CudaModule {
     }
 }
 
-impl Drop for CudaModule {
+impl Drop for PtxModule {
     /// Waits for the device first: launches of the module's kernels may
     /// still be queued on any stream. When the device cannot be waited for,
     /// the module is left loaded rather than unloaded under a kernel.
@@ -132,29 +132,29 @@ impl Drop for CudaModule {
     }
 }
 
-impl fmt::Debug for CudaModule {
+impl fmt::Debug for PtxModule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CudaModule").finish_non_exhaustive()
+        f.debug_struct("PtxModule").finish_non_exhaustive()
     }
 }
 
-/// A kernel of a loaded [`CudaModule`], valid while the module is; launch it
-/// with [`CudaStream::launch_builder`](super::CudaStream::launch_builder).
-pub struct CudaFunction<'m> {
+/// A kernel of a loaded [`PtxModule`], valid while the module is; launch it
+/// with [`GroupStream::launch_builder`](super::GroupStream::launch_builder).
+pub struct PtxFunction<'m> {
     raw: CuFunction,
     name: String,
     context: Arc<DeviceContext>,
     limits: Arc<KernelLimits>,
-    _module: PhantomData<&'m CudaModule>,
+    _module: PhantomData<&'m PtxModule>,
 }
 
 // SAFETY: a CUfunction is an opaque handle usable from any thread with its
 // context current, as every launch arranges.
-unsafe impl Send for CudaFunction<'_> {}
+unsafe impl Send for PtxFunction<'_> {}
 // SAFETY: as for Send; the handle is never changed.
-unsafe impl Sync for CudaFunction<'_> {}
+unsafe impl Sync for PtxFunction<'_> {}
 
-impl CudaFunction<'_> {
+impl PtxFunction<'_> {
     /// The kernel's name in its module.
     pub fn name(&self) -> &str {
         &self.name
@@ -188,9 +188,9 @@ impl CudaFunction<'_> {
     }
 }
 
-impl fmt::Debug for CudaFunction<'_> {
+impl fmt::Debug for PtxFunction<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CudaFunction")
+        f.debug_struct("PtxFunction")
             .field("name", &self.name)
             .finish_non_exhaustive()
     }

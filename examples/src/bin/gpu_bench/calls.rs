@@ -5,7 +5,7 @@
 //! included). The budgets are those the fake driver's tests hold the
 //! backend to (`tests/tests/fake_driver/budget.rs`).
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaStream, DriverCalls};
+use cubie_mem::backend::cuda::{CudaBackend, DriverCalls, GroupStream};
 use cubie_mem::{ArrayRequest, ChunkPlan, HostMemoryKind, MemoryManager, Registration};
 use cubie_mem_examples::euler_decay::EulerDecay;
 
@@ -37,7 +37,7 @@ fn run(
     let mut y = mgr.create_host_array([runs], HostMemoryKind::Pinned, Some(&y0), &solver)?;
     let k = mgr.create_host_array([runs], HostMemoryKind::Pinned, Some(&rates), &solver)?;
     let plan = ChunkPlan::new(runs, chunks, CHUNK_RUNS)?;
-    let stream = CudaStream::of(mgr, &solver)?;
+    let stream = GroupStream::of(mgr, &solver)?;
     let before = CudaBackend::driver_calls();
     mgr.chunk_streamer(&solver, &plan)?
         .pipeline_sets(sets)

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use cubie_mem::backend::cuda::{CudaBackend, CudaStream};
+use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
 use cubie_mem::backend::{Backend, BackendError, StreamHandle, StridedRows};
 use cubie_mem::timeline::Activity;
 use cubie_mem::{ArrayRequest, ChunkPlan, HostMemoryKind, MemoryManager, Registration};
@@ -136,7 +136,7 @@ fn pipeline(cuda: &CudaBackend) -> BenchResult {
     let k = mgr.create_host_array(shape, pinned, Some(&vec![0.5f64; STATES * runs]), &solver)?;
     let plan = ChunkPlan::new(runs, CHUNKS, CHUNK_RUNS)?;
     let kernel = EulerDecay::load(cuda)?;
-    let stream = CudaStream::of(&mgr, &solver)?;
+    let stream = GroupStream::of(&mgr, &solver)?;
     cuda.record_timeline(true);
     let ran = mgr
         .chunk_streamer(&solver, &plan)?
