@@ -22,6 +22,10 @@
 //!   pinned `[states, runs]` state chunked along the runs (figures only:
 //!   the curve the simulated device's 2.5 ns a row stands for).
 //!
+//! The references call the driver through `cudarc::driver::result`
+//! (cudarc's thin wrappers of the driver API), bindings independent of the
+//! backend's own.
+//!
 //! Each figure is printed with its goal and whether it was met; with
 //! `--check-goals` a missed goal makes the run fail (the GPU check passes
 //! it; on the fake driver of CI the timings mean nothing).
@@ -31,7 +35,6 @@
 //! ```
 
 use std::error::Error;
-use std::ffi::c_void;
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,66 +54,30 @@ mod calls;
 #[path = "gpu_bench/strided.rs"]
 mod strided;
 
-/// The plain driver calls the references make, resolved from the driver
-/// library the backend loaded (the same library, loaded once more).
+/// The plain driver calls the references make, through cudarc's thin
+/// wrappers of the driver API (`cudarc::driver::result`): bindings of
+/// their own, independent of the backend's, loading the same driver
+/// library.
 mod driver {
-    use std::ffi::c_void;
+    use cudarc::driver::{DriverError, result};
 
-    /// `cuMemAlloc_v2`.
-    pub type Alloc = unsafe extern "C" fn(*mut u64, usize) -> u32;
-    /// `cuMemFree_v2`.
-    pub type Free = unsafe extern "C" fn(u64) -> u32;
-    /// `cuMemcpyHtoD_v2`.
-    pub type CopyToDevice = unsafe extern "C" fn(u64, *const c_void, usize) -> u32;
-    /// `cuMemcpyDtoH_v2`.
-    pub type CopyToHost = unsafe extern "C" fn(*mut c_void, u64, usize) -> u32;
-
-    /// The driver's synchronous allocation and copies.
-    pub struct Driver {
-        pub alloc: Alloc,
-        pub free: Free,
-        pub copy_to_device: CopyToDevice,
-        pub copy_to_host: CopyToHost,
-        /// Keeps the functions loaded.
-        _library: libloading::Library,
-    }
-
-    impl Driver {
-        /// Loads the driver library and resolves the four functions.
-        pub fn load() -> Result<Driver, String> {
-            // SAFETY: the NVIDIA driver's initialisers are meant to run in
-            // a process that uses CUDA (the backend loaded it already).
-            let library = unsafe { libloading::Library::new("libcuda.so.1") }
-                .map_err(|error| format!("loading libcuda.so.1: {error}"))?;
-            // SAFETY: each type is the prototype cuda.h declares for the symbol.
-            unsafe {
-                Ok(Driver {
-                    alloc: *library
-                        .get::<Alloc>(b"cuMemAlloc_v2")
-                        .map_err(|e| e.to_string())?,
-                    free: *library
-                        .get::<Free>(b"cuMemFree_v2")
-                        .map_err(|e| e.to_string())?,
-                    copy_to_device: *library
-                        .get::<CopyToDevice>(b"cuMemcpyHtoD_v2")
-                        .map_err(|e| e.to_string())?,
-                    copy_to_host: *library
-                        .get::<CopyToHost>(b"cuMemcpyDtoH_v2")
-                        .map_err(|e| e.to_string())?,
-                    _library: library,
-                })
-            }
-        }
-    }
-
-    /// `Ok` for `CUDA_SUCCESS`, else an error naming the call and the code.
-    pub fn check(code: u32, call: &str) -> Result<(), String> {
-        if code == 0 {
+    /// Whether cudarc finds the driver library (it panics at its first
+    /// call when it does not).
+    pub fn present() -> Result<(), String> {
+        // SAFETY: tries to load the driver library, as the backend did.
+        if unsafe { cudarc::driver::sys::is_culib_present() } {
             Ok(())
         } else {
-            Err(format!("{call} failed with CUDA error code {code}"))
+            Err("cudarc found no CUDA driver library".into())
         }
     }
+
+    /// An error naming the call and cudarc's description of the code.
+    pub fn failed(call: &'static str) -> impl Fn(DriverError) -> String {
+        move |error| format!("{call} failed: {error}")
+    }
+
+    pub use result::{free_sync, malloc_sync, memcpy_dtoh_sync, memcpy_htod_sync};
 }
 
 /// Timed rounds per figure (the median is reported).
@@ -193,10 +160,10 @@ fn run() -> BenchResult {
         cuda.driver_version() / 1000,
         cuda.driver_version() % 1000 / 10
     );
-    let driver = driver::Driver::load()?;
+    driver::present()?;
     let mut goals = Goals::default();
-    allocation(&cuda, &driver, &mut goals)?;
-    bandwidth(&cuda, &driver, &mut goals)?;
+    allocation(&cuda, &mut goals)?;
+    bandwidth(&cuda, &mut goals)?;
     overlap(&cuda, options.trace, &mut goals)?;
     calls::report(&cuda, &mut goals)?;
     strided::report(&cuda)?;
@@ -233,7 +200,7 @@ fn micros(time: Duration) -> f64 {
     time.as_secs_f64() * 1e6
 }
 
-fn allocation(cuda: &CudaBackend, driver: &driver::Driver, goals: &mut Goals) -> BenchResult {
+fn allocation(cuda: &CudaBackend, goals: &mut Goals) -> BenchResult {
     let bytes = ALLOCATION_BYTES as u64;
     let stream = cuda.create_stream()?;
     let backend = median(|| {
@@ -277,12 +244,12 @@ fn allocation(cuda: &CudaBackend, driver: &driver::Driver, goals: &mut Goals) ->
     let plain = median(|| {
         let start = Instant::now();
         for _ in 0..PAIRS {
-            let mut address = 0u64;
             // SAFETY: the context is current on this thread; the memory is
             // freed at once and never accessed.
             unsafe {
-                driver::check((driver.alloc)(&mut address, ALLOCATION_BYTES), "cuMemAlloc")?;
-                driver::check((driver.free)(address), "cuMemFree")?;
+                let address = driver::malloc_sync(ALLOCATION_BYTES)
+                    .map_err(driver::failed("cuMemAlloc"))?;
+                driver::free_sync(address).map_err(driver::failed("cuMemFree"))?;
             }
         }
         Ok(start.elapsed() / PAIRS)
@@ -311,7 +278,7 @@ fn gib_per_s(bytes: usize, time: Duration) -> f64 {
     bytes as f64 / time.as_secs_f64() / (1u64 << 30) as f64
 }
 
-fn bandwidth(cuda: &CudaBackend, driver: &driver::Driver, goals: &mut Goals) -> BenchResult {
+fn bandwidth(cuda: &CudaBackend, goals: &mut Goals) -> BenchResult {
     let bytes = COPY_ELEMENTS * size_of::<f32>();
     let mgr = MemoryManager::new(cuda.clone());
     let bench = mgr.register(
@@ -360,30 +327,20 @@ fn bandwidth(cuda: &CudaBackend, driver: &driver::Driver, goals: &mut Goals) -> 
     let address = view.device_address();
     stream.synchronize()?;
     cuda.make_current()?;
-    let source = host.as_slice().as_ptr().cast::<c_void>();
     let plain_h2d = median(|| {
         let start = Instant::now();
         // SAFETY: the host array is page-locked and `bytes` long, the device
         // array as long and idle (its stream is synchronised).
-        unsafe {
-            driver::check(
-                (driver.copy_to_device)(address, source, bytes),
-                "cuMemcpyHtoD",
-            )?
-        };
+        unsafe { driver::memcpy_htod_sync(address, host.as_slice()) }
+            .map_err(driver::failed("cuMemcpyHtoD"))?;
         Ok(start.elapsed())
     })?;
     let mut host = host;
-    let target = host.as_mut_slice().as_mut_ptr().cast::<c_void>();
     let plain_d2h = median(|| {
         let start = Instant::now();
         // SAFETY: as above; nothing else touches the host array meanwhile.
-        unsafe {
-            driver::check(
-                (driver.copy_to_host)(target, address, bytes),
-                "cuMemcpyDtoH",
-            )?
-        };
+        unsafe { driver::memcpy_dtoh_sync(host.as_mut_slice(), address) }
+            .map_err(driver::failed("cuMemcpyDtoH"))?;
         Ok(start.elapsed())
     })?;
     drop(view);
