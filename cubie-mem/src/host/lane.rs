@@ -5,11 +5,14 @@
 //! copy when it is one block of the array, else by one strided copy of its
 //! rows when they are at least the streamer's narrowest strided row
 //! ([`ChunkStreamer::DEFAULT_MIN_STRIDED_ROW_BYTES`](super::ChunkStreamer::DEFAULT_MIN_STRIDED_ROW_BYTES)).
-//! Otherwise it is gathered into (or scattered from) a page-locked staging
-//! buffer, window by window. Every
-//! copy is queued on the pipeline's upload or download stream and returns at
-//! once; a staging buffer is only touched again once the copy that used it
-//! is done ([`Stage`]).
+//! Otherwise it is gathered into (or scattered from) one of the binding's
+//! page-locked staging buffers, window by window, the buffers taken in turn
+//! ([`StagingRing`]). Every copy is queued on the pipeline's upload or
+//! download stream and returns at once; a staging buffer is only touched
+//! again once the copy that used it is done ([`Stage`]). A window
+//! downloaded into a staging buffer is scattered later
+//! ([`Move::scatter_landed`]): when its download has landed and the host
+//! reaches it, or when its buffer is needed again.
 //!
 //! A pinned array in a buffer set is host memory the kernels use in place:
 //! a chunk is gathered into it on the host once the copy stream reached the
@@ -17,154 +20,22 @@
 //! scattered out of it once the chunk's computation is done.
 
 use std::ops::Range;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::HostArray;
 use super::HostMemoryKind;
+pub(crate) use super::host_ref::HostRef;
 use super::layout::ChunkLayout;
-use super::shared::RunsAccess;
 use super::stage::{
     Stage, queue_download, queue_download_strided, queue_upload, queue_upload_strided,
 };
-use super::threads::{ScatterTarget, StagingThreads};
+use super::staging_ring::{Landing, StagingRing};
+use super::threads::StagingThreads;
 use super::transfer::direct_range;
 use crate::Chunk;
 use crate::array::slot::{DeviceMemory, Memory, PinnedMemory};
 use crate::backend::{Backend, BackendResult, StreamHandle, StridedRows};
 use crate::streams::OwnedStream;
 use crate::{Element, MemError};
-
-/// How the host side of a binding is borrowed.
-pub(crate) enum HostRef<'p, T: Element> {
-    /// Read only: an input.
-    Shared(&'p HostArray<T>),
-    /// Read and written: the whole array is the pipeline's.
-    Exclusive(&'p mut HostArray<T>),
-    /// Read and written, its runs only: other devices of a set stream the
-    /// array's other runs at the same time.
-    Runs(RunsAccess<'p, T>),
-}
-
-impl<T: Element> HostRef<'_, T> {
-    /// The array, for its shape, kind and retirement.
-    pub(super) fn get(&self) -> &HostArray<T> {
-        match self {
-            HostRef::Shared(host) => host,
-            HostRef::Exclusive(host) => host,
-            HostRef::Runs(access) => access.array(),
-        }
-    }
-
-    /// The contiguous elements `range` that hold chunk `runs` (an error
-    /// naming `label` when they lie outside the array).
-    fn range(
-        &self,
-        label: &str,
-        layout: &ChunkLayout,
-        runs: &Range<usize>,
-        range: Range<usize>,
-    ) -> Result<&[T], MemError> {
-        let whole = match self {
-            HostRef::Shared(host) => host.as_slice(),
-            HostRef::Exclusive(host) => host.as_slice(),
-            HostRef::Runs(access) => return access.range(label, layout, runs, range),
-        };
-        whole
-            .get(range.clone())
-            .ok_or_else(|| host_range_error(label, &range, whole.len()))
-    }
-
-    /// The contiguous elements `range` that hold chunk `runs`, writable;
-    /// `None` for an input's array.
-    fn range_mut(
-        &mut self,
-        label: &str,
-        layout: &ChunkLayout,
-        runs: &Range<usize>,
-        range: Range<usize>,
-    ) -> Result<Option<&mut [T]>, MemError> {
-        let whole = match self {
-            HostRef::Shared(_) => return Ok(None),
-            HostRef::Exclusive(host) => host.as_mut_slice(),
-            HostRef::Runs(access) => {
-                return access.range_mut(label, layout, runs, range).map(Some);
-            }
-        };
-        let len = whole.len();
-        whole
-            .get_mut(range.clone())
-            .map(Some)
-            .ok_or_else(|| host_range_error(label, &range, len))
-    }
-
-    /// The address of element `first`, where the rows of a strided copy of
-    /// chunk `runs` start, writable (through the address): an output's
-    /// array, whose runs the pipeline borrows exclusively; `None` for an
-    /// input's.
-    fn rows_start_mut(
-        &mut self,
-        label: &str,
-        runs: &Range<usize>,
-        first: usize,
-    ) -> Result<Option<NonNull<T>>, MemError> {
-        let whole = match self {
-            HostRef::Shared(_) => return Ok(None),
-            HostRef::Exclusive(host) => host.as_mut_slice(),
-            HostRef::Runs(access) => return access.rows_start(label, runs, first).map(Some),
-        };
-        let len = whole.len();
-        whole
-            .get_mut(first..)
-            .map(|start| Some(NonNull::from(start).cast()))
-            .ok_or_else(|| host_range_error(label, &(first..first.saturating_add(1)), len))
-    }
-
-    /// The address of element `first`, where the rows of a strided copy of
-    /// chunk `runs` start, read-only: no slice of an array other devices
-    /// write is made.
-    fn rows_address(
-        &self,
-        label: &str,
-        runs: &Range<usize>,
-        first: usize,
-    ) -> Result<NonNull<T>, MemError> {
-        let whole = match self {
-            HostRef::Shared(host) => host.as_slice(),
-            HostRef::Exclusive(host) => host.as_slice(),
-            HostRef::Runs(access) => return access.rows_start(label, runs, first),
-        };
-        whole
-            .get(first..)
-            .map(|start| NonNull::from(start).cast())
-            .ok_or_else(|| host_range_error(label, &(first..first.saturating_add(1)), whole.len()))
-    }
-
-    /// Gathers chunk `runs` into `part`, the device window from `start`.
-    fn gather(
-        &self,
-        layout: &ChunkLayout,
-        runs: Range<usize>,
-        start: usize,
-        part: &mut [T],
-    ) -> Result<(), MemError> {
-        match self {
-            HostRef::Shared(host) => layout.gather(host.as_slice(), runs, start, part),
-            HostRef::Exclusive(host) => layout.gather(host.as_slice(), runs, start, part),
-            HostRef::Runs(access) => access.gather(layout, runs, start, part),
-        }
-    }
-
-    /// Chunk `runs` of the array, for staging threads to scatter into;
-    /// `None` for an input's array.
-    fn target(&mut self, runs: Range<usize>) -> Result<Option<ScatterTarget<'_, T>>, MemError> {
-        match self {
-            HostRef::Shared(_) => Ok(None),
-            HostRef::Exclusive(host) => Ok(Some(ScatterTarget::new(host.as_mut_slice(), runs))),
-            HostRef::Runs(access) => access.target(runs).map(Some),
-        }
-    }
-}
 
 /// Which ways a binding copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,10 +66,10 @@ pub(super) struct Lane<'p, T: Element> {
     pub(super) direction: Direction,
     pub(super) backend: Arc<dyn Backend>,
     /// Staging for uploads (and for the downloads of an `inout` binding
-    /// that got no second buffer).
-    pub(super) input: Option<Stage<T>>,
+    /// that got no buffers of its own for them).
+    pub(super) input: Option<StagingRing<T>>,
     /// Staging for downloads.
-    pub(super) output: Option<Stage<T>>,
+    pub(super) output: Option<StagingRing<T>>,
     /// The narrowest row, in bytes, a strided copy moves.
     pub(super) min_strided_row: usize,
     /// The threads that gather and scatter staged chunks.
@@ -225,6 +96,29 @@ fn scatter_window<T: Element>(
         // which the layout maps to disjoint elements of the chunk.
         unsafe { target.scatter(layout, piece, start.saturating_add(offset)) }
     })
+}
+
+/// Scatters the window `landing` of `stage` into the host array once its
+/// download has landed (waiting for it).
+fn scatter_landing<T: Element>(
+    stage: &mut Stage<T>,
+    landing: &Landing,
+    host: &mut HostRef<'_, T>,
+    layout: &ChunkLayout,
+    threads: &StagingThreads,
+    backend: &dyn Backend,
+) -> Result<(), MemError> {
+    let staged = stage.host()?;
+    let part = staged.get(..landing.len).unwrap_or(&[]);
+    scatter_window(
+        threads,
+        backend,
+        host,
+        layout,
+        &landing.runs,
+        landing.start,
+        part,
+    )
 }
 
 /// How a chunk moves between the host array and a device buffer.
@@ -255,21 +149,19 @@ pub(super) trait Move {
     fn reserve(&mut self, ends: &[Chunk]) -> Result<(), MemError>;
     /// Queues the upload of `chunk` into buffer set `set` on `stream`.
     fn upload(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle) -> Result<(), MemError>;
-    /// Queues the download of `chunk` from buffer set `set` on `stream`;
-    /// staged results are scattered into the host array before it returns.
+    /// Queues the download of `chunk` from buffer set `set` on `stream`.
+    /// Staged results wait in their staging buffers for
+    /// [`scatter_landed`](Self::scatter_landed) (a buffer needed again is
+    /// emptied first).
     fn download(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle)
     -> Result<(), MemError>;
+    /// Scatters into the host array the staged windows of the chunks up
+    /// to `chunk`, oldest first: with `wait`, waiting for their downloads;
+    /// without, only while they have landed. Whether none is left.
+    fn scatter_landed(&mut self, chunk: usize, wait: bool) -> Result<bool, MemError>;
     /// Leaks the host array's page-locked memory when it is dropped: a copy
     /// could not be waited for and may still use it.
     fn retire_host(&self);
-}
-
-fn host_range_error(label: &str, range: &Range<usize>, len: usize) -> MemError {
-    MemError::LengthMismatch {
-        label: label.to_owned(),
-        expected: range.end,
-        found: len,
-    }
 }
 
 /// Where buffer set `set` of a lane holds its chunk.
@@ -407,8 +299,9 @@ impl<T: Element> Move for Lane<'_, T> {
         }
         if let Some(input) = self.input.as_mut() {
             input.reserve()?;
-            // An inout binding's second buffer is only taken when the pool
-            // has one at once; else its downloads share the input buffer.
+            // An inout binding's own download buffers are only taken when
+            // the pool has them at once; else its downloads share the
+            // input buffers.
             if let Some(output) = self.output.as_mut()
                 && !output.try_reserve()?
             {
@@ -455,15 +348,25 @@ impl<T: Element> Move for Lane<'_, T> {
             }
             Route::Staged => {}
         }
-        let Some(stage) = self.input.as_mut() else {
+        let Some(ring) = self.input.as_mut() else {
             return Ok(());
         };
-        let window = stage.host()?.len().max(1);
-        let (backend, label, layout, host) = (&self.backend, &self.label, &self.layout, &self.host);
-        let threads = &self.threads;
+        let window = ring.window();
+        let (backend, label, layout) = (&self.backend, &self.label, &self.layout);
+        let (host, threads) = (&mut self.host, &self.threads);
         let mut start = 0;
         while start < extent {
             let len = window.min(extent - start);
+            let slot = ring.advance();
+            // An inout binding's downloads may share the buffer: the
+            // window it holds goes out first.
+            ring.flush(slot, |stage, landing| {
+                scatter_landing(stage, landing, host, layout, threads, &**backend)
+            })?;
+            let Some(stage) = ring.stage(slot) else {
+                return Ok(());
+            };
+            let host = &*host;
             // SAFETY: the closure queues one copy of the window it is given,
             // on `stream`; the stage keeps the buffer until it is done.
             unsafe {
@@ -552,29 +455,58 @@ impl<T: Element> Move for Lane<'_, T> {
             }
             Route::Staged => {}
         }
-        let Some(stage) = self.output.as_mut().or(self.input.as_mut()) else {
+        let Some(ring) = self.output.as_mut().or(self.input.as_mut()) else {
             return Ok(());
         };
-        let window = stage.host()?.len().max(1);
-        let (backend, label, layout, host) =
-            (&self.backend, &self.label, &self.layout, &mut self.host);
-        let threads = &self.threads;
+        let window = ring.window();
+        let (backend, label, layout) = (&self.backend, &self.label, &self.layout);
+        let (host, threads) = (&mut self.host, &self.threads);
         let mut start = 0;
         while start < extent {
             let len = window.min(extent - start);
+            let slot = ring.advance();
+            ring.flush(slot, |stage, landing| {
+                scatter_landing(stage, landing, host, layout, threads, &**backend)
+            })?;
+            let Some(stage) = ring.stage(slot) else {
+                return Ok(());
+            };
             // SAFETY: the closure queues one copy into the window it is
-            // given, on `stream`; the stage keeps the buffer until it is done.
+            // given, on `stream`; the stage keeps the buffer until it is
+            // done, and the host reads it only after that.
             unsafe {
                 stage.lend(backend, stream, len, |part| {
                     queue_download(&**backend, &device, label, start, part, stream)
                 })?;
             }
-            // `host` waits for the copy before giving the bytes back.
-            let staged = stage.host()?;
-            let part = staged.get(..len).unwrap_or(&[]);
-            scatter_window(threads, &**backend, host, layout, &runs, start, part)?;
+            ring.land(
+                slot,
+                Landing {
+                    chunk: chunk.index,
+                    runs: runs.clone(),
+                    start,
+                    len,
+                },
+            );
             start += len;
         }
         Ok(())
+    }
+
+    fn scatter_landed(&mut self, chunk: usize, wait: bool) -> Result<bool, MemError> {
+        let Some(ring) = self.output.as_mut().or(self.input.as_mut()) else {
+            return Ok(true);
+        };
+        let (backend, layout) = (&*self.backend, &self.layout);
+        let (host, threads) = (&mut self.host, &self.threads);
+        while let Some(slot) = ring.oldest_through(chunk) {
+            if !wait && !ring.is_settled(slot)? {
+                return Ok(false);
+            }
+            ring.flush(slot, |stage, landing| {
+                scatter_landing(stage, landing, host, layout, threads, backend)
+            })?;
+        }
+        Ok(true)
     }
 }

@@ -22,6 +22,7 @@
 mod array;
 mod choose;
 mod failure;
+mod host_ref;
 mod lane;
 mod layout;
 mod pending;
@@ -33,6 +34,7 @@ mod shared;
 mod spill;
 mod stage;
 mod staging;
+mod staging_ring;
 mod tally;
 mod target;
 mod threads;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::lane::{Direction, HostRef, Lane, Move};
 use super::schedule::Schedule;
 use super::stage::Stage;
+use super::staging_ring::StagingRing;
 use super::target::ChunkTarget;
 use super::transfer::ChunkStreamer;
 use super::{BatchError, HostArray};
@@ -152,7 +153,8 @@ impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
             .collect::<Result<Vec<_>, _>>()?;
         // Only device sets copy through staging buffers.
         let copies = devices.iter().any(|m| matches!(m, Memory::Device(_)));
-        let stage = || Stage::new(streamer.stager(&layout, &label));
+        let stager = || Stage::new(streamer.stager(&layout, &label));
+        let stage = || StagingRing::new(stager(), stager());
         Ok(Box::new(Lane {
             input: (copies && self.direction.uploads()).then(stage),
             output: (copies && self.direction.downloads()).then(stage),

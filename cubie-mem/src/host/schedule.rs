@@ -1,6 +1,12 @@
 //! The order of a chunk pipeline's work: which chunk's upload, computation
-//! and download is queued when, on which stream, after which events, and
+//! and download is queued when, on which stream, after which events, when
+//! the host scatters the staged results of a download that has landed, and
 //! what is saved when a step fails.
+//!
+//! The host queues work and returns; it blocks only when a staging buffer
+//! it needs still holds results it has not scattered (their download is
+//! then the oldest work in flight), so the device stays fed while the host
+//! scatters, and the host scatters as soon as results land.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -41,11 +47,16 @@ pub(super) struct Schedule {
     first: usize,
     /// Chunks computed whose download is not queued yet, in order.
     computed: VecDeque<Chunk>,
+    /// Chunks whose downloads are queued and whose staged results the host
+    /// may not have scattered yet, in order.
+    landing: VecDeque<Chunk>,
     /// The chunk whose step was queued last: where a failure stopped.
     at: Option<usize>,
-    /// The chunks whose downloads are queued, from the run's first chunk.
+    /// The chunks whose results are downloaded (or queued to be) and
+    /// scattered, from the run's first chunk.
     completed: Completed,
-    /// A download failed: later chunks' results cannot follow in order.
+    /// A download or a scatter failed: later chunks' results cannot follow
+    /// in order.
     download_failed: bool,
 }
 
@@ -71,6 +82,7 @@ impl Schedule {
             events: VecDeque::new(),
             first: 0,
             computed: VecDeque::new(),
+            landing: VecDeque::new(),
             at: None,
             completed: Completed::default(),
             download_failed: false,
@@ -82,7 +94,8 @@ impl Schedule {
         self.at
     }
 
-    /// The chunks whose downloads were queued without error.
+    /// The chunks whose downloads were queued and whose staged results
+    /// were scattered, without error.
     pub(super) fn completed(&self) -> Completed {
         self.completed.clone()
     }
@@ -147,13 +160,44 @@ impl Schedule {
         self.at = Some(chunk.index);
         let queued = self.queue_download(lanes, chunk);
         match queued {
-            Ok(()) => {
-                self.completed.chunks.end = chunk.index.saturating_add(1);
-                self.completed.runs.end = chunk.runs.end;
-            }
+            Ok(()) => self.landing.push_back(chunk.clone()),
             Err(_) => self.download_failed = true,
         }
         queued
+    }
+
+    /// Scatters the staged results of at most `most` downloaded chunks, in
+    /// order: with `wait`, waiting for their downloads; else only while
+    /// they have landed. A chunk counts as completed once every lane
+    /// scattered it.
+    fn settle(
+        &mut self,
+        lanes: &mut [Box<dyn Move + '_>],
+        wait: bool,
+        most: usize,
+    ) -> Result<(), MemError> {
+        for _ in 0..most {
+            let Some(chunk) = self.landing.front() else {
+                return Ok(());
+            };
+            let (index, end) = (chunk.index, chunk.runs.end);
+            for lane in lanes.iter_mut() {
+                match lane.scatter_landed(index, wait) {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(()),
+                    Err(error) => {
+                        self.at = Some(index);
+                        self.download_failed = true;
+                        self.landing.clear();
+                        return Err(error);
+                    }
+                }
+            }
+            self.landing.pop_front();
+            self.completed.chunks.end = index.saturating_add(1);
+            self.completed.runs.end = end;
+        }
+        Ok(())
     }
 
     fn queue_download(
@@ -250,23 +294,30 @@ impl Schedule {
             if let Some(before) = chunk.index.checked_sub(1) {
                 self.download_through(lanes, before)?;
             }
+            // With the device fed as far as it can be, the host scatters
+            // the oldest chunk that has landed, if any, and then feeds the
+            // device again: one chunk's results come down per chunk.
+            self.settle(lanes, false, 1)?;
         }
         self.download_through(lanes, usize::MAX)?;
+        self.settle(lanes, true, usize::MAX)?;
         Ok(())
     }
 
     /// After a failure: queues the downloads of every chunk computed before
-    /// it, in order, so that no finished result is lost. Stops at the first
-    /// download that fails (and does nothing after one failed), so that the
+    /// it, in order, and scatters every chunk downloaded, so that no
+    /// finished result is lost. Stops at the first download or scatter that
+    /// fails (and downloads nothing more after one failed), so that the
     /// chunks saved are always the first ones of the run.
     pub(super) fn salvage(&mut self, lanes: &mut [Box<dyn Move + '_>]) {
-        if self.download_failed {
-            self.computed.clear();
-            return;
-        }
         let at = self.at;
-        if let Err(error) = self.download_through(lanes, usize::MAX) {
+        if !self.download_failed
+            && let Err(error) = self.download_through(lanes, usize::MAX)
+        {
             tracing::error!(%error, "downloading a finished chunk after a failure failed");
+        }
+        if let Err(error) = self.settle(lanes, true, usize::MAX) {
+            tracing::error!(%error, "scattering a finished chunk after a failure failed");
         }
         self.computed.clear();
         self.at = at;

@@ -163,12 +163,31 @@ impl<T: Element> Stage<T> {
         }
     }
 
-    /// Waits for the last copy that used the buffer.
+    /// Waits for the last copy that used the buffer. A wait that fails
+    /// leaves the copy pending, so the buffer is retired when dropped.
     pub(super) fn settle(&mut self) -> Result<(), MemError> {
-        if let Some(event) = self.pending.take() {
+        if let Some(event) = &self.pending {
             event.wait()?;
         }
+        self.pending = None;
         Ok(())
+    }
+
+    /// Whether the last copy that used the buffer is done (does not block).
+    pub(super) fn is_settled(&mut self) -> Result<bool, MemError> {
+        let settled = match &self.pending {
+            Some(event) => event.is_complete()?,
+            None => true,
+        };
+        if settled {
+            self.pending = None;
+        }
+        Ok(settled)
+    }
+
+    /// The elements the buffer holds.
+    pub(super) fn capacity(&self) -> usize {
+        self.stager.len()
     }
 
     /// Acquires the buffer now (waiting for the pool if need be).

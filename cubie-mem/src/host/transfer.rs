@@ -342,6 +342,11 @@ pub(super) struct Stager<T: Element> {
 }
 
 impl<T: Element> Stager<T> {
+    /// The elements the buffer holds (its shape's product).
+    pub(super) fn len(&self) -> usize {
+        self.shape.iter().fold(1, |len, &d| len.saturating_mul(d))
+    }
+
     /// The buffer, waiting for one if need be.
     pub(super) fn buffer(&mut self) -> Result<&mut [T], MemError> {
         if self.buffer.is_none() {

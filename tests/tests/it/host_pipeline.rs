@@ -80,7 +80,10 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
     // overwrites its results.
     let mut expected = vec![
         // Staging buffers are taken before the first chunk, in label order:
-        // the input's ("in"), then the output's ("out").
+        // the input's two ("in"), then the output's two ("out"), each
+        // binding's taken in turn by chunk.
+        "pin 32".to_owned(),
+        "pin 32".to_owned(),
         "pin 32".to_owned(),
         "pin 32".to_owned(),
         up(32),

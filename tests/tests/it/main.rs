@@ -12,6 +12,7 @@ mod allocation;
 mod async_copy;
 mod config_builder;
 mod cubie_agreement;
+mod deferred_scatters;
 mod derive;
 mod device_set;
 mod element_types;
