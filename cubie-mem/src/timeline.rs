@@ -44,6 +44,9 @@ pub enum Activity {
     DeviceToHost,
     /// A kernel (`kernel`).
     Kernel,
+    /// The host page-locking memory (`pagelock`): an allocation of
+    /// page-locked memory, on the host's track.
+    PageLock,
     /// A stream-ordered allocation (`alloc`).
     Alloc,
     /// A stream-ordered free (`free`).
@@ -52,23 +55,25 @@ pub enum Activity {
 
 impl Activity {
     /// Every activity, in track order.
-    pub const ALL: [Activity; 6] = [
+    pub const ALL: [Activity; 7] = [
         Activity::HostStaging,
         Activity::HostToDevice,
         Activity::DeviceToHost,
         Activity::Kernel,
+        Activity::PageLock,
         Activity::Alloc,
         Activity::Free,
     ];
 
-    /// The Chrome trace category: `host`, `h2d`, `d2h`, `kernel`, `alloc`
-    /// or `free`.
+    /// The Chrome trace category: `host`, `h2d`, `d2h`, `kernel`,
+    /// `pagelock`, `alloc` or `free`.
     pub fn category(self) -> &'static str {
         match self {
             Activity::HostStaging => "host",
             Activity::HostToDevice => "h2d",
             Activity::DeviceToHost => "d2h",
             Activity::Kernel => "kernel",
+            Activity::PageLock => "pagelock",
             Activity::Alloc => "alloc",
             Activity::Free => "free",
         }
@@ -81,16 +86,20 @@ impl Activity {
             Activity::HostToDevice => 1,
             Activity::DeviceToHost => 2,
             Activity::Kernel => 3,
-            Activity::Alloc => 4,
-            Activity::Free => 5,
+            Activity::PageLock => 4,
+            Activity::Alloc => 5,
+            Activity::Free => 6,
         }
     }
 
     /// The trace track (`tid`) the activity is drawn on: one per engine
-    /// (the host's staging work its own), and one for the allocator.
+    /// (the host's work, staging and page-locking, its own), and one for
+    /// the allocator.
     fn track(self) -> (u64, &'static str) {
         match self {
-            Activity::HostStaging => (5, "host (staging and spill I/O)"),
+            Activity::HostStaging | Activity::PageLock => {
+                (5, "host (staging, spill I/O, page-locking)")
+            }
             Activity::HostToDevice => (1, "host-to-device engine"),
             Activity::DeviceToHost => (2, "device-to-host engine"),
             Activity::Kernel => (3, "compute engine"),
@@ -189,20 +198,25 @@ impl Timeline {
         self.totals.busy_ns[activity.index()]
     }
 
-    /// The busy time of the busiest engine (the host's staging work,
-    /// host-to-device, device-to-host or compute): the least any schedule
-    /// of this work could take.
+    /// The busy time of the busiest engine (the host, its staging work
+    /// and page-locking together; host-to-device; device-to-host; or
+    /// compute): the least any schedule of this work could take.
     pub fn busiest_engine_ns(&self) -> u64 {
         [
-            Activity::HostStaging,
-            Activity::HostToDevice,
-            Activity::DeviceToHost,
-            Activity::Kernel,
+            self.host_busy_ns(),
+            self.busy_ns(Activity::HostToDevice),
+            self.busy_ns(Activity::DeviceToHost),
+            self.busy_ns(Activity::Kernel),
         ]
         .into_iter()
-        .map(|a| self.busy_ns(a))
         .max()
         .unwrap_or(0)
+    }
+
+    /// The host's busy time: its staging work and its page-locking.
+    pub fn host_busy_ns(&self) -> u64 {
+        self.busy_ns(Activity::HostStaging)
+            .saturating_add(self.busy_ns(Activity::PageLock))
     }
 
     /// The timeline as a Chrome trace: an object with `traceEvents`, one

@@ -362,8 +362,9 @@ impl<T: Element> fmt::Debug for StagingBuffer<T> {
 
 impl MemoryManager {
     /// A new staging pool on this manager's backend, bounded by the
-    /// machine's RAM. Keep it and pass it to every
-    /// [`ChunkStreamer`](super::ChunkStreamer) so buffers are reused across batches.
+    /// machine's RAM, apart from the manager's own
+    /// ([`staging_pool`](Self::staging_pool), which streamers use unless
+    /// given another).
     /// Its buffers count in the manager's [statistics](Self::stats) as
     /// page-locked host memory held for staging.
     pub fn new_staging_pool(&self) -> StagingPool {

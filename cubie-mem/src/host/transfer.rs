@@ -53,8 +53,9 @@ pub struct ChunkStreamer<'a> {
 }
 
 impl MemoryManager {
-    /// A streamer for `instance`'s arrays under `plan`, with a new staging
-    /// pool (give it a shared one with [`ChunkStreamer::with_pool`]).
+    /// A streamer for `instance`'s arrays under `plan`, with the manager's
+    /// staging pool ([`MemoryManager::staging_pool`]; give it another with
+    /// [`ChunkStreamer::with_pool`]).
     ///
     /// An inconsistent plan is [`MemError::InvalidPlan`]
     /// (see [`ChunkPlan::validate`]).
@@ -70,7 +71,7 @@ impl MemoryManager {
             plan: *plan,
             first_run: 0,
             batch_runs: plan.total_runs,
-            pool: self.new_staging_pool(),
+            pool: self.staging_pool(),
             staging_bytes: STAGING_BYTES_PER_TRANSFER,
             min_strided_row_bytes: ChunkStreamer::DEFAULT_MIN_STRIDED_ROW_BYTES,
             threads: None,

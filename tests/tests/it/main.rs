@@ -41,6 +41,7 @@ mod robustness;
 mod shares;
 mod split;
 mod staging;
+mod staging_reuse;
 mod staging_threads;
 mod streams;
 mod stress;

@@ -295,8 +295,12 @@ impl Backend for SimBackend {
 
     fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
         let mut s = self.call()?;
+        let page_locking = s.clock.page_lock_time(bytes)?;
         s.count_allocation(MemorySpace::PageLocked, bytes)?;
         let block = s.host_block(MemorySpace::PageLocked, bytes)?;
+        // The host page-locks the block before the call returns.
+        s.clock
+            .page_lock(format!("page-lock {}", Bytes(bytes)), bytes, page_locking);
         let device = std::sync::Arc::clone(&self.inner);
         Ok(Box::new(SimPinnedBlock::register(block, &mut s, device)))
     }

@@ -131,6 +131,11 @@ impl SimBackend {
     /// The default compute speed, in percent of the kernels' declared
     /// durations: a kernel takes the time its launch declares.
     pub const DEFAULT_COMPUTE_PERCENT: u32 = clock::DEFAULT_COMPUTE_PERCENT;
+    /// The default rate at which the host page-locks memory, bytes per
+    /// second: 4.45 GB/s (44.5 MB in about 10 ms; see the guide's device
+    /// model). An allocation of page-locked memory keeps the host busy for
+    /// its bytes at this rate.
+    pub const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = clock::DEFAULT_PAGE_LOCK_BANDWIDTH;
 
     /// A device with `total_bytes` of memory, all of it free.
     pub fn new(total_bytes: u64) -> Self {
@@ -213,6 +218,17 @@ impl SimBackend {
     /// `bytes / (L x bandwidth)`.
     pub fn with_host_bandwidth(self, bytes_per_second: u64) -> Self {
         self.state().clock.set_host_bandwidth(bytes_per_second);
+        self
+    }
+
+    /// Sets the rate at which the host page-locks memory, in bytes per
+    /// second (default [`SimBackend::DEFAULT_PAGE_LOCK_BANDWIDTH`]; 0
+    /// counts as 1; `u64::MAX` makes it take no time): each allocation of
+    /// page-locked memory keeps the host busy for its bytes at this rate,
+    /// on the host's track of the timeline
+    /// ([`Activity::PageLock`](crate::timeline::Activity::PageLock)).
+    pub fn with_page_lock_bandwidth(self, bytes_per_second: u64) -> Self {
+        self.state().clock.set_page_lock_bandwidth(bytes_per_second);
         self
     }
 

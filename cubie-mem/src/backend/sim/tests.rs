@@ -170,8 +170,10 @@ fn arg(ptr: DevicePtr, bytes: u64, access: Access) -> KernelArg {
 
 #[test]
 fn asynchronous_copies_return_at_once_and_events_say_when_they_are_done() {
-    // 1 byte per ns each way.
-    let sim = SimBackend::new(1 << 20).with_copy_bandwidth(1_000_000_000, 1_000_000_000);
+    // 1 byte per ns each way; page-locking takes no time.
+    let sim = SimBackend::new(1 << 20)
+        .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
+        .with_page_lock_bandwidth(u64::MAX);
     let stream = sim.create_stream().unwrap();
     let ptr = sim.alloc_device(1000, stream).unwrap();
     let mut block = sim.alloc_pinned(1000).unwrap();
@@ -294,7 +296,9 @@ fn a_page_locked_block_in_flight_cannot_be_reused_by_another_stream() {
 #[test]
 fn kernels_run_on_the_compute_engine_and_overlap_copies_on_other_streams() {
     // 1 byte per ns each way: a 1000-byte copy takes 1 µs, as the kernels do.
-    let sim = SimBackend::new(1 << 20).with_copy_bandwidth(1_000_000_000, 1_000_000_000);
+    let sim = SimBackend::new(1 << 20)
+        .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
+        .with_page_lock_bandwidth(u64::MAX);
     let (up, compute) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
     let input = sim.alloc_device(1000, up).unwrap();
     let output = sim.alloc_device(1000, compute).unwrap();
@@ -413,4 +417,30 @@ fn engine_rates_are_the_modelled_bandwidths_and_speed() {
         .with_host_bandwidth(3)
         .with_compute_speed(400);
     assert_eq!(sim.engine_rates(), Some(EngineRates::new(1, 2, 3, 400)));
+}
+
+#[test]
+fn page_locking_keeps_the_host_busy_for_its_bytes_at_the_page_lock_rate() {
+    // 1 byte per ns.
+    let sim = SimBackend::new(1 << 20).with_page_lock_bandwidth(1_000_000_000);
+    let block = sim.alloc_pinned(4000).unwrap();
+    assert_eq!(
+        sim.now(),
+        Duration::from_nanos(4000),
+        "the host page-locked"
+    );
+    let timeline = sim.timeline();
+    assert_eq!(timeline.busy_ns(Activity::PageLock), 4000);
+    assert_eq!(timeline.host_busy_ns(), 4000);
+    assert_eq!(timeline.busiest_engine_ns(), 4000);
+    let span = timeline.spans().last().unwrap().clone();
+    assert_eq!(
+        (span.activity, span.start_ns, span.end_ns, span.bytes),
+        (Activity::PageLock, 0, 4000, 4000)
+    );
+    drop(block);
+    // The default: 44.5 MB in 10 ms.
+    let default = SimBackend::new(1 << 30);
+    let _block = default.alloc_pinned(44_500_000).unwrap();
+    assert_eq!(default.now(), Duration::from_millis(10));
 }
