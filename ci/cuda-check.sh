@@ -3,21 +3,28 @@
 # contributors):
 #  1. clippy and rustdoc with the feature (no toolkit, no driver needed),
 #     alone and with the `cudarc` interop, and the `cust` interop with
-#     DOCS_RS=1 (cust's build needs a toolkit);
+#     DOCS_RS=1 (cust's build links libcuda.so);
 #  2. the bindings against the real cuda.h of CUDA 12.9, 13.0 and the newest
 #     13.x (ci/cuda-headers);
 #  3. the fake driver (ci/fake-cuda): cubie-mem's unit tests and the guide
-#     (docs/cuda.md's device branches), the tests only the fake can run
-#     (in its lazy, eager and random execution modes), the GPU check's
+#     (docs/cuda.md's device branches; again with cust, linked against the
+#     fake, and cudarc: cudarc's section runs, cust's compiles),
+#     cust_pipeline linked against it (run where the fake has cust's
+#     stream creation), the tests only the fake can run (in its lazy, eager
+#     and random execution modes), cudarc_pipeline (cudarc's launches in
+#     the manager's pipeline) in every execution mode, the GPU check's
 #     counting on stand-in binaries (ci/gpu/selftest.sh), and the GPU check
-#     rehearsed end to end on it: every cuda test and gpu_* example as the
-#     GPU bundle's release binaries, with CUBIE_REQUIRE_GPU=1, then the cuda
-#     tests in the eager and random modes;
+#     rehearsed end to end on it: every cuda test, gpu_* example and
+#     kernel library's example as the GPU bundle's release binaries, with
+#     CUBIE_REQUIRE_GPU=1, then the cuda tests in the eager and random
+#     modes;
 #  4. mutations: with the backend's ordering across streams switched off,
 #     a device test must fail on the fake driver; with each of the four
 #     waits of the pipeline's schedule on a buffer set's earlier use
 #     removed alone, the fake must report a race on device memory in every
-#     execution mode;
+#     execution mode; with cudarc_pipeline's kernel launched on a stream of
+#     cudarc's own instead of the group's, the fake must report a race and
+#     the example fail, in every execution mode;
 #  5. no driver library at all: the main job built with `cuda` runs, the
 #     cuda tests take the no-device path, and gpu_kernel names what is
 #     missing; a driver lacking a function is named too;
@@ -42,7 +49,7 @@ echo "== cuda: rustdoc"
 RUSTDOCFLAGS="-D warnings" cargo doc -p cubie-mem --features cuda,cudarc --no-deps
 echo "== cust interop: clippy and rustdoc with DOCS_RS=1"
 DOCS_RS=1 CARGO_TARGET_DIR="$base/cust" \
-    cargo clippy -p cubie-mem --features cust --all-targets -- -D warnings
+    cargo clippy -p cubie-mem -p cubie-mem-examples --features cust --all-targets -- -D warnings
 DOCS_RS=1 CARGO_TARGET_DIR="$base/cust" RUSTDOCFLAGS="-D warnings" \
     cargo doc -p cubie-mem --features cust --no-deps
 
@@ -54,6 +61,23 @@ fake=$base/fake-cuda
 ci/fake-cuda/build.sh "$fake"
 echo "== fake driver: cubie-mem's unit tests and the guide"
 LD_LIBRARY_PATH="$fake/lib64" CUBIE_REQUIRE_GPU=1 cargo test -p cubie-mem --features cuda
+echo "== cust linked against the fake driver: the guide with cust and cudarc (cudarc's section run, cust's compiled)"
+CUDA_LIBRARY_PATH="$fake" LD_LIBRARY_PATH="$fake/lib64" CUBIE_REQUIRE_GPU=1 CARGO_TARGET_DIR="$base/cust-link" \
+    cargo test -p cubie-mem --features cust,cudarc --doc
+echo "== cust linked against the fake driver: cust_pipeline"
+CUDA_LIBRARY_PATH="$fake" CARGO_TARGET_DIR="$base/cust-link" \
+    cargo build --release -p cubie-mem-examples --features cust --bin cust_pipeline
+# cust creates its streams with cuStreamCreateWithPriority, which the fake
+# does not implement (801): the example then stops there, at its first call
+# the fake lacks; where the fake has it, the example must pass.
+status=0
+output=$(LD_LIBRARY_PATH="$fake/lib64" "$base/cust-link/release/cust_pipeline" 2>&1) || status=$?
+case "$status:$output" in
+    0:*"cust_pipeline: ok"*) echo "cust_pipeline: ok on the fake driver" ;;
+    *"fake libcuda: cuStreamCreateWithPriority is not implemented"*)
+        echo "cust_pipeline: linked against the fake; not run (the fake lacks cuStreamCreateWithPriority)" ;;
+    *) echo "cust_pipeline failed on the fake driver: $output" >&2; exit 1 ;;
+esac
 # The fake's execution modes (when queued work runs) and the random one's seed.
 modes=(lazy eager random)
 seed=${CUBIE_CUDA_CHECK_SEED:-$(($(date +%s) % 1000000))}
@@ -68,12 +92,19 @@ ci/gpu/selftest.sh
 echo "== fake driver: the GPU check, rehearsed"
 build=$base/gpu-build
 bundle=$base/gpu-bundle
-CUBIE_GPU_TARGET_DIR="$build" ci/gpu/check.sh build "$bundle"
+CUBIE_GPU_TARGET_DIR="$build" CUDA_LIBRARY_PATH="$fake" ci/gpu/check.sh build "$bundle"
 LD_LIBRARY_PATH="$fake/lib64" CHECK_FAKE_DRIVER=1 bash "$bundle/check.sh" run "$base/gpu-report.txt"
 for mode in eager random; do
     echo "== fake driver: the cuda tests (exec=$mode, seed $seed)"
     CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
         CUBIE_REQUIRE_GPU=1 "$bundle/tests/cuda" -q --test-threads=1
+done
+
+echo "== fake driver: the kernel libraries' examples (cudarc_pipeline), in every execution mode"
+CARGO_TARGET_DIR="$build" cargo build --release -p cubie-mem-examples --features cudarc --bin cudarc_pipeline
+for mode in "${modes[@]}"; do
+    CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
+        "$build/release/cudarc_pipeline"
 done
 
 echo "== mutation: the backend's ordering across streams switched off"
@@ -133,6 +164,32 @@ for wait in "${waits[@]}"; do
         esac
     done
 done
+
+echo "== mutation: cudarc_pipeline's kernel launched on a stream of cudarc's own, unordered with the pipeline"
+# The fake must report a race between the kernel and the chunk's upload, in
+# every execution mode, and the example must fail.
+example=examples/src/bin/cudarc_pipeline.rs
+cp "$root/$schedule" "$mutant/$schedule"
+cp "$root/$example" "$mutant/$example"
+perl -0777 -e 'my ($file) = @ARGV; open my $in, "<", $file or die "$file: $!"; local $_ = <$in>;
+    my $n = s/let on_group_stream = stream\.as_cudarc\(&context\)\?;/let on_group_stream = context.new_stream()?;/g;
+    die "mutation: the launch stream matched " . ($n || 0) . " times in $file\n" if $n != 1;
+    open my $out, ">", $file or die "$file: $!"; print $out $_' "$mutant/$example"
+CARGO_TARGET_DIR="$build" cargo build --release --manifest-path "$mutant/Cargo.toml" \
+    -p cubie-mem-examples --features cudarc --bin cudarc_pipeline
+for mode in "${modes[@]}"; do
+    status=0
+    output=$(CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
+        "$build/release/cudarc_pipeline" 2>&1) || status=$?
+    case "$status:$output" in
+        0:*) echo "mutation (cudarc_pipeline unordered, exec=$mode): the example passed: $output" >&2; exit 1 ;;
+        *"VIOLATION: race on device memory"*)
+            echo "mutation (cudarc_pipeline unordered, exec=$mode): caught ($(printf '%s\n' "$output" | grep -m1 -o 'race on device memory: .*(.* after .*)'))" ;;
+        *) echo "mutation (cudarc_pipeline unordered, exec=$mode): failed without a race on device memory: $output" >&2; exit 1 ;;
+    esac
+done
+# The unmutated example again, for the steps below that build into the same directory.
+cp "$root/$example" "$mutant/$example"
 
 echo "== no driver library: the main job runs, the cuda tests take the no-device path"
 CARGO_TARGET_DIR="$build" cargo build --release -p cubie-mem-examples --features cuda --bin batch

@@ -5,18 +5,21 @@
 #   ci/gpu/check.sh build [BUNDLE_DIR]
 #       Here (no GPU, Rust installed): builds the release test binaries of
 #       cubie-mem (unit tests, feature cuda) and of the `cuda` integration
-#       tests, and every `gpu_*` example (they load libcuda.so.1 at run
+#       tests, every `gpu_*` example and the kernel libraries' examples
+#       (cudarc_pipeline, feature cudarc; cust_pipeline, feature cust,
+#       linked against CUDA_LIBRARY_PATH's libcuda.so, a toolkit's, or the
+#       fake driver's, which this builds; all load libcuda.so.1 at run
 #       time), into BUNDLE_DIR (default target/gpu-bundle) with this script
 #       and a MANIFEST; prints the command to run on the GPU machine.
 #   BUNDLE_DIR/check.sh run REPORT
 #       On the GPU machine (no Rust needed), from anywhere: the
 #       environment (driver, libcuda.so.1, the PTX JIT library), every test
 #       with its result and an "N passed, M failed" line, compute-sanitizer
-#       memcheck over gpu_kernel when present, and the examples' output
+#       memcheck over gpu_kernel when present, and every example's output
 #       (gpu_bench's pipeline timeline beside REPORT as
 #       pipeline-trace.json), all into REPORT and standard output. The
 #       names of what failed go to REPORT.failed. Every step has a time
-#       limit; together at most 400 s.
+#       limit; together at most 420 s.
 #   BUNDLE_DIR/check.sh rerun REPORT FAILED_LIST
 #       Runs again only what FAILED_LIST (a REPORT.failed) names.
 #
@@ -55,6 +58,8 @@ build() {
     for source in examples/src/bin/gpu_*.rs; do
         examples+=(--bin "$(basename "$source" .rs)")
     done
+    # Kernels launched by other libraries in the manager's pipeline (feature cudarc).
+    local interop_examples=(--bin cudarc_pipeline)
     executables() { grep -o '"executable":"[^"]*"' | sed -e 's/^"executable":"//' -e 's/"$//'; }
 
     rm -rf "$bundle"
@@ -69,7 +74,25 @@ build() {
     echo "== building the GPU examples: ${examples[*]}"
     built=$(cargo build --release -p cubie-mem-examples --features cuda "${examples[@]}" \
         --message-format=json-render-diagnostics | executables)
-    if [ -z "$unit" ] || [ -z "$integration" ] || [ -z "$built" ]; then
+    echo "== building the kernel libraries' examples: ${interop_examples[*]}"
+    local interop cust
+    interop=$(cargo build --release -p cubie-mem-examples --features cudarc "${interop_examples[@]}" \
+        --message-format=json-render-diagnostics | executables)
+    # cust's build links libcuda.so: a toolkit's, or CUDA_LIBRARY_PATH's;
+    # without either, the fake driver's (the binary loads the machine's
+    # libcuda.so.1 when it runs).
+    local cust_library=${CUDA_LIBRARY_PATH:-}
+    if [ -z "$cust_library" ] && [ ! -e /usr/local/cuda/lib64/libcuda.so ] &&
+        [ ! -e /usr/local/cuda/lib64/stubs/libcuda.so ]; then
+        cust_library=$build_dir/fake-cuda
+        echo "== building the fake driver for cust to link against: $cust_library"
+        "$root/ci/fake-cuda/build.sh" "$cust_library" > /dev/null
+    fi
+    echo "== building the cust example: cust_pipeline (linked against the libcuda.so of ${cust_library:-/usr/local/cuda})"
+    cust=$(CUDA_LIBRARY_PATH=$cust_library cargo build --release -p cubie-mem-examples --features cust \
+        --bin cust_pipeline --message-format=json-render-diagnostics | executables)
+    if [ -z "$unit" ] || [ -z "$integration" ] || [ -z "$built" ] || [ -z "$interop" ] ||
+        [ -z "$cust" ]; then
         echo "gpu: cargo reported no executable to bundle" >&2
         exit 1
     fi
@@ -80,7 +103,7 @@ build() {
         cp "$test" "$bundle/tests/${name%-*}" # cuda-0123abcd -> cuda
     done
     [ -f "$bundle/tests/cuda" ] || { echo "gpu: the cuda test binary was not built" >&2; exit 1; }
-    for name in $built; do
+    for name in $built $interop $cust; do
         cp "$name" "$bundle/examples/"
     done
     cp "$here/check.sh" "$bundle/check.sh"
@@ -151,13 +174,15 @@ environment() {
 }
 
 # Time limits of the steps, in seconds (each gets KILL_AFTER more to stop):
-# together at most 400 s, so that a run fits one 10-minute device command.
+# together at most 420 s, so that a run fits one 10-minute device command.
 LIMIT_SMI=10
 LIMIT_UNIT=40
 LIMIT_INTEGRATION=110
 LIMIT_KERNEL=25
 LIMIT_MEMCHECK=80
 LIMIT_BENCH=80
+# Each of the kernel libraries' examples (cudarc_pipeline, cust_pipeline).
+LIMIT_INTEROP=10
 KILL_AFTER=5
 
 # The time limit of a test binary.
@@ -261,6 +286,18 @@ run_bench() {
     run_example gpu_bench "$LIMIT_BENCH" "${args[@]}"
 }
 
+# cust creates its streams with cuStreamCreateWithPriority, which the fake
+# driver does not implement: on it (CHECK_FAKE_DRIVER=1) cust_pipeline is
+# bundled, not run.
+run_cust() {
+    if [ "${CHECK_FAKE_DRIVER:-0}" = 1 ]; then
+        say ""
+        say "== example: cust_pipeline not run (the fake driver lacks cuStreamCreateWithPriority)"
+        return
+    fi
+    run_example cust_pipeline "$LIMIT_INTEROP"
+}
+
 sanitizer() {
     local tool
     tool=$(command -v compute-sanitizer || true)
@@ -322,10 +359,12 @@ run() {
     done
     run_example gpu_kernel "$LIMIT_KERNEL"
     sanitizer
-    for example in "$here"/examples/gpu_*; do
+    for example in "$here"/examples/*; do
         case $(basename "$example") in
             gpu_kernel) ;;
             gpu_bench) run_bench ;;
+            cust_pipeline) run_cust ;;
+            *_pipeline) run_example "$(basename "$example")" "$LIMIT_INTEROP" ;;
             *) run_example "$(basename "$example")" "$LIMIT_KERNEL" ;;
         esac
     done
@@ -356,6 +395,8 @@ rerun() {
     while read -r entry; do
         case $entry in
             example::gpu_bench) run_bench ;;
+            example::cust_pipeline) run_cust ;;
+            example::*_pipeline) run_example "${entry#example::}" "$LIMIT_INTEROP" ;;
             example::*) run_example "${entry#example::}" "$LIMIT_KERNEL" ;;
             memcheck::*) sanitizer ;;
         esac

@@ -247,8 +247,8 @@ fn allocation(cuda: &CudaBackend, goals: &mut Goals) -> BenchResult {
             // SAFETY: the context is current on this thread; the memory is
             // freed at once and never accessed.
             unsafe {
-                let address = driver::malloc_sync(ALLOCATION_BYTES)
-                    .map_err(driver::failed("cuMemAlloc"))?;
+                let address =
+                    driver::malloc_sync(ALLOCATION_BYTES).map_err(driver::failed("cuMemAlloc"))?;
                 driver::free_sync(address).map_err(driver::failed("cuMemFree"))?;
             }
         }

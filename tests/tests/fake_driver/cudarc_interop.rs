@@ -109,3 +109,55 @@ fn cudarcs_launch_builder_runs_a_kernel_on_a_group_stream_with_views() {
     assert!(error.contains("CudaContext::new(0)"), "{error}");
     fake.assert_clean();
 }
+
+#[test]
+#[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
+fn cudarc_launches_on_its_bound_stream_over_views_taken_from_the_guard() {
+    let fake = Fake::open();
+    let cuda = CudaBackend::new(0).unwrap();
+    let mgr = manager(&cuda);
+    let solver = mgr
+        .register(Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    // Allocated and filled on the group's stream.
+    let (y, k) = (allocate(&mgr, &solver, "y"), allocate(&mgr, &solver, "k"));
+    let (y0, rates) = euler_inputs(RUNS);
+    y.copy_from_host(&y0).unwrap();
+    k.copy_from_host(&rates).unwrap();
+    let context = CudaContext::new(0).unwrap();
+    let theirs = context.new_stream().unwrap();
+    let module = context.load_module(Ptx::from_src(EULER_DECAY_PTX)).unwrap();
+    let euler = module.load_function("euler_decay").unwrap();
+    let (dt, n) = (0.01f64, RUNS as u32);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    fake.command(&format!("log={}", log.path().display()));
+    {
+        let guard = mgr.bind_cudarc_stream(&theirs).unwrap();
+        let bound = guard.cuda_stream().unwrap();
+        assert_eq!(bound.raw_stream(), theirs.cu_stream().cast());
+        // The views order cudarc's stream after the uploads on the group's.
+        let (vy, vk) = (bound.view(&y).unwrap(), bound.view(&k).unwrap());
+        let mut launch = theirs.launch_builder(&euler);
+        launch.arg(&vy).arg(&vk).arg(&dt).arg(&n);
+        // SAFETY: euler_decay's parameters (y, k, dt, n); the views hold
+        // `n` elements each.
+        unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }.unwrap();
+    }
+    fake.command("log=");
+    let kernels: Vec<Value> = std::fs::read_to_string(log.path())
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|op| op["kind"] == "kernel")
+        .collect();
+    assert_eq!(kernels.len(), 1, "{kernels:?}");
+    // The download on the group's stream waits for the binding's end, after
+    // the kernel on cudarc's stream; so does the free.
+    assert_one_euler_step(&y.to_vec().unwrap(), &y0, &rates, dt);
+    drop((y, k));
+    mgr.free(&solver, "y").unwrap();
+    mgr.free(&solver, "k").unwrap();
+    drop(theirs);
+    drop(module);
+    fake.assert_clean();
+}

@@ -8,8 +8,8 @@
 //! then forgotten, never destroyed.
 
 use std::ffi::c_void;
+use std::marker::PhantomData;
 use std::ptr;
-#[cfg(feature = "cudarc")]
 use std::sync::Arc;
 
 use super::CudaBackend;
@@ -172,6 +172,58 @@ impl MemoryManager {
     }
 }
 
+impl CurrentStream {
+    /// The stream this guard binds, on a CUDA backend, for taking
+    /// [views](GroupStream::view) of arrays and launching kernels on it
+    /// (with the [`LaunchBuilder`](super::LaunchBuilder), or another
+    /// library through [`raw_stream`](GroupStream::raw_stream) and
+    /// [`DeviceView::device_address`](super::DeviceView::device_address)),
+    /// ordered with the manager's work there: a group's stream, or another
+    /// library's bound with [`MemoryManager::bind_cuda_stream`],
+    /// `with_cust_stream` or `bind_cudarc_stream`. It borrows the guard, so
+    /// nothing taken from it outlives the binding. Refused when the stream
+    /// is not a CUDA backend's.
+    pub fn cuda_stream(&self) -> Result<BoundStream<'_>, MemError> {
+        const OPERATION: &str = "take the bound CUDA stream";
+        let owned = self.owned();
+        let backend = cuda_backend(&**owned.backend(), OPERATION)?.clone();
+        let raw = backend
+            .stream(owned.handle(), OPERATION)
+            .map_err(mem_error)?;
+        Ok(BoundStream {
+            stream: GroupStream {
+                stream: Arc::clone(owned),
+                raw,
+                backend,
+            },
+            _guard: PhantomData,
+        })
+    }
+}
+
+/// The stream a [`CurrentStream`] guard binds, as a [`GroupStream`]
+/// (which it derefs to) borrowed from the guard
+/// ([`CurrentStream::cuda_stream`]): views taken from it, and kernels
+/// launched on it, are ordered with the manager's work on that stream.
+pub struct BoundStream<'g> {
+    stream: GroupStream,
+    _guard: PhantomData<&'g CurrentStream>,
+}
+
+impl std::ops::Deref for BoundStream<'_> {
+    type Target = GroupStream;
+
+    fn deref(&self) -> &GroupStream {
+        &self.stream
+    }
+}
+
+impl std::fmt::Debug for BoundStream<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BoundStream").field(&self.stream).finish()
+    }
+}
+
 impl GroupStream {
     /// The driver handle of the stream (`CUstream`), for launching with any
     /// library on it, ordered with the manager's work there. Valid while
@@ -209,7 +261,7 @@ impl GroupStream {
         let stream = unsafe { context.wrap_borrowed_stream(self.raw_stream().cast()) };
         Ok(CudarcStream {
             stream,
-            _stream: std::marker::PhantomData,
+            _stream: PhantomData,
         })
     }
 }
@@ -220,7 +272,7 @@ impl GroupStream {
 #[cfg(feature = "cudarc")]
 pub struct CudarcStream<'a> {
     stream: Arc<cudarc::driver::CudaStream>,
-    _stream: std::marker::PhantomData<&'a GroupStream>,
+    _stream: PhantomData<&'a GroupStream>,
 }
 
 #[cfg(feature = "cudarc")]

@@ -25,13 +25,15 @@ use crate::{DeviceArray, Element, Instance, MemError, MemoryManager, PinnedArray
 
 /// The stream of a stream group on a CUDA backend, for launching your own
 /// kernels there, ordered with the manager's allocations, copies and frees
-/// on it. It keeps the stream alive while it lives.
+/// on it. It keeps the stream alive while it lives. (The stream a
+/// current-stream guard binds, another library's included, is one too,
+/// borrowed from the guard: [`CurrentStream::cuda_stream`](crate::CurrentStream::cuda_stream).)
 ///
 /// Take a [`view`](Self::view) of each array the kernel touches (which
 /// orders this stream after the array's last use elsewhere), then launch
 /// with [`launch_builder`](Self::launch_builder).
 pub struct GroupStream {
-    stream: Arc<OwnedStream>,
+    pub(super) stream: Arc<OwnedStream>,
     pub(super) raw: Arc<RawStream>,
     pub(super) backend: CudaBackend,
 }

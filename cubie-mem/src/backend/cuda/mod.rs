@@ -94,6 +94,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// The backend pool's figures ([`CudaBackend::pool_usage`]).
 pub use crate::backend::PoolUsage;
 pub use calls::DriverCalls;
+pub use external::BoundStream;
 #[cfg(feature = "cudarc")]
 pub use external::CudarcStream;
 pub use interop::{DeviceView, GroupStream, LaunchArg, LaunchBuilder, LaunchDims};
