@@ -54,5 +54,9 @@ pub mod clusters {}
 pub mod cuda {}
 
 #[cfg(feature = "cuda")]
+#[doc = include_str!("../docs/cuda-design.md")]
+pub mod cuda_design {}
+
+#[cfg(feature = "cuda")]
 #[doc = include_str!("../docs/interop.md")]
 pub mod interop {}
