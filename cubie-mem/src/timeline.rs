@@ -47,6 +47,9 @@ pub enum Activity {
     /// The host page-locking memory (`pagelock`): an allocation of
     /// page-locked memory, on the host's track.
     PageLock,
+    /// The host touching fresh memory for the first time (`firsttouch`):
+    /// a new spill file's pages faulted in, on the host's track.
+    FirstTouch,
     /// A stream-ordered allocation (`alloc`).
     Alloc,
     /// A stream-ordered free (`free`).
@@ -55,18 +58,19 @@ pub enum Activity {
 
 impl Activity {
     /// Every activity, in track order.
-    pub const ALL: [Activity; 7] = [
+    pub const ALL: [Activity; 8] = [
         Activity::HostStaging,
         Activity::HostToDevice,
         Activity::DeviceToHost,
         Activity::Kernel,
         Activity::PageLock,
+        Activity::FirstTouch,
         Activity::Alloc,
         Activity::Free,
     ];
 
     /// The Chrome trace category: `host`, `h2d`, `d2h`, `kernel`,
-    /// `pagelock`, `alloc` or `free`.
+    /// `pagelock`, `firsttouch`, `alloc` or `free`.
     pub fn category(self) -> &'static str {
         match self {
             Activity::HostStaging => "host",
@@ -74,6 +78,7 @@ impl Activity {
             Activity::DeviceToHost => "d2h",
             Activity::Kernel => "kernel",
             Activity::PageLock => "pagelock",
+            Activity::FirstTouch => "firsttouch",
             Activity::Alloc => "alloc",
             Activity::Free => "free",
         }
@@ -87,8 +92,9 @@ impl Activity {
             Activity::DeviceToHost => 2,
             Activity::Kernel => 3,
             Activity::PageLock => 4,
-            Activity::Alloc => 5,
-            Activity::Free => 6,
+            Activity::FirstTouch => 5,
+            Activity::Alloc => 6,
+            Activity::Free => 7,
         }
     }
 
@@ -97,8 +103,8 @@ impl Activity {
     /// the allocator.
     fn track(self) -> (u64, &'static str) {
         match self {
-            Activity::HostStaging | Activity::PageLock => {
-                (5, "host (staging, spill I/O, page-locking)")
+            Activity::HostStaging | Activity::PageLock | Activity::FirstTouch => {
+                (5, "host (staging, spill I/O, page-locking, first touch)")
             }
             Activity::HostToDevice => (1, "host-to-device engine"),
             Activity::DeviceToHost => (2, "device-to-host engine"),
@@ -198,9 +204,10 @@ impl Timeline {
         self.totals.busy_ns[activity.index()]
     }
 
-    /// The busy time of the busiest engine (the host, its staging work
-    /// and page-locking together; host-to-device; device-to-host; or
-    /// compute): the least any schedule of this work could take.
+    /// The busy time of the busiest engine (the host, its staging work,
+    /// page-locking and first touches together; host-to-device;
+    /// device-to-host; or compute): the least any schedule of this work
+    /// could take.
     pub fn busiest_engine_ns(&self) -> u64 {
         [
             self.host_busy_ns(),
@@ -213,10 +220,12 @@ impl Timeline {
         .unwrap_or(0)
     }
 
-    /// The host's busy time: its staging work and its page-locking.
+    /// The host's busy time: its staging work, its page-locking and its
+    /// first touches of fresh memory.
     pub fn host_busy_ns(&self) -> u64 {
         self.busy_ns(Activity::HostStaging)
             .saturating_add(self.busy_ns(Activity::PageLock))
+            .saturating_add(self.busy_ns(Activity::FirstTouch))
     }
 
     /// The timeline as a Chrome trace: an object with `traceEvents`, one

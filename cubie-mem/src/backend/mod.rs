@@ -111,14 +111,19 @@ pub enum HostWork {
     /// Scattering a chunk's results from a staging buffer into a host array
     /// (into a spill file: writing it).
     Scatter,
+    /// Touching fresh host memory for the first time (pre-faulting a new
+    /// spill file's pages): the kernel allocates and zeroes each page, far
+    /// slower than a warm write.
+    FirstTouch,
 }
 
 impl HostWork {
-    /// `gather` or `scatter`, for timelines and logs.
+    /// `gather`, `scatter` or `first touch`, for timelines and logs.
     pub fn name(self) -> &'static str {
         match self {
             HostWork::Gather => "gather",
             HostWork::Scatter => "scatter",
+            HostWork::FirstTouch => "first touch",
         }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::HostMemoryKind;
 use super::spill::SpillFile;
 use super::tally::PinnedUse;
-use crate::backend::{Backend, BackendError, PinnedBlock};
+use crate::backend::{Backend, BackendError, HostWork, PinnedBlock};
 use crate::block::HostBlock;
 use crate::{DType, Element, Instance, MemError, MemoryManager};
 
@@ -433,7 +433,12 @@ impl MemoryManager {
                 Storage::Pageable(HostBlock::zeroed(bytes, "a pageable host array")?)
             }
             HostMemoryKind::Spilled => {
-                Storage::Spilled(SpillFile::create(&self.spill_directory(instance)?, bytes)?)
+                let file = SpillFile::create(&self.spill_directory(instance)?, bytes)?;
+                // Its pages are touched now (pre-faulted) or by the first
+                // writes: the model places their cost here.
+                self.backend()
+                    .host_work(HostWork::FirstTouch, bytes as u64, 1);
+                Storage::Spilled(file)
             }
         })
     }

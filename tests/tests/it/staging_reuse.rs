@@ -1,6 +1,7 @@
-//! Staging buffers kept across batches: streamers use the manager's staging
-//! pool, so a second batch reuses the page-locked buffers the first one
-//! made, and the modelled host pays page-locking once.
+//! Host memory prepared once: streamers use the manager's staging pool, so
+//! a second batch reuses the page-locked buffers the first one made and the
+//! modelled host pays page-locking once; a new spill file costs the host
+//! its pages' first touch once, when it is made.
 
 use crate::common;
 use std::time::Duration;
@@ -68,4 +69,31 @@ fn a_second_batch_reuses_the_first_batchs_staging_buffers() {
     assert_eq!(host.as_slice(), twice);
     pool.clear();
     assert_eq!(pool.idle_buffers(), 0);
+}
+
+#[test]
+fn a_new_spill_file_costs_the_host_its_first_touch_once() {
+    // A page a microsecond: 4 GB/s.
+    let sim = SimBackend::new(1 << 30).with_first_touch_bandwidth(4_000_000_000);
+    let mgr = common::manager_on(sim.clone());
+    let solver = mgr
+        .register(Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    let mut spilled = mgr
+        .create_host_array::<f64>([1000, 50], HostMemoryKind::Spilled, None, &solver)
+        .unwrap();
+    let timeline = sim.timeline();
+    // 400,000 bytes at 4 GB/s.
+    assert_eq!(timeline.busy_ns(Activity::FirstTouch), 100_000);
+    assert_eq!(sim.now(), Duration::from_micros(100), "the host was busy");
+    spilled.as_mut_slice().fill(1.0);
+    let pageable = mgr
+        .create_host_array::<f64>([1000, 50], HostMemoryKind::Pageable, None, &solver)
+        .unwrap();
+    assert_eq!(
+        sim.timeline().busy_ns(Activity::FirstTouch),
+        100_000,
+        "only a spill file is pre-faulted"
+    );
+    drop((spilled, pageable));
 }

@@ -434,7 +434,10 @@ impl Backend for SimBackend {
         } else {
             format!("{} {} on {lanes} threads", work.name(), Bytes(bytes))
         };
-        let timed = s.clock.host_work(name, bytes, lanes);
+        let timed = match work {
+            HostWork::FirstTouch => s.clock.first_touch(name, bytes),
+            _ => s.clock.host_work(name, bytes, lanes),
+        };
         // The contract's calls cannot fail: the device's next call does.
         if let Err(error) = timed {
             tracing::error!(%error, "host work past the simulated clock");

@@ -136,6 +136,10 @@ impl SimBackend {
     /// model). An allocation of page-locked memory keeps the host busy for
     /// its bytes at this rate.
     pub const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = clock::DEFAULT_PAGE_LOCK_BANDWIDTH;
+    /// The default rate at which the host touches fresh host memory for the
+    /// first time, bytes per second: 4 GB/s, a 4 KiB page a microsecond (a
+    /// minor page fault; see the guide's device model).
+    pub const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = clock::DEFAULT_FIRST_TOUCH_BANDWIDTH;
 
     /// A device with `total_bytes` of memory, all of it free.
     pub fn new(total_bytes: u64) -> Self {
@@ -229,6 +233,20 @@ impl SimBackend {
     /// ([`Activity::PageLock`](crate::timeline::Activity::PageLock)).
     pub fn with_page_lock_bandwidth(self, bytes_per_second: u64) -> Self {
         self.state().clock.set_page_lock_bandwidth(bytes_per_second);
+        self
+    }
+
+    /// Sets the rate at which the host touches fresh host memory for the
+    /// first time, in bytes per second (default
+    /// [`SimBackend::DEFAULT_FIRST_TOUCH_BANDWIDTH`]; 0 counts as 1): a new
+    /// spill file's pre-faulting
+    /// ([`HostWork::FirstTouch`](crate::backend::HostWork::FirstTouch))
+    /// keeps the host busy for its bytes at this rate, on the host's track
+    /// ([`Activity::FirstTouch`](crate::timeline::Activity::FirstTouch)).
+    pub fn with_first_touch_bandwidth(self, bytes_per_second: u64) -> Self {
+        self.state()
+            .clock
+            .set_first_touch_bandwidth(bytes_per_second);
         self
     }
 
