@@ -82,7 +82,7 @@ pub use config::{LimitMode, ManagerConfig, parse_size};
 pub use default::default_memmgr;
 pub use devices::{DeviceSet, DeviceShare, SetBuffers, SetReport, Throughput};
 pub use dtype::{DType, Element, Precision};
-pub use error::{ArraySide, MemError};
+pub use error::{ArraySide, MemError, UnchunkableArray, UnchunkableReason};
 pub use host::{
     AnyHostArray, AsyncCopyError, BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer,
     ChunkTarget, HostArray, HostMemoryKind, PendingCopy, SetError, SetPipeline, SetRun,
@@ -90,8 +90,10 @@ pub use host::{
 };
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs, KernelArray};
-pub use manager::{Instance, MemoryManager, Owner, Work};
+pub use manager::{Instance, MemoryManager, Owner, PendingRequests, Work};
+pub use plan::Limit;
 pub use plan::chunks::{Chunk, ChunkPlan, Chunks};
+pub use plan::split::{Skip, Weight, Workload};
 pub use pools::MIN_AUTOPOOL_SIZE;
 pub use registration::{AsOwner, Registration, SpillSettings};
 pub use request::{ArrayRequest, IntoRequests, MemoryKind, RequestSet};

@@ -262,7 +262,7 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
             requested: Bytes(total),
             available: Bytes(alloc),
             withheld: Bytes(withheld),
-            axis_out_of_range: Vec::new(),
+            arrays: Vec::new(),
             report: None,
         });
     }
@@ -271,6 +271,7 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
             unchunkable: Bytes(sizes.unchunkable_bytes),
             available: Bytes(alloc),
             withheld: Bytes(withheld),
+            arrays: Vec::new(),
             report: None,
         });
     }
@@ -334,12 +335,30 @@ pub(crate) fn plan_partition(
     plan.validate().ok().map(|()| plan.sets_for(sizes.depth))
 }
 
-/// Measures `requests` and plans them against `budget`.
+/// Measures `requests` and plans them against `budget`. An error that
+/// the unchunkable arrays do not fit names them, each with why it is
+/// unchunkable.
 pub fn plan<'a>(
     requests: impl IntoIterator<Item = (&'a str, &'a ArrayRequest)> + Clone,
     budget: &Budget,
 ) -> Result<ChunkPlan, MemError> {
-    plan_chunks(&BatchSizes::measure(requests)?, budget)
+    let sizes = BatchSizes::measure(requests.clone())?;
+    plan_chunks(&sizes, budget).map_err(|error| name_unchunkable(error, requests, sizes.total_runs))
+}
+
+/// `error` with the unchunkable arrays among `requests` named, when it is
+/// [`MemError::AllUnchunkable`] or [`MemError::UnchunkableTooLarge`].
+pub(crate) fn name_unchunkable<'a>(
+    mut error: MemError,
+    requests: impl IntoIterator<Item = (&'a str, &'a ArrayRequest)>,
+    total_runs: usize,
+) -> MemError {
+    if let MemError::AllUnchunkable { arrays, .. } | MemError::UnchunkableTooLarge { arrays, .. } =
+        &mut error
+    {
+        *arrays = crate::UnchunkableArray::among(requests, total_runs);
+    }
+    error
 }
 
 pub(crate) mod chunks;

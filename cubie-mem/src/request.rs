@@ -340,6 +340,24 @@ impl RequestSet {
         self.entries.iter().map(|(l, _)| &**l)
     }
 
+    /// A set of `requests` whose labels are distinct; the first label
+    /// given twice is the error (a caller naming a label twice in one call
+    /// means two arrays, not one replacing the other).
+    pub(crate) fn from_distinct<L: Into<String>>(
+        requests: impl IntoIterator<Item = (L, ArrayRequest)>,
+    ) -> Result<Self, String> {
+        let requests = requests.into_iter();
+        let mut entries: Vec<(Box<str>, ArrayRequest)> = Vec::with_capacity(requests.size_hint().0);
+        for (label, request) in requests {
+            let label = label.into().into_boxed_str();
+            if entries.iter().any(|(l, _)| *l == label) {
+                return Err(label.into());
+            }
+            entries.push((label, request));
+        }
+        Ok(RequestSet { entries })
+    }
+
     /// Validates every request (see [`ArrayRequest::validate`]).
     pub fn validate(&self) -> Result<(), MemError> {
         self.iter().try_for_each(|(label, r)| r.validate(label))

@@ -49,6 +49,18 @@ pub(super) fn shape_problem(
     runs_axis: Option<usize>,
 ) -> String {
     match side {
+        ArraySide::Host if found.get(axis) == Some(&total_runs) => {
+            let device: Vec<usize> = expected
+                .iter()
+                .enumerate()
+                .map(|(a, &d)| if a == axis { chunk_length } else { d })
+                .collect();
+            format!(
+                "the device array bound with it has shape {device:?} (one chunk of {chunk_length} runs \
+                 along axis {axis}), so the host array must have shape {expected:?}; make the host array \
+                 from the dims the device array was allocated for"
+            )
+        }
         ArraySide::Host => {
             let bound = match found.get(axis) {
                 Some(&n) => format!("its axis {axis} has {}", entries(n)),
@@ -76,19 +88,6 @@ pub(super) fn shape_problem(
             )
         }
     }
-}
-
-/// The fix for requests left unchunkable by their chunk axis, for `AllUnchunkable`.
-pub(super) fn misaxed_hint(requests: &[String]) -> String {
-    if requests.is_empty() {
-        return String::new();
-    }
-    format!(
-        "; {} would be chunkable but the chunk axis lies beyond the shape (the default axis {} is \
-         cubie's 3-D layout): set ArrayRequest::chunk_axis to the axis that holds the runs",
-        requests.join(", "),
-        crate::ArrayRequest::DEFAULT_CHUNK_AXIS
-    )
 }
 
 /// What a run needs beyond one buffer set, for `SingleRunTooLarge`.

@@ -320,3 +320,80 @@ pub(super) fn set_out_of_range(label: &str, set: usize, buffer_sets: usize) -> S
          pipeline_depth for more sets"
     )
 }
+
+/// `MemError::AlreadyTaken`.
+pub(super) fn already_taken(label: &str) -> String {
+    format!(
+        "array '{label}' was already taken from this response; keep the handle from the first take \
+         (clone it to share)"
+    )
+}
+
+/// `MemError::InvalidChunkAxis`.
+pub(super) fn invalid_chunk_axis(axis: usize, shape: &[usize]) -> String {
+    format!(
+        "chunk axis {axis} is out of range for an array of shape {shape:?}; give an axis below its rank {}",
+        shape.len()
+    )
+}
+
+/// `MemError::HostArraySize`.
+pub(super) fn host_array_size(shape: &[usize], element_bytes: usize) -> String {
+    format!(
+        "an array of shape {shape:?} with {element_bytes}-byte elements does not fit the address space; \
+         shrink the shape"
+    )
+}
+
+/// `MemError::DuplicateBinding`.
+pub(super) fn duplicate_binding(label: &str) -> String {
+    format!(
+        "'{label}' is bound twice in one chunk pipeline; bind it once, with inout(..) when it is copied \
+         both ways"
+    )
+}
+
+/// `MemError::BatchFailed`.
+pub(super) fn batch_failed(
+    chunk: usize,
+    source: &super::MemError,
+    completed: &std::ops::Range<usize>,
+    completed_runs: &std::ops::Range<usize>,
+) -> String {
+    format!(
+        "chunk {chunk} of the batch failed: {source}; the results of chunks {completed:?} (runs \
+         {completed_runs:?}) are in the host arrays"
+    )
+}
+
+/// `MemError::RunRange`.
+pub(super) fn run_range(start: usize, end: usize, plan_runs: usize, batch_runs: usize) -> String {
+    format!(
+        "runs {start}..{end} cannot be streamed under a plan of {plan_runs} run(s) within a batch of \
+         {batch_runs}: give a range of the plan's run count that ends within the batch"
+    )
+}
+
+/// `MemError::SetStopped`.
+pub(super) fn set_stopped(device: usize) -> String {
+    format!(
+        "device {device} stopped before its next chunk because another device of the set failed; \
+         its computed chunks are in the host arrays"
+    )
+}
+
+/// `MemError::DuplicateLabel`.
+pub(super) fn duplicate_label(label: &str, instance: &str) -> String {
+    format!(
+        "the requests queued for {instance} name '{label}' twice; give each array its own label \
+         (nothing was queued: the instance's queue is as it was)"
+    )
+}
+
+/// `MemError::ChunkRange`.
+pub(super) fn chunk_range(start: usize, end: usize, chunks: usize) -> String {
+    format!(
+        "chunks {start}..{end} are not a range of the plan's {chunks} chunk(s) (0..{chunks}): give a \
+         range with start <= end <= {chunks}, or resume a failed run with ChunkPipeline::resume"
+    )
+}

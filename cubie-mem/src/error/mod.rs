@@ -9,9 +9,12 @@ use crate::{Bytes, DType};
 mod constructors;
 mod hints;
 mod messages;
+mod unchunkable;
 
 pub use hints::ArraySide;
-use hints::{fit_hint, misaxed_hint, shape_problem};
+use hints::{fit_hint, shape_problem};
+use unchunkable::unchunkable_hint;
+pub use unchunkable::{UnchunkableArray, UnchunkableReason};
 
 /// Every failure of cubie-mem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -80,6 +83,15 @@ pub enum MemError {
         instance: String,
     },
 
+    /// One `queue_request` call naming a label twice; nothing was queued.
+    #[error("{}", messages::duplicate_label(.label, .instance))]
+    DuplicateLabel {
+        /// The label given twice.
+        label: String,
+        /// The instance that queued, with its name when set.
+        instance: String,
+    },
+
     /// A request that cannot be served as written.
     #[error("request '{label}': {reason}")]
     InvalidRequest {
@@ -114,7 +126,7 @@ pub enum MemError {
     },
 
     /// Everything requested is unchunkable and does not fit.
-    #[error("{}{}{}", messages::all_unchunkable(*.requested, *.available, *.withheld), misaxed_hint(axis_out_of_range), fit_hint(.report))]
+    #[error("{}{}{}", messages::all_unchunkable(*.requested, *.available, *.withheld), unchunkable_hint(.arrays), fit_hint(.report))]
     AllUnchunkable {
         /// Bytes requested.
         requested: Bytes,
@@ -122,15 +134,14 @@ pub enum MemError {
         available: Bytes,
         /// Bytes withheld for fragmentation and the granule.
         withheld: Bytes,
-        /// Requests of several runs that are unchunkable only because their
-        /// chunk axis lies beyond their shape: `'label' (shape [..], axis a)`.
-        axis_out_of_range: Vec<String>,
+        /// The arrays, largest first, with why each is unchunkable (none from `plan_chunks`)
+        arrays: Vec<UnchunkableArray>,
         /// Who holds the memory, and the fix ([`MemError::fit_report`]); `None` from the planner.
         report: Option<Box<crate::report::FitReport>>,
     },
 
     /// The unchunkable requests alone leave no room for any run.
-    #[error("{}{}", messages::unchunkable_too_large(*.unchunkable, *.available, *.withheld), fit_hint(.report))]
+    #[error("{}{}{}", messages::unchunkable_too_large(*.unchunkable, *.available, *.withheld), unchunkable_hint(.arrays), fit_hint(.report))]
     UnchunkableTooLarge {
         /// Bytes of the unchunkable requests.
         unchunkable: Bytes,
@@ -138,6 +149,8 @@ pub enum MemError {
         available: Bytes,
         /// Bytes withheld for fragmentation and the granule.
         withheld: Bytes,
+        /// The unchunkable arrays, largest first, with why (none from `plan_chunks`)
+        arrays: Vec<UnchunkableArray>,
         /// Who holds the memory, and the fix ([`MemError::fit_report`]); `None` from the planner.
         report: Option<Box<crate::report::FitReport>>,
     },
@@ -209,9 +222,7 @@ pub enum MemError {
     },
 
     /// `take` of a label that was already taken from this response.
-    #[error(
-        "array '{label}' was already taken from this response; keep the handle from the first take (clone it to share)"
-    )]
+    #[error("{}", messages::already_taken(.label))]
     AlreadyTaken {
         /// The label asked for.
         label: String,
@@ -268,8 +279,7 @@ pub enum MemError {
         found: DType,
     },
 
-    /// A failure reported by the backend (driver call, unknown handle,
-    /// simulated fault).
+    /// A failure reported by the backend (driver call, unknown handle, simulated fault).
     #[error("{backend} backend: {error}")]
     Backend {
         /// The backend's name.
@@ -278,8 +288,7 @@ pub enum MemError {
         error: crate::backend::BackendError,
     },
 
-    /// Work on two streams touched an array without an event ordering them:
-    /// on a GPU the result would depend on timing.
+    /// Work on two streams touched an array with no event ordering them (timing-dependent on a GPU).
     #[error("array '{label}': {backend} backend: {error}")]
     StreamHazard {
         /// The array's label.
@@ -360,10 +369,7 @@ pub enum MemError {
     },
 
     /// A chunk axis outside an array's rank.
-    #[error(
-        "chunk axis {axis} is out of range for an array of shape {shape:?}; give an axis below its rank {}",
-        shape.len()
-    )]
+    #[error("{}", messages::invalid_chunk_axis(*.axis, .shape))]
     InvalidChunkAxis {
         /// The axis given.
         axis: usize,
@@ -389,9 +395,8 @@ pub enum MemError {
         total_runs: usize,
         /// The plan's chunk length.
         chunk_length: usize,
-        /// Another axis of the array that matches the plan (the host array's
-        /// run count, the device array's chunk length): likely the axis
-        /// meant.
+        /// Another axis of the array that matches the plan (the host array's run
+        /// count, the device array's chunk length): likely the axis meant.
         runs_axis: Option<usize>,
     },
 
@@ -420,9 +425,7 @@ pub enum MemError {
     },
 
     /// A host array or staging buffer whose size overflows the address space.
-    #[error(
-        "an array of shape {shape:?} with {element_bytes}-byte elements does not fit the address space; shrink the shape"
-    )]
+    #[error("{}", messages::host_array_size(.shape, *.element_bytes))]
     HostArraySize {
         /// The shape asked for.
         shape: Vec<usize>,
@@ -431,9 +434,7 @@ pub enum MemError {
     },
 
     /// The same device array bound twice in one chunk pipeline.
-    #[error(
-        "'{label}' is bound twice in one chunk pipeline; bind it once, with inout(..) when it is copied both ways"
-    )]
+    #[error("{}", messages::duplicate_binding(.label))]
     DuplicateBinding {
         /// The device array's label.
         label: String,
@@ -474,12 +475,8 @@ pub enum MemError {
         axis: usize,
     },
 
-    /// A chunk of a batch failed; the chunks before it were computed and
-    /// their results written into the host arrays before the run returned.
-    #[error(
-        "chunk {chunk} of the batch failed: {source}; the results of chunks {completed:?} (runs \
-         {completed_runs:?}) are in the host arrays"
-    )]
+    /// A chunk of a batch failed; the results of the chunks before it are in the host arrays.
+    #[error("{}", messages::batch_failed(*.chunk, .source, .completed, .completed_runs))]
     BatchFailed {
         /// The chunk that failed.
         chunk: usize,
@@ -491,11 +488,19 @@ pub enum MemError {
         source: Box<MemError>,
     },
 
+    /// A pipeline's chunk range that does not lie within its plan's chunks.
+    #[error("{}", messages::chunk_range(*.start, *.end, *.chunks))]
+    ChunkRange {
+        /// The range's first chunk.
+        start: usize,
+        /// One past its last chunk.
+        end: usize,
+        /// The plan's number of chunks.
+        chunks: usize,
+    },
+
     /// A streamer's run range that does not fit its plan or the batch.
-    #[error(
-        "runs {start}..{end} cannot be streamed under a plan of {plan_runs} run(s) within a batch of \
-         {batch_runs}: give a range of the plan's run count that ends within the batch"
-    )]
+    #[error("{}", messages::run_range(*.start, *.end, *.plan_runs, *.batch_runs))]
     RunRange {
         /// The range's first run.
         start: usize,
@@ -508,10 +513,7 @@ pub enum MemError {
     },
 
     /// A device of a set stopped because another device failed.
-    #[error(
-        "device {device} stopped before its next chunk because another device of the set failed; \
-         its computed chunks are in the host arrays"
-    )]
+    #[error("{}", messages::set_stopped(*.device))]
     SetStopped {
         /// The device that stopped.
         device: usize,
@@ -579,8 +581,7 @@ pub enum MemError {
         unchunkable: Bytes,
     },
 
-    /// A launcher's variables, or figures given to `Shard::new`, that do not
-    /// place this process in a job.
+    /// A launcher's variables, or figures given to `Shard::new`, that place no job.
     #[error("{}", messages::shard(.variables, .reason))]
     Shard {
         /// The variables read, with their values (or the figures given).

@@ -262,7 +262,7 @@ impl<'a> ChunkStreamer<'a> {
         device_shape: &[usize],
         axis: usize,
     ) -> Result<ChunkLayout, MemError> {
-        let mismatch = |side, found: &[usize], expected: Vec<usize>, runs: usize| {
+        let mismatch = |side, found: &[usize], expected: Vec<usize>, runs: Option<usize>| {
             MemError::ChunkShapeMismatch {
                 label: label.to_owned(),
                 side,
@@ -271,7 +271,7 @@ impl<'a> ChunkStreamer<'a> {
                 axis,
                 total_runs: self.batch_runs,
                 chunk_length: self.plan.chunk_length,
-                runs_axis: other_axis_of_length(found, axis, runs),
+                runs_axis: runs.and_then(|runs| other_axis_of_length(found, axis, runs)),
             }
         };
         let mut expected_host = host_shape.to_vec();
@@ -289,8 +289,18 @@ impl<'a> ChunkStreamer<'a> {
                 ArraySide::Host,
                 host_shape,
                 expected_host,
-                self.batch_runs,
+                Some(self.batch_runs),
             ));
+        }
+        // The device array was allocated from the declaration: when it
+        // holds one chunk on the axis but disagrees elsewhere, the host
+        // array is the one made for other dims.
+        if device_shape.get(axis) == Some(&self.plan.chunk_length)
+            && device_shape.len() == host_shape.len()
+            && device_shape != host_shape_chunked(host_shape, axis, self.plan.chunk_length)
+        {
+            let expected_host = host_shape_chunked(device_shape, axis, self.batch_runs);
+            return Err(mismatch(ArraySide::Host, host_shape, expected_host, None));
         }
         let layout = ChunkLayout::new(host_shape, axis, self.plan.chunk_length)?;
         let expected_device = layout.chunk_shape();
@@ -299,7 +309,7 @@ impl<'a> ChunkStreamer<'a> {
                 ArraySide::Device,
                 device_shape,
                 expected_device,
-                self.plan.chunk_length,
+                Some(self.plan.chunk_length),
             ));
         }
         Ok(layout)
@@ -376,6 +386,15 @@ impl<T: Element> Stager<T> {
         }
         Ok(self.buffer.as_deref_mut())
     }
+}
+
+/// `shape` with its axis `axis` (inside it) set to `chunk_length`.
+fn host_shape_chunked(shape: &[usize], axis: usize, chunk_length: usize) -> Vec<usize> {
+    let mut chunked = shape.to_vec();
+    if let Some(d) = chunked.get_mut(axis) {
+        *d = chunk_length;
+    }
+    chunked
 }
 
 /// The one axis of `shape` other than `axis` of length `len`, if exactly one

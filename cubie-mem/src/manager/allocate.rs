@@ -28,7 +28,9 @@ use crate::ChunkPlan;
 use crate::backend::BackendResult;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, OwnerId};
-use crate::plan::{BatchSizes, Budget, OVERSIZE_WARNING_FACTOR, plan_chunks, plan_partition};
+use crate::plan::{
+    BatchSizes, Budget, OVERSIZE_WARNING_FACTOR, name_unchunkable, plan_chunks, plan_partition,
+};
 use crate::{ArrayRequest, ArrayResponse, Bytes, MemError};
 
 /// What a call produced: hooks to run (always), and the trigger's response.
@@ -54,15 +56,12 @@ impl Batch {
     }
 }
 
-/// The requests of a batch of several runs left unchunkable only by a
-/// chunk axis beyond their shape, each warned about (through tracing) and
-/// described for the error that may follow.
-fn misaxed_requests<'a>(
-    requests: impl Iterator<Item = (&'a str, &'a ArrayRequest)>,
-) -> Vec<String> {
-    requests
-        .filter_map(|(label, request)| {
-            let axis = request.axis_out_of_range()?;
+/// Warns (through tracing) about the requests of a batch of several runs
+/// left unchunkable only by a chunk axis beyond their shape; an error that
+/// follows names them ([`crate::UnchunkableArray`]).
+fn warn_misaxed<'a>(requests: impl Iterator<Item = (&'a str, &'a ArrayRequest)>) {
+    requests.for_each(|(label, request)| {
+        if let Some(axis) = request.axis_out_of_range() {
             tracing::warn!(
                 label,
                 shape = ?request.shape(),
@@ -72,29 +71,8 @@ fn misaxed_requests<'a>(
                  {} dimensions; set ArrayRequest::chunk_axis to the axis that holds the runs",
                 request.shape().len()
             );
-            Some(format!("'{label}' (shape {:?}, axis {axis})", request.shape()))
-        })
-        .collect()
-}
-
-/// Names the misaxed requests in an all-unchunkable error.
-fn with_misaxed(error: MemError, misaxed: Vec<String>) -> MemError {
-    match error {
-        MemError::AllUnchunkable {
-            requested,
-            available,
-            withheld,
-            report,
-            ..
-        } => MemError::AllUnchunkable {
-            requested,
-            available,
-            withheld,
-            axis_out_of_range: misaxed,
-            report,
-        },
-        other => other,
-    }
+        }
+    });
 }
 
 impl Inner {
@@ -122,6 +100,7 @@ impl Inner {
             .get(&group)
             .map(|g| g.members_of(owner).collect())
             .unwrap_or_default();
+        super::pending::note_passed_over(s, &group, owner, trigger);
         let mut taken: Vec<(InstanceId, Queued)> = participants
             .iter()
             .filter_map(|&id| Some((id, s.instances.get_mut(&id)?.queued.take()?)))
@@ -166,7 +145,7 @@ impl Inner {
     ) -> Result<(ChunkPlan, Placed), MemError> {
         let sizes = BatchSizes::measure(batch.requests())?;
         attempt.sizes = Some(sizes);
-        let misaxed = misaxed_requests(batch.requests());
+        warn_misaxed(batch.requests());
         let requested = sizes.total_bytes();
         let held = Held::look_up(s, batch);
         let (free, replaced) = if requested == 0 {
@@ -218,7 +197,7 @@ impl Inner {
                 };
                 // Its error says what stays in the way once eviction is
                 // counted; its report, what holds the memory now.
-                let planned = self.plan_batch(s, batch, &sizes, &after, &misaxed)?;
+                let planned = self.plan_batch(s, batch, &sizes, &after)?;
                 // A remembered partition is not planned: it may still not
                 // fit, and then fails to allocate with no one evicted.
                 if device_footprint(batch, &planned) <= after.effective_free {
@@ -237,7 +216,7 @@ impl Inner {
                 }
             }
         }
-        let plan = self.plan_batch(s, batch, &sizes, &budget, &misaxed)?;
+        let plan = self.plan_batch(s, batch, &sizes, &budget)?;
         tracing::debug!(
             group = %batch.group,
             owner = %s.named_owner(batch.owner),
@@ -275,7 +254,7 @@ impl Inner {
     /// The plan of `batch` under `budget`: the remembered partition a
     /// notary's arrays are laid out for comes first, as in cubie (after the
     /// rule that an empty batch is one chunk); otherwise the batch is
-    /// planned. An error names the misaxed requests and, where the caps
+    /// planned. An error names the unchunkable requests and, where the caps
     /// bind, the caps.
     fn plan_batch(
         &self,
@@ -283,7 +262,6 @@ impl Inner {
         batch: &Batch,
         sizes: &BatchSizes,
         budget: &Budget,
-        misaxed: &[String],
     ) -> Result<ChunkPlan, MemError> {
         let reused = remembered_partition(s, batch)
             .filter(|_| sizes.total_bytes() > 0)
@@ -291,7 +269,7 @@ impl Inner {
         match reused {
             Some(plan) => Ok(plan),
             None => plan_chunks(sizes, budget)
-                .map_err(|error| with_misaxed(error, misaxed.to_vec()))
+                .map_err(|error| name_unchunkable(error, batch.requests(), sizes.total_runs))
                 .map_err(|error| self.explain_caps(s, error, &batch.group, sizes, budget)),
         }
     }

@@ -55,6 +55,7 @@ mod handles;
 mod held;
 mod hooks;
 mod labels;
+mod pending;
 mod place;
 mod queue;
 mod registry;
@@ -74,6 +75,7 @@ use crate::backend::Backend;
 use crate::config::ManagerConfig;
 
 pub use handles::{Instance, Owner};
+pub use pending::PendingRequests;
 pub use work::Work;
 
 use state::State;

@@ -6,13 +6,20 @@ use crate::{ArrayRequest, ArrayResponse, MemError, MemoryManager, RequestSet};
 
 impl MemoryManager {
     /// Queues `requests` for `instance` under its stream group, replacing what
-    /// it queued before. The instance must have an invalidate hook.
+    /// it queued before. The instance must have an invalidate hook, and the
+    /// labels must be distinct: a label given twice is
+    /// [`MemError::DuplicateLabel`]. A call that fails queues nothing and
+    /// leaves what the instance queued before in place.
     pub fn queue_request<L: Into<String>>(
         &self,
         instance: &Instance,
         requests: impl IntoIterator<Item = (L, ArrayRequest)>,
     ) -> Result<(), MemError> {
-        let set: RequestSet = requests.into_iter().collect();
+        let set =
+            RequestSet::from_distinct(requests).map_err(|label| MemError::DuplicateLabel {
+                label,
+                instance: self.inner.lock().named(instance.id).to_string(),
+            })?;
         set.validate()?;
         let mut s = self.inner.lock();
         let order = s.queue_order;
@@ -22,7 +29,11 @@ impl MemoryManager {
                 instance: s.named(instance.id).to_string(),
             });
         }
-        state.queued = Some(Queued { order, set });
+        state.queued = Some(Queued {
+            order,
+            set,
+            passed_over: 0,
+        });
         s.queue_order = order.wrapping_add(1);
         Ok(())
     }

@@ -25,6 +25,9 @@ use crate::{MemError, MemoryKind, Registration, RequestSet};
 pub(crate) struct Queued {
     pub(crate) order: u64,
     pub(crate) set: RequestSet,
+    /// `allocate_queue` calls in the group that served another owner
+    /// while this set waited ([`super::pending`]).
+    pub(crate) passed_over: usize,
 }
 
 /// One registered instance.
@@ -232,6 +235,7 @@ impl State {
 
     /// Removes `id`: its allocations, share, group membership, queued set.
     pub(crate) fn deregister(&mut self, id: InstanceId, backend: &dyn Backend) {
+        super::pending::warn_dropped_unserved(self, id);
         self.release_all(id, ReleaseReason::Deregistered);
         let Some(instance) = self.instances.remove(&id) else {
             return;
@@ -404,6 +408,7 @@ mod tests {
         s.instance_mut(a).unwrap().queued = Some(Queued {
             order: 0,
             set: RequestSet::new(),
+            passed_over: 0,
         });
         s.change_group(a, "g", &backend).unwrap();
         assert_eq!(&*s.group_of(a).unwrap(), "g");

@@ -411,14 +411,16 @@ fn a_request_unchunkable_only_by_its_axis_is_warned_about_and_named() {
     let (result, logs) = capture_logs(|| mgr.allocate_queue(&a));
     let error = result.unwrap_err();
     assert!(
-        matches!(&error, MemError::AllUnchunkable { axis_out_of_range, .. }
-            if axis_out_of_range == &["'state' (shape [20, 100], axis 2)"]),
+        matches!(&error, MemError::AllUnchunkable { arrays, .. }
+            if arrays.len() == 1 && arrays[0].label == "state" && arrays[0].reason
+                == cubie_mem::UnchunkableReason::AxisBeyondShape { axis: 2, rank: 2, runs_axis: Some(1) }),
         "{error}"
     );
     let message = error.to_string();
     assert!(
-        message.contains("'state' (shape [20, 100], axis 2) would be chunkable")
-            && message.contains("ArrayRequest::chunk_axis"),
+        message.contains("'state' (shape [20, 100], 2000 B")
+            && message.contains("has its chunk axis 2 beyond its 2 dimension(s)")
+            && message.contains("ArrayRequest::chunk_axis(1)"),
         "{message}"
     );
     assert!(

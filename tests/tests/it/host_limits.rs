@@ -220,11 +220,13 @@ fn wrong_shapes_and_indices_are_clear_errors() {
          has 10 runs; the runs lie on axis 1: bind it along axis 1"
     );
 
+    // A device array of one chunk that disagrees off the run axis: the
+    // host array is the one made for other dims.
     let error = streamer.copy_in(&host, &wrong_device, 1, 0).unwrap_err();
     assert!(matches!(
         &error,
-        MemError::ChunkShapeMismatch { side: ArraySide::Device, found, expected, .. }
-            if found == &[3, 4] && expected == &[2, 4]
+        MemError::ChunkShapeMismatch { side: ArraySide::Host, found, expected, .. }
+            if found == &[2, 10] && expected == &[3, 10]
     ));
 
     let error = streamer.copy_in(&host, &device, 1, 3).unwrap_err();

@@ -39,6 +39,7 @@ mod planner_properties;
 mod reused_buffers;
 mod robustness;
 mod shares;
+mod silent_mistakes;
 mod split;
 mod staging;
 mod staging_reuse;
