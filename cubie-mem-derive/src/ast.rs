@@ -1,5 +1,6 @@
-//! The derive input as a model: the struct, its attributes, and each field
-//! with its buffer type and `#[buffer(..)]` attributes.
+//! The derive input as a model: the struct, its attributes, each buffer
+//! field with its buffer type and `#[buffer(..)]` attributes, and each part
+//! (a field holding a buffer struct of its own, `#[buffer(part)]`).
 
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 use quote::ToTokens;
@@ -16,9 +17,29 @@ pub(crate) struct Container<'a> {
     pub(crate) generics: &'a Generics,
     /// The struct-level attributes.
     pub(crate) attrs: ContainerAttrs,
-    /// The fields, or the error reported when the input is not a struct
-    /// with named fields, or has none.
+    /// The buffer fields, or the error reported when the input is not a
+    /// struct with named fields, or has none.
     pub(crate) fields: Result<Vec<Field<'a>>, Reported>,
+    /// The parts: fields holding buffer structs of their own, in
+    /// declaration order.
+    pub(crate) parts: Vec<Part<'a>>,
+}
+
+/// A field holding a buffer struct of its own (`#[buffer(part)]`): its
+/// buffers are allocated, planned and taken with the struct's.
+pub(crate) struct Part<'a> {
+    /// The field's name.
+    pub(crate) ident: &'a Ident,
+    /// The part's type, which implements `GpuBuffers`.
+    pub(crate) ty: &'a Type,
+    /// The field's `#[buffer(..)]` attributes.
+    pub(crate) attrs: BufferAttrs,
+}
+
+/// A named field: a buffer or a part.
+enum Member<'a> {
+    Buffer(Field<'a>),
+    Part(Part<'a>),
 }
 
 /// One field of the struct.
@@ -57,13 +78,20 @@ impl<'a> Container<'a> {
                 ),
             )
         };
+        let mut parts = Vec::new();
         let fields = match &input.data {
             Data::Struct(data) => match &data.fields {
                 Fields::Named(named) if named.named.is_empty() => Err(no_buffers()),
                 Fields::Named(named) => Ok(named
                     .named
                     .iter()
-                    .filter_map(|field| Field::from_ast(cx, field))
+                    .filter_map(|field| match Member::from_ast(cx, field)? {
+                        Member::Buffer(field) => Some(field),
+                        Member::Part(part) => {
+                            parts.push(part);
+                            None
+                        }
+                    })
                     .collect()),
                 Fields::Unnamed(unnamed) => Err(cx.error_spanned_by(
                     unnamed,
@@ -87,31 +115,42 @@ impl<'a> Container<'a> {
             generics: &input.generics,
             attrs,
             fields,
+            parts,
         }
     }
 }
 
-impl<'a> Field<'a> {
-    /// Models a named field, recording in `cx` a type that is not a buffer
-    /// and the mistakes of its `#[buffer(..)]` attributes; `None` for a
-    /// field without a name, which a struct with named fields does not have.
+impl<'a> Member<'a> {
+    /// Models a named field: a part when its attributes say `part`, else a
+    /// buffer, recording in `cx` a type that is not a buffer and the
+    /// mistakes of its `#[buffer(..)]` attributes; `None` for a field
+    /// without a name, which a struct with named fields does not have.
     fn from_ast(cx: &Ctxt, field: &'a syn::Field) -> Option<Self> {
         let ident = field.ident.as_ref()?;
+        let attrs = attr::buffer(cx, &field.attrs);
+        if attrs.part.is_some() {
+            return Some(Member::Part(Part {
+                ident,
+                ty: &field.ty,
+                attrs,
+            }));
+        }
         let array = array_type(&field.ty).ok_or_else(|| {
             cx.error_spanned_by(
                 &field.ty,
                 format!(
                     "field `{ident}` is not a buffer: declare it as `DeviceArray<T>` (device memory) \
-                     or `PinnedArray<T>` (pinned host memory)"
+                     or `PinnedArray<T>` (pinned host memory), or mark a field holding a buffer \
+                     struct of its own `#[buffer(part)]`"
                 ),
             )
         });
-        Some(Field {
+        Some(Member::Buffer(Field {
             ident,
             ty: &field.ty,
             array,
-            attrs: attr::buffer(cx, &field.attrs),
-        })
+            attrs,
+        }))
     }
 }
 

@@ -11,6 +11,11 @@ use crate::{ArrayResponse, Instance, MemError, MemoryManager, Registration, Requ
 /// A struct of device and pinned arrays declared once, usually through
 /// `#[derive(GpuBuffers)]`: it knows its requests for given dimensions and
 /// how to take its arrays out of a response.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a buffer struct",
+    label = "not a buffer struct",
+    note = "derive `GpuBuffers` on it (`#[derive(GpuBuffers)]`), or implement `GpuBuffers` by hand"
+)]
 pub trait GpuBuffers: Sized {
     /// The dimensions the shapes refer to (number of states, saves, runs...):
     /// with `#[derive(GpuBuffers)]`, the struct named by
@@ -18,8 +23,14 @@ pub trait GpuBuffers: Sized {
     type Dims;
     /// The stream group instances holding these buffers belong to.
     const STREAM_GROUP: &'static str;
-    /// The labels of the arrays, in declaration order.
+    /// The labels of the arrays, in declaration order (a composed struct's
+    /// own buffers' first, then each part's).
     const LABELS: &'static [&'static str];
+    /// The dims field (or length) chunked buffers are split along, as
+    /// written: how composed structs check that their parts share one run
+    /// axis. Set by the derive; not an API.
+    #[doc(hidden)]
+    const __RUN_AXIS: Option<&'static str> = None;
 
     /// The allocation requests for `dims`.
     fn requests(dims: &Self::Dims) -> RequestSet;

@@ -39,3 +39,125 @@ impl<T: ?Sized> ElementIs<T> for T {}
 /// `const _` item (or in the impl, when the types name the struct's
 /// parameters).
 pub const fn assert_precision<P: Precision + ElementIs<E>, E: ?Sized>() {}
+
+/// Compiles only when `B` is a buffer struct of dims `D`: the derive calls
+/// it, spanned on a part's type, where a composed struct declares the part.
+pub const fn assert_part<B: crate::GpuBuffers<Dims = D>, D>() {}
+
+/// The most labels a composed buffer struct holds, its parts' and its own
+/// together.
+pub const MAX_COMPOSED_LABELS: usize = 256;
+
+/// The labels of a composed buffer struct, gathered at compile time: its
+/// own buffers' and each part's, in declaration order.
+pub struct Labels {
+    items: [&'static str; MAX_COMPOSED_LABELS],
+    len: usize,
+}
+
+impl Labels {
+    /// The labels of `lists`, one after the other; a compile error past
+    /// [`MAX_COMPOSED_LABELS`].
+    pub const fn concat(lists: &[&'static [&'static str]]) -> Labels {
+        let mut items = [""; MAX_COMPOSED_LABELS];
+        let mut len = 0;
+        let mut list = 0;
+        while list < lists.len() {
+            let mut index = 0;
+            while index < lists[list].len() {
+                assert!(
+                    len < MAX_COMPOSED_LABELS,
+                    "a composed buffer struct holds at most 256 labels, its parts' included"
+                );
+                items[len] = lists[list][index];
+                len += 1;
+                index += 1;
+            }
+            list += 1;
+        }
+        Labels { items, len }
+    }
+
+    /// The labels gathered, as a slice.
+    pub const fn as_slice(labels: &'static Labels) -> &'static [&'static str] {
+        labels.items.split_at(labels.len).0
+    }
+}
+
+/// Whether two strings are equal, at compile time.
+pub const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut index = 0;
+    while index < a.len() {
+        if a[index] != b[index] {
+            return false;
+        }
+        index += 1;
+    }
+    true
+}
+
+/// Whether a label of `a` is also one of `b`, at compile time.
+pub const fn labels_overlap(a: &[&str], b: &[&str]) -> bool {
+    let mut i = 0;
+    while i < a.len() {
+        let mut j = 0;
+        while j < b.len() {
+            if str_eq(a[i], b[j]) {
+                return true;
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Whether two run axes can be one: equal, or either unknown (no chunked
+/// buffer).
+pub const fn same_run_axis(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => str_eq(a, b),
+        _ => true,
+    }
+}
+
+/// The first run axis of `axes` that is known.
+pub const fn first_run_axis(axes: &[Option<&'static str>]) -> Option<&'static str> {
+    let mut index = 0;
+    while index < axes.len() {
+        if axes[index].is_some() {
+            return axes[index];
+        }
+        index += 1;
+    }
+    None
+}
+
+/// `requests` with every request at pipeline depth `depth`: a composed
+/// struct's depth, given to its parts' requests too.
+pub fn with_pipeline_depth(requests: crate::RequestSet, depth: usize) -> crate::RequestSet {
+    requests
+        .into_iter()
+        .map(|(label, request)| (label, request.pipeline_depth(depth)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_concatenate_at_compile_time_and_compare() {
+        const ALL: &[&str] = Labels::as_slice(&Labels::concat(&[&["a", "b"], &[], &["c"]]));
+        assert_eq!(ALL, ["a", "b", "c"]);
+        assert!(labels_overlap(&["a", "b"], &["x", "b"]));
+        assert!(!labels_overlap(&["a"], &["ab"]));
+        assert!(str_eq("runs", "runs") && !str_eq("runs", "run"));
+        assert!(same_run_axis(Some("n"), None) && !same_run_axis(Some("n"), Some("m")));
+        assert_eq!(first_run_axis(&[None, Some("n"), Some("m")]), Some("n"));
+    }
+}

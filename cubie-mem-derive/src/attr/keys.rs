@@ -74,6 +74,8 @@ keys! {
         Memory = "memory",
         /// `label = ".."`.
         Label = "label",
+        /// `part`, a flag: the field is a buffer struct of its own.
+        Part = "part",
     }
 }
 
@@ -93,6 +95,7 @@ impl BufferKey {
             }
             BufferKey::Memory => "write `memory = device` or `memory = pinned`",
             BufferKey::Label => "write `label = \"state\"`",
+            BufferKey::Part => "write `part` alone, on a field whose type derives `GpuBuffers`",
         }
     }
 }

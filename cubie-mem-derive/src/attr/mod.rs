@@ -21,7 +21,8 @@ use syn::{Attribute, Expr, Ident, LitStr, Meta, Path, Token, Type};
 use crate::ast::unraw;
 use crate::ctxt::{Ctxt, Reported};
 pub(crate) use keys::BufferKey;
-use keys::{ContainerKey, Key, Lookup, lookup};
+pub(crate) use keys::Key;
+use keys::{ContainerKey, Lookup, lookup};
 pub(crate) use values::{AxisSpec, Dim, Placement, Shape};
 
 /// The container attribute naming the dims type, the crate path and the
@@ -75,6 +76,11 @@ pub(crate) struct BufferAttrs {
     pub(crate) memory: Option<(Placement, Ident)>,
     /// `label = ".."`.
     pub(crate) label: Option<LitStr>,
+    /// The `part` flag: the field is a buffer struct of its own.
+    pub(crate) part: Option<Span>,
+    /// Every key given, with its span, in order: a part reports the keys a
+    /// buffer struct of its own cannot take.
+    pub(crate) keys: Vec<(BufferKey, Span)>,
     /// Keys whose value was malformed, with the error reported.
     malformed: Vec<(BufferKey, Reported)>,
     /// The error of a key that could not be read at all (an unknown key, or
@@ -325,8 +331,10 @@ fn buffer_key(cx: &Ctxt, parsed: &mut BufferAttrs, meta: ParseNestedMeta) -> syn
             return skip(meta.input);
         }
     };
+    parsed.keys.push((key, meta.path.span()));
     let malformed = match key {
-        BufferKey::Unchunkable => return unchunkable(cx, parsed, &meta),
+        BufferKey::Unchunkable => return flag(cx, key, &mut parsed.unchunkable, &meta),
+        BufferKey::Part => return flag(cx, key, &mut parsed.part, &meta),
         BufferKey::Shape => valued(cx, &meta, key, &mut parsed.shape, |value| {
             with_example(key, values::shape(cx, value))
         }),
@@ -345,9 +353,13 @@ fn buffer_key(cx: &Ctxt, parsed: &mut BufferAttrs, meta: ParseNestedMeta) -> syn
     Ok(())
 }
 
-/// The `unchunkable` flag, which takes no value.
-fn unchunkable(cx: &Ctxt, parsed: &mut BufferAttrs, meta: &ParseNestedMeta) -> syn::Result<()> {
-    let key = BufferKey::Unchunkable;
+/// A flag (`unchunkable`, `part`), which takes no value.
+fn flag(
+    cx: &Ctxt,
+    key: BufferKey,
+    slot: &mut Option<Span>,
+    meta: &ParseNestedMeta,
+) -> syn::Result<()> {
     if meta.input.peek(Token![=]) || !(meta.input.is_empty() || meta.input.peek(Token![,])) {
         let error = meta.error(format!(
             "`{}` takes no value: {}",
@@ -356,13 +368,7 @@ fn unchunkable(cx: &Ctxt, parsed: &mut BufferAttrs, meta: &ParseNestedMeta) -> s
         ));
         report_and_skip(cx, meta.input, error)?;
     }
-    set_once(
-        cx,
-        meta,
-        key.name(),
-        &mut parsed.unchunkable,
-        meta.path.span(),
-    );
+    set_once(cx, meta, key.name(), slot, meta.path.span());
     Ok(())
 }
 

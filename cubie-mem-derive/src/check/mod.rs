@@ -11,6 +11,7 @@
 //! code; see `expand`.
 
 mod chunking;
+mod parts;
 mod precision;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,7 @@ use syn::{GenericParam, Generics, Ident, LitInt, Path, Type};
 use crate::ast::{Container, Field, source_text, unraw};
 use crate::attr::{Dim, Placement};
 use crate::ctxt::{Ctxt, Reported};
+pub(crate) use parts::CheckedPart;
 
 /// A struct that passed every check: everything its impl is generated from.
 pub(crate) struct Checked<'a> {
@@ -32,7 +34,7 @@ pub(crate) struct Checked<'a> {
     /// The path cubie-mem is reached at.
     pub(crate) krate: Path,
     /// The dims type the shapes refer to.
-    pub(crate) dims: &'a Type,
+    pub(crate) dims: Dims<'a>,
     /// The stream group of the struct's holders.
     pub(crate) stream_group: StreamGroup,
     /// The pipeline depth every request carries; `None` when the struct
@@ -40,14 +42,26 @@ pub(crate) struct Checked<'a> {
     pub(crate) pipeline_depth: Option<usize>,
     /// The buffers, in declaration order.
     pub(crate) buffers: Vec<Buffer<'a>>,
+    /// The parts, in declaration order.
+    pub(crate) parts: Vec<CheckedPart<'a>>,
+}
+
+/// The dims type of a struct.
+pub(crate) enum Dims<'a> {
+    /// `#[buffers(dims = Type)]`.
+    Declared(&'a Type),
+    /// Not declared, by a struct of parts alone: its first part's.
+    OfPart(&'a Type),
 }
 
 /// The stream group a struct names.
 pub(crate) enum StreamGroup {
-    /// No `#[stream_group(..)]`: cubie-mem's default group.
+    /// No `#[stream_group(..)]` and no part: cubie-mem's default group.
     Default,
     /// `#[stream_group("name")]`, a non-empty name.
     Named(String),
+    /// No `#[stream_group(..)]`: the first part's group.
+    OfPart,
 }
 
 /// A buffer checked and resolved.
@@ -131,15 +145,18 @@ pub(crate) struct PrecisionAssertion<'a> {
 pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Result<Checked<'a>, Reported> {
     let attrs = &container.attrs;
     let fields = container.fields.as_deref().map_err(|reported| *reported);
-    let dims = match (&attrs.dims, attrs.incomplete, fields) {
-        (Some(dims), _, _) => Ok(dims),
-        (None, Some(reported), _) | (None, None, Err(reported)) => Err(reported),
-        (None, None, Ok(_)) => Err(cx.error_spanned_by(
+    let first_part = container.parts.first().map(|part| part.ty);
+    let dims = match (&attrs.dims, attrs.incomplete, fields, first_part) {
+        (Some(dims), ..) => Ok(Dims::Declared(dims)),
+        (None, Some(reported), _, _) | (None, None, Err(reported), _) => Err(reported),
+        (None, None, Ok([]), Some(part)) => Ok(Dims::OfPart(part)),
+        (None, None, Ok(_), _) => Err(cx.error_spanned_by(
             container.ident,
             "missing the dims type: add `#[buffers(dims = RunDims)]` to the struct, naming the struct \
-             whose `usize` fields the shapes refer to",
+             whose `usize` fields the shapes refer to (a struct of parts alone takes its first part's)",
         )),
     };
+
     // Without fields (reported), the checks below have nothing to check.
     let checked_fields = fields.unwrap_or_default();
     let declared: Vec<_> = checked_fields
@@ -149,6 +166,7 @@ pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Result<Check
     let run_axis = chunking::run_axis(cx, checked_fields, &declared);
 
     let parameters = Parameters::of(container.generics);
+    let parts = parts::check(cx, &container.parts, &parameters);
     let mut labels: BTreeMap<String, &Ident> = BTreeMap::new();
     let buffers: Vec<_> = checked_fields
         .iter()
@@ -166,12 +184,14 @@ pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Result<Check
         generics: container.generics,
         krate: attrs.krate(),
         dims: dims?,
-        stream_group: match &attrs.stream_group {
-            Some(name) => StreamGroup::Named(name.value()),
-            None => StreamGroup::Default,
+        stream_group: match (&attrs.stream_group, first_part) {
+            (Some(name), _) => StreamGroup::Named(name.value()),
+            (None, Some(_)) => StreamGroup::OfPart,
+            (None, None) => StreamGroup::Default,
         },
         pipeline_depth: pipeline_depth?,
         buffers: buffers?,
+        parts: parts?,
     })
 }
 

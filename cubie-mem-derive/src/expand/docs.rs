@@ -2,7 +2,7 @@
 //! (its buffers, their shapes and chunking) and how to register a holder.
 
 use crate::ast::{source_text, unraw};
-use crate::check::{Buffer, Checked, Chunking, StreamGroup};
+use crate::check::{Buffer, Checked, Chunking, Dims, StreamGroup};
 
 /// The rustdoc of the generated items.
 pub(super) struct Docs {
@@ -32,15 +32,26 @@ const ON_INVALIDATE: &str = "The preset has no invalidate hook: add `.on_invalid
 impl Docs {
     /// The documentation of `checked`'s impl.
     pub(super) fn new(checked: &Checked) -> Self {
-        let dims = source_text(checked.dims);
+        let dims = match checked.dims {
+            Dims::Declared(ty) => source_text(ty),
+            Dims::OfPart(ty) => format!("{}::Dims", source_text(ty)),
+        };
         let name = unraw(checked.ident);
         let group = match &checked.stream_group {
             StreamGroup::Default => {
                 "the default stream group (`Registration::DEFAULT_STREAM_GROUP`)".to_owned()
             }
             StreamGroup::Named(name) => format!("stream group \"{name}\""),
+            StreamGroup::OfPart => "its first part's stream group".to_owned(),
         };
-        let buffers: Vec<String> = checked.buffers.iter().map(describe).collect();
+        let mut buffers: Vec<String> = checked.buffers.iter().map(describe).collect();
+        buffers.extend(checked.parts.iter().map(|part| {
+            format!(
+                "- `{}`: the buffers of `{}`, a part",
+                part.field,
+                source_text(part.ty)
+            )
+        }));
         let depth = checked.pipeline_depth.map_or_else(String::new, |depth| {
             format!(" Every request has pipeline depth {depth}: a buffer set per chunk in flight.")
         });
@@ -58,13 +69,18 @@ impl Docs {
             ),
             group: format!("Instances holding these buffers belong to {group}."),
             labels: format!(
-                "The arrays' labels in the manager: {}.",
+                "The arrays' labels in the manager: {}{}.",
                 checked
                     .buffers
                     .iter()
                     .map(|buffer| format!("`\"{}\"`", buffer.label))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                if checked.parts.is_empty() {
+                    ""
+                } else {
+                    ", then each part's"
+                }
             ),
             requests: format!(
                 "One request per buffer, with the lengths read from `dims`; chunked buffers carry the \

@@ -10,6 +10,7 @@
 
 mod docs;
 mod fallback;
+mod parts;
 #[cfg(test)]
 mod tests;
 
@@ -20,7 +21,7 @@ use syn::{DeriveInput, Generics, Ident, Lifetime, parse_quote_spanned};
 
 use crate::ast::{Container, source_text, unraw};
 use crate::attr::Placement;
-use crate::check::{self, Buffer, Checked, Chunking, Length, StreamGroup};
+use crate::check::{self, Buffer, Checked, Chunking, Length};
 use crate::ctxt::Ctxt;
 
 /// Expands `#[derive(GpuBuffers)]` on `input`.
@@ -71,15 +72,18 @@ fn wrap(krate: &syn::Path, items: TokenStream) -> TokenStream {
 fn implementation(checked: &Checked) -> TokenStream {
     let cubie_mem = import_name(Span::call_site());
     let ident = checked.ident;
-    let generics = with_element_bounds(checked);
+    let mut generics = with_element_bounds(checked);
+    parts::with_part_bounds(&mut generics, checked);
     let (impl_generics, type_generics, where_clause) = generics.split_for_impl();
-    let dims = checked.dims;
-    let group = match &checked.stream_group {
-        StreamGroup::Default => quote!(#cubie_mem::Registration::DEFAULT_STREAM_GROUP),
-        StreamGroup::Named(name) => quote!(#name),
-    };
+    let dims = parts::dims_type(checked);
+    let group = parts::stream_group(checked);
     let name = unraw(ident);
-    let labels = checked.buffers.iter().map(|buffer| &buffer.label);
+    let labels = parts::labels(checked);
+    let run_axis = parts::run_axis(checked);
+    let (part_checks, force_part_checks) = parts::checks(checked, &generics);
+    let part_requests = parts::requests(checked);
+    let part_takes = parts::takes(checked);
+    let part_assertions = parts::assertions(checked);
 
     let (generic_assertions, item_assertions): (Vec<_>, Vec<_>) = checked
         .buffers
@@ -124,12 +128,7 @@ fn implementation(checked: &Checked) -> TokenStream {
 
     // Requests of depth 1 always give one buffer set: `Allocated` may
     // dereference to it.
-    let single_set = matches!(checked.pipeline_depth, None | Some(1)).then(|| {
-        quote! {
-            #[automatically_derived]
-            impl #impl_generics #cubie_mem::SingleBufferSet for #ident #type_generics #where_clause {}
-        }
-    });
+    let single_set = parts::single_set(checked, &generics);
     let docs = docs::Docs::new(checked);
     let (impl_doc, dims_doc, group_doc, labels_doc) =
         (&docs.implementation, &docs.dims, &docs.group, &docs.labels);
@@ -139,6 +138,8 @@ fn implementation(checked: &Checked) -> TokenStream {
         &checked.krate,
         quote! {
             #(#item_assertions)*
+            #part_assertions
+            #part_checks
 
             #[doc = #impl_doc]
             #[automatically_derived]
@@ -148,14 +149,20 @@ fn implementation(checked: &Checked) -> TokenStream {
                 #[doc = #group_doc]
                 const STREAM_GROUP: &'static str = #group;
                 #[doc = #labels_doc]
-                const LABELS: &'static [&'static str] = &[#(#labels),*];
+                const LABELS: &'static [&'static str] = #labels;
+                #[doc(hidden)]
+                const __RUN_AXIS: ::core::option::Option<&'static str> = #run_axis;
 
                 #[doc = #requests_doc]
                 fn requests(dims: &Self::Dims) -> #cubie_mem::RequestSet {
+                    #force_part_checks
                     #(#generic_assertions)*
                     #dim_bindings
-                    #cubie_mem::RequestSet::new()
-                        #(#requests)*
+                    #[allow(unused_mut)]
+                    let mut set = #cubie_mem::RequestSet::new()
+                        #(#requests)*;
+                    #part_requests
+                    set
                 }
 
                 #[doc = #from_response_doc]
@@ -163,7 +170,7 @@ fn implementation(checked: &Checked) -> TokenStream {
                     response: &mut #cubie_mem::ArrayResponse,
                     set: usize,
                 ) -> ::core::result::Result<Self, #cubie_mem::MemError> {
-                    ::core::result::Result::Ok(Self { #(#takes,)* })
+                    ::core::result::Result::Ok(Self { #(#takes,)* #(#part_takes,)* })
                 }
 
                 #[doc = #registration_doc]

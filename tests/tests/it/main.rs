@@ -10,6 +10,7 @@ mod common;
 
 mod allocation;
 mod async_copy;
+mod composed;
 mod config_builder;
 mod cubie_agreement;
 mod deferred_scatters;
@@ -36,6 +37,7 @@ mod pipeline_failures;
 mod pipeline_properties;
 mod pipeline_targets;
 mod planner_properties;
+mod resume;
 mod reused_buffers;
 mod robustness;
 mod shares;
