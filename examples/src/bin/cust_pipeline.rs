@@ -155,23 +155,17 @@ fn run() -> Result<(), Box<dyn Error>> {
         set.finish(&mut results)?;
         let (first, end) = (index * CHUNK, ((index + 1) * CHUNK).min(RUNS));
         let n = (end - first) as u32;
-        let (mut y_in, mut k_in) = (set.y_in.take(), set.k_in.take());
-        let (Some(y_host), Some(k_host)) = (y_in.as_mut(), k_in.as_mut()) else {
-            return Err("a set's upload arrays were lost".into());
+        let (Some(mut y_in), Some(mut k_in), Some(y_out)) =
+            (set.y_in.take(), set.k_in.take(), set.y_out.take())
+        else {
+            return Err("a set's host arrays were lost".into());
         };
-        y_host.as_mut_slice()[..end - first].copy_from_slice(&initial[first..end]);
-        k_host.as_mut_slice()[..end - first].copy_from_slice(&rates[first..end]);
-        let y_out = set.y_out.take().ok_or("a set's download array was lost")?;
+        y_in.as_mut_slice()[..end - first].copy_from_slice(&initial[first..end]);
+        k_in.as_mut_slice()[..end - first].copy_from_slice(&rates[first..end]);
         let (uploads, download) = mgr.with_cust_stream(stream, |guard| {
             // Queued on cust's stream, the current stream: the uploads ...
-            let y_up = set
-                .y
-                .upload_async(y_in.take().ok_or("lost")?)
-                .map_err(copy_error)?;
-            let k_up = set
-                .k
-                .upload_async(k_in.take().ok_or("lost")?)
-                .map_err(copy_error)?;
+            let y_up = set.y.upload_async(y_in).map_err(copy_error)?;
+            let k_up = set.k.upload_async(k_in).map_err(copy_error)?;
             // ... the Euler steps, over views ordered on the bound stream ...
             let bound = guard.cuda_stream()?;
             let (y, k) = (bound.view(&set.y)?, bound.view(&set.k)?);
