@@ -267,3 +267,37 @@ fn a_composed_solver_streams_byte_exact_on_a_set_of_two_devices() {
         .unwrap();
     check(&host, runs);
 }
+
+#[test]
+fn a_tuple_of_buffer_structs_is_allocated_as_one() {
+    type Pair = (InputArrays<f32>, OutputArrays<f32>);
+    assert_eq!(
+        Pair::LABELS,
+        [
+            "initial_values",
+            "parameters",
+            "driver_coefficients",
+            "state",
+            "observables",
+            "status_codes",
+            "iteration_counters"
+        ]
+    );
+    assert_eq!(Pair::STREAM_GROUP, "solver");
+    let mgr = common::manager_on(SimBackend::new(1 << 30).with_free(100_000));
+    let holder = mgr
+        .register(Pair::registration().on_invalidate(|| {}))
+        .unwrap();
+    let pair = mgr.allocate_buffers::<Pair>(&holder, &dims(2_000)).unwrap();
+    assert!(
+        pair.plan().chunks() > 1,
+        "one plan for both: {}",
+        pair.plan()
+    );
+    let length = pair.plan().chunk_length();
+    // Depth 1 everywhere: one set, which the allocation dereferences to.
+    let (inputs, outputs) = &*pair;
+    assert_eq!(inputs.initial_values.shape(), [N_STATES, length]);
+    assert_eq!(outputs.state.shape(), [N_SAVES, N_STATES, length]);
+    assert_eq!(inputs.driver_coefficients.shape(), [SEGMENTS, 2]);
+}

@@ -1,5 +1,8 @@
-//! Declared buffer structs: the trait `#[derive(GpuBuffers)]` implements, and
-//! the typed result of allocating one.
+//! Declared buffer structs: the trait `#[derive(GpuBuffers)]` implements,
+//! the typed result of allocating one, and tuples of buffer structs
+//! allocated as one.
+
+mod tuples;
 
 use std::ops::Deref;
 use std::sync::Weak;

@@ -1,0 +1,23 @@
+use cubie_mem::{DeviceArray, GpuBuffers};
+
+pub struct Dims {
+    pub n_runs: usize,
+}
+
+#[derive(GpuBuffers)]
+#[buffers(dims = Dims)]
+pub struct Inputs {
+    #[buffer(shape = [n_runs], chunk_axis = 0)]
+    state: DeviceArray<f64>,
+}
+
+#[derive(GpuBuffers)]
+#[buffers(dims = Dims)]
+pub struct Outputs {
+    #[buffer(shape = [n_runs], chunk_axis = 0)]
+    state: DeviceArray<f64>,
+}
+
+fn main() {
+    let _ = <(Inputs, Outputs)>::requests(&Dims { n_runs: 10 });
+}
