@@ -58,7 +58,10 @@ use syn::{DeriveInput, parse_macro_input};
 /// (default `::cubie_mem`) and `#[buffers(pipeline_depth = 2)]` (the depth
 /// of every request, an integer of at least 1; default 1). Field attribute: `#[buffer(shape = [..],
 /// chunk_axis = <index or dim> | unchunkable, precision = T, memory = device |
-/// pinned, label = "..")]`. The `cubie_mem` documentation of `GpuBuffers`
+/// pinned, label = "..")]`, or `#[buffer(part)]` on a field holding a buffer
+/// struct of its own, allocated with the struct's (its parts must share its
+/// dims, stream group and run axis, and their labels must differ: asserted at
+/// compile time). The `cubie_mem` documentation of `GpuBuffers`
 /// and `docs/derive.md` describe each key and each compile error.
 ///
 /// The generated `registration()` presets the struct's name and its stream

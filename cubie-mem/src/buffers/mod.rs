@@ -14,6 +14,11 @@ use crate::{ArrayResponse, Instance, MemError, MemoryManager, Registration, Requ
 /// A struct of device and pinned arrays declared once, usually through
 /// `#[derive(GpuBuffers)]`: it knows its requests for given dimensions and
 /// how to take its arrays out of a response.
+///
+/// A solver of several buffer structs is one too: a struct whose fields
+/// marked `#[buffer(part)]` hold buffer structs, or a tuple of buffer
+/// structs of one dims type, is allocated, planned and taken as one (the
+/// guide's [derive page](crate::guide::derive)).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a buffer struct",
     label = "not a buffer struct",
