@@ -49,11 +49,6 @@ impl<E> BatchError<E> {
         }))
     }
 
-    /// A failure before any chunk moved.
-    pub(crate) fn before_start(error: E) -> Self {
-        Self::new(error, None, 0..0, 0..0)
-    }
-
     /// The failure: the computation's own error, or the manager's (a copy,
     /// a binding) converted with `From<MemError>`.
     pub fn error(&self) -> &E {
@@ -184,7 +179,7 @@ mod tests {
                 .to_string()
                 .starts_with("chunk 3 of the batch failed: ")
         );
-        let early = BatchError::before_start(MemError::NoBufferSets);
+        let early = BatchError::new(MemError::NoBufferSets, None, 0..0, 0..0);
         assert_eq!(MemError::from(early), MemError::NoBufferSets);
     }
 }

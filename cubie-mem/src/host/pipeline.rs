@@ -2,6 +2,7 @@
 //! with uploads, computation and downloads of different chunks overlapping.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -55,6 +56,8 @@ pub struct ChunkPipeline<'p, S = ()> {
     streamer: &'p ChunkStreamer<'p>,
     sets: &'p [S],
     bindings: Vec<Box<dyn Bind<'p> + 'p>>,
+    /// The chunks of the plan to run (all by default).
+    chunks: Range<usize>,
 }
 
 /// An array's identity: the address of its device (or pinned) memory,
@@ -186,7 +189,65 @@ impl<'s> ChunkStreamer<'s> {
             streamer: self,
             sets,
             bindings: Vec::new(),
+            chunks: 0..self.plan().chunks,
         }
+    }
+}
+
+impl<S> ChunkPipeline<'_, S> {
+    /// Runs only the chunks `chunks` of the plan (every chunk by default),
+    /// with the layout, runs and buffer sets they have in the whole run:
+    /// a batch can run in parts, and a failed run can be finished
+    /// ([`resume`](Self::resume)). A range that is not within the plan's
+    /// chunks is [`MemError::ChunkRange`], refused by `run` before anything
+    /// moves.
+    pub fn chunk_range(mut self, chunks: Range<usize>) -> Self {
+        self.chunks = chunks;
+        self
+    }
+
+    /// Runs only the chunks a failed run left undone: from the first chunk
+    /// whose results are not in the host arrays
+    /// ([`BatchError::completed`]'s end) to the end of this pipeline's
+    /// range. A batch that failed at chunk 70 of 100 then costs 30 chunks,
+    /// and every run is computed once. Bind the same arrays as the failed
+    /// run (the host arrays hold the completed chunks' results; inputs are
+    /// uploaded again from the first chunk resumed).
+    ///
+    /// ```
+    /// use cubie_mem::{ArrayRequest, ChunkPlan, HostMemoryKind, ManagerConfig, MemError, MemoryManager, Registration, SimBackend};
+    ///
+    /// let mgr = MemoryManager::with_config(SimBackend::new(1 << 30), ManagerConfig::default().granule(0));
+    /// let solver = mgr.register(Registration::new().on_invalidate(|| {})).unwrap();
+    /// let plan = ChunkPlan::new(100, 10, 10)?;
+    /// mgr.queue_request(&solver, [("x", ArrayRequest::of::<f64>([10]).unchunkable())])?;
+    /// let x = mgr.allocate_queue_for(&solver)?.take::<f64>("x")?;
+    /// let mut out = mgr.create_host_array::<f64>([100], HostMemoryKind::Pageable, None, &solver)?;
+    /// let streamer = mgr.chunk_streamer(&solver, &plan)?;
+    /// let mut fault = true;
+    /// let failed = streamer.pipeline().output(&mut out, x.along(0)).run(|chunk, _| {
+    ///     if chunk.index == 7 && std::mem::take(&mut fault) {
+    ///         return Err(MemError::NoBufferSets); // a fault, fixed before resuming
+    ///     }
+    ///     x.copy_from_host(&vec![chunk.index as f64; 10])
+    /// }).unwrap_err();
+    /// assert_eq!(failed.completed(), 0..7);
+    /// let mut again = Vec::new();
+    /// streamer.pipeline().output(&mut out, x.along(0)).resume(&failed).run(|chunk, _| {
+    ///     again.push(chunk.index);
+    ///     x.copy_from_host(&vec![chunk.index as f64; 10])
+    /// }).unwrap();
+    /// assert_eq!(again, [7, 8, 9]);
+    /// # Ok::<(), MemError>(())
+    /// ```
+    pub fn resume<E>(mut self, failure: &BatchError<E>) -> Self {
+        self.chunks.start = failure.completed().end;
+        self
+    }
+
+    /// The chunks this pipeline runs.
+    pub fn chunks(&self) -> Range<usize> {
+        self.chunks.clone()
     }
 }
 
@@ -316,6 +377,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
             streamer,
             sets,
             bindings,
+            chunks: range,
         } = self;
         let _span = tracing::debug_span!(
             "pipeline",
@@ -325,15 +387,40 @@ impl<'p, S> ChunkPipeline<'p, S> {
             sets = sets.len(),
         )
         .entered();
-        let started = start(streamer, sets.len(), bindings)
-            .map_err(|error| BatchError::before_start(error.into()))?;
+        let before_start = |error: MemError| {
+            // Nothing of the range is done: a resume starts where it did.
+            let first = range.start.min(streamer.plan().chunks);
+            let run = streamer
+                .chunks()
+                .nth(first)
+                .map_or(streamer.runs().end, |chunk| chunk.runs.start);
+            BatchError::new(error.into(), None, first..first, run..run)
+        };
+        let chunks = streamer
+            .chunks()
+            .within(range.clone())
+            .ok_or(MemError::ChunkRange {
+                start: range.start,
+                end: range.end,
+                chunks: streamer.plan().chunks,
+            });
+        let mut chunks = chunks.map_err(before_start)?.peekable();
+        let started = start(
+            streamer,
+            sets.len(),
+            bindings,
+            chunks.peek().is_some().then(|| {
+                let mut ends = chunks.clone();
+                ends.next().into_iter().chain(ends.next_back()).collect()
+            }),
+        )
+        .map_err(before_start)?;
         let Started {
             mut lanes,
             mut schedule,
             works,
             current,
         } = started;
-        let mut chunks = streamer.chunks().peekable();
         let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
             schedule.run(&mut lanes, &mut chunks, |chunk, set| {
                 sets.get(set).map_or(Ok(()), |set| compute(chunk, set))
@@ -388,6 +475,7 @@ fn start<'p>(
     streamer: &ChunkStreamer<'_>,
     sets: usize,
     bindings: Vec<Box<dyn Bind<'p> + 'p>>,
+    ends: Option<Vec<Chunk>>,
 ) -> Result<Started<'p>, MemError> {
     check_bindings(&bindings, sets)?;
     // Every owner whose arrays are bound is busy for the whole run, so
@@ -412,9 +500,8 @@ fn start<'p>(
         .into_iter()
         .map(|owner| streamer.manager.begin_work_for(owner))
         .collect::<Result<Vec<_>, MemError>>()?;
-    let mut chunks = streamer.chunks();
-    if let Some(first) = chunks.next() {
-        let ends: Vec<Chunk> = std::iter::once(first).chain(chunks.next_back()).collect();
+    // The first and last chunks run, which bound the staging buffers.
+    if let Some(ends) = ends {
         // Staging buffers are taken in one global order (by label).
         for (_, index) in &order {
             if let Some(lane) = lanes.get_mut(*index) {

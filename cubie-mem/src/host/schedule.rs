@@ -270,6 +270,10 @@ impl Schedule {
         let Some(first) = chunks.peek().cloned() else {
             return Ok(());
         };
+        // A run may start past chunk 0 (a range, a resume).
+        if self.events.is_empty() {
+            self.first = first.index;
+        }
         self.completed = Completed {
             chunks: first.index..first.index,
             runs: first.runs.start..first.runs.start,

@@ -27,6 +27,8 @@ use crate::{Chunk, Element, MemError, MemoryManager};
 pub struct SetPipeline<'p, B> {
     buffers: &'p SetBuffers<'p, B>,
     bindings: Vec<Box<dyn SetBind<'p, B> + 'p>>,
+    /// The runs each device saved in a failed run being resumed, by device.
+    saved: Option<Vec<Range<usize>>>,
 }
 
 /// One binding of a set pipeline, made into each device's binding.
@@ -111,7 +113,40 @@ impl<'p, B: Sync> SetBuffers<'p, B> {
         SetPipeline {
             buffers: self,
             bindings: Vec::new(),
+            saved: None,
         }
+    }
+}
+
+impl<B> SetPipeline<'_, B> {
+    /// Runs only what a failed run of these buffers left undone: each
+    /// device resumes its share from the first chunk whose results are not
+    /// in the host arrays ([`SetError::saved_runs`]), so every run is
+    /// computed once; a device that finished its share runs nothing. Bind
+    /// the same host arrays as the failed run. A device whose saved runs
+    /// do not start its share (an error of other buffers) runs its whole
+    /// share.
+    pub fn resume(mut self, failure: &SetError) -> Self {
+        self.saved = Some(failure.saved.clone());
+        self
+    }
+}
+
+/// The first chunk of `plan` a device whose share starts at `first_run`
+/// runs, when it saved the runs `saved` before: the chunk after the last
+/// saved, 0 when `saved` is not a saved prefix of the share.
+fn resume_chunk(plan: &crate::ChunkPlan, first_run: usize, saved: &Range<usize>) -> usize {
+    if saved.start != first_run || saved.end < saved.start {
+        return 0;
+    }
+    let done = saved.end - saved.start;
+    if done >= plan.total_runs {
+        return plan.chunks;
+    }
+    match plan.chunk_length {
+        0 => 0,
+        length if done.is_multiple_of(length) => done / length,
+        _ => 0,
     }
 }
 
@@ -182,15 +217,22 @@ impl<'p, B: Sync + 'p> SetPipeline<'p, B> {
                 .map(|share| {
                     let (stop, compute, bindings) = (&stop, &compute, &self.bindings);
                     let manager = self.buffers.manager(share);
+                    let first = self.saved.as_ref().map_or(0, |saved| {
+                        saved.get(share.device()).map_or(0, |runs| {
+                            resume_chunk(share.buffers().plan(), share.runs().start, runs)
+                        })
+                    });
                     scope.spawn(move || {
                         let _panicking = StopOnPanic(stop);
-                        let outcome = run_share(manager, share, total, bindings, stop, compute);
+                        let outcome =
+                            run_share(manager, share, total, first, bindings, stop, compute);
                         if outcome.is_err() {
                             stop.store(true, Ordering::Release);
                         }
                         DeviceOutcome {
                             device: share.device(),
                             runs: share.runs(),
+                            first_run: first_run_of(share, first),
                             result: outcome,
                         }
                     })
@@ -225,7 +267,17 @@ impl Drop for StopOnPanic<'_> {
 struct DeviceOutcome {
     device: usize,
     runs: Range<usize>,
+    /// The first run this run streamed (past the share's start when
+    /// resumed): the runs before it were saved before.
+    first_run: usize,
     result: Result<(), BatchError>,
+}
+
+/// The first run of chunk `first_chunk` of `share` (its end past the last).
+fn first_run_of<B>(share: &DeviceShare<B>, first_chunk: usize) -> usize {
+    let runs = share.runs();
+    let offset = first_chunk.saturating_mul(share.buffers().plan().chunk_length);
+    runs.start.saturating_add(offset).min(runs.end)
 }
 
 /// Streams one device's share; stops before a chunk once `stop` is set.
@@ -233,19 +285,26 @@ fn run_share<'p, B: Sync>(
     manager: &'p MemoryManager,
     share: &'p DeviceShare<B>,
     total: usize,
+    first_chunk: usize,
     bindings: &[Box<dyn SetBind<'p, B> + 'p>],
     stop: &AtomicBool,
     compute: &(impl Fn(usize, &Chunk, &B) -> Result<(), MemError> + Sync),
 ) -> Result<(), BatchError> {
-    if share.runs().is_empty() {
+    let plan = share.buffers().plan();
+    if share.runs().is_empty() || first_chunk >= plan.chunks {
         return Ok(());
     }
     let streamer = manager
         .chunk_streamer(share.instance(), share.buffers().plan())
         .and_then(|streamer| streamer.for_runs(share.runs(), total))
-        .map_err(BatchError::before_start)?;
+        .map_err(|error| {
+            let run = first_run_of(share, first_chunk);
+            BatchError::new(error, None, first_chunk..first_chunk, run..run)
+        })?;
     let sets = share.buffers().sets();
-    let mut pipeline = streamer.pipeline_sets(sets);
+    let mut pipeline = streamer
+        .pipeline_sets(sets)
+        .chunk_range(first_chunk..plan.chunks);
     for binding in bindings {
         pipeline = binding.bind(pipeline, sets, share.runs());
     }
@@ -304,7 +363,13 @@ impl SetError {
             match outcome.result {
                 Ok(()) => *slot = outcome.runs,
                 Err(error) => {
-                    *slot = error.completed_runs();
+                    // A resumed run saved its runs after those saved before.
+                    let done = error.completed_runs();
+                    *slot = if done.start == outcome.first_run {
+                        outcome.runs.start..done.end
+                    } else {
+                        done
+                    };
                     let stopped = matches!(error.error(), MemError::SetStopped { .. });
                     let replace = match &failed {
                         None => true,

@@ -53,6 +53,17 @@ impl Chunks {
         })
     }
 
+    /// The chunks `range` of these (indices of the plan), or `None` when
+    /// the range is not within them.
+    pub(crate) fn within(mut self, range: std::ops::Range<usize>) -> Option<Chunks> {
+        if range.start > range.end || range.start < self.next || range.end > self.end {
+            return None;
+        }
+        self.next = range.start;
+        self.end = range.end;
+        Some(self)
+    }
+
     /// The same chunks with their runs shifted by `first_run`.
     pub(crate) fn starting_at(mut self, first_run: usize) -> Chunks {
         self.first_run = first_run;
