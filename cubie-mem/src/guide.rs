@@ -37,6 +37,9 @@ pub mod derive_errors {}
 #[doc = include_str!("../docs/host-memory.md")]
 pub mod host_memory {}
 
+#[doc = include_str!("../docs/kernels.md")]
+pub mod kernels {}
+
 #[doc = include_str!("../docs/devices.md")]
 pub mod devices {}
 

@@ -35,6 +35,14 @@ pub trait KernelArray: sealed::Sealed {
     type Element: Element;
     /// The label the array was requested under.
     fn label(&self) -> &str;
+    /// The allocated (chunked) shape.
+    fn shape(&self) -> &[usize] {
+        sealed::Sealed::slot(self).0.shape()
+    }
+    /// The axis that holds the batch's runs; `None` for an unchunkable array.
+    fn chunk_axis(&self) -> Option<usize> {
+        sealed::Sealed::slot(self).0.chunk_axis()
+    }
 }
 
 impl<T: Element> sealed::Sealed for DeviceArray<T> {
@@ -324,6 +332,11 @@ pub struct KernelArgs<'k> {
 }
 
 impl<'k> KernelArgs<'k> {
+    /// The kernel's name, for errors.
+    pub(crate) fn kernel_name(&self) -> &'k str {
+        self.kernel
+    }
+
     fn take<A: KernelArray>(
         &mut self,
         array: &A,

@@ -64,6 +64,8 @@ mod host;
 mod ids;
 mod kernel;
 mod manager;
+#[cfg(feature = "ndarray")]
+mod nd;
 pub mod plan;
 mod pools;
 mod registration;

@@ -31,6 +31,7 @@ mod hostile_inputs;
 mod identity;
 mod idle_eviction;
 mod logging;
+mod ndarray_views;
 mod overlap;
 mod pipeline_depth;
 mod pipeline_failures;
