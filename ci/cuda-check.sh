@@ -9,8 +9,8 @@
 #  3. the fake driver (ci/fake-cuda): cubie-mem's unit tests and the guide
 #     (docs/cuda.md's device branches; again with cust, linked against the
 #     fake, and cudarc: cudarc's section runs, cust's compiles),
-#     cust_pipeline linked against it (run where the fake has cust's
-#     stream creation), the tests only the fake can run (in its lazy, eager
+#     cust_pipeline linked against it and run in every execution mode, the
+#     tests only the fake can run (in its lazy, eager
 #     and random execution modes), cudarc_pipeline (cudarc's launches in
 #     the manager's pipeline) in every execution mode, the GPU check's
 #     counting on stand-in binaries (ci/gpu/selftest.sh), and the GPU check
@@ -24,7 +24,8 @@
 #     removed alone, the fake must report a race on device memory in every
 #     execution mode; with cudarc_pipeline's kernel launched on a stream of
 #     cudarc's own instead of the group's, the fake must report a race and
-#     the example fail, in every execution mode;
+#     the example fail, in every execution mode, and so with cust_pipeline's
+#     launched on its other cust stream;
 #  5. no driver library at all: the main job built with `cuda` runs, the
 #     cuda tests take the no-device path, and gpu_kernel names what is
 #     missing; a driver lacking a function is named too;
@@ -67,17 +68,11 @@ CUDA_LIBRARY_PATH="$fake" LD_LIBRARY_PATH="$fake/lib64" CUBIE_REQUIRE_GPU=1 CARG
 echo "== cust linked against the fake driver: cust_pipeline"
 CUDA_LIBRARY_PATH="$fake" CARGO_TARGET_DIR="$base/cust-link" \
     cargo build --release -p cubie-mem-examples --features cust --bin cust_pipeline
-# cust creates its streams with cuStreamCreateWithPriority, which the fake
-# does not implement (801): the example then stops there, at its first call
-# the fake lacks; where the fake has it, the example must pass.
-status=0
-output=$(LD_LIBRARY_PATH="$fake/lib64" "$base/cust-link/release/cust_pipeline" 2>&1) || status=$?
-case "$status:$output" in
-    0:*"cust_pipeline: ok"*) echo "cust_pipeline: ok on the fake driver" ;;
-    *"fake libcuda: cuStreamCreateWithPriority is not implemented"*)
-        echo "cust_pipeline: linked against the fake; not run (the fake lacks cuStreamCreateWithPriority)" ;;
-    *) echo "cust_pipeline failed on the fake driver: $output" >&2; exit 1 ;;
-esac
+for mode in lazy eager random; do
+    echo "== fake driver: cust_pipeline (exec=$mode)"
+    CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=1 LD_LIBRARY_PATH="$fake/lib64" \
+        "$base/cust-link/release/cust_pipeline"
+done
 # The fake's execution modes (when queued work runs) and the random one's seed.
 modes=(lazy eager random)
 seed=${CUBIE_CUDA_CHECK_SEED:-$(($(date +%s) % 1000000))}
@@ -189,6 +184,28 @@ for mode in "${modes[@]}"; do
     esac
 done
 # The unmutated example again, for the steps below that build into the same directory.
+cp "$root/$example" "$mutant/$example"
+
+echo "== mutation: cust_pipeline's kernel launched on the other cust stream, unordered with the chunk's uploads"
+example=examples/src/bin/cust_pipeline.rs
+cp "$root/$example" "$mutant/$example"
+perl -0777 -e 'my ($file) = @ARGV; open my $in, "<", $file or die "$file: $!"; local $_ = <$in>;
+    my $n = s/(let \(y_ptr, k_ptr\) = \(y\.as_cust_ptr\(\), k\.as_cust_ptr\(\)\);)/$1\n            let stream = &streams[(index + 1) % 2];/g;
+    die "mutation: the launch stream matched " . ($n || 0) . " times in $file\n" if $n != 1;
+    open my $out, ">", $file or die "$file: $!"; print $out $_' "$mutant/$example"
+CUDA_LIBRARY_PATH="$fake" CARGO_TARGET_DIR="$base/cust-link" cargo build --release \
+    --manifest-path "$mutant/Cargo.toml" -p cubie-mem-examples --features cust --bin cust_pipeline
+for mode in "${modes[@]}"; do
+    status=0
+    output=$(CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
+        "$base/cust-link/release/cust_pipeline" 2>&1) || status=$?
+    case "$status:$output" in
+        0:*) echo "mutation (cust_pipeline unordered, exec=$mode): the example passed: $output" >&2; exit 1 ;;
+        *"fake libcuda: VIOLATION: "*)
+            echo "mutation (cust_pipeline unordered, exec=$mode): caught ($(printf '%s\n' "$output" | grep -m1 -o 'VIOLATION: .*' | cut -c1-120))" ;;
+        *) echo "mutation (cust_pipeline unordered, exec=$mode): failed without a violation: $output" >&2; exit 1 ;;
+    esac
+done
 cp "$root/$example" "$mutant/$example"
 
 echo "== no driver library: the main job runs, the cuda tests take the no-device path"

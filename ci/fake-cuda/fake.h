@@ -113,6 +113,7 @@ enum {
     X(cuMemPoolDestroy, 0)                                                     \
     X(cuMemAllocFromPoolAsync, 0)                                              \
     X(cuStreamCreate, 0)                                                       \
+    X(cuStreamCreateWithPriority, 0)                                           \
     X(cuStreamWaitEvent, 0)                                                    \
     X(cuStreamQuery, 0)                                                        \
     X(cuStreamSynchronize, 0)                                                  \

@@ -43,6 +43,22 @@ FK_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return fk_leave(r);
 }
 
+/* As cuStreamCreate: the fake runs one queue per stream in issue order, so a
+ * priority (cust creates every stream with one) changes nothing it models. */
+FK_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+    struct fk_ctx *c;
+    struct fk_stream *s;
+    CUresult r = fk_enter(FN_cuStreamCreateWithPriority);
+    (void)priority;
+    if (r == CUDA_SUCCESS && (!phStream || flags > 1))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && (r = fk_current(&c)) == CUDA_SUCCESS &&
+        (r = fk_stream_new(c, flags, 0, &s)) == CUDA_SUCCESS)
+        *phStream = fk_handle(&s->o);
+    return fk_leave(r);
+}
+
 FK_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     struct fk_ctx *c;
