@@ -286,17 +286,6 @@ run_bench() {
     run_example gpu_bench "$LIMIT_BENCH" "${args[@]}"
 }
 
-# cust creates its streams with cuStreamCreateWithPriority, which the fake
-# driver does not implement: on it (CHECK_FAKE_DRIVER=1) cust_pipeline is
-# bundled, not run.
-run_cust() {
-    if [ "${CHECK_FAKE_DRIVER:-0}" = 1 ]; then
-        say ""
-        say "== example: cust_pipeline not run (the fake driver lacks cuStreamCreateWithPriority)"
-        return
-    fi
-    run_example cust_pipeline "$LIMIT_INTEROP"
-}
 
 sanitizer() {
     local tool
@@ -363,7 +352,6 @@ run() {
         case $(basename "$example") in
             gpu_kernel) ;;
             gpu_bench) run_bench ;;
-            cust_pipeline) run_cust ;;
             *_pipeline) run_example "$(basename "$example")" "$LIMIT_INTEROP" ;;
             *) run_example "$(basename "$example")" "$LIMIT_KERNEL" ;;
         esac
@@ -395,7 +383,6 @@ rerun() {
     while read -r entry; do
         case $entry in
             example::gpu_bench) run_bench ;;
-            example::cust_pipeline) run_cust ;;
             example::*_pipeline) run_example "${entry#example::}" "$LIMIT_INTEROP" ;;
             example::*) run_example "${entry#example::}" "$LIMIT_KERNEL" ;;
             memcheck::*) sanitizer ;;
