@@ -20,6 +20,7 @@ mod attr;
 mod check;
 mod ctxt;
 mod expand;
+mod names;
 mod suggest;
 
 use proc_macro::TokenStream;

@@ -332,7 +332,8 @@ pub struct KernelArgs<'k> {
 }
 
 impl<'k> KernelArgs<'k> {
-    /// The kernel's name, for errors.
+    /// The kernel's name, for the errors of its `ndarray` views.
+    #[cfg(feature = "ndarray")]
     pub(crate) fn kernel_name(&self) -> &'k str {
         self.kernel
     }

@@ -18,8 +18,8 @@ use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
 use syn::{Attribute, Expr, Ident, LitStr, Meta, Path, Token, Type};
 
-use crate::ast::unraw;
 use crate::ctxt::{Ctxt, Reported};
+use crate::names::unraw;
 pub(crate) use keys::BufferKey;
 pub(crate) use keys::Key;
 use keys::{ContainerKey, Lookup, lookup};
@@ -40,8 +40,9 @@ pub(crate) struct ContainerAttrs {
     pub(crate) dims: Option<Type>,
     /// `crate = path`.
     pub(crate) krate: Option<Path>,
-    /// `pipeline_depth = ..`, as written (`check` reads the integer).
-    pub(crate) pipeline_depth: Option<Expr>,
+    /// `pipeline_depth = ..`: the depth, at least 1, or the error reported
+    /// for a value that is not one.
+    pub(crate) pipeline_depth: Option<Result<usize, Reported>>,
     /// `#[stream_group("name")]`.
     pub(crate) stream_group: Option<LitStr>,
     /// Why a key may be absent although meant: the error of a key that could
@@ -201,7 +202,10 @@ fn container_key(cx: &Ctxt, parsed: &mut ContainerAttrs, meta: ParseNestedMeta) 
             }
         },
         ContainerKey::PipelineDepth => match value.parse::<Expr>() {
-            Ok(expr) => set_once(cx, &meta, key.name(), &mut parsed.pipeline_depth, expr),
+            Ok(expr) => {
+                let depth = values::pipeline_depth(cx, &expr);
+                set_once(cx, &meta, key.name(), &mut parsed.pipeline_depth, depth)
+            }
             Err(error) => report_and_skip(cx, value, error).map(drop)?,
         },
         ContainerKey::Crate => match values::crate_path(value) {

@@ -1,5 +1,6 @@
-//! The values of the keys: shapes, axes, memory kinds and crate paths, each
-//! parsed into a typed value that keeps the tokens it came from.
+//! The values of the keys: shapes, axes, memory kinds, crate paths and the
+//! pipeline depth, each parsed into a typed value that keeps the tokens it
+//! came from (or the error reported for it).
 
 use proc_macro2::Span;
 use syn::parse::ParseStream;
@@ -222,4 +223,42 @@ pub(crate) fn memory(input: ParseStream) -> syn::Result<(Placement, Ident)> {
         &expr,
         "expected a memory kind: write `memory = device` or `memory = pinned`",
     ))
+}
+
+/// The pipeline depth `pipeline_depth = ..` gives: an integer literal of at
+/// least 1 (unsuffixed or `usize`). Anything else is reported at the value.
+pub(crate) fn pipeline_depth(cx: &Ctxt, value: &Expr) -> Result<usize, Reported> {
+    let Expr::Lit(ExprLit {
+        lit: Lit::Int(lit), ..
+    }) = value
+    else {
+        return Err(cx.error_spanned_by(
+            value,
+            "expected the pipeline depth as an integer literal, the number of chunks in flight: \
+             write `pipeline_depth = 2` (or 3 when a buffer is both uploaded and downloaded)",
+        ));
+    };
+    if !matches!(lit.suffix(), "" | "usize") {
+        return Err(cx.error(
+            lit.span(),
+            format!(
+                "the pipeline depth is a `usize`: write `{}` without the `{}` suffix",
+                lit.base10_digits(),
+                lit.suffix()
+            ),
+        ));
+    }
+    match lit.base10_parse::<usize>() {
+        Ok(0) => Err(cx.error(
+            lit.span(),
+            "a pipeline depth of 0 leaves no buffer set to compute in: give at least 1 \
+             (depth 1 runs the chunks one after another, 2 overlaps copies with compute), \
+             or leave `pipeline_depth` out for depth 1",
+        )),
+        Ok(depth) => Ok(depth),
+        Err(error) => Err(cx.error(
+            lit.span(),
+            format!("the pipeline depth does not fit a `usize`: {error}"),
+        )),
+    }
 }

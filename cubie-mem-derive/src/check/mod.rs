@@ -20,9 +20,10 @@ use proc_macro2::{TokenStream, TokenTree};
 use quote::quote;
 use syn::{GenericParam, Generics, Ident, LitInt, Path, Type};
 
-use crate::ast::{Container, Field, source_text, unraw};
+use crate::ast::{Container, Field};
 use crate::attr::{Dim, Placement};
 use crate::ctxt::{Ctxt, Reported};
+use crate::names::{source_text, unraw};
 pub(crate) use parts::CheckedPart;
 
 /// A struct that passed every check: everything its impl is generated from.
@@ -177,7 +178,7 @@ pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Result<Check
             buffer(cx, field, layout, label, &parameters)
         })
         .collect();
-    let pipeline_depth = precision::pipeline_depth(cx, attrs.pipeline_depth.as_ref());
+    let pipeline_depth = attrs.pipeline_depth.transpose();
     let buffers = fields.and_then(|_| buffers.into_iter().collect());
     Ok(Checked {
         ident: container.ident,

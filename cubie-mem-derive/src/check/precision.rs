@@ -1,10 +1,9 @@
-//! `precision = ..` against the field's element type, and the pipeline
-//! depth.
+//! `precision = ..` against the field's element type.
 
-use syn::{Expr, ExprLit, Lit, Type};
+use syn::Type;
 
-use crate::ast::source_text;
 use crate::ctxt::{Ctxt, Reported};
+use crate::names::source_text;
 
 /// The floating-point types `precision = ..` accepts.
 const PRECISIONS: &[&str] = &["f32", "f64"];
@@ -106,46 +105,4 @@ pub(super) fn check<'a>(
         ));
     }
     Ok(matches!(precision_name, TypeName::Parameter(_)).then_some(precision))
-}
-
-/// The pipeline depth `pipeline_depth = ..` gives: an integer literal of at
-/// least 1 (unsuffixed or `usize`); `None` when the key is absent (the
-/// requests then keep depth 1). Anything else is reported at the value.
-pub(super) fn pipeline_depth(cx: &Ctxt, value: Option<&Expr>) -> Result<Option<usize>, Reported> {
-    let Some(value) = value else {
-        return Ok(None);
-    };
-    let Expr::Lit(ExprLit {
-        lit: Lit::Int(lit), ..
-    }) = value
-    else {
-        return Err(cx.error_spanned_by(
-            value,
-            "expected the pipeline depth as an integer literal, the number of chunks in flight: \
-             write `pipeline_depth = 2` (or 3 when a buffer is both uploaded and downloaded)",
-        ));
-    };
-    if !matches!(lit.suffix(), "" | "usize") {
-        return Err(cx.error(
-            lit.span(),
-            format!(
-                "the pipeline depth is a `usize`: write `{}` without the `{}` suffix",
-                lit.base10_digits(),
-                lit.suffix()
-            ),
-        ));
-    }
-    match lit.base10_parse::<usize>() {
-        Ok(0) => Err(cx.error(
-            lit.span(),
-            "a pipeline depth of 0 leaves no buffer set to compute in: give at least 1 \
-             (depth 1 runs the chunks one after another, 2 overlaps copies with compute), \
-             or leave `pipeline_depth` out for depth 1",
-        )),
-        Ok(depth) => Ok(Some(depth)),
-        Err(error) => Err(cx.error(
-            lit.span(),
-            format!("the pipeline depth does not fit a `usize`: {error}"),
-        )),
-    }
 }

@@ -1,8 +1,8 @@
 //! The rustdoc of the generated impl and its items: what the struct declares
 //! (its buffers, their shapes and chunking) and how to register a holder.
 
-use crate::ast::{source_text, unraw};
 use crate::check::{Buffer, Checked, Chunking, Dims, StreamGroup};
+use crate::names::{source_text, unraw};
 
 /// The rustdoc of the generated items.
 pub(super) struct Docs {

@@ -2,7 +2,6 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
-use syn::{Expr, ExprLit, Lit};
 
 use super::{import_name, wrap};
 use crate::ast::Container;
@@ -43,7 +42,7 @@ pub(super) fn errors_with_fallback(container: &Container, errors: syn::Error) ->
         Some(name) => quote!(#name),
         None => quote!(#cubie_mem::Registration::DEFAULT_STREAM_GROUP),
     };
-    let single_set = single_set(container.attrs.pipeline_depth.as_ref()).then(|| {
+    let single_set = single_set(container.attrs.pipeline_depth).then(|| {
         quote! {
             #[automatically_derived]
             impl #impl_generics #cubie_mem::SingleBufferSet for #ident #type_generics #where_clause {}
@@ -85,15 +84,7 @@ pub(super) fn errors_with_fallback(container: &Container, errors: syn::Error) ->
 /// Whether the fallback implements `SingleBufferSet`, as the real impl does
 /// for a struct without a pipeline depth above 1, so that the code
 /// dereferencing its allocation (`outputs.state`) reports nothing more: all
-/// but a depth written as an integer above 1, including one too malformed
-/// to read (reported).
-fn single_set(depth: Option<&Expr>) -> bool {
-    let Some(Expr::Lit(ExprLit {
-        lit: Lit::Int(depth),
-        ..
-    })) = depth
-    else {
-        return true;
-    };
-    !matches!(depth.base10_parse::<usize>(), Ok(depth) if depth > 1)
+/// but a depth above 1, including one that could not be read (reported).
+fn single_set(depth: Option<Result<usize, crate::ctxt::Reported>>) -> bool {
+    !matches!(depth, Some(Ok(depth)) if depth > 1)
 }

@@ -19,10 +19,11 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{DeriveInput, Generics, Ident, Lifetime, parse_quote_spanned};
 
-use crate::ast::{Container, source_text, unraw};
+use crate::ast::Container;
 use crate::attr::Placement;
 use crate::check::{self, Buffer, Checked, Chunking, Length};
 use crate::ctxt::Ctxt;
+use crate::names::{source_text, unraw};
 
 /// Expands `#[derive(GpuBuffers)]` on `input`.
 pub(crate) fn derive(input: &DeriveInput) -> TokenStream {

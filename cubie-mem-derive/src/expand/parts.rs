@@ -9,8 +9,8 @@ use syn::spanned::Spanned;
 use syn::{Generics, Ident, Lifetime, WherePredicate, parse_quote_spanned};
 
 use super::{binder_lifetime, import_name};
-use crate::ast::unraw;
 use crate::check::{Checked, CheckedPart, Chunking, Dims, StreamGroup};
+use crate::names::unraw;
 
 /// The `Dims` type: the declared one, or the first part's.
 pub(super) fn dims_type(checked: &Checked) -> TokenStream {

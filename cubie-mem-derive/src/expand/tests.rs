@@ -7,7 +7,7 @@ use quote::{ToTokens, quote};
 use syn::DeriveInput;
 
 use super::derive;
-use crate::ast::source_text;
+use crate::names::source_text;
 
 fn expand(input: TokenStream) -> syn::File {
     let input: DeriveInput = syn::parse2(input).unwrap_or_else(|e| panic!("input: {e}"));
