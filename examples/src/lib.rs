@@ -1,10 +1,13 @@
 //! Code the examples share: the main job's body (run by the `batch` binary
-//! and, small, by the tests), one rank of a batch under a launcher (run by
-//! the `shard_batch` binary), their log output, and the hand-written CUDA
+//! and, small, by the tests), cubie's batch solver declared with cubie-mem
+//! (run by the `cubie_solver` binary and, small, by its test), one rank of
+//! a batch under a launcher (run by the `shard_batch` binary), their log
+//! output, and the hand-written CUDA
 //! kernel of the GPU examples (feature `cuda`), launched on the manager's
 //! memory through the CUDA backend's interop.
 
 pub mod batch;
+pub mod cubie_solver;
 #[cfg(feature = "cuda")]
 pub mod euler_decay;
 pub mod shard;
