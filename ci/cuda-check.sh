@@ -160,6 +160,23 @@ for wait in "${waits[@]}"; do
     done
 done
 
+# expect_violation NAME BINARY TEXT: the mutant example BINARY fails in every
+# execution mode, the fake driver reporting "fake libcuda: TEXT...".
+expect_violation() {
+    local name=$1 binary=$2 text=$3 mode status output
+    for mode in "${modes[@]}"; do
+        status=0
+        output=$(CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
+            "$binary" 2>&1) || status=$?
+        case "$status:$output" in
+            0:*) echo "mutation ($name, exec=$mode): the example passed: $output" >&2; exit 1 ;;
+            *"fake libcuda: $text"*)
+                echo "mutation ($name, exec=$mode): caught ($(printf '%s\n' "$output" | grep -m1 -o 'VIOLATION: .*' | cut -c1-120))" ;;
+            *) echo "mutation ($name, exec=$mode): failed without \"$text\": $output" >&2; exit 1 ;;
+        esac
+    done
+}
+
 echo "== mutation: cudarc_pipeline's kernel launched on a stream of cudarc's own, unordered with the pipeline"
 # The fake must report a race between the kernel and the chunk's upload, in
 # every execution mode, and the example must fail.
@@ -172,17 +189,7 @@ perl -0777 -e 'my ($file) = @ARGV; open my $in, "<", $file or die "$file: $!"; l
     open my $out, ">", $file or die "$file: $!"; print $out $_' "$mutant/$example"
 CARGO_TARGET_DIR="$build" cargo build --release --manifest-path "$mutant/Cargo.toml" \
     -p cubie-mem-examples --features cudarc --bin cudarc_pipeline
-for mode in "${modes[@]}"; do
-    status=0
-    output=$(CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
-        "$build/release/cudarc_pipeline" 2>&1) || status=$?
-    case "$status:$output" in
-        0:*) echo "mutation (cudarc_pipeline unordered, exec=$mode): the example passed: $output" >&2; exit 1 ;;
-        *"VIOLATION: race on device memory"*)
-            echo "mutation (cudarc_pipeline unordered, exec=$mode): caught ($(printf '%s\n' "$output" | grep -m1 -o 'race on device memory: .*(.* after .*)'))" ;;
-        *) echo "mutation (cudarc_pipeline unordered, exec=$mode): failed without a race on device memory: $output" >&2; exit 1 ;;
-    esac
-done
+expect_violation "cudarc_pipeline unordered" "$build/release/cudarc_pipeline" "VIOLATION: race on device memory"
 # The unmutated example again, for the steps below that build into the same directory.
 cp "$root/$example" "$mutant/$example"
 
@@ -195,17 +202,7 @@ perl -0777 -e 'my ($file) = @ARGV; open my $in, "<", $file or die "$file: $!"; l
     open my $out, ">", $file or die "$file: $!"; print $out $_' "$mutant/$example"
 CUDA_LIBRARY_PATH="$fake" CARGO_TARGET_DIR="$base/cust-link" cargo build --release \
     --manifest-path "$mutant/Cargo.toml" -p cubie-mem-examples --features cust --bin cust_pipeline
-for mode in "${modes[@]}"; do
-    status=0
-    output=$(CUBIE_FAKE_CUDA_EXEC=$mode CUBIE_FAKE_CUDA_SEED=$seed LD_LIBRARY_PATH="$fake/lib64" \
-        "$base/cust-link/release/cust_pipeline" 2>&1) || status=$?
-    case "$status:$output" in
-        0:*) echo "mutation (cust_pipeline unordered, exec=$mode): the example passed: $output" >&2; exit 1 ;;
-        *"fake libcuda: VIOLATION: "*)
-            echo "mutation (cust_pipeline unordered, exec=$mode): caught ($(printf '%s\n' "$output" | grep -m1 -o 'VIOLATION: .*' | cut -c1-120))" ;;
-        *) echo "mutation (cust_pipeline unordered, exec=$mode): failed without a violation: $output" >&2; exit 1 ;;
-    esac
-done
+expect_violation "cust_pipeline unordered" "$base/cust-link/release/cust_pipeline" "VIOLATION: "
 cp "$root/$example" "$mutant/$example"
 
 echo "== no driver library: the main job runs, the cuda tests take the no-device path"

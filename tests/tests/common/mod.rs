@@ -350,3 +350,20 @@ pub fn edge_usize() -> impl Strategy<Value = usize> {
         0usize..100,
     ]
 }
+
+/// Launches a kernel of `duration` that writes twice each element of
+/// `input` into `output`: the pipelines' timing tests' computation.
+pub fn double(
+    input: &cubie_mem::DeviceArray<f32>,
+    output: &cubie_mem::DeviceArray<f32>,
+    duration: std::time::Duration,
+) -> Result<(), cubie_mem::MemError> {
+    cubie_mem::HostKernel::new("double", duration)
+        .reads(input)
+        .writes(output)
+        .launch(|args| {
+            let (x, y) = (args.read(input)?, args.write(output)?);
+            y.iter_mut().zip(x).for_each(|(y, x)| *y = 2.0 * x);
+            Ok(())
+        })
+}

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use cubie_mem::timeline::{Activity, Span, Timeline};
 use cubie_mem::{
-    ArrayRequest, ChunkPlan, DeviceArray, HostKernel, HostMemoryKind, MemError, Registration,
-    SimBackend, StagingPool, StagingThreads,
+    ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Registration, SimBackend, StagingPool,
+    StagingThreads,
 };
 
 /// Runs per chunk: a chunk of `f32` is 4000 bytes, 4 µs on a copy engine
@@ -78,16 +78,7 @@ fn stream(chunks: usize, host_bandwidth: u64, single_buffer: bool) -> Timeline {
         .pipeline_sets(&sets)
         .input_with(&host_in, |set| set.input.along(1))
         .output_with(&mut host_out, |set| set.output.along(1))
-        .run(|_, set| {
-            HostKernel::new("double", KERNEL)
-                .reads(&set.input)
-                .writes(&set.output)
-                .launch(|args| {
-                    let (input, output) = (args.read(&set.input)?, args.write(&set.output)?);
-                    output.iter_mut().zip(input).for_each(|(y, x)| *y = 2.0 * x);
-                    Ok::<_, MemError>(())
-                })
-        })
+        .run(|_, set| common::double(&set.input, &set.output, KERNEL))
         .unwrap();
     let doubled: Vec<f32> = data.iter().map(|x| 2.0 * x).collect();
     assert_eq!(

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use cubie_mem::timeline::Activity;
 use cubie_mem::{
-    ArrayRequest, ChunkPlan, DeviceArray, HostKernel, HostMemoryKind, Instance, MemError,
-    MemoryManager, SimBackend,
+    ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Instance, MemoryManager, SimBackend,
 };
 
 /// Runs per chunk; a chunk of f32 is 4000 bytes, 4 µs at 1 byte/ns.
@@ -80,16 +79,7 @@ fn stream_batch(chunks: usize, depth: usize, kind: HostMemoryKind) -> Figures {
         .pipeline_sets(&sets)
         .input_with(&host_in, |set| set.input.along(1))
         .output_with(&mut host_out, |set| set.output.along(1))
-        .run(|_, set| {
-            HostKernel::new("double", STEP)
-                .reads(&set.input)
-                .writes(&set.output)
-                .launch(|args| {
-                    let (input, output) = (args.read(&set.input)?, args.write(&set.output)?);
-                    output.iter_mut().zip(input).for_each(|(y, x)| *y = 2.0 * x);
-                    Ok::<_, MemError>(())
-                })
-        })
+        .run(|_, set| common::double(&set.input, &set.output, STEP))
         .unwrap();
     let doubled: Vec<f32> = data.iter().map(|x| 2.0 * x).collect();
     assert_eq!(host_out.as_slice(), doubled, "depth {depth}, {kind:?}");
