@@ -52,6 +52,9 @@ pub mod logging {}
 #[doc = include_str!("../docs/clusters.md")]
 pub mod clusters {}
 
+#[doc = include_str!("../docs/from-cubie.md")]
+pub mod from_cubie {}
+
 #[cfg(feature = "cuda")]
 #[doc = include_str!("../docs/cuda.md")]
 pub mod cuda {}

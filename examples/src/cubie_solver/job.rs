@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use cubie_mem::{
-    BatchError, ChunkPlan, GpuBuffers, HostArray, Instance, ManagerConfig, MemError, MemoryManager,
-    Precision, SimBackend,
+    ChunkPlan, GpuBuffers, HostArray, Instance, ManagerConfig, MemError, MemoryManager, Precision,
+    SimBackend,
 };
 use ndarray::{ArrayView1, ArrayView3, Ix1, Ix2, Ix3};
 
@@ -283,8 +283,7 @@ pub fn run<P: Real>(job: &Job, kernel: &impl SolverKernel<P>) -> Result<Outcome,
         .output_with(&mut out.iteration_counters, |set| {
             &set.outputs.iteration_counters
         })
-        .run(|chunk, set| kernel.solve_chunk(set, chunk.len()))
-        .map_err(BatchError::into_error)?;
+        .run(|chunk, set| kernel.solve_chunk(set, chunk.len()))?;
     let wall = started.elapsed();
 
     let started = Instant::now();
