@@ -235,8 +235,8 @@ impl Integration {
         if self.saves_per_summary == 0 || !self.saves.is_multiple_of(self.saves_per_summary) {
             return refuse("saves per summary must divide the saves");
         }
-        if i32::try_from(4 * self.steps()).is_err() {
-            return refuse("the counters are i32");
+        if (self.steps_per_save.checked_mul(4)).is_none_or(|n| i32::try_from(n).is_err()) {
+            return refuse("the counters are i32: 4 x steps per save must fit one");
         }
         Ok(())
     }
@@ -280,8 +280,8 @@ fn driver<P: Real>(drivers: &ArrayView3<'_, P>, segment_duration: P, t: P) -> P 
     value
 }
 
-/// The Lorenz system's right-hand side at `(t, y)`, `x` forced by the
-/// driver.
+/// The Lorenz system's right-hand side at `y`, `x` forced by `forcing`
+/// (the driver's value at that time).
 fn lorenz<P: Real>(params: &[P; N_PARAMS], forcing: P, y: &[P; N_STATES]) -> [P; N_STATES] {
     let [sigma, rho, beta] = *params;
     let [x, y, z] = *y;
@@ -342,8 +342,10 @@ pub fn simulate_run<P: Real>(
         let [x, yy, z] = y;
         record.state.push([x, yy, z, t]);
         record.observables.push([x * yy, x * x + yy * yy + z * z]);
-        let steps = integration.steps_per_save as i32;
-        record.counters.push([steps, 4 * steps, steps, 0]);
+        let steps = i32::try_from(integration.steps_per_save).unwrap_or(i32::MAX);
+        record
+            .counters
+            .push([steps, steps.saturating_mul(4), steps, 0]);
         if !y.iter().all(|v| v.to_f64().is_finite()) {
             record.status = 1;
         }
