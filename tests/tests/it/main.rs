@@ -17,6 +17,7 @@ mod deferred_scatters;
 mod derive;
 mod device_set;
 mod element_types;
+mod error_messages;
 mod eviction;
 mod external_streams;
 mod failed_eviction;
