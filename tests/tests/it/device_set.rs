@@ -284,7 +284,6 @@ fn a_failure_on_one_device_stops_the_others_and_saves_every_computed_chunk() {
         matches!(error, MemError::DeviceFailed { device: 1, .. }),
         "{error}"
     );
-    assert!(error.to_string().contains("device 1"), "{error}");
 }
 
 #[test]

@@ -62,11 +62,6 @@ fn every_allocation_of_a_call_can_fail_cleanly() {
             } => {
                 assert!(!label.is_empty(), "the error names the array");
                 assert!(requested.0 > 0);
-                let text = err.to_string();
-                assert!(
-                    text.contains(label.as_str()) && text.contains("free"),
-                    "{text}"
-                );
             }
             other => panic!("allocation {failing}: expected out of memory, got {other}"),
         }

@@ -36,23 +36,25 @@ fn all_unchunkable_names_the_busy_holders_and_the_pool() {
         .unwrap();
     let error = mgr.allocate_queue(&c).unwrap_err();
     assert!(matches!(error, MemError::AllUnchunkable { .. }), "{error}");
-    let message = error.to_string();
-    assert!(
-        message.contains("'rk45 outputs'") && message.contains("'euler cache'"),
-        "{message}"
-    );
-    assert!(message.contains("busy 450.00 MiB"), "{message}");
-    assert!(
-        message.contains("pool reserved 900.00 MiB, used 900.00 MiB"),
-        "{message}"
-    );
     let report = error.fit_report().unwrap();
     assert_eq!(report.memory.holders.len(), 2);
+    for name in ["'rk45 outputs'", "'euler cache'"] {
+        assert!(
+            report
+                .memory
+                .holders
+                .iter()
+                .any(|holder| holder.instances.iter().any(|i| i.starts_with(name))),
+            "no holder {name}: {:?}",
+            report.memory.holders
+        );
+    }
     for holder in &report.memory.holders {
         assert_eq!(holder.state, HolderState::Busy);
         assert_eq!((holder.device_bytes, holder.pinned_bytes), (450 << 20, 0));
     }
-    assert_eq!(report.memory.pool.unwrap().reserved, 900 << 20);
+    let pool = report.memory.pool.unwrap();
+    assert_eq!((pool.reserved, pool.used), (900 << 20, 900 << 20));
     // 124 MiB free: 500 MiB needs 532 MiB free beside the 32 MiB granule.
     assert_eq!(report.lacking, (532 << 20) + 1 - (124 << 20));
     assert!(
@@ -196,8 +198,10 @@ fn a_refused_allocation_reports_the_holders_too() {
     assert_eq!(report.lacking, 0, "the figures allowed it");
     assert_eq!(report.fix, Fix::Retry, "the device has the memory");
     assert!(
-        error.to_string().contains("device held by 'solver'"),
-        "{error}"
+        matches!(&report.memory.holders[..], [holder]
+            if holder.instances.iter().any(|i| i.starts_with("'solver'")) && holder.device_bytes == 1000),
+        "{:?}",
+        report.memory.holders
     );
 }
 
@@ -207,5 +211,4 @@ fn the_planner_alone_gives_no_report() {
     let budget = cubie_mem::plan::Budget::passive(1000).with_granule(0);
     let error = cubie_mem::plan::plan(requests.iter().map(|(l, r)| (*l, r)), &budget).unwrap_err();
     assert!(error.fit_report().is_none());
-    assert!(!error.to_string().contains("held by"), "{error}");
 }

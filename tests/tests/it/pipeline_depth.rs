@@ -117,11 +117,6 @@ fn taking_sets_reports_the_range_the_label_and_a_second_take() {
             buffer_sets: 2,
         }
     );
-    let message = error.to_string();
-    assert!(
-        message.contains("buffer set 2") && message.contains("pipeline_depth"),
-        "{message}"
-    );
     assert!(matches!(
         response.take_set::<f64>("nope", 0),
         Err(MemError::UnknownLabel { .. })
@@ -387,16 +382,10 @@ fn a_run_too_large_for_every_set_names_the_depth() {
         matches!(error, MemError::SingleRunTooLarge { depth: 100, .. }),
         "{error}"
     );
+    let error = mgr.queue_request(&solver, requests(0)).unwrap_err();
     assert!(
-        error.to_string().contains("lower the pipeline depth"),
-        "{error}"
-    );
-    let error = mgr
-        .queue_request(&solver, requests(0))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        error.contains("'state'") && error.contains("at least 1"),
+        matches!(&error, MemError::InvalidRequest { label, reason }
+            if label == "state" && reason.contains("at least 1")),
         "{error}"
     );
 }

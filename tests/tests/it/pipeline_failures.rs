@@ -316,10 +316,6 @@ fn a_pipeline_without_buffer_sets_is_refused_before_anything_runs() {
     assert_eq!(error.chunk(), None);
     assert_eq!(error.completed(), 0..0);
     assert_eq!(*error.error(), MemError::NoBufferSets);
-    assert!(
-        error.to_string().contains("at least one buffer set"),
-        "{error}"
-    );
 }
 
 #[test]

@@ -186,7 +186,6 @@ fn a_binding_along_another_axis_still_works() {
         matches!(refused.error(), MemError::NoRunAxis { label } if label == "cols"),
         "{refused}"
     );
-    assert!(refused.to_string().contains(".along(axis)"), "{refused}");
 }
 
 #[test]
@@ -228,7 +227,8 @@ fn a_pinned_array_without_a_pipeline_is_a_kernel_argument() {
         .launch(|_| Ok(()))
         .unwrap_err();
     assert!(
-        alone.to_string().contains("no stream is current"),
+        matches!(&alone, MemError::Kernel { kernel, reason }
+            if kernel == "alone" && reason.contains("no stream is current")),
         "{alone}"
     );
     let twice = HostKernel::new("twice", Duration::from_micros(1))
@@ -236,7 +236,11 @@ fn a_pinned_array_without_a_pipeline_is_a_kernel_argument() {
         .writes(&flags)
         .launch(|_| Ok(()))
         .unwrap_err();
-    assert!(twice.to_string().contains("listed twice"), "{twice}");
+    assert!(
+        matches!(&twice, MemError::Kernel { kernel, reason }
+            if kernel == "twice" && reason.contains("listed twice")),
+        "{twice}"
+    );
 }
 
 #[derive(Debug)]

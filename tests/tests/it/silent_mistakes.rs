@@ -119,11 +119,6 @@ fn a_label_given_twice_in_one_call_is_refused_and_changes_nothing() {
             instance: format!("'solver' ({})", solver.id()),
         }
     );
-    let message = error.to_string();
-    assert!(
-        message.contains("'state' twice") && message.contains("nothing was queued"),
-        "{message}"
-    );
     // The earlier queue is as it was.
     let pending = mgr.pending_requests();
     assert_eq!(pending.len(), 1);
@@ -182,12 +177,6 @@ fn unchunkable_arrays_that_do_not_fit_are_named_with_their_reasons() {
                 reason: UnchunkableReason::EmptyShape,
             },
         ]
-    );
-    let message = error.to_string();
-    assert!(
-        message.contains("'initial' (shape [60, 100]")
-            && message.contains("set ArrayRequest::chunk_axis(1)"),
-        "{message}"
     );
     // The failed call left the queue as it was.
     assert_eq!(mgr.pending_requests()[0].labels.len(), 4);
@@ -261,12 +250,6 @@ fn a_host_array_made_for_other_dims_is_named_as_the_host_side() {
             chunk_length: 25,
             runs_axis: None,
         }
-    );
-    assert_eq!(
-        error.to_string(),
-        "host array bound to 'state' has shape [10, 3, 100]: the device array bound with it has \
-         shape [10, 4, 25] (one chunk of 25 runs along axis 2), so the host array must have shape \
-         [10, 4, 100]; make the host array from the dims the device array was allocated for"
     );
 
     // A device array of another chunk length is still the device's fault.
