@@ -255,12 +255,14 @@ fn a_simulated_array_is_refused_by_a_cuda_stream() {
         sim.queue_request(&other, [("x", ArrayRequest::of::<f64>([4]))])?;
         let x = sim.allocate_queue_for(&other)?.take::<f64>("x")?;
         let error = stream.view(&x).unwrap_err();
+        let reason = refusal(&error, "take an array's CUDA memory");
         assert!(
-            error.to_string().contains("not the cuda backend"),
-            "{error}"
+            reason.starts_with("the simulated backend is not the cuda backend"),
+            "{reason}"
         );
         let error = GroupStream::of(&sim, &other).unwrap_err();
-        assert!(error.to_string().contains("simulated"), "{error}");
+        let reason = refusal(&error, "take a group's CUDA stream");
+        assert!(reason.starts_with("the simulated backend "), "{reason}");
         Ok(())
     });
 }
@@ -273,19 +275,16 @@ const BROKEN_PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n\n\
 fn a_ptx_compile_error_carries_the_log_and_a_missing_kernel_is_named() {
     on_device(|cuda| {
         let error = PtxModule::from_ptx(&cuda, BROKEN_PTX).unwrap_err();
-        let message = error.to_string();
-        assert!(
-            message.starts_with("cuda backend: load PTX module failed: ")
-                && message.contains("; the PTX compiler said: "),
-            "{message}"
-        );
+        let (_, message) = driver_failure(&error, "load PTX module");
+        assert!(message.contains("; the PTX compiler said: "), "{message}");
         let module = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX)?;
         let error = module.function("no_such_kernel").unwrap_err();
         assert!(
-            error
-                .to_string()
-                .contains("; no kernel 'no_such_kernel' in the module"),
-            "{error}"
+            matches!(&error, MemError::Backend {
+                backend: "cuda",
+                error: BackendError::Driver { message, .. },
+            } if message.ends_with("; no kernel 'no_such_kernel' in the module")),
+            "{error:?}"
         );
         Ok(())
     });
@@ -327,11 +326,10 @@ fn a_launch_refuses_a_view_taken_by_another_stream() {
                 .launch(LaunchDims::for_elements(n, 256))
         }
         .unwrap_err();
+        let reason = refusal(&error, "launch kernel");
         assert!(
-            error
-                .to_string()
-                .contains("take each view from the stream that launches the kernel"),
-            "{error}"
+            reason.contains("take each view from the stream that launches the kernel"),
+            "{reason}"
         );
         // The same views on their own stream: one step, as the host computes.
         // SAFETY: as above, on the stream that took the views.
@@ -375,7 +373,8 @@ fn arrays_allocated_and_uploaded_on_a_bound_external_stream_serve_its_kernels() 
         assert_matches_host(&y.to_vec()?, steps);
         // SAFETY: the null stream is refused before any driver call.
         let error = unsafe { mgr.bind_cuda_stream(std::ptr::null_mut()) }.unwrap_err();
-        assert!(error.to_string().contains("default stream"), "{error}");
+        let reason = refusal(&error, "bind an external stream");
+        assert!(reason.contains("is a default stream"), "{reason}");
         Ok(())
     });
 }

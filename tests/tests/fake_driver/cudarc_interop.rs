@@ -105,8 +105,9 @@ fn cudarcs_launch_builder_runs_a_kernel_on_a_group_stream_with_views() {
     drop(module);
     // A context of another device is refused.
     let other = CudaContext::new(1).unwrap();
-    let error = stream.as_cudarc(&other).unwrap_err().to_string();
-    assert!(error.contains("CudaContext::new(0)"), "{error}");
+    let error = stream.as_cudarc(&other).unwrap_err();
+    let reason = refusal(&error, "view a stream as cudarc's");
+    assert!(reason.contains("CudaContext::new(0)"), "{reason}");
     fake.assert_clean();
 }
 

@@ -257,15 +257,16 @@ fn a_stream_of_another_context_or_a_default_stream_is_refused() {
     let before = streams(&cuda);
     // SAFETY: a live stream (of another context: refused before any use).
     let error = unsafe { mgr.bind_cuda_stream(foreign) }.unwrap_err();
-    let message = error.to_string();
+    let reason = refusal(&error, "bind an external stream");
     assert!(
-        message.contains("not to this backend's") && message.contains("device 0"),
-        "{message}"
+        reason.contains("not to this backend's") && reason.contains("device 0"),
+        "{reason}"
     );
     for default in [ptr::null_mut(), 1 as Handle, 2 as Handle] {
         // SAFETY: the default streams are refused before any driver call.
         let error = unsafe { mgr.bind_cuda_stream(default) }.unwrap_err();
-        assert!(error.to_string().contains("default stream"), "{error}");
+        let reason = refusal(&error, "bind an external stream");
+        assert!(reason.contains("is a default stream"), "{reason}");
     }
     assert_eq!(streams(&cuda), before, "nothing adopted");
     other.make_current().unwrap();

@@ -186,13 +186,12 @@ fn launch_euler(fake: &Fake, config: LaunchDims, with_n: bool) -> (Result<(), Me
 /// Checks that `result` is a refusal of euler_decay saying each of `says`.
 fn assert_refused(result: Result<(), MemError>, says: &[&str]) {
     let error = result.unwrap_err();
-    assert!(
-        matches!(&error, MemError::Kernel { kernel, .. } if kernel == "euler_decay"),
-        "{error:?}"
-    );
-    let message = error.to_string();
+    let MemError::Kernel { kernel, reason } = &error else {
+        panic!("expected MemError::Kernel, got {error:?}");
+    };
+    assert_eq!(kernel, "euler_decay");
     for text in says {
-        assert!(message.contains(text), "'{text}' not in: {message}");
+        assert!(reason.contains(text), "'{text}' not in: {reason}");
     }
 }
 
@@ -247,10 +246,9 @@ fn dynamic_shared_memory_above_48_kib_needs_the_kernels_opt_in() {
     let euler = module.function("euler_decay").unwrap();
     let error = euler.set_max_dynamic_shared_bytes(300_000).unwrap_err();
     assert!(
-        error
-            .to_string()
-            .contains("exceed the 232448 this device allows"),
-        "{error}"
+        matches!(&error, MemError::Kernel { kernel, reason }
+            if kernel == "euler_decay" && reason.contains("exceed the 232448 this device allows")),
+        "{error:?}"
     );
     drop(module);
 
@@ -337,11 +335,11 @@ fn arguments_are_checked_against_the_kernels_parameters() {
 fn ptx_the_driver_cannot_load_says_what_to_do() {
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
-    let cases: [(String, &[&str]); 2] = [
+    let cases: [(String, u32, &[&str]); 2] = [
         (
             EULER_DECAY_PTX.replace(".version 7.0", ".version 9.9"),
+            222,
             &[
-                "(code 222)",
                 "declares .version 9.9, which needs a newer driver",
                 "(CUDA 13.5)",
                 "update the NVIDIA driver",
@@ -350,32 +348,33 @@ fn ptx_the_driver_cannot_load_says_what_to_do() {
         ),
         (
             EULER_DECAY_PTX.replace(".target sm_50", ".target sm_100"),
+            218,
             &[
-                "(code 218)",
                 "compute capability 9.0",
                 "-arch=compute_90",
                 "higher than default SM version",
             ],
         ),
     ];
-    for (ptx, says) in cases {
-        let error = PtxModule::from_ptx(&cuda, &ptx).unwrap_err().to_string();
+    for (ptx, code, says) in cases {
+        let error = PtxModule::from_ptx(&cuda, &ptx).unwrap_err();
+        let (got, message) = super::driver_failure(&error, "load PTX module");
+        assert_eq!(got, code, "{message}");
         for text in says {
-            assert!(error.contains(text), "'{text}' not in: {error}");
+            assert!(message.contains(text), "'{text}' not in: {message}");
         }
     }
     fake.command("fail=cuModuleLoadDataEx:209");
-    let error = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX)
-        .unwrap_err()
-        .to_string();
+    let error = PtxModule::from_ptx(&cuda, EULER_DECAY_PTX).unwrap_err();
     fake.command("reset");
+    let (code, message) = super::driver_failure(&error, "load PTX module");
+    assert_eq!(code, 209, "{message}");
     for text in [
-        "(code 209)",
         "no code this device (compute_90) runs",
         "-arch=compute_90",
         "sm_75",
     ] {
-        assert!(error.contains(text), "'{text}' not in: {error}");
+        assert!(message.contains(text), "'{text}' not in: {message}");
     }
     fake.assert_clean();
 }
