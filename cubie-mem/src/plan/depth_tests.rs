@@ -104,17 +104,17 @@ fn a_run_that_fits_one_set_but_not_all_names_the_depth() {
             report: None,
         }
     );
-    let message = error.to_string();
-    assert!(
-        message.contains("in each of 11 buffer sets")
-            && message.contains("lower the pipeline depth"),
-        "{message}"
-    );
     let single = plan_chunks(&sizes(10, 100_000, 0), &budget).unwrap_err();
-    let message = single.to_string();
     assert!(
-        !message.contains("buffer set") && !message.contains("depth"),
-        "{message}"
+        matches!(
+            single,
+            MemError::SingleRunTooLarge {
+                per_run: Bytes(10_000),
+                depth: 1,
+                ..
+            }
+        ),
+        "{single:?}"
     );
 }
 
@@ -161,7 +161,6 @@ fn zero_depth_is_an_error() {
             unchunkable: Bytes(5),
         }
     );
-    assert!(error.to_string().contains("BatchSizes::depth"), "{error}");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! variant and its fields, so rewording a message breaks only its test here.
 
 use crate::common::{self, capture_logs, manager, queuing, runs_request};
+use cubie_mem::plan::split::Skip;
 use cubie_mem::{
     ArrayRequest, ArraySide, Bytes, ChunkPlan, DType, HostMemoryKind, LimitMode, ManagerConfig,
     MemError, MemoryManager, Registration, ReleaseReason, SimBackend, StagingThreads,
@@ -152,15 +153,81 @@ fn single_run_too_large_message_names_the_run_and_the_depth() {
         report: None,
     };
     assert_names(&error, &["2000 B", "cannot fit a single run"]);
+    // One buffer set: the message speaks of neither sets nor depth.
+    let message = error.to_string();
+    assert!(
+        !message.contains("buffer set") && !message.contains("depth"),
+        "{message}"
+    );
     let deep = MemError::SingleRunTooLarge {
-        per_run: Bytes(68),
-        depth: 100,
-        room: Bytes(3400),
+        per_run: Bytes(100),
+        depth: 11,
+        room: Bytes(980),
         unchunkable: Bytes(0),
-        withheld: Bytes(0),
+        withheld: Bytes(20),
         report: None,
     };
-    assert_names(&deep, &["lower the pipeline depth"]);
+    assert_names(
+        &deep,
+        &["in each of 11 buffer sets", "lower the pipeline depth"],
+    );
+}
+
+#[test]
+fn zero_depth_message_names_the_field() {
+    let error = MemError::ZeroDepth {
+        chunkable: Bytes(100),
+        unchunkable: Bytes(5),
+    };
+    assert_names(&error, &["BatchSizes::depth"]);
+}
+
+#[test]
+fn invalid_plan_message_names_the_reason_and_the_planner() {
+    let error = MemError::InvalidPlan {
+        total_runs: 10,
+        chunks: 3,
+        chunk_length: 3,
+        reason: "the chunks do not cover every run",
+    };
+    assert_names(&error, &["the chunks do not cover every run", "plan::plan"]);
+}
+
+#[test]
+fn no_device_takes_part_message_names_each_reason_and_the_fixes() {
+    let error = MemError::NoDeviceTakesPart {
+        reasons: vec![
+            Skip::CannotHoldUnchunkable {
+                unchunkable: Bytes(50),
+                allocatable: Bytes(10),
+            },
+            Skip::CannotHoldOneRun {
+                needed: Bytes(70),
+                allocatable: Bytes(60),
+            },
+            Skip::ZeroWeight,
+        ],
+    };
+    assert_eq!(
+        error.to_string(),
+        "no device can take part in the batch: device 0 cannot hold the unchunkable arrays: needs \
+         more than 50 B, can allocate 10 B; device 1 cannot hold one run in each buffer set beside \
+         the unchunkable arrays: needs 70 B, can allocate 60 B; device 2 has weight 0; free memory \
+         on a device, or shrink the batch's unchunkable or per-run arrays (a device holds the \
+         unchunkable arrays and one run in each buffer set), or give a device a weight above 0"
+    );
+    // Only weights: only their fix.
+    let weightless = MemError::NoDeviceTakesPart {
+        reasons: vec![Skip::ZeroWeight, Skip::ZeroWeight],
+    };
+    assert!(
+        weightless
+            .to_string()
+            .ends_with("device 1 has weight 0; give a device a weight above 0"),
+        "{weightless}"
+    );
+    let none = MemError::NoDeviceTakesPart { reasons: vec![] };
+    assert_names(&none, &["at least one device"]);
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! The simulated device against the contract.
 
 use super::*;
-use crate::backend::{Access, Backend, EngineRates, KernelArg, KernelBody, KernelLaunch};
+use crate::backend::{
+    Access, Backend, EngineRates, HazardMemory, KernelArg, KernelBody, KernelLaunch,
+};
 
 #[test]
 fn allocations_reduce_free_memory_and_hold_data() {
@@ -205,16 +207,14 @@ fn an_access_on_another_stream_without_an_event_is_a_hazard() {
     unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 64, a) }.unwrap();
     let read = [arg(ptr, 64, Access::Read)];
     let error = kernel(&sim, b, &read, 1, |_| {}).unwrap_err();
-    let message = error.to_string();
     assert!(
         matches!(
             error,
-            BackendError::StreamHazard { accessed_on, earlier_on, .. }
+            BackendError::StreamHazard { accessed_on, earlier: "written by a copy", earlier_on, .. }
                 if accessed_on == b.0 && earlier_on == a.0
         ),
-        "{message}"
+        "{error}"
     );
-    assert!(message.contains("written by a copy"), "{message}");
     // An event orders them.
     let uploaded = sim.record_event(a).unwrap();
     sim.wait_event(b, uploaded).unwrap();
@@ -222,7 +222,16 @@ fn an_access_on_another_stream_without_an_event_is_a_hazard() {
     // Memory allocated on one stream is the allocating stream's until ordered.
     let fresh = sim.alloc_device(64, a).unwrap();
     let error = kernel(&sim, b, &[arg(fresh, 64, Access::Write)], 1, |_| {}).unwrap_err();
-    assert!(error.to_string().contains("allocated"), "{error}");
+    assert!(
+        matches!(
+            error,
+            BackendError::StreamHazard {
+                earlier: "allocated",
+                ..
+            }
+        ),
+        "{error}"
+    );
     // So is freeing what another stream wrote without ordering.
     kernel(&sim, b, &read, 1, |_| {}).unwrap();
     let written = [arg(ptr, 64, Access::Write)];
@@ -250,12 +259,8 @@ fn a_write_over_memory_another_stream_still_reads_is_a_hazard() {
     kernel(&sim, a, &[arg(ptr, 64, Access::Read)], 1, |_| {}).unwrap();
     let error = kernel(&sim, b, &[arg(ptr, 64, Access::Write)], 1, |_| {}).unwrap_err();
     assert!(
-        matches!(error, BackendError::StreamHazard { accessed_on, earlier_on, .. }
+        matches!(error, BackendError::StreamHazard { accessed_on, earlier: "read by earlier work", earlier_on, .. }
             if accessed_on == b.0 && earlier_on == a.0),
-        "{error}"
-    );
-    assert!(
-        error.to_string().contains("read by earlier work"),
         "{error}"
     );
     // So is a copy into it; once b waits for a's read, both are fine.
@@ -281,9 +286,16 @@ fn a_page_locked_block_in_flight_cannot_be_reused_by_another_stream() {
     unsafe { sim.copy_to_device_async(x, 0, host, 64, a) }.unwrap();
     let error = unsafe { sim.copy_from_device_async(host, 64, y, 0, b) }.unwrap_err();
     assert!(
-        error
-            .to_string()
-            .contains("still being read by a copy to the device"),
+        matches!(
+            error,
+            BackendError::StreamHazard {
+                memory: HazardMemory::PageLocked(_),
+                earlier: "still being read by a copy to the device",
+                accessed_on,
+                earlier_on,
+                ..
+            } if accessed_on == b.0 && earlier_on == a.0
+        ),
         "{error}"
     );
     sim.synchronize(a).unwrap();
