@@ -130,7 +130,7 @@ echo "== mutations: each wait of the pipeline's schedule on a set's earlier use,
 # Each must make the fake-driver race tests (tests/tests/fake_driver/races.rs)
 # report a race on device memory, in every execution mode.
 cp "$root/cubie-mem/src/backend/cuda/allocation.rs" "$mutant/cubie-mem/src/backend/cuda/allocation.rs"
-schedule=cubie-mem/src/host/schedule.rs
+schedule=cubie-mem/src/streaming/schedule.rs
 waits=(
     'computed before an upload|s/\n *self\.after_previous_use\(chunk\.index, stream, \|e\| &e\.computed\)\?;//g'
     'uploaded before a kernel|s/uploaded\.order\(self\.compute\)\?;/let _ = uploaded;/g'

@@ -58,6 +58,7 @@ mod default;
 mod devices;
 mod dtype;
 mod error;
+mod event;
 #[cfg(any(doc, doctest))]
 pub mod guide;
 mod host;
@@ -73,6 +74,7 @@ pub mod report;
 mod request;
 mod shard;
 pub mod stats;
+mod streaming;
 mod streams;
 pub mod timeline;
 
@@ -86,9 +88,8 @@ pub use devices::{DeviceSet, DeviceShare, SetBuffers, SetReport, Throughput};
 pub use dtype::{DType, Element, Precision};
 pub use error::{ArraySide, MemError, UnchunkableArray, UnchunkableReason};
 pub use host::{
-    AnyHostArray, AsyncCopyError, BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer,
-    ChunkTarget, HostArray, HostMemoryKind, PendingCopy, SetError, SetPipeline, SetRun,
-    StagingBuffer, StagingKey, StagingPool, StagingThreads, SystemMemory,
+    AnyHostArray, AsyncCopyError, HostArray, HostMemoryKind, PendingCopy, StagingBuffer,
+    StagingKey, StagingPool, SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs, KernelArray};
@@ -99,6 +100,10 @@ pub use plan::split::{Skip, Weight, Workload};
 pub use pools::MIN_AUTOPOOL_SIZE;
 pub use registration::{AsOwner, Registration, SpillSettings};
 pub use request::{ArrayRequest, IntoRequests, MemoryKind, RequestSet};
+pub use streaming::{
+    BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer, ChunkTarget, SetError, SetPipeline,
+    SetRun, StagingThreads,
+};
 pub use shard::{Launcher, Shard};
 pub use streams::CurrentStream;
 

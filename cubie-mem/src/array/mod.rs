@@ -13,6 +13,7 @@
 //! event fires.
 
 mod handles;
+pub(crate) mod queued;
 mod response;
 pub(crate) mod slot;
 

@@ -10,9 +10,9 @@
 use std::ops::Range;
 use std::ptr::NonNull;
 
-use super::HostArray;
+use crate::host::HostArray;
 use super::layout::ChunkLayout;
-use super::threads::ScatterTarget;
+use super::staging_threads::ScatterTarget;
 use crate::{Element, MemError};
 
 /// Access to the runs `runs` of a host array whose other runs other threads

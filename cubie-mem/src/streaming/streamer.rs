@@ -13,9 +13,9 @@
 use std::ops::Range;
 
 use super::layout::ChunkLayout;
-use super::staging::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
-use super::threads::{ScatterTarget, StagingThreads};
-use super::{HostArray, HostMemoryKind};
+use crate::host::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
+use super::staging_threads::{ScatterTarget, StagingThreads};
+use crate::host::{HostArray, HostMemoryKind};
 use crate::array::slot::Memory;
 use crate::backend::{Backend, BackendError, BackendResult, DevicePtr, StreamHandle, StridedRows};
 use crate::ids::{InstanceId, Named};

@@ -10,7 +10,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::stage::{Event, queue_download, queue_upload};
+use crate::array::queued::{queue_download, queue_upload};
+use crate::event::Event;
 use super::{HostArray, HostMemoryKind};
 use crate::array::slot::DeviceMemory;
 use crate::backend::Backend;

@@ -6,9 +6,10 @@ use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::lane::{Direction, HostRef};
-use super::shared::RunsAccess;
-use super::{BatchError, ChunkPipeline, ChunkTarget, HostArray};
+use super::binding::{Direction, HostRef};
+use super::runs_access::RunsAccess;
+use super::{BatchError, ChunkPipeline, ChunkTarget};
+use crate::host::HostArray;
 use crate::devices::{DeviceShare, SetBuffers};
 use crate::plan::split::Split;
 use crate::{Chunk, Element, MemError, MemoryManager};

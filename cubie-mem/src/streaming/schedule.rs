@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::lane::Move;
-use super::stage::Event;
+use super::binding::Move;
+use crate::event::Event;
 use crate::Chunk;
 use crate::backend::{Backend, BackendResult, StreamHandle};
 use crate::streams::OwnedStream;

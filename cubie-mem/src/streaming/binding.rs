@@ -22,15 +22,16 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::HostMemoryKind;
-pub(crate) use super::host_ref::HostRef;
+use crate::host::HostMemoryKind;
+pub(crate) use super::binding_host::HostRef;
 use super::layout::ChunkLayout;
-use super::stage::{
-    Stage, queue_download, queue_download_strided, queue_upload, queue_upload_strided,
+use super::stage::Stage;
+use crate::array::queued::{
+    queue_download, queue_download_strided, queue_upload, queue_upload_strided,
 };
 use super::staging_ring::{Landing, StagingRing};
-use super::threads::StagingThreads;
-use super::transfer::direct_range;
+use super::staging_threads::StagingThreads;
+use super::streamer::direct_range;
 use crate::Chunk;
 use crate::array::slot::{DeviceMemory, Memory, PinnedMemory};
 use crate::backend::{Backend, BackendResult, StreamHandle, StridedRows};

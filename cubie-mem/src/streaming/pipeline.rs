@@ -6,13 +6,14 @@ use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
-use super::lane::{Direction, HostRef, Lane, Move};
+use super::binding::{Direction, HostRef, Lane, Move};
 use super::schedule::Schedule;
 use super::stage::Stage;
 use super::staging_ring::StagingRing;
 use super::target::ChunkTarget;
-use super::transfer::ChunkStreamer;
-use super::{BatchError, HostArray};
+use super::streamer::ChunkStreamer;
+use super::BatchError;
+use crate::host::HostArray;
 use crate::array::slot::Memory;
 use crate::ids::OwnerId;
 use crate::streams::CurrentStream;
