@@ -3,13 +3,16 @@
 //! committing.
 //!
 //! The call runs in two steps under the manager's lock. [`Inner::prepare`]
-//! may fail and then changes nothing: it evicts idle owners only for a
-//! batch that the planner says fits once they are gone (granule, caps and
-//! reserve included), and allocates only new memory, beside the arrays the
-//! participants hold. Only an allocation the device then refuses (a fault,
-//! another process taking the memory) fails after an eviction, whose hooks
-//! are delivered all the same. [`Inner::commit`] cannot fail: it retires replaced
-//! arrays, hands reused buffers to their new arrays and builds the responses.
+//! reads the figures into a snapshot ([`Inner::snapshot`]), lets the pure
+//! [`decide`] say who is evicted, the plan and each placement, and applies
+//! that (evicting, then placing). It may fail and then changes nothing: it
+//! evicts idle owners only for a batch that the planner says fits once
+//! they are gone (granule, caps and reserve included), and allocates only
+//! new memory, beside the arrays the participants hold. Only an allocation
+//! the device then refuses (a fault, another process taking the memory)
+//! fails after an eviction, whose hooks are delivered all the same.
+//! [`Inner::commit`] cannot fail: it retires replaced arrays, hands reused
+//! buffers to their new arrays and builds the responses.
 //!
 //! A chunkable array has a buffer in each of the plan's buffer sets, an
 //! unchunkable one a single buffer; arrays are matched with what the
@@ -17,20 +20,17 @@
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashSet;
-
 use super::Inner;
+use super::decide::{GroupCaps, Held, Planned, Snapshot, decide, finish, remembered_partition};
 use super::hooks::Hooks;
-use super::place::{FreeBefore, Held, Placed, forget_released, sets_of};
+use super::place::{Placed, forget_released};
 use super::report::Attempt;
 use super::state::{Queued, State};
 use crate::ChunkPlan;
 use crate::backend::BackendResult;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, OwnerId};
-use crate::plan::{
-    BatchSizes, Budget, OVERSIZE_WARNING_FACTOR, name_unchunkable, plan_chunks, plan_partition,
-};
+use crate::plan::{BatchSizes, OVERSIZE_WARNING_FACTOR};
 use crate::{ArrayRequest, ArrayResponse, Bytes, MemError};
 
 /// What a call produced: hooks to run (always), and the trigger's response.
@@ -133,9 +133,11 @@ impl Inner {
     }
 
     /// Plans the batch (evicting idle owners when it does not fit
-    /// physically) and allocates its new memory. On error, what it allocated
-    /// is freed and every array the participants hold is untouched.
-    /// `attempt` keeps what the plan was made with, for the error's report.
+    /// physically) and allocates its new memory: the figures are read
+    /// ([`Inner::snapshot`]), the decision made ([`decide`]), then applied.
+    /// On error, what it allocated is freed and every array the
+    /// participants hold is untouched. `attempt` keeps what the plan was
+    /// made with, for the error's report.
     fn prepare(
         &self,
         s: &mut State,
@@ -143,84 +145,42 @@ impl Inner {
         hooks: &mut Hooks,
         attempt: &mut Attempt,
     ) -> Result<(ChunkPlan, Placed), MemError> {
-        let sizes = BatchSizes::measure(batch.requests())?;
-        attempt.sizes = Some(sizes);
-        warn_misaxed(batch.requests());
-        let requested = sizes.total_bytes();
-        let held = Held::look_up(s, batch);
-        let (free, replaced) = if requested == 0 {
-            (0, 0)
-        } else {
+        let snapshot = self.snapshot(s, batch, attempt)?;
+        let mut decision = decide(&snapshot);
+        attempt.budget = Some(decision.budget);
+        let evicted = decision.eviction.as_ref().map(|eviction| {
             (
-                self.backend.mem_info().on(&*self.backend)?.free,
-                held.replaced_bytes(),
+                self.evict(s, eviction, batch.owner, hooks),
+                eviction.victims.credit,
             )
-        };
-        if requested > free.saturating_mul(OVERSIZE_WARNING_FACTOR) {
-            tracing::warn!(
-                requested = %Bytes(requested),
-                free = %Bytes(free),
-                "batch is over {OVERSIZE_WARNING_FACTOR}x the free device memory; it will run in many chunks"
+        });
+        // An access that began meanwhile holds memory the decision counted
+        // as freed: the rest is decided again with what was released.
+        if let Some((released, counted)) = evicted
+            && released != counted
+        {
+            decision = finish(
+                &snapshot,
+                decision.before,
+                decision.eviction.take(),
+                released,
             );
+            attempt.budget = Some(decision.budget);
         }
-        let headroom = match s.limit_mode {
-            LimitMode::Passive => None,
-            LimitMode::Active => {
-                Some(s.cap_headroom(&batch.group, self.total, held.replaced_cap_bytes()))
-            }
-        };
-        let mut budget = Budget {
-            effective_free: free.saturating_add(replaced),
-            cap_headroom: headroom,
-            granule: self.config.allocation_granule_bytes,
-        };
-        attempt.budget = Some(budget);
-        // Eviction frees memory: the figure measured above is then stale.
-        let mut free_unchanged = requested > 0;
-        if let Some(needed) = budget.shortfall(requested) {
-            let pinned_requested = batch
-                .requests()
-                .filter(|(_, request)| request.memory_kind() == crate::MemoryKind::Pinned)
-                .fold(0u64, |sum, (_, request)| {
-                    sum.saturating_add(request.nbytes().unwrap_or(u64::MAX))
-                });
-            let victims =
-                self.choose_victims(s, needed, pinned_requested, batch.owner, &batch.group);
-            if !victims.owners.is_empty() {
-                // Eviction belongs to a batch that will succeed: planned
-                // as it would be after it, the batch must fit (granule,
-                // caps and reserve included), else no one is evicted.
-                let after = Budget {
-                    effective_free: budget.effective_free.saturating_add(victims.credit),
-                    cap_headroom: headroom.map(|h| h.saturating_add(victims.in_group)),
-                    ..budget
-                };
-                // Its error says what stays in the way once eviction is
-                // counted; its report, what holds the memory now.
-                let planned = self.plan_batch(s, batch, &sizes, &after)?;
-                // A remembered partition is not planned: it may still not
-                // fit, and then fails to allocate with no one evicted.
-                if device_footprint(batch, &planned) <= after.effective_free {
-                    let released =
-                        self.evict(s, victims, needed, pinned_requested, batch.owner, hooks);
-                    free_unchanged = released == 0;
-                    budget.effective_free = budget.effective_free.saturating_add(released);
-                    if headroom.is_some() {
-                        budget.cap_headroom = Some(s.cap_headroom(
-                            &batch.group,
-                            self.total,
-                            held.replaced_cap_bytes(),
-                        ));
-                    }
-                    attempt.budget = Some(budget);
-                }
-            }
-        }
-        let plan = self.plan_batch(s, batch, &sizes, &budget)?;
+        let Planned {
+            plan,
+            placements,
+            room,
+        } = decision.planned?;
+        let free = snapshot.free.unwrap_or(0);
+        let replaced = snapshot.replaced();
+        let budget = decision.budget;
+        let sizes = snapshot.sizes;
+        let Held { buffers, requests } = snapshot.held;
         tracing::debug!(
             group = %batch.group,
             owner = %s.named_owner(batch.owner),
-            requested = %Bytes(requested),
+            requested = %Bytes(sizes.total_bytes()),
             chunkable = %Bytes(sizes.chunkable_bytes),
             unchunkable = %Bytes(sizes.unchunkable_bytes),
             total_runs = sizes.total_runs,
@@ -228,7 +188,7 @@ impl Inner {
             free = %Bytes(free),
             replaced = %Bytes(replaced),
             effective_free = %Bytes(budget.effective_free),
-            cap_headroom = %OrNone(headroom.map(Bytes)),
+            cap_headroom = %OrNone(decision.before.cap_headroom.map(Bytes)),
             granule = %Bytes(budget.granule),
             allocatable = %Bytes(plan.allocatable),
             withheld = %Bytes(plan.withheld),
@@ -241,50 +201,66 @@ impl Inner {
             plan.chunk_length
         );
         let stream = s.groups.stream_of(batch.trigger, &self.backend)?;
-        let free = FreeBefore {
-            bytes: free,
-            current: free_unchanged,
-        };
-        let placed = self.place(s, batch, held, &plan, &stream, free)?;
-        Ok((plan, placed))
+        let placements = self.place(s, batch, placements, room, &stream, &plan, free)?;
+        s.scratch.held = buffers;
+        Ok((
+            plan,
+            Placed {
+                placements,
+                requests,
+            },
+        ))
     }
-}
 
-impl Inner {
-    /// The plan of `batch` under `budget`: the remembered partition a
-    /// notary's arrays are laid out for comes first, as in cubie (after the
-    /// rule that an empty batch is one chunk); otherwise the batch is
-    /// planned. An error names the unchunkable requests and, where the caps
-    /// bind, the caps.
-    fn plan_batch(
+    /// What the decision for `batch` reads: its sizes (an invalid request
+    /// fails here), the free memory (measured only when it requests any
+    /// bytes), the buffers its participants hold, its group's caps in
+    /// active mode, its owner's remembered partition and, when it does not
+    /// fit the free memory, the idle owners eviction could release.
+    fn snapshot<'b>(
         &self,
-        s: &State,
-        batch: &Batch,
-        sizes: &BatchSizes,
-        budget: &Budget,
-    ) -> Result<ChunkPlan, MemError> {
-        let reused = remembered_partition(s, batch)
-            .filter(|_| sizes.total_bytes() > 0)
-            .and_then(|(length, chunks)| plan_partition(sizes, budget, length, chunks));
-        match reused {
-            Some(plan) => Ok(plan),
-            None => plan_chunks(sizes, budget)
-                .map_err(|error| name_unchunkable(error, batch.requests(), sizes.total_runs))
-                .map_err(|error| self.explain_caps(s, error, &batch.group, sizes, budget)),
+        s: &mut State,
+        batch: &'b Batch,
+        attempt: &mut Attempt,
+    ) -> Result<Snapshot<'b>, MemError> {
+        let sizes = BatchSizes::measure(batch.requests())?;
+        attempt.sizes = Some(sizes);
+        warn_misaxed(batch.requests());
+        let requested = sizes.total_bytes();
+        let held = Held::look_up(s, batch);
+        let free = if requested == 0 {
+            None
+        } else {
+            Some(self.backend.mem_info().on(&*self.backend)?.free)
+        };
+        let free_bytes = free.unwrap_or(0);
+        if requested > free_bytes.saturating_mul(OVERSIZE_WARNING_FACTOR) {
+            tracing::warn!(
+                requested = %Bytes(requested),
+                free = %Bytes(free_bytes),
+                "batch is over {OVERSIZE_WARNING_FACTOR}x the free device memory; it will run in many chunks"
+            );
         }
+        let caps = match s.limit_mode {
+            LimitMode::Passive => None,
+            LimitMode::Active => Some(GroupCaps::of(s, &batch.group, self.total)),
+        };
+        let mut snapshot = Snapshot {
+            batch,
+            sizes,
+            free,
+            held,
+            caps,
+            granule: self.config.allocation_granule_bytes,
+            remembered: remembered_partition(s, batch),
+            candidates: Vec::new(),
+        };
+        if snapshot.shortfall().is_some() {
+            let pinned_requested = snapshot.pinned_requested();
+            snapshot.candidates = self.candidates(s, pinned_requested, batch.owner, &batch.group);
+        }
+        Ok(snapshot)
     }
-}
-
-/// The device bytes `batch` takes under `plan`: each device request's
-/// chunked bytes in each of its buffer sets.
-fn device_footprint(batch: &Batch, plan: &ChunkPlan) -> u64 {
-    batch
-        .requests()
-        .filter(|(_, request)| request.memory_kind() == crate::MemoryKind::Device)
-        .fold(0u64, |sum, (_, request)| {
-            let sets = u64::try_from(sets_of(plan, request)).unwrap_or(u64::MAX);
-            sum.saturating_add(plan.chunked_bytes(request).saturating_mul(sets))
-        })
 }
 
 /// An optional figure in a log: the figure, or `none`.
@@ -297,26 +273,4 @@ impl<T: std::fmt::Display> std::fmt::Display for OrNone<T> {
             None => f.write_str("none"),
         }
     }
-}
-
-/// The remembered partition `(chunk_length, chunks)` of the owner in this
-/// group, when one of its notaries (participants that queued nothing) holds
-/// arrays, which are laid out for it.
-fn remembered_partition(s: &State, batch: &Batch) -> Option<(usize, usize)> {
-    let notary_holds = batch.participants.len() > batch.taken.len() && {
-        let queued: FxHashSet<InstanceId> = batch.taken.iter().map(|(id, _)| *id).collect();
-        batch.participants.iter().any(|id| {
-            !queued.contains(id)
-                && s.instances
-                    .get(id)
-                    .is_some_and(|i| !i.allocations.is_empty())
-        })
-    };
-    if !notary_holds {
-        return None;
-    }
-    s.groups
-        .get(&batch.group)
-        .and_then(|g| g.partitions.get(&batch.owner))
-        .copied()
 }

@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use super::Inner;
 use super::allocate::Batch;
+use super::decide::{PlacedRequest, sets_of};
 use super::held::HeldBuffer;
 use super::hooks::Hooks;
-use super::place::{Placed, PlacedRequest, Placement, sets_of};
+use super::place::{Placed, Placement};
 use super::state::{Queued, State};
 use crate::array::ReleaseReason;
 use crate::array::slot::{Shape, Slot};

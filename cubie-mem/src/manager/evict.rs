@@ -1,92 +1,68 @@
-//! Eviction: releasing idle owners' memory under physical pressure.
+//! Eviction: finding the idle owners a batch could evict (for the
+//! decision's snapshot), and evicting those it chose.
 
 use super::Inner;
 use super::accounting::Freed;
+use super::decide::{Candidate, Eviction};
 use super::hooks::Hooks;
 use super::state::State;
 use crate::Bytes;
 use crate::array::ReleaseReason;
 use crate::ids::OwnerId;
 
-/// The owners chosen to be evicted for a batch, before anyone is: what
-/// evicting them would give the batch decides whether they are.
-#[derive(Debug, Default)]
-pub(super) struct Victims {
-    /// The owners, least recently used first.
-    pub(super) owners: Vec<OwnerId>,
-    /// The bytes the batch could count: device bytes, and pinned bytes up
-    /// to its own pinned arrays.
-    pub(super) credit: u64,
-    /// The bytes (device and pinned) they hold in the batch's stream
-    /// group, which its members' caps see again (`H`).
-    pub(super) in_group: u64,
-}
-
 impl Inner {
-    /// Chooses idle owners other than `protected`, least recently used
-    /// first (ties in registration order) and whole owners at a time, until
-    /// evicting them would free `needed` bytes the batch can obtain: device
-    /// bytes, and pinned bytes up to the batch's own pinned arrays
-    /// (`pinned_requested`), since pinned arrays count wherever device
-    /// arrays do, as in cubie, but a device allocation cannot obtain
-    /// page-locked host memory. Owners that are busy, whose last completion
-    /// events have not fired, or whose memory the batch could not use are
-    /// not candidates. Memory an access holds is freed only when the access
-    /// ends, so it does not count. Evicts no one.
-    pub(super) fn choose_victims(
+    /// The idle owners other than `protected` holding memory a batch with
+    /// `pinned_requested` bytes of pinned arrays could count (device
+    /// bytes, and pinned bytes up to its pinned arrays), in the order the
+    /// manager keeps them, with what evicting each frees at once and holds
+    /// in `group`. Owners that are busy, or whose last completion events
+    /// have not fired, are not candidates (fired events are destroyed).
+    /// Evicts no one.
+    pub(super) fn candidates(
         &self,
         s: &mut State,
-        needed: u64,
         pinned_requested: u64,
         protected: OwnerId,
         group: &str,
-    ) -> Victims {
+    ) -> Vec<Candidate> {
         let owners: Vec<OwnerId> = s.owners.keys().copied().collect();
-        let mut candidates: Vec<(u64, OwnerId)> = Vec::new();
+        let mut candidates = Vec::new();
         for owner in owners {
-            if owner == protected || s.owner_held(owner).credit(pinned_requested) == 0 {
+            let held = s.owner_held(owner);
+            if owner == protected || held.credit(pinned_requested) == 0 {
                 continue;
             }
             if s.owner_idle(owner, &*self.backend) {
-                let last_used = s.owners.get(&owner).map_or(0, |o| o.last_used);
-                candidates.push((last_used, owner));
+                let in_group = s.owner_group(owner).is_some_and(|g| **g == *group);
+                candidates.push(Candidate {
+                    owner,
+                    last_used: s.owners.get(&owner).map_or(0, |o| o.last_used),
+                    releasable: s.owner_releasable(owner),
+                    in_group,
+                    group_held: if in_group {
+                        held.device.saturating_add(held.pinned)
+                    } else {
+                        0
+                    },
+                });
             }
         }
-        candidates.sort_unstable();
-        let mut victims = Victims::default();
-        let mut released = Freed::default();
-        for (_, owner) in candidates {
-            if released.credit(pinned_requested) >= needed {
-                break;
-            }
-            let held = s.owner_releasable(owner);
-            released = released.plus(held);
-            if s.owner_group(owner).is_some_and(|g| **g == *group) {
-                victims.in_group = victims
-                    .in_group
-                    .saturating_add(held.device.saturating_add(held.pinned));
-            }
-            victims.owners.push(owner);
-        }
-        victims.credit = released.credit(pinned_requested);
-        victims
+        candidates
     }
 
-    /// Evicts `victims` for `protected`'s batch (which needed `needed`
-    /// bytes): schedules every evicted registration's invalidate hook and
-    /// returns the bytes the batch can count (bytes an access still holds
-    /// are freed later and not counted).
+    /// Evicts the owners `eviction` chose for `protected`'s batch:
+    /// schedules every evicted registration's invalidate hook and returns
+    /// the bytes the batch can count (bytes an access still holds are
+    /// freed later and not counted).
     pub(super) fn evict(
         &self,
         s: &mut State,
-        victims: Victims,
-        needed: u64,
-        pinned_requested: u64,
+        eviction: &Eviction,
         protected: OwnerId,
         hooks: &mut Hooks,
     ) -> u64 {
         let mut released = Freed::default();
-        for owner in victims.owners {
+        for &owner in &eviction.victims.owners {
             let instances = s
                 .owners
                 .get(&owner)
@@ -105,12 +81,12 @@ impl Inner {
                 for_owner = %s.named_owner(protected),
                 freed_device = %Bytes(freed.device),
                 freed_pinned = %Bytes(freed.pinned),
-                needed = %Bytes(needed),
+                needed = %Bytes(eviction.needed),
                 "evicted an idle owner (no work in flight, least recently used first) to make room \
                  for a batch that does not fit the free memory"
             );
         }
-        released.credit(pinned_requested)
+        released.credit(eviction.pinned_requested)
     }
 
     /// Device bytes held by idle owners other than `protected` (the

@@ -1,6 +1,7 @@
 //! What `allocate_queue` says when a batch does not fit: out-of-memory
-//! errors filled with the manager's figures, the caps that bind in active
-//! mode, and the warning of a group near its caps.
+//! errors filled with the manager's figures, and the warning of a group
+//! near its caps (the error of caps that bind is the decision's:
+//! [`super::decide`]).
 
 use std::sync::Arc;
 
@@ -8,7 +9,6 @@ use super::Inner;
 use super::state::State;
 use crate::ChunkPlan;
 use crate::ids::OwnerId;
-use crate::plan::{BatchSizes, Budget};
 use crate::{Bytes, MemError};
 
 /// Fraction of a group's caps above which active mode warns.
@@ -42,50 +42,6 @@ impl Inner {
                 report: None,
             },
             other => other,
-        }
-    }
-
-    /// When active-mode caps, not the device, kept the batch from fitting,
-    /// says so with the caps, the proportion and the fix.
-    pub(super) fn explain_caps(
-        &self,
-        s: &State,
-        error: MemError,
-        group: &str,
-        sizes: &BatchSizes,
-        budget: &Budget,
-    ) -> MemError {
-        let caps_bind = budget
-            .cap_headroom
-            .is_some_and(|h| h < budget.effective_free);
-        let planner_error = matches!(
-            error,
-            MemError::AllUnchunkable { .. }
-                | MemError::UnchunkableTooLarge { .. }
-                | MemError::SingleRunTooLarge { .. }
-        );
-        if !(caps_bind && planner_error) {
-            return error;
-        }
-        let (caps, held) = s.group_caps_and_use(group, self.total);
-        let proportion: f64 = s
-            .groups
-            .get(group)
-            .map(|g| g.members().filter_map(|m| s.shares.proportion(m)).sum())
-            .unwrap_or(0.0);
-        let per_run = sizes
-            .chunkable_bytes
-            .div_ceil(u64::try_from(sizes.total_runs).unwrap_or(u64::MAX).max(1))
-            .saturating_mul(u64::try_from(sizes.depth).unwrap_or(u64::MAX));
-        MemError::CapLimited {
-            group: group.to_owned(),
-            proportion,
-            caps: Bytes(caps),
-            held: Bytes(held),
-            allowed: Bytes(budget.allocatable().map_or(0, |(alloc, _)| alloc)),
-            needed: Bytes(sizes.unchunkable_bytes.saturating_add(per_run)),
-            free: Bytes(budget.effective_free),
-            report: None,
         }
     }
 

@@ -4,10 +4,12 @@
 //! The state and its rules live in [`state`]; the public API is split by
 //! concern: [`registry`] (registering, owners, spill settings), [`shares`]
 //! (proportions, caps, limit modes), [`groups`] (stream groups and streams),
-//! [`queue`] (queueing and serving requests, with [`allocate`],
-//! [`explain`] and [`evict`]), [`release`] (freeing), [`work`] (busy
-//! owners), [`usage`] (statistics) and [`report`] (who holds the memory,
-//! and what would make a batch fit).
+//! [`queue`] (queueing and serving requests, with [`allocate`], which
+//! reads a snapshot, lets the pure [`decide`] choose who is evicted, the
+//! plan and each placement, and applies it through [`evict`], [`place`]
+//! and [`commit`]; [`explain`] fills its errors), [`release`] (freeing),
+//! [`work`] (busy owners), [`usage`] (statistics) and [`report`] (who holds
+//! the memory, and what would make a batch fit).
 //!
 //! # Locks
 //!
@@ -48,6 +50,7 @@ mod accounting;
 mod allocate;
 mod budget;
 mod commit;
+mod decide;
 mod evict;
 mod explain;
 mod groups;
