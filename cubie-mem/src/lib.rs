@@ -84,7 +84,7 @@ pub use buffers::{Allocated, GpuBuffers, SingleBufferSet};
 pub use bytes::Bytes;
 pub use config::{LimitMode, ManagerConfig, parse_size};
 pub use default::default_memmgr;
-pub use devices::{DeviceSet, DeviceShare, SetBuffers, SetReport, Throughput};
+pub use devices::{DevicePortion, DeviceSet, DeviceSetBuffers, DeviceSetReport, Throughput};
 pub use dtype::{DType, Element, Precision};
 pub use error::{ArraySide, MemError, UnchunkableArray, UnchunkableReason};
 pub use host::{
@@ -100,11 +100,11 @@ pub use plan::split::{Skip, Weight, Workload};
 pub use pools::MIN_AUTOPOOL_SIZE;
 pub use registration::{AsOwner, Registration, SpillSettings};
 pub use request::{ArrayRequest, IntoRequests, MemoryKind, RequestSet};
-pub use streaming::{
-    BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer, ChunkTarget, SetError, SetPipeline,
-    SetRun, StagingThreads,
-};
 pub use shard::{Launcher, Shard};
+pub use streaming::{
+    BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer, ChunkTarget, DeviceSetError,
+    DeviceSetPipeline, DeviceSetRun, StagingThreads,
+};
 pub use streams::CurrentStream;
 
 #[cfg(feature = "derive")]

@@ -242,7 +242,7 @@ impl Timeline {
 
     /// The events of [`to_chrome_trace`](Self::to_chrome_trace) as process
     /// `pid` named `process`: several devices' timelines in one trace
-    /// (see [`SetReport`](crate::SetReport)).
+    /// (see [`DeviceSetReport`](crate::DeviceSetReport)).
     pub fn chrome_events(&self, pid: u64, process: &str) -> Vec<Value> {
         let mut events = vec![json!({
             "ph": "M", "name": "process_name", "pid": pid, "tid": 0,

@@ -149,7 +149,7 @@ fn stream(
         |n_runs| Runs { n_runs },
     )?;
     let chunks = buffers
-        .shares()
+        .portions()
         .iter()
         .map(|share| share.buffers().plan().chunks())
         .sum();

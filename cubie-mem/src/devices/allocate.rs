@@ -1,6 +1,6 @@
-//! Splitting a batch across a set's devices and allocating each share.
+//! Splitting a batch across a set's devices and allocating each portion.
 
-use super::{DeviceSet, DeviceShare, SetBuffers, check_distinct};
+use super::{DevicePortion, DeviceSet, DeviceSetBuffers, check_distinct};
 use crate::plan::BatchSizes;
 use crate::plan::split::{DeviceCapacity, Split, Weight, Workload, split, weights};
 use crate::{GpuBuffers, Instance, MemError, Registration, RequestSet};
@@ -27,15 +27,15 @@ pub enum Throughput {
 
 impl DeviceSet {
     /// Splits a batch of `total_runs` runs of `B` across the devices and
-    /// allocates each share: registers `registration(device)` on every
+    /// allocates each portion: registers `registration(device)` on every
     /// device, keeps those that can hold one run and the unchunkable
     /// arrays, gives each one contiguous range of runs in proportion to
     /// `throughput`, and allocates `B` for `dims(runs)` (the dims of a
-    /// share of `runs` runs) on it, chunked for its own memory.
+    /// portion of `runs` runs) on it, chunked for its own memory.
     ///
     /// One device alone gets every run, as [`MemoryManager::allocate_buffers`]
-    /// would. Every run is in exactly one share; a device that takes no part
-    /// says why ([`SetBuffers::split`]). The registrations need an
+    /// would. Every run is in exactly one portion; a device that takes no part
+    /// says why ([`DeviceSetBuffers::split`]). The registrations need an
     /// invalidate hook, as for one device. A failure leaves nothing
     /// registered or allocated.
     ///
@@ -46,7 +46,7 @@ impl DeviceSet {
         throughput: &Throughput,
         registration: impl Fn(usize) -> Registration,
         dims: impl Fn(usize) -> B::Dims,
-    ) -> Result<SetBuffers<'_, B>, MemError> {
+    ) -> Result<DeviceSetBuffers<'_, B>, MemError> {
         check_distinct(self)?;
         if self.is_empty() {
             return Err(MemError::Config {
@@ -71,23 +71,23 @@ impl DeviceSet {
         }
         let instances = self.register(&registration)?;
         let split = self.split_among(&sizes, &instances, throughput)?;
-        let mut shares = Vec::new();
+        let mut portions = Vec::new();
         for (device, instance) in instances.into_iter().enumerate() {
             let Some(runs) = split.range(device).filter(|runs| !runs.is_empty()) else {
                 continue;
             };
             let manager = &self.managers()[device];
             let buffers = manager.allocate_buffers::<B>(&instance, &dims(runs.len()))?;
-            shares.push(DeviceShare {
+            portions.push(DevicePortion {
                 device,
                 runs,
                 instance,
                 buffers,
             });
         }
-        Ok(SetBuffers {
+        Ok(DeviceSetBuffers {
             set: self,
-            shares,
+            portions,
             split,
             total_runs,
         })

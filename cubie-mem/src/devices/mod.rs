@@ -1,7 +1,7 @@
 //! Several devices in one process: a [`DeviceSet`] holds one
 //! [`MemoryManager`] per device, splits a batch into one contiguous run
 //! range per device so that the devices finish together, and streams every
-//! share at once into the same host arrays.
+//! portion at once into the same host arrays.
 
 mod allocate;
 mod report;
@@ -11,7 +11,7 @@ use std::ops::Range;
 use crate::{Allocated, Instance, ManagerConfig, MemError, MemoryManager, SimBackend};
 
 pub use allocate::Throughput;
-pub use report::SetReport;
+pub use report::DeviceSetReport;
 
 /// The devices of one process, one [`MemoryManager`] each (its own
 /// backend, streams and budget), in device order.
@@ -107,17 +107,17 @@ impl DeviceSet {
     }
 }
 
-/// One device's share of a batch: its runs, the instance holding its
+/// One device's portion of a batch: its runs, the instance holding its
 /// buffers on that device, and the buffers.
 #[derive(Debug)]
-pub struct DeviceShare<B> {
+pub struct DevicePortion<B> {
     device: usize,
     runs: Range<usize>,
     instance: Instance,
     buffers: Allocated<B>,
 }
 
-impl<B> DeviceShare<B> {
+impl<B> DevicePortion<B> {
     /// The device's index in the set.
     pub fn device(&self) -> usize {
         self.device
@@ -141,20 +141,20 @@ impl<B> DeviceShare<B> {
 }
 
 /// A batch's buffers on every device of a set that takes part, made by
-/// [`DeviceSet::allocate`]: each device's share, and the split that gave
+/// [`DeviceSet::allocate`]: each device's portion, and the split that gave
 /// them.
 #[derive(Debug)]
-pub struct SetBuffers<'s, B> {
+pub struct DeviceSetBuffers<'s, B> {
     set: &'s DeviceSet,
-    shares: Vec<DeviceShare<B>>,
+    portions: Vec<DevicePortion<B>>,
     split: crate::plan::split::Split,
     total_runs: usize,
 }
 
-impl<'s, B> SetBuffers<'s, B> {
-    /// The shares of the devices that take part, in device order.
-    pub fn shares(&self) -> &[DeviceShare<B>] {
-        &self.shares
+impl<'s, B> DeviceSetBuffers<'s, B> {
+    /// The portions of the devices that take part, in device order.
+    pub fn portions(&self) -> &[DevicePortion<B>] {
+        &self.portions
     }
 
     /// How the runs were split, with why a device took no part.
@@ -172,10 +172,10 @@ impl<'s, B> SetBuffers<'s, B> {
         self.set
     }
 
-    /// The manager of `share`'s device.
-    pub(crate) fn manager(&self, share: &DeviceShare<B>) -> &'s MemoryManager {
+    /// The manager of `portion`'s device.
+    pub(crate) fn manager(&self, portion: &DevicePortion<B>) -> &'s MemoryManager {
         // Shares are made for devices of this set only.
-        &self.set.managers[share.device]
+        &self.set.managers[portion.device]
     }
 }
 

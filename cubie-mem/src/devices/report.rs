@@ -14,20 +14,20 @@ use crate::{MemError, SimBackend};
 /// The timelines of a set's devices, by device: made by
 /// [`DeviceSet::report`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SetReport {
+pub struct DeviceSetReport {
     timelines: Vec<Timeline>,
 }
 
 impl DeviceSet {
     /// Each device's timeline so far (a simulated device's modelled one, a
     /// CUDA device's recorded one; empty for a backend that keeps none).
-    pub fn report(&self) -> Result<SetReport, MemError> {
+    pub fn report(&self) -> Result<DeviceSetReport, MemError> {
         let timelines = self
             .managers()
             .iter()
             .map(|manager| timeline_of(manager.backend().as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(SetReport { timelines })
+        Ok(DeviceSetReport { timelines })
     }
 }
 
@@ -45,7 +45,7 @@ fn timeline_of(backend: &dyn crate::backend::Backend) -> Result<Timeline, MemErr
     Ok(Timeline::default())
 }
 
-impl SetReport {
+impl DeviceSetReport {
     /// The timelines, by device.
     pub fn timelines(&self) -> &[Timeline] {
         &self.timelines
@@ -95,13 +95,13 @@ impl SetReport {
         })
     }
 
-    /// Writes [`SetReport::to_chrome_trace`] as JSON.
+    /// Writes [`DeviceSetReport::to_chrome_trace`] as JSON.
     pub fn write_chrome_trace(&self, writer: impl Write) -> std::io::Result<()> {
         serde_json::to_writer(writer, &self.to_chrome_trace()).map_err(std::io::Error::from)
     }
 }
 
-impl fmt::Display for SetReport {
+impl fmt::Display for DeviceSetReport {
     /// One line per device with its makespan, then the slowest over the
     /// mean.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -10,11 +10,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::array::queued::{queue_download, queue_upload};
-use crate::event::Event;
 use super::{HostArray, HostMemoryKind};
+use crate::array::queued::{queue_download, queue_upload};
 use crate::array::slot::DeviceMemory;
 use crate::backend::Backend;
+use crate::event::Event;
 use crate::streams::OwnedStream;
 use crate::{DeviceArray, Element, MemError};
 

@@ -22,19 +22,19 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::host::HostMemoryKind;
 pub(crate) use super::binding_host::HostRef;
 use super::layout::ChunkLayout;
 use super::stage::Stage;
-use crate::array::queued::{
-    queue_download, queue_download_strided, queue_upload, queue_upload_strided,
-};
 use super::staging_ring::{Landing, StagingRing};
 use super::staging_threads::StagingThreads;
 use super::streamer::direct_range;
 use crate::Chunk;
+use crate::array::queued::{
+    queue_download, queue_download_strided, queue_upload, queue_upload_strided,
+};
 use crate::array::slot::{DeviceMemory, Memory, PinnedMemory};
 use crate::backend::{Backend, BackendResult, StreamHandle, StridedRows};
+use crate::host::HostMemoryKind;
 use crate::streams::OwnedStream;
 use crate::{Element, MemError};
 

@@ -7,10 +7,10 @@
 use std::ops::Range;
 use std::ptr::NonNull;
 
-use crate::host::HostArray;
 use super::layout::ChunkLayout;
 use super::runs_access::RunsAccess;
 use super::staging_threads::ScatterTarget;
+use crate::host::HostArray;
 use crate::{Element, MemError};
 
 /// How the host side of a binding is borrowed.

@@ -1,5 +1,5 @@
 //! One batch through every device of a set at once: each device streams
-//! its share of the runs through a chunk pipeline of its own, on a thread
+//! its portion of the runs through a chunk pipeline of its own, on a thread
 //! of its own, reading from and writing into the same host arrays.
 
 use std::ops::Range;
@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::binding::{Direction, HostRef};
 use super::runs_access::RunsAccess;
 use super::{BatchError, ChunkPipeline, ChunkTarget};
+use crate::devices::{DevicePortion, DeviceSetBuffers};
 use crate::host::HostArray;
-use crate::devices::{DeviceShare, SetBuffers};
 use crate::plan::split::Split;
 use crate::{Chunk, Element, MemError, MemoryManager};
 
 /// A batch of a [`DeviceSet`](crate::DeviceSet) streamed through every
-/// device taking part: made by [`SetBuffers::pipeline`]; bind host arrays
+/// device taking part: made by [`DeviceSetBuffers::pipeline`]; bind host arrays
 /// of the whole batch with selectors that pick each device's array out of
 /// its buffer sets, then [`run`](Self::run).
 ///
@@ -25,8 +25,8 @@ use crate::{Chunk, Element, MemError, MemoryManager};
 /// are written by run range, each device into its own runs only, so one
 /// host array (pinned, pageable or spilled) serves every device.
 #[must_use = "a pipeline does nothing until run"]
-pub struct SetPipeline<'p, B> {
-    buffers: &'p SetBuffers<'p, B>,
+pub struct DeviceSetPipeline<'p, B> {
+    buffers: &'p DeviceSetBuffers<'p, B>,
     bindings: Vec<Box<dyn SetBind<'p, B> + 'p>>,
     /// The runs each device saved in a failed run being resumed, by device.
     saved: Option<Vec<Range<usize>>>,
@@ -108,10 +108,10 @@ where
     }
 }
 
-impl<'p, B: Sync> SetBuffers<'p, B> {
-    /// A pipeline over every device's share of the batch.
-    pub fn pipeline(&'p self) -> SetPipeline<'p, B> {
-        SetPipeline {
+impl<'p, B: Sync> DeviceSetBuffers<'p, B> {
+    /// A pipeline over every device's portion of the batch.
+    pub fn pipeline(&'p self) -> DeviceSetPipeline<'p, B> {
+        DeviceSetPipeline {
             buffers: self,
             bindings: Vec::new(),
             saved: None,
@@ -119,23 +119,23 @@ impl<'p, B: Sync> SetBuffers<'p, B> {
     }
 }
 
-impl<B> SetPipeline<'_, B> {
+impl<B> DeviceSetPipeline<'_, B> {
     /// Runs only what a failed run of these buffers left undone: each
-    /// device resumes its share from the first chunk whose results are not
-    /// in the host arrays ([`SetError::saved_runs`]), so every run is
-    /// computed once; a device that finished its share runs nothing. Bind
+    /// device resumes its portion from the first chunk whose results are not
+    /// in the host arrays ([`DeviceSetError::saved_runs`]), so every run is
+    /// computed once; a device that finished its portion runs nothing. Bind
     /// the same host arrays as the failed run. A device whose saved runs
-    /// do not start its share (an error of other buffers) runs its whole
-    /// share.
-    pub fn resume(mut self, failure: &SetError) -> Self {
+    /// do not start its portion (an error of other buffers) runs its whole
+    /// portion.
+    pub fn resume(mut self, failure: &DeviceSetError) -> Self {
         self.saved = Some(failure.saved.clone());
         self
     }
 }
 
-/// The first chunk of `plan` a device whose share starts at `first_run`
+/// The first chunk of `plan` a device whose portion starts at `first_run`
 /// runs, when it saved the runs `saved` before: the chunk after the last
-/// saved, 0 when `saved` is not a saved prefix of the share.
+/// saved, 0 when `saved` is not a saved prefix of the portion.
 fn resume_chunk(plan: &crate::ChunkPlan, first_run: usize, saved: &Range<usize>) -> usize {
     if saved.start != first_run || saved.end < saved.start {
         return 0;
@@ -151,7 +151,7 @@ fn resume_chunk(plan: &crate::ChunkPlan, first_run: usize, saved: &Range<usize>)
     }
 }
 
-impl<'p, B: Sync + 'p> SetPipeline<'p, B> {
+impl<'p, B: Sync + 'p> DeviceSetPipeline<'p, B> {
     fn with<T: Element, A: Into<ChunkTarget<'p, T>>>(
         mut self,
         host: SetHost<'p, T>,
@@ -196,44 +196,44 @@ impl<'p, B: Sync + 'p> SetPipeline<'p, B> {
         self.with(SetHost::by_runs(host), select, Direction::InOut)
     }
 
-    /// Runs every device's share at once, each on a thread of its own:
+    /// Runs every device's portion at once, each on a thread of its own:
     /// `compute(device, chunk, set)` computes one chunk (its runs are the
     /// batch's) in one of that device's buffer sets, and is called from
     /// several threads at once.
     ///
     /// The first failure stops the others: each finishes the chunk it is
     /// computing, saves every chunk it computed, and stops. The
-    /// [`SetError`] names the device and chunk that failed and the runs
+    /// [`DeviceSetError`] names the device and chunk that failed and the runs
     /// each device saved; on success every run of the batch is written.
     pub fn run(
         self,
         compute: impl Fn(usize, &Chunk, &B) -> Result<(), MemError> + Sync,
-    ) -> Result<SetRun, SetError> {
+    ) -> Result<DeviceSetRun, DeviceSetError> {
         let stop = AtomicBool::new(false);
         let total = self.buffers.total_runs();
-        let shares = self.buffers.shares();
+        let portions = self.buffers.portions();
         let outcomes: Vec<DeviceOutcome> = std::thread::scope(|scope| {
-            let handles: Vec<_> = shares
+            let handles: Vec<_> = portions
                 .iter()
-                .map(|share| {
+                .map(|portion| {
                     let (stop, compute, bindings) = (&stop, &compute, &self.bindings);
-                    let manager = self.buffers.manager(share);
+                    let manager = self.buffers.manager(portion);
                     let first = self.saved.as_ref().map_or(0, |saved| {
-                        saved.get(share.device()).map_or(0, |runs| {
-                            resume_chunk(share.buffers().plan(), share.runs().start, runs)
+                        saved.get(portion.device()).map_or(0, |runs| {
+                            resume_chunk(portion.buffers().plan(), portion.runs().start, runs)
                         })
                     });
                     scope.spawn(move || {
                         let _panicking = StopOnPanic(stop);
                         let outcome =
-                            run_share(manager, share, total, first, bindings, stop, compute);
+                            run_portion(manager, portion, total, first, bindings, stop, compute);
                         if outcome.is_err() {
                             stop.store(true, Ordering::Release);
                         }
                         DeviceOutcome {
-                            device: share.device(),
-                            runs: share.runs(),
-                            first_run: first_run_of(share, first),
+                            device: portion.device(),
+                            runs: portion.runs(),
+                            first_run: first_run_of(portion, first),
                             result: outcome,
                         }
                     })
@@ -248,7 +248,7 @@ impl<'p, B: Sync + 'p> SetPipeline<'p, B> {
                 })
                 .collect()
         });
-        SetError::from_outcomes(outcomes, self.buffers.split())
+        DeviceSetError::from_outcomes(outcomes, self.buffers.split())
     }
 }
 
@@ -264,52 +264,52 @@ impl Drop for StopOnPanic<'_> {
     }
 }
 
-/// What one device's share of a run did.
+/// What one device's portion of a run did.
 struct DeviceOutcome {
     device: usize,
     runs: Range<usize>,
-    /// The first run this run streamed (past the share's start when
+    /// The first run this run streamed (past the portion's start when
     /// resumed): the runs before it were saved before.
     first_run: usize,
     result: Result<(), BatchError>,
 }
 
-/// The first run of chunk `first_chunk` of `share` (its end past the last).
-fn first_run_of<B>(share: &DeviceShare<B>, first_chunk: usize) -> usize {
-    let runs = share.runs();
-    let offset = first_chunk.saturating_mul(share.buffers().plan().chunk_length);
+/// The first run of chunk `first_chunk` of `portion` (its end past the last).
+fn first_run_of<B>(portion: &DevicePortion<B>, first_chunk: usize) -> usize {
+    let runs = portion.runs();
+    let offset = first_chunk.saturating_mul(portion.buffers().plan().chunk_length);
     runs.start.saturating_add(offset).min(runs.end)
 }
 
-/// Streams one device's share; stops before a chunk once `stop` is set.
-fn run_share<'p, B: Sync>(
+/// Streams one device's portion; stops before a chunk once `stop` is set.
+fn run_portion<'p, B: Sync>(
     manager: &'p MemoryManager,
-    share: &'p DeviceShare<B>,
+    portion: &'p DevicePortion<B>,
     total: usize,
     first_chunk: usize,
     bindings: &[Box<dyn SetBind<'p, B> + 'p>],
     stop: &AtomicBool,
     compute: &(impl Fn(usize, &Chunk, &B) -> Result<(), MemError> + Sync),
 ) -> Result<(), BatchError> {
-    let plan = share.buffers().plan();
-    if share.runs().is_empty() || first_chunk >= plan.chunks {
+    let plan = portion.buffers().plan();
+    if portion.runs().is_empty() || first_chunk >= plan.chunks {
         return Ok(());
     }
     let streamer = manager
-        .chunk_streamer(share.instance(), share.buffers().plan())
-        .and_then(|streamer| streamer.for_runs(share.runs(), total))
+        .chunk_streamer(portion.instance(), portion.buffers().plan())
+        .and_then(|streamer| streamer.for_runs(portion.runs(), total))
         .map_err(|error| {
-            let run = first_run_of(share, first_chunk);
+            let run = first_run_of(portion, first_chunk);
             BatchError::new(error, None, first_chunk..first_chunk, run..run)
         })?;
-    let sets = share.buffers().sets();
+    let sets = portion.buffers().sets();
     let mut pipeline = streamer
         .pipeline_sets(sets)
         .chunk_range(first_chunk..plan.chunks);
     for binding in bindings {
-        pipeline = binding.bind(pipeline, sets, share.runs());
+        pipeline = binding.bind(pipeline, sets, portion.runs());
     }
-    let device = share.device();
+    let device = portion.device();
     pipeline.run(|chunk, set| {
         if stop.load(Ordering::Acquire) {
             return Err(MemError::SetStopped { device });
@@ -323,11 +323,11 @@ fn run_share<'p, B: Sync>(
 
 /// A set's batch that finished: each device's runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SetRun {
+pub struct DeviceSetRun {
     runs: Vec<Range<usize>>,
 }
 
-impl SetRun {
+impl DeviceSetRun {
     /// The runs each device streamed, by device (empty for a device that
     /// took no part).
     pub fn runs(&self) -> &[Range<usize>] {
@@ -338,19 +338,22 @@ impl SetRun {
 /// A set's batch that stopped: the device and chunk that failed, why, and
 /// the runs whose results are in the host arrays, by device.
 #[derive(Debug)]
-pub struct SetError {
+pub struct DeviceSetError {
     device: usize,
     error: BatchError,
     saved: Vec<Range<usize>>,
 }
 
-impl SetError {
+impl DeviceSetError {
     /// The first device that failed on its own (the others stopped
     /// because of it), with its error; or the runs of a batch that
     /// finished.
     /// `split` gives every device of the set its place, so that a device
     /// that took no part has its (empty) range.
-    fn from_outcomes(outcomes: Vec<DeviceOutcome>, split: &Split) -> Result<SetRun, SetError> {
+    fn from_outcomes(
+        outcomes: Vec<DeviceOutcome>,
+        split: &Split,
+    ) -> Result<DeviceSetRun, DeviceSetError> {
         let mut saved: Vec<Range<usize>> = split
             .ranges()
             .iter()
@@ -385,8 +388,8 @@ impl SetError {
             }
         }
         match failed {
-            None => Ok(SetRun { runs: saved }),
-            Some((device, error)) => Err(SetError {
+            None => Ok(DeviceSetRun { runs: saved }),
+            Some((device, error)) => Err(DeviceSetError {
                 device,
                 error,
                 saved,
@@ -411,7 +414,7 @@ impl SetError {
     }
 }
 
-impl std::fmt::Display for SetError {
+impl std::fmt::Display for DeviceSetError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -421,14 +424,14 @@ impl std::fmt::Display for SetError {
     }
 }
 
-impl std::error::Error for SetError {
+impl std::error::Error for DeviceSetError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.error)
     }
 }
 
-impl From<SetError> for MemError {
-    fn from(error: SetError) -> Self {
+impl From<DeviceSetError> for MemError {
+    fn from(error: DeviceSetError) -> Self {
         MemError::DeviceFailed {
             device: error.device,
             source: Box::new(error.error.into()),
@@ -437,10 +440,10 @@ impl From<SetError> for MemError {
     }
 }
 
-impl<B> std::fmt::Debug for SetPipeline<'_, B> {
+impl<B> std::fmt::Debug for DeviceSetPipeline<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SetPipeline")
-            .field("devices", &self.buffers.shares().len())
+        f.debug_struct("DeviceSetPipeline")
+            .field("devices", &self.buffers.portions().len())
             .field("bindings", &self.bindings.len())
             .finish()
     }

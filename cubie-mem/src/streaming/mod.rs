@@ -12,7 +12,7 @@
 //!   `runs_access`, the device side [`ChunkTarget`] in `target`), their
 //!   staging buffers (`stage`, `staging_ring`), and the order of the work
 //!   (`schedule`); what a failure leaves ([`BatchError`], `batch_error`).
-//! - [`SetPipeline`] (`device_set_pipeline`): one batch over the devices of
+//! - [`DeviceSetPipeline`] (`device_set_pipeline`): one batch over the devices of
 //!   a [`DeviceSet`](crate::DeviceSet), each device a pipeline of its own.
 
 mod batch_error;
@@ -30,7 +30,7 @@ mod streamer;
 mod target;
 
 pub use batch_error::BatchError;
-pub use device_set_pipeline::{SetError, SetPipeline, SetRun};
+pub use device_set_pipeline::{DeviceSetError, DeviceSetPipeline, DeviceSetRun};
 pub use layout::ChunkLayout;
 pub use pipeline::ChunkPipeline;
 pub use staging_threads::StagingThreads;

@@ -6,15 +6,15 @@ use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
+use super::BatchError;
 use super::binding::{Direction, HostRef, Lane, Move};
 use super::schedule::Schedule;
 use super::stage::Stage;
 use super::staging_ring::StagingRing;
-use super::target::ChunkTarget;
 use super::streamer::ChunkStreamer;
-use super::BatchError;
-use crate::host::HostArray;
+use super::target::ChunkTarget;
 use crate::array::slot::Memory;
+use crate::host::HostArray;
 use crate::ids::OwnerId;
 use crate::streams::CurrentStream;
 use crate::{Chunk, Element, MemError, Work};

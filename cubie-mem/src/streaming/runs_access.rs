@@ -10,9 +10,9 @@
 use std::ops::Range;
 use std::ptr::NonNull;
 
-use crate::host::HostArray;
 use super::layout::ChunkLayout;
 use super::staging_threads::ScatterTarget;
+use crate::host::HostArray;
 use crate::{Element, MemError};
 
 /// Access to the runs `runs` of a host array whose other runs other threads

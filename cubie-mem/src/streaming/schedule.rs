@@ -13,9 +13,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::binding::Move;
-use crate::event::Event;
 use crate::Chunk;
 use crate::backend::{Backend, BackendResult, StreamHandle};
+use crate::event::Event;
 use crate::streams::OwnedStream;
 use crate::{Chunks, MemError};
 

@@ -13,11 +13,11 @@
 use std::ops::Range;
 
 use super::layout::ChunkLayout;
-use crate::host::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
 use super::staging_threads::{ScatterTarget, StagingThreads};
-use crate::host::{HostArray, HostMemoryKind};
 use crate::array::slot::Memory;
 use crate::backend::{Backend, BackendError, BackendResult, DevicePtr, StreamHandle, StridedRows};
+use crate::host::{HostArray, HostMemoryKind};
+use crate::host::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
 use crate::ids::{InstanceId, Named};
 use crate::streams::CurrentStream;
 use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};

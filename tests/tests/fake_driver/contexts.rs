@@ -13,8 +13,8 @@ use cubie_mem::backend::cuda::{
 };
 use cubie_mem::backend::{Backend, BackendError};
 use cubie_mem::{
-    ArrayRequest, DeviceArray, DeviceSet, GpuBuffers, HostMemoryKind, LimitMode, ManagerConfig,
-    MemError, Registration, SetBuffers, Throughput,
+    ArrayRequest, DeviceArray, DeviceSet, DeviceSetBuffers, GpuBuffers, HostMemoryKind, LimitMode,
+    ManagerConfig, MemError, Registration, Throughput,
 };
 use cubie_mem_examples::euler_decay::{EULER_DECAY_PTX, EulerDecay};
 
@@ -62,7 +62,7 @@ fn wait_for(done: impl Fn() -> bool) {
 }
 
 /// The batch over `set`, each device's share budgeted as `shares` says.
-fn allocate<'s>(set: &'s DeviceSet, shares: &[f64]) -> SetBuffers<'s, Decay> {
+fn allocate<'s>(set: &'s DeviceSet, shares: &[f64]) -> DeviceSetBuffers<'s, Decay> {
     set.allocate::<Decay>(
         RUNS,
         &Throughput::Equal,
@@ -85,13 +85,13 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
     let buffers = allocate(&set, &shares);
     let half = RUNS / 2;
     assert_eq!(buffers.split().ranges(), [0..half, half..RUNS]);
-    let plan = *buffers.shares()[1].buffers().plan();
+    let plan = *buffers.portions()[1].buffers().plan();
     assert!(plan.chunks() >= 4, "{plan:?}");
     let kernel = EulerDecay::load(&cuda[1]).unwrap();
     let module = PtxModule::from_ptx(&cuda[0], EULER_DECAY_PTX).unwrap();
     let faulty = module.function("euler_decay").unwrap();
     let streams: Vec<GroupStream> = buffers
-        .shares()
+        .portions()
         .iter()
         .map(|share| GroupStream::of(&set.managers()[share.device()], share.instance()).unwrap())
         .collect();

@@ -40,7 +40,7 @@ fn a_batch_splits_across_both_devices_and_each_share_stays_on_its_device() {
         )
         .unwrap();
     assert_eq!(buffers.split().ranges(), [0..25_001, 25_001..50_001]);
-    for share in buffers.shares() {
+    for share in buffers.portions() {
         for set_buffers in share.buffers().sets() {
             for array in [&set_buffers.y, &set_buffers.k] {
                 let ptr = array.with_device_ptr(|p| p.0).unwrap();

@@ -214,7 +214,7 @@ fn set_backends(set: &cubie_mem::DeviceSet) -> Vec<CudaBackend> {
 /// share of `buffers`, by device.
 fn set_kernels<B: cubie_mem::GpuBuffers>(
     set: &cubie_mem::DeviceSet,
-    buffers: &cubie_mem::SetBuffers<'_, B>,
+    buffers: &cubie_mem::DeviceSetBuffers<'_, B>,
 ) -> (
     Vec<cubie_mem_examples::euler_decay::EulerDecay>,
     Vec<cubie_mem::backend::cuda::GroupStream>,
@@ -224,7 +224,7 @@ fn set_kernels<B: cubie_mem::GpuBuffers>(
         .map(|cuda| cubie_mem_examples::euler_decay::EulerDecay::load(cuda).unwrap())
         .collect();
     let streams = buffers
-        .shares()
+        .portions()
         .iter()
         .map(|share| {
             let manager = &set.managers()[share.device()];

@@ -191,7 +191,7 @@ fn both_devices_of_a_set_copy_the_rows_of_device_0s_pinned_arrays_directly() {
     fake.assert_clean();
     assert_one_euler_step(y.as_slice(), &y0, &rates, DT);
     let chunks: usize = buffers
-        .shares()
+        .portions()
         .iter()
         .map(|share| share.buffers().plan().chunks())
         .sum();

@@ -245,7 +245,7 @@ fn a_composed_solver_streams_byte_exact_on_a_set_of_two_devices() {
             dims,
         )
         .unwrap();
-    for share in buffers.shares() {
+    for share in buffers.portions() {
         share.buffers().sets()[0]
             .inputs
             .driver_coefficients

@@ -165,10 +165,10 @@ fn equal_devices_of_unequal_memory_share_the_runs_equally() {
             lengths.iter().all(|&n| n.abs_diff(runs / count) <= 1),
             "{lengths:?}"
         );
-        assert_eq!(buffers.shares().len(), count);
+        assert_eq!(buffers.portions().len(), count);
         // Each device is chunked for its own memory.
         let chunks: Vec<usize> = buffers
-            .shares()
+            .portions()
             .iter()
             .map(|s| s.buffers().plan().chunks())
             .collect();
@@ -200,7 +200,7 @@ fn a_device_that_cannot_hold_one_run_takes_no_part_and_says_why() {
     );
     assert_eq!(
         buffers
-            .shares()
+            .portions()
             .iter()
             .map(|s| s.device())
             .collect::<Vec<_>>(),
@@ -232,7 +232,7 @@ fn one_device_alone_gets_every_run_as_without_a_set() {
         .allocate_buffers::<Solve>(&solver, &dims(runs))
         .unwrap()
         .plan();
-    assert_eq!(*buffers.shares()[0].buffers().plan(), plan);
+    assert_eq!(*buffers.portions()[0].buffers().plan(), plan);
 }
 
 #[test]
@@ -450,7 +450,7 @@ fn a_panic_on_one_device_stops_the_others_and_resumes_on_the_caller() {
             })
     }));
     assert!(outcome.is_err(), "the panic reached the caller");
-    let chunks = buffers.shares()[1].buffers().plan().chunks();
+    let chunks = buffers.portions()[1].buffers().plan().chunks();
     assert_eq!(
         computed.into_inner(),
         2,

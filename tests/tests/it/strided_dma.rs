@@ -237,7 +237,7 @@ fn a_device_set_writes_a_pinned_strided_output_by_dma_on_every_device() {
         .unwrap();
     assert!(
         buffers
-            .shares()
+            .portions()
             .iter()
             .all(|share| share.buffers().plan().chunks() > 1),
         "each device streams several chunks"
@@ -273,7 +273,7 @@ fn a_device_set_writes_a_pinned_strided_output_by_dma_on_every_device() {
             0,
             "device {device}: no gather or scatter"
         );
-        let chunks = buffers.shares()[device].buffers().plan().chunks();
+        let chunks = buffers.portions()[device].buffers().plan().chunks();
         assert_eq!(
             strided_copies(timeline, Activity::DeviceToHost),
             chunks,
