@@ -15,6 +15,8 @@
 //! again ([`Placements::make_room`]).
 
 mod placement;
+#[cfg(test)]
+mod properties;
 mod snapshot;
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ use crate::ids::{InstanceId, OwnerId};
 use crate::{ArrayRequest, MemoryKind, RequestSet};
 
 /// A batch of one instance that queued `requests`.
-fn batch(requests: Vec<(&str, ArrayRequest)>) -> Batch {
+pub(super) fn batch(requests: Vec<(&str, ArrayRequest)>) -> Batch {
     let trigger = InstanceId::fresh();
     Batch {
         trigger,
@@ -35,7 +35,7 @@ fn batch(requests: Vec<(&str, ArrayRequest)>) -> Batch {
 
 /// A snapshot of `batch` on a device with `free` bytes free, holding
 /// nothing, in passive mode, with no granule.
-fn snapshot(batch: &Batch, free: u64) -> Snapshot<'_> {
+pub(super) fn snapshot(batch: &Batch, free: u64) -> Snapshot<'_> {
     let sizes = BatchSizes::measure(batch.requests()).unwrap();
     let held = Held {
         buffers: Vec::new(),
@@ -68,7 +68,7 @@ fn idle(last_used: u64, device: u64) -> Candidate {
 }
 
 /// `runs` runs of one f64 each: 8 bytes a run.
-fn state(runs: usize) -> ArrayRequest {
+pub(super) fn state(runs: usize) -> ArrayRequest {
     ArrayRequest::of::<f64>([runs])
         .chunk_axis(0)
         .total_runs(runs)
