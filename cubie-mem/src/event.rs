@@ -25,6 +25,15 @@ impl Event {
         })
     }
 
+    /// Takes ownership of `handle`, an event recorded on `backend`: it is
+    /// destroyed when the returned value drops.
+    pub(crate) fn owning(backend: &Arc<dyn Backend>, handle: EventHandle) -> Self {
+        Event {
+            backend: Arc::clone(backend),
+            handle,
+        }
+    }
+
     /// Makes later work on `stream` wait for this event.
     pub(crate) fn order(&self, stream: StreamHandle) -> Result<(), MemError> {
         self.backend

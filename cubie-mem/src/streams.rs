@@ -21,7 +21,8 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use crate::MemError;
-use crate::backend::{Backend, BackendResult, EventHandle, StreamHandle};
+use crate::backend::{Backend, BackendResult, StreamHandle};
+use crate::event::Event;
 use crate::ids::{InstanceId, OwnerId};
 
 /// The group an instance joins when none is named.
@@ -46,7 +47,7 @@ struct External {
     /// stream so far (`None` when it could not be recorded). Later
     /// ordering waits for it instead of touching the stream, which its
     /// owner may have destroyed since.
-    ended: Mutex<Option<Option<EventHandle>>>,
+    ended: Mutex<Option<Option<Event>>>,
     /// What keeps the stream alive while it is bound (a library's shared
     /// stream), if anything.
     _keep: Option<Box<dyn Any + Send + Sync>>,
@@ -102,9 +103,7 @@ impl OwnedStream {
         if ended.is_some() {
             return;
         }
-        let event = self
-            .backend
-            .record_event(self.handle)
+        let event = Event::record(&self.backend, self.handle)
             .inspect_err(|error| {
                 tracing::warn!(stream = self.handle.0, %error, "recording the final event of an external stream failed; later work is not ordered after its work");
             })
@@ -121,22 +120,17 @@ impl OwnedStream {
     /// `before` (on an external stream whose binding ended: for the work
     /// queued until it ended).
     pub(crate) fn wait_for(&self, before: &OwnedStream) -> Result<(), MemError> {
-        let backend = &*self.backend;
         let ended = before.external.as_ref().map(|e| e.ended.lock());
         if let Some(Some(event)) = ended.as_deref() {
             return match event {
-                Some(event) => backend.wait_event(self.handle, *event).on(backend),
+                Some(event) => event.order(self.handle),
                 None => Ok(()),
             };
         }
         // An external stream's lock is held while recording, so that its
-        // binding cannot end (and its owner destroy it) meanwhile.
-        let event = backend.record_event(before.handle).on(backend)?;
-        let ordered = backend.wait_event(self.handle, event).on(backend);
-        if let Err(error) = backend.destroy_event(event) {
-            tracing::warn!(%error, "destroying an ordering event failed");
-        }
-        ordered
+        // binding cannot end (and its owner destroy it) meanwhile. The
+        // event is destroyed as it drops, once the wait is queued.
+        Event::record(&self.backend, before.handle)?.order(self.handle)
     }
 
     /// The backend's handle.
@@ -152,13 +146,9 @@ impl OwnedStream {
 
 impl Drop for OwnedStream {
     fn drop(&mut self) {
-        if let Some(external) = &self.external {
+        if self.external.is_some() {
+            // The final event is destroyed with the stream's record of it.
             self.end();
-            if let Some(Some(event)) = *external.ended.lock()
-                && let Err(error) = self.backend.destroy_event(event)
-            {
-                tracing::debug!(%error, "destroying an external stream's final event failed");
-            }
             return;
         }
         if let Err(error) = self.backend.destroy_stream(self.handle) {

@@ -32,7 +32,7 @@ impl Inner {
             if owner == protected || held.credit(pinned_requested) == 0 {
                 continue;
             }
-            if s.owner_idle(owner, &*self.backend) {
+            if s.owner_idle(owner) {
                 let in_group = s.owner_group(owner).is_some_and(|g| **g == *group);
                 candidates.push(Candidate {
                     owner,
@@ -95,7 +95,7 @@ impl Inner {
     pub(super) fn idle_bytes(&self, s: &mut State, protected: OwnerId) -> u64 {
         let owners: Vec<OwnerId> = s.owners.keys().copied().collect();
         owners.into_iter().fold(0u64, |idle, owner| {
-            if owner != protected && s.owner_idle(owner, &*self.backend) {
+            if owner != protected && s.owner_idle(owner) {
                 idle.saturating_add(s.owner_held(owner).device)
             } else {
                 idle

@@ -99,9 +99,8 @@ impl MemoryManager {
                 },
             )
         })?;
-        if let Err(error) = backend.destroy_event(probe) {
-            tracing::debug!(%error, "destroying a probe event failed");
-        }
+        // The probe has served: dropping it destroys it.
+        drop(crate::event::Event::owning(backend, probe));
         Ok(CurrentStream::bind(OwnedStream::external(
             backend, stream, false, None,
         )))

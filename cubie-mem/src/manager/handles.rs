@@ -49,7 +49,7 @@ impl AsOwner for Instance {
 impl Drop for Instance {
     fn drop(&mut self) {
         if let Some(inner) = self.manager.upgrade() {
-            inner.lock().deregister(self.id, &*inner.backend);
+            inner.lock().deregister(self.id);
         }
     }
 }
@@ -93,7 +93,7 @@ impl Drop for Owner {
             if let Some(owner) = state.owners.get_mut(&self.id) {
                 owner.handles = owner.handles.saturating_sub(1);
             }
-            state.drop_owner_if_unused(self.id, &*inner.backend);
+            state.drop_owner_if_unused(self.id);
         }
     }
 }

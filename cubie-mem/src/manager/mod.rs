@@ -144,13 +144,8 @@ impl Drop for Inner {
         for id in ids {
             state.release_all(id, crate::ReleaseReason::Freed);
         }
-        for owner in state.owners.values_mut() {
-            for (_, event) in owner.pending.drain(..) {
-                if let Err(error) = self.backend.destroy_event(event) {
-                    tracing::debug!(%error, "destroying an event at shutdown failed");
-                }
-            }
-        }
+        // The owners' completion events destroy themselves as the state
+        // drops.
     }
 }
 

@@ -65,7 +65,7 @@ impl Inner {
             }
             let state = if Some(owner) == requester {
                 HolderState::Requesting
-            } else if s.owner_idle(owner, &*self.backend) {
+            } else if s.owner_idle(owner) {
                 HolderState::Idle
             } else {
                 HolderState::Busy

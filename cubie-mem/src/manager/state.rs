@@ -12,8 +12,9 @@ use rustc_hash::FxHashMap;
 
 use super::held::HeldArrays;
 use crate::array::ReleaseReason;
-use crate::backend::{Backend, EventHandle, StreamHandle};
+use crate::backend::StreamHandle;
 use crate::config::LimitMode;
+use crate::event::Event;
 use crate::ids::{InstanceId, Named, OwnerId};
 use crate::pools::{ShareWarning, Shares};
 use crate::registration::{InvalidateHook, ReadyHook, SpillSettings};
@@ -73,7 +74,7 @@ pub(crate) struct OwnerState {
     pub(crate) busy: usize,
     pub(crate) last_used: u64,
     /// The newest completion event per stream.
-    pub(crate) pending: Vec<(StreamHandle, EventHandle)>,
+    pub(crate) pending: Vec<(StreamHandle, Event)>,
     pub(crate) spill: SpillSettings,
 }
 
@@ -234,7 +235,7 @@ impl State {
     }
 
     /// Removes `id`: its allocations, share, group membership, queued set.
-    pub(crate) fn deregister(&mut self, id: InstanceId, backend: &dyn Backend) {
+    pub(crate) fn deregister(&mut self, id: InstanceId) {
         super::pending::warn_dropped_unserved(self, id);
         self.release_all(id, ReleaseReason::Deregistered);
         let Some(instance) = self.instances.remove(&id) else {
@@ -245,12 +246,12 @@ impl State {
         if let Some(owner) = self.owners.get_mut(&instance.owner) {
             owner.instances.remove(&id);
         }
-        self.drop_owner_if_unused(instance.owner, backend);
+        self.drop_owner_if_unused(instance.owner);
     }
 
     /// Forgets `owner` once nothing refers to it: no registrations, no
     /// handles, no work in flight.
-    pub(crate) fn drop_owner_if_unused(&mut self, owner: OwnerId, backend: &dyn Backend) {
+    pub(crate) fn drop_owner_if_unused(&mut self, owner: OwnerId) {
         let unused = self
             .owners
             .get(&owner)
@@ -258,13 +259,8 @@ impl State {
         if !unused {
             return;
         }
-        if let Some(o) = self.owners.remove(&owner) {
-            for (_, event) in o.pending {
-                if let Err(error) = backend.destroy_event(event) {
-                    tracing::debug!(%error, "destroying an event failed");
-                }
-            }
-        }
+        // Its completion events destroy themselves.
+        self.owners.remove(&owner);
     }
 
     /// Cap of `instance`: `floor(proportion * total)`.
@@ -298,7 +294,7 @@ impl State {
 
     /// Whether `owner` is idle: not busy, and its last completion events
     /// fired. Fired events are destroyed.
-    pub(crate) fn owner_idle(&mut self, owner: OwnerId, backend: &dyn Backend) -> bool {
+    pub(crate) fn owner_idle(&mut self, owner: OwnerId) -> bool {
         let Some(o) = self.owners.get_mut(&owner) else {
             return true;
         };
@@ -306,13 +302,9 @@ impl State {
             return false;
         }
         let mut idle = true;
-        o.pending.retain(|&(_, event)| match backend.event_complete(event) {
-            Ok(true) => {
-                if let Err(error) = backend.destroy_event(event) {
-                    tracing::debug!(%error, "destroying a completed event failed");
-                }
-                false
-            }
+        // A fired event is dropped, which destroys it.
+        o.pending.retain(|(_, event)| match event.is_complete() {
+            Ok(true) => false,
             Ok(false) => {
                 idle = false;
                 true
@@ -330,6 +322,8 @@ impl State {
 mod tests {
     use super::*;
     use crate::SimBackend;
+
+    use crate::backend::Backend;
 
     fn backend() -> Arc<dyn Backend> {
         Arc::new(SimBackend::new(1 << 20))
@@ -383,16 +377,15 @@ mod tests {
 
     #[test]
     fn deregistering_the_last_registration_forgets_the_owner() {
-        let backend = backend();
         let mut s = State::new(LimitMode::Passive);
         let a = InstanceId::fresh();
         let (owner, _) = s.register(a, Registration::new()).unwrap();
         let b = InstanceId::fresh();
         s.register(b, Registration::new().owner(&ForeignOwner(owner)))
             .unwrap();
-        s.deregister(a, &*backend);
+        s.deregister(a);
         assert!(s.owners.contains_key(&owner), "b still belongs to it");
-        s.deregister(b, &*backend);
+        s.deregister(b);
         assert!(s.owners.is_empty());
         assert!(s.instances.is_empty());
         assert!(s.groups.get(DEFAULT_STREAM_GROUP).is_none());

@@ -4,6 +4,7 @@ use std::sync::{Arc, Weak};
 
 use super::Inner;
 use crate::backend::StreamHandle;
+use crate::event::Event;
 use crate::ids::OwnerId;
 use crate::registration::AsOwner;
 use crate::{MemError, MemoryManager};
@@ -71,26 +72,22 @@ impl Inner {
         let mut result = Ok(());
         let mut recorded = Vec::with_capacity(streams.len());
         for stream in streams {
-            match self.backend.record_event(stream) {
+            match Event::record(&self.backend, stream) {
                 Ok(event) => recorded.push((stream, event)),
-                Err(error) => result = Err(MemError::backend(self.backend.name(), error)),
+                Err(error) => result = Err(error),
             }
         }
         if let Some(o) = s.owners.get_mut(&owner) {
             o.busy = o.busy.saturating_sub(1);
             for (stream, event) in recorded {
                 match o.pending.iter_mut().find(|(st, _)| *st == stream) {
-                    Some(entry) => {
-                        let older = std::mem::replace(&mut entry.1, event);
-                        if let Err(error) = self.backend.destroy_event(older) {
-                            tracing::debug!(%error, "destroying a superseded event failed");
-                        }
-                    }
+                    // The superseded event is dropped, which destroys it.
+                    Some(entry) => entry.1 = event,
                     None => o.pending.push((stream, event)),
                 }
             }
         }
-        s.drop_owner_if_unused(owner, &*self.backend);
+        s.drop_owner_if_unused(owner);
         result
     }
 }
