@@ -358,15 +358,11 @@ impl<T: Element> Move for Lane<'_, T> {
         let mut start = 0;
         while start < extent {
             let len = window.min(extent - start);
-            let slot = ring.advance();
             // An inout binding's downloads may share the buffer: the
             // window it holds goes out first.
-            ring.flush(slot, |stage, landing| {
+            let (_, stage) = ring.next_free(|stage, landing| {
                 scatter_landing(stage, landing, host, layout, threads, &**backend)
             })?;
-            let Some(stage) = ring.stage(slot) else {
-                return Ok(());
-            };
             let host = &*host;
             // SAFETY: the closure queues one copy of the window it is given,
             // on `stream`; the stage keeps the buffer until it is done.
@@ -465,13 +461,9 @@ impl<T: Element> Move for Lane<'_, T> {
         let mut start = 0;
         while start < extent {
             let len = window.min(extent - start);
-            let slot = ring.advance();
-            ring.flush(slot, |stage, landing| {
+            let (slot, stage) = ring.next_free(|stage, landing| {
                 scatter_landing(stage, landing, host, layout, threads, &**backend)
             })?;
-            let Some(stage) = ring.stage(slot) else {
-                return Ok(());
-            };
             // SAFETY: the closure queues one copy into the window it is
             // given, on `stream`; the stage keeps the buffer until it is
             // done, and the host reads it only after that.

@@ -36,13 +36,31 @@ struct Slot<T: Element> {
     landing: Option<(u64, Landing)>,
 }
 
+impl<T: Element> Slot<T> {
+    fn new(stage: Stage<T>) -> Self {
+        Slot {
+            stage,
+            landing: None,
+        }
+    }
+}
+
+/// Which buffer of a ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SlotId {
+    First,
+    Second,
+}
+
 /// One or two staging buffers used in turn.
 pub(super) struct StagingRing<T: Element> {
-    slots: Vec<Slot<T>>,
+    first: Slot<T>,
+    /// The second buffer once reserved.
+    second: Option<Slot<T>>,
     /// The second buffer until it is reserved (or given up).
-    second: Option<Stage<T>>,
-    /// The slot the next window takes.
-    next: usize,
+    spare: Option<Stage<T>>,
+    /// The buffer the next window takes.
+    next: SlotId,
     /// How many windows have landed, to scatter them in order.
     landed: u64,
 }
@@ -52,12 +70,10 @@ impl<T: Element> StagingRing<T> {
     /// waiting when the ring is reserved.
     pub(super) fn new(first: Stage<T>, second: Stage<T>) -> Self {
         StagingRing {
-            slots: vec![Slot {
-                stage: first,
-                landing: None,
-            }],
-            second: Some(second),
-            next: 0,
+            first: Slot::new(first),
+            second: None,
+            spare: Some(second),
+            next: SlotId::First,
             landed: 0,
         }
     }
@@ -65,97 +81,95 @@ impl<T: Element> StagingRing<T> {
     /// Acquires the first buffer now (waiting for the pool if need be),
     /// then the second if the pool has one at once.
     pub(super) fn reserve(&mut self) -> Result<(), MemError> {
-        if let Some(first) = self.slots.first_mut() {
-            first.stage.reserve()?;
-        }
+        self.first.stage.reserve()?;
         self.reserve_second()
     }
 
     /// Acquires the buffers only if the pool has them at once; whether it
     /// had the first.
     pub(super) fn try_reserve(&mut self) -> Result<bool, MemError> {
-        let Some(first) = self.slots.first_mut() else {
-            return Ok(false);
-        };
-        if !first.stage.try_reserve()? {
+        if !self.first.stage.try_reserve()? {
             return Ok(false);
         }
         self.reserve_second().map(|()| true)
     }
 
     fn reserve_second(&mut self) -> Result<(), MemError> {
-        if let Some(mut second) = self.second.take()
+        if let Some(mut second) = self.spare.take()
             && second.try_reserve()?
         {
-            self.slots.push(Slot {
-                stage: second,
-                landing: None,
-            });
+            self.second = Some(Slot::new(second));
         }
         Ok(())
     }
 
     /// The elements one window holds.
     pub(super) fn window(&self) -> usize {
-        self.slots
-            .first()
-            .map_or(1, |slot| slot.stage.capacity().max(1))
+        self.first.stage.capacity().max(1)
     }
 
-    /// The slot the next window takes; the one after it comes next.
-    pub(super) fn advance(&mut self) -> usize {
-        let slot = self.next.min(self.slots.len().saturating_sub(1));
-        self.next = (slot + 1) % self.slots.len().max(1);
-        slot
-    }
-
-    /// The buffer of `slot`.
-    pub(super) fn stage(&mut self, slot: usize) -> Option<&mut Stage<T>> {
-        self.slots.get_mut(slot).map(|slot| &mut slot.stage)
-    }
-
-    /// Notes that `slot` holds `landing`, downloaded, for the host.
-    pub(super) fn land(&mut self, slot: usize, landing: Landing) {
-        if let Some(slot) = self.slots.get_mut(slot) {
-            slot.landing = Some((self.landed, landing));
-            self.landed = self.landed.wrapping_add(1);
+    /// The buffer `id` names (the first, when the ring has one buffer).
+    fn slot(&mut self, id: SlotId) -> &mut Slot<T> {
+        match (id, &mut self.second) {
+            (SlotId::Second, Some(second)) => second,
+            _ => &mut self.first,
         }
     }
 
-    /// The slot holding the oldest window of a chunk up to `chunk` that
+    /// The buffer the next window takes, emptied for it: the window it
+    /// still holds, if any, handed to `scatter` first (see
+    /// [`flush`](Self::flush)). The buffer after it comes next.
+    pub(super) fn next_free(
+        &mut self,
+        scatter: impl FnOnce(&mut Stage<T>, &Landing) -> Result<(), MemError>,
+    ) -> Result<(SlotId, &mut Stage<T>), MemError> {
+        let id = self.next;
+        self.next = match (id, &self.second) {
+            (SlotId::First, Some(_)) => SlotId::Second,
+            _ => SlotId::First,
+        };
+        self.flush(id, scatter)?;
+        Ok((id, &mut self.slot(id).stage))
+    }
+
+    /// Notes that buffer `id` holds `landing`, downloaded, for the host.
+    pub(super) fn land(&mut self, id: SlotId, landing: Landing) {
+        let order = self.landed;
+        self.landed = self.landed.wrapping_add(1);
+        self.slot(id).landing = Some((order, landing));
+    }
+
+    /// The buffer holding the oldest window of a chunk up to `chunk` that
     /// the host has yet to scatter.
-    pub(super) fn oldest_through(&self, chunk: usize) -> Option<usize> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(index, slot)| {
-                let (order, landing) = slot.landing.as_ref()?;
-                (landing.chunk <= chunk).then_some((*order, index))
-            })
-            .min()
-            .map(|(_, index)| index)
+    pub(super) fn oldest_through(&self, chunk: usize) -> Option<SlotId> {
+        [
+            (SlotId::First, Some(&self.first)),
+            (SlotId::Second, self.second.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(id, slot)| {
+            let (order, landing) = slot?.landing.as_ref()?;
+            (landing.chunk <= chunk).then_some((*order, id))
+        })
+        .min_by_key(|&(order, _)| order)
+        .map(|(_, id)| id)
     }
 
-    /// Whether the copy that last used `slot` is done (does not block).
-    pub(super) fn is_settled(&mut self, slot: usize) -> Result<bool, MemError> {
-        match self.slots.get_mut(slot) {
-            Some(slot) => slot.stage.is_settled(),
-            None => Ok(true),
-        }
+    /// Whether the copy that last used buffer `id` is done (does not block).
+    pub(super) fn is_settled(&mut self, id: SlotId) -> Result<bool, MemError> {
+        self.slot(id).stage.is_settled()
     }
 
-    /// Empties `slot` for reuse: hands the window it holds, if any, to
+    /// Empties buffer `id` for reuse: hands the window it holds, if any, to
     /// `scatter` with the buffer. The window is taken off the ring even
     /// when `scatter` fails: its results are then lost, and the error
     /// says so.
     pub(super) fn flush(
         &mut self,
-        slot: usize,
+        id: SlotId,
         scatter: impl FnOnce(&mut Stage<T>, &Landing) -> Result<(), MemError>,
     ) -> Result<(), MemError> {
-        let Some(slot) = self.slots.get_mut(slot) else {
-            return Ok(());
-        };
+        let slot = self.slot(id);
         match slot.landing.take() {
             Some((_, landing)) => scatter(&mut slot.stage, &landing),
             None => Ok(()),
