@@ -79,40 +79,9 @@ fn check_no_device(error: &MemError) {
     }
 }
 
-/// The reason the CUDA backend gave for refusing `operation`
-/// (`MemError::Backend` with `BackendError::Unsupported`); panics on any
-/// other error.
-fn refusal<'e>(error: &'e cubie_mem::MemError, operation: &str) -> &'e str {
-    match error {
-        cubie_mem::MemError::Backend {
-            backend: "cuda",
-            error:
-                cubie_mem::backend::BackendError::Unsupported {
-                    operation: op,
-                    reason,
-                },
-        } if *op == operation => reason,
-        other => panic!("expected the cuda backend to refuse {operation:?}, got {other:?}"),
-    }
-}
-
-/// The driver's code and message for the failure of `operation`
-/// (`MemError::Backend` with `BackendError::Driver`); panics on any other
-/// error.
-fn driver_failure<'e>(error: &'e cubie_mem::MemError, operation: &str) -> (u32, &'e str) {
-    match error {
-        cubie_mem::MemError::Backend {
-            backend: "cuda",
-            error:
-                cubie_mem::backend::BackendError::Driver {
-                    operation: op,
-                    code,
-                    message,
-                },
-        } if *op == operation => (*code, message),
-        other => panic!("expected {operation:?} to fail in the driver, got {other:?}"),
-    }
-}
+#[path = "../cuda_errors/mod.rs"]
+mod cuda_errors;
+use cuda_errors::{driver_failure, refusal};
 
 /// Runs `test` on device 0 when it answers; otherwise checks the no-device
 /// error.
