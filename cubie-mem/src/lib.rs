@@ -58,7 +58,6 @@ mod default;
 mod devices;
 mod dtype;
 mod error;
-mod event;
 #[cfg(any(doc, doctest))]
 pub mod guide;
 mod host;
@@ -72,6 +71,7 @@ mod pools;
 mod registration;
 pub mod report;
 mod request;
+mod resource;
 mod shard;
 pub mod stats;
 mod streaming;

@@ -10,8 +10,9 @@ use parking_lot::RawRwLock;
 use parking_lot::lock_api::{ArcRwLockReadGuard, ArcRwLockWriteGuard};
 
 use super::ReleaseReason;
-use super::slot::{DeviceMemory, Memory, Slot};
+use super::slot::{Memory, Slot};
 use crate::backend::{BackendResult, DevicePtr, PinnedBlock};
+use crate::resource::DeviceMemory;
 use crate::{Element, MemError};
 
 /// Checks that a host slice of `found` elements matches an array of `expected`.
@@ -298,7 +299,7 @@ impl<T: Element> PinnedArray<T> {
     }
 
     /// The page-locked memory, kept allocated while the result lives.
-    pub(crate) fn pinned_memory(&self) -> Result<Arc<super::slot::PinnedMemory>, MemError> {
+    pub(crate) fn pinned_memory(&self) -> Result<Arc<crate::resource::PinnedMemory>, MemError> {
         match self.inner.slot.memory()? {
             Memory::Pinned(memory) => Ok(memory),
             Memory::Device(_) => Err(MemError::WrongArrayType {

@@ -5,8 +5,8 @@
 
 use std::ptr::NonNull;
 
-use crate::array::slot::DeviceMemory;
 use crate::backend::{Backend, BackendResult, StreamHandle, StridedRows};
+use crate::resource::DeviceMemory;
 use crate::{Element, MemError};
 
 /// Queues a copy of `src` into `device` at element `offset`.

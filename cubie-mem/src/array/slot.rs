@@ -11,89 +11,16 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::ReleaseReason;
-use crate::backend::{Backend, BackendResult, DevicePtr, PinnedBlock, StreamHandle};
+use crate::backend::{Backend, BackendResult, StreamHandle};
 use crate::ids::OwnerId;
-use crate::streams::{OwnedStream, current_stream_for};
+use crate::resource::{DeviceMemory, OwnedStream, PinnedMemory};
+use crate::streams::current_stream_for;
 use crate::{DType, MemError, MemoryKind};
 
 /// An array's shape, inline for up to four dimensions (an array's handles
 /// and the manager read it often, and a separate allocation would cost a
 /// cache miss each time).
 pub(crate) type Shape = smallvec::SmallVec<[usize; 4]>;
-
-/// Device memory, freed (ordered on its stream) when the last holder drops it.
-///
-/// It remembers the stream of its last use: work queued on another stream
-/// is first ordered after it (an event), as cudarc's slices do, so that an
-/// allocation made under one current stream and used under another, or
-/// freed on its group's stream after a copy on another, never races.
-pub(crate) struct DeviceMemory {
-    ptr: DevicePtr,
-    bytes: u64,
-    /// The stream the free is ordered on: the owning group's stream.
-    stream: Mutex<Arc<OwnedStream>>,
-    /// The stream of the last allocation, copy, kernel or pipeline run.
-    last_use: Mutex<Arc<OwnedStream>>,
-    /// False once freed through [`DeviceMemory::free`].
-    live: bool,
-}
-
-impl DeviceMemory {
-    /// The device address.
-    pub(crate) fn ptr(&self) -> DevicePtr {
-        self.ptr
-    }
-
-    /// The stream of the owning group.
-    pub(crate) fn group_stream(&self) -> Arc<OwnedStream> {
-        Arc::clone(&self.stream.lock())
-    }
-
-    /// Orders work about to be queued on `stream` after the last use of the
-    /// memory on another stream, and makes `stream` the last.
-    pub(crate) fn use_on(&self, stream: &Arc<OwnedStream>) -> Result<(), MemError> {
-        let mut last = self.last_use.lock();
-        if Arc::ptr_eq(&last, stream) {
-            return Ok(());
-        }
-        // The same stream bound anew as external needs no event.
-        if last.handle() != stream.handle() || last.ended() {
-            stream.wait_for(&last)?;
-        }
-        *last = Arc::clone(stream);
-        Ok(())
-    }
-
-    /// Frees now, reporting a backend failure.
-    fn free(mut self) -> Result<(), MemError> {
-        self.live = false;
-        self.release()
-    }
-
-    /// Frees on the group's stream, ordered after the last use.
-    fn release(&self) -> Result<(), MemError> {
-        let stream = self.group_stream();
-        self.use_on(&stream)?;
-        let backend = stream.backend();
-        backend
-            .free_device(self.ptr, self.bytes, stream.handle())
-            .on(&**backend)
-    }
-}
-
-impl Drop for DeviceMemory {
-    fn drop(&mut self) {
-        if !self.live {
-            return;
-        }
-        if let Err(error) = self.release() {
-            tracing::warn!(ptr = %self.ptr, %error, "freeing device memory failed");
-        }
-    }
-}
-
-/// Page-locked host memory; readers and writers take its lock.
-pub(crate) type PinnedMemory = RwLock<Box<dyn PinnedBlock>>;
 
 /// The memory of a live slot. Cloning it keeps the memory alive.
 #[derive(Clone)]
@@ -171,15 +98,9 @@ impl Slot {
         let memory = match kind {
             MemoryKind::Device => {
                 let order = current_stream_for(backend).unwrap_or_else(|| Arc::clone(stream));
-                Memory::Device(Arc::new(DeviceMemory {
-                    ptr: backend
-                        .alloc_device(bytes, order.handle())
-                        .for_array(&**backend, &label)?,
-                    bytes,
-                    stream: Mutex::new(Arc::clone(stream)),
-                    last_use: Mutex::new(order),
-                    live: true,
-                }))
+                Memory::Device(Arc::new(DeviceMemory::allocate(
+                    backend, bytes, &label, stream, order,
+                )?))
             }
             MemoryKind::Pinned => {
                 let block = backend.alloc_pinned(bytes).for_array(&**backend, &label)?;
@@ -271,7 +192,7 @@ impl Slot {
     /// instance moved group, or the group got a new stream).
     pub(crate) fn set_stream(&self, stream: &Arc<OwnedStream>) {
         if let SlotState::Live(Memory::Device(memory)) = &*self.state.lock() {
-            *memory.stream.lock() = Arc::clone(stream);
+            memory.set_group_stream(stream);
         }
     }
 

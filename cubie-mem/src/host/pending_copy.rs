@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use super::{HostArray, HostMemoryKind};
 use crate::array::queued::{queue_download, queue_upload};
-use crate::array::slot::DeviceMemory;
 use crate::backend::Backend;
-use crate::event::Event;
-use crate::streams::OwnedStream;
+use crate::resource::DeviceMemory;
+use crate::resource::Event;
+use crate::resource::OwnedStream;
 use crate::{DeviceArray, Element, MemError};
 
 /// An asynchronous copy in flight, holding its page-locked host array until

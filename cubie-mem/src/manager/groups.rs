@@ -6,7 +6,8 @@ use crate::backend::{Backend, BackendError, BackendResult, StreamHandle};
 use crate::ids::InstanceId;
 use std::sync::Arc;
 
-use crate::streams::{CurrentStream, DEFAULT_STREAM_GROUP, OwnedStream};
+use crate::resource::{Event, OwnedStream};
+use crate::streams::{CurrentStream, DEFAULT_STREAM_GROUP};
 use crate::{MemError, MemoryManager};
 
 impl MemoryManager {
@@ -85,7 +86,8 @@ impl MemoryManager {
     /// feature `cuda`.)
     pub fn bind_external_stream(&self, stream: StreamHandle) -> Result<CurrentStream, MemError> {
         let backend = &self.inner.backend;
-        let probe = backend.record_event(stream).map_err(|error| {
+        // The probe serves once recorded: dropping it destroys it.
+        Event::record_raw(backend, stream).map_err(|error| {
             MemError::backend(
                 backend.name(),
                 BackendError::Unsupported {
@@ -99,8 +101,6 @@ impl MemoryManager {
                 },
             )
         })?;
-        // The probe has served: dropping it destroys it.
-        drop(crate::event::Event::owning(backend, probe));
         Ok(CurrentStream::bind(OwnedStream::external(
             backend, stream, false, None,
         )))

@@ -208,7 +208,7 @@ mod tests {
     use crate::SimBackend;
     use crate::backend::Backend;
     use crate::ids::OwnerId;
-    use crate::streams::OwnedStream;
+    use crate::resource::OwnedStream;
 
     fn slot(dtype: DType, shape: &[usize]) -> Arc<Slot> {
         let backend: Arc<dyn Backend> = Arc::new(SimBackend::new(1 << 20));

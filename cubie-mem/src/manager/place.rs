@@ -14,7 +14,7 @@ use crate::array::ReleaseReason;
 use crate::array::slot::Slot;
 use crate::backend::BackendResult;
 use crate::ids::{InstanceId, OwnerId};
-use crate::streams::OwnedStream;
+use crate::resource::OwnedStream;
 use crate::{ArrayRequest, Bytes, ChunkPlan, MemError};
 
 /// Where one requested array's buffer in one set comes from. Placements

@@ -4,9 +4,9 @@ use std::sync::{Arc, Weak};
 
 use super::Inner;
 use crate::backend::StreamHandle;
-use crate::event::Event;
 use crate::ids::OwnerId;
 use crate::registration::AsOwner;
+use crate::resource::Event;
 use crate::{MemError, MemoryManager};
 
 /// Work in flight for an owner, from [`MemoryManager::begin_work`]. While it

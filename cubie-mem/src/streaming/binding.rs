@@ -32,10 +32,11 @@ use crate::Chunk;
 use crate::array::queued::{
     queue_download, queue_download_strided, queue_upload, queue_upload_strided,
 };
-use crate::array::slot::{DeviceMemory, Memory, PinnedMemory};
+use crate::array::slot::Memory;
 use crate::backend::{Backend, BackendResult, StreamHandle, StridedRows};
 use crate::host::HostMemoryKind;
-use crate::streams::OwnedStream;
+use crate::resource::OwnedStream;
+use crate::resource::{DeviceMemory, PinnedMemory};
 use crate::{Element, MemError};
 
 /// Which ways a binding copies.

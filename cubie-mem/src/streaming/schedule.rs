@@ -15,8 +15,8 @@ use std::sync::Arc;
 use super::binding::Move;
 use crate::Chunk;
 use crate::backend::{Backend, BackendResult, StreamHandle};
-use crate::event::Event;
-use crate::streams::OwnedStream;
+use crate::resource::Event;
+use crate::resource::OwnedStream;
 use crate::{Chunks, MemError};
 
 /// The events of one chunk.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::streamer::Stager;
 use crate::backend::{Backend, StreamHandle};
-use crate::event::Event;
+use crate::resource::Event;
 use crate::{Element, MemError};
 
 /// A staging buffer and the event of the last asynchronous copy using it.

@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
-use super::stream::{RawEvent, RawStream};
-use super::track::StreamTrack;
+use super::stream::{RawEvent, RawStream, StreamTrack};
 use crate::backend::BackendError;
 
 /// A live device allocation and what orders work on it across streams.

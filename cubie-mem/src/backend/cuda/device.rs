@@ -79,8 +79,8 @@ impl Backend for CudaBackend {
     }
 
     fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError> {
-        let raw_stream = self.stream(stream, "order streams")?;
-        self.event(event, "order streams")?.make_wait(&raw_stream)
+        let (raw_stream, raw_event) = self.stream_and_event(stream, event, "order streams")?;
+        raw_event.make_wait(&raw_stream)
     }
 
     fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError> {
@@ -157,9 +157,9 @@ impl Backend for CudaBackend {
         stream: StreamHandle,
     ) -> Result<(), BackendError> {
         const OPERATION: &str = "free";
-        let raw = self.stream(stream, OPERATION)?;
-        let allocation = {
+        let (raw, allocation) = {
             let mut h = self.handles();
+            let raw = h.stream(stream, OPERATION)?;
             let Some(allocation) = h.allocations.get(&ptr.0).cloned() else {
                 return Err(unknown_allocation(OPERATION, ptr));
             };
@@ -172,7 +172,7 @@ impl Backend for CudaBackend {
                 });
             }
             h.allocations.remove(&ptr.0);
-            allocation
+            (raw, allocation)
         };
         let freed = allocation.order_free(&raw).and_then(|()| {
             let context = &self.shared.context;

@@ -18,7 +18,8 @@ use super::interop::{GroupStream, cuda_backend};
 use super::stream::RawStream;
 use super::sys::{self, CuContext};
 use crate::backend::{BackendError, StreamHandle};
-use crate::streams::{CurrentStream, OwnedStream};
+use crate::resource::OwnedStream;
+use crate::streams::CurrentStream;
 use crate::{MemError, MemoryManager};
 
 /// What binding a stream of another library is called in errors.

@@ -12,14 +12,15 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use super::allocation::Allocation;
 use super::driver::mem_error;
+use super::launch_dims::LaunchDims;
 use super::module::PtxFunction;
 use super::stream::RawStream;
 use super::sys::CuResult;
 use super::{CudaBackend, NAME};
-use crate::array::slot::{DeviceMemory, PinnedMemory};
-use crate::backend::{Backend, BackendError, DevicePtr, StreamHandle};
-use crate::streams::OwnedStream;
+use crate::backend::{Backend, BackendError, StreamHandle};
+use crate::resource::{DeviceMemory, OwnedStream, PinnedMemory};
 use crate::timeline::Activity;
 use crate::{DeviceArray, Element, Instance, MemError, MemoryManager, PinnedArray};
 
@@ -81,14 +82,19 @@ impl GroupStream {
         self.check_backend(array.slot().backend(), array.label(), OPERATION)?;
         let memory = array.device_memory()?;
         memory.use_on(&self.stream)?;
-        self.backend
-            .order_use(memory.ptr(), &self.raw, OPERATION)
+        let allocation = self
+            .backend
+            .allocation(memory.ptr(), OPERATION)
             .map_err(mem_error)?;
+        allocation.order_use(&self.raw).map_err(mem_error)?;
         Ok(DeviceView {
             address: memory.ptr().0,
             len: array.len(),
             stream: self.handle(),
-            memory: ViewMemory::Device(memory),
+            memory: ViewMemory::Device {
+                _alive: memory,
+                allocation,
+            },
             _array: PhantomData,
         })
     }
@@ -182,12 +188,15 @@ pub struct DeviceView<'a, T> {
 
 /// The memory a view keeps allocated.
 enum ViewMemory {
-    Device(Arc<DeviceMemory>),
+    /// Device memory, with the backend's record of its uses, which the
+    /// launch notes its use in (looked up once, as the view is taken).
+    Device {
+        _alive: Arc<DeviceMemory>,
+        allocation: Arc<Allocation>,
+    },
     /// Page-locked host memory, which a kernel uses in place; held only to
     /// keep it allocated.
-    Pinned {
-        _alive: Arc<PinnedMemory>,
-    },
+    Pinned { _alive: Arc<PinnedMemory> },
 }
 
 impl<T: Element> DeviceView<'_, T> {
@@ -248,33 +257,29 @@ impl<T> fmt::Debug for DeviceView<'_, T> {
     }
 }
 
-/// A grid of blocks of threads and the dynamic shared memory of a launch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaunchDims {
-    /// Blocks in x, y and z.
-    pub grid: (u32, u32, u32),
-    /// Threads per block in x, y and z.
-    pub block: (u32, u32, u32),
-    /// Bytes of dynamic shared memory per block.
-    pub shared_bytes: u32,
-}
+mod sealed {
+    use std::sync::Arc;
 
-impl LaunchDims {
-    /// One thread per element, `block_threads` to a block (at least one),
-    /// with enough blocks for `elements` (at least one block).
-    pub fn for_elements(elements: u32, block_threads: u32) -> Self {
-        let block_threads = block_threads.max(1);
-        LaunchDims {
-            grid: (elements.div_ceil(block_threads).max(1), 1, 1),
-            block: (block_threads, 1, 1),
-            shared_bytes: 0,
+    use super::Allocation;
+    use crate::backend::StreamHandle;
+
+    /// A view passed to a launch.
+    pub struct ViewUse {
+        /// The stream that took the view.
+        pub(in super::super) stream: StreamHandle,
+        /// Its device allocation (`None` for page-locked host memory).
+        pub(in super::super) allocation: Option<Arc<Allocation>>,
+        /// Its bytes.
+        pub(in super::super) bytes: u64,
+    }
+
+    /// Keeps [`LaunchArg`](super::LaunchArg) to the types of this module.
+    pub trait Sealed {
+        /// The view, when the argument is one.
+        fn view_use(&self) -> Option<ViewUse> {
+            None
         }
     }
-}
-
-mod sealed {
-    /// Keeps [`LaunchArg`](super::LaunchArg) to the types of this module.
-    pub trait Sealed {}
 }
 
 /// A value a kernel takes as one parameter: a scalar of an element type
@@ -286,12 +291,6 @@ pub trait LaunchArg: sealed::Sealed {
     /// The parameter's size in bytes, checked against the kernel's.
     #[doc(hidden)]
     fn param_size(&self) -> usize;
-    /// The view, when the argument is one: its stream, its device memory
-    /// (`None` for page-locked host memory) and its bytes.
-    #[doc(hidden)]
-    fn view(&self) -> Option<(StreamHandle, Option<DevicePtr>, u64)> {
-        None
-    }
 }
 
 impl<T: Element> sealed::Sealed for T {}
@@ -305,7 +304,19 @@ impl<T: Element> LaunchArg for T {
     }
 }
 
-impl<T: Element> sealed::Sealed for DeviceView<'_, T> {}
+impl<T: Element> sealed::Sealed for DeviceView<'_, T> {
+    fn view_use(&self) -> Option<sealed::ViewUse> {
+        let allocation = match &self.memory {
+            ViewMemory::Device { allocation, .. } => Some(Arc::clone(allocation)),
+            ViewMemory::Pinned { .. } => None,
+        };
+        Some(sealed::ViewUse {
+            stream: self.stream,
+            allocation,
+            bytes: self.byte_len(),
+        })
+    }
+}
 impl<T: Element> LaunchArg for DeviceView<'_, T> {
     fn param_ptr(&self) -> *mut c_void {
         (&raw const self.address).cast_mut().cast()
@@ -313,14 +324,6 @@ impl<T: Element> LaunchArg for DeviceView<'_, T> {
 
     fn param_size(&self) -> usize {
         size_of::<u64>()
-    }
-
-    fn view(&self) -> Option<(StreamHandle, Option<DevicePtr>, u64)> {
-        let device = match &self.memory {
-            ViewMemory::Device(memory) => Some(memory.ptr()),
-            ViewMemory::Pinned { .. } => None,
-        };
-        Some((self.stream, device, self.byte_len()))
     }
 }
 
@@ -334,7 +337,7 @@ pub struct LaunchBuilder<'a> {
     limits: &'a super::launch_limits::KernelLimits,
     params: Vec<*mut c_void>,
     arg_sizes: Vec<usize>,
-    views: Vec<(StreamHandle, Option<DevicePtr>, u64)>,
+    views: Vec<sealed::ViewUse>,
 }
 
 impl<'a> LaunchBuilder<'a> {
@@ -342,7 +345,7 @@ impl<'a> LaunchBuilder<'a> {
     pub fn arg<A: LaunchArg>(&mut self, arg: &'a A) -> &mut Self {
         self.params.push(arg.param_ptr());
         self.arg_sizes.push(arg.param_size());
-        if let Some(view) = arg.view() {
+        if let Some(view) = arg.view_use() {
             self.views.push(view);
         }
         self
@@ -372,7 +375,12 @@ impl<'a> LaunchBuilder<'a> {
                 self.function_name
             )));
         }
-        if let Some(&(other, _, _)) = self.views.iter().find(|(s, _, _)| *s != stream.handle()) {
+        if let Some(other) = self
+            .views
+            .iter()
+            .map(|view| view.stream)
+            .find(|&other| other != stream.handle())
+        {
             return Err(refused(format!(
                 "an argument of kernel '{}' is a view taken by stream {} for a launch on stream {}; \
                  take each view from the stream that launches the kernel",
@@ -420,11 +428,11 @@ impl<'a> LaunchBuilder<'a> {
             context.reclaim_idle_memory(OPERATION);
             result = launch_once();
         }
-        let launched = context.check(result, OPERATION).and_then(|()| {
+        let launched = context.check(result, OPERATION).map(|()| {
             self.views
                 .iter()
-                .filter_map(|&(_, ptr, _)| ptr)
-                .try_for_each(|ptr| stream.backend.note_use(ptr, &stream.raw, OPERATION))
+                .filter_map(|view| view.allocation.as_ref())
+                .for_each(|allocation| allocation.note_use(&stream.raw));
         });
         recorder.finish(
             started,
@@ -433,7 +441,7 @@ impl<'a> LaunchBuilder<'a> {
             self.function_name,
             self.views
                 .iter()
-                .fold(0u64, |sum, &(_, _, bytes)| sum.saturating_add(bytes)),
+                .fold(0u64, |sum, view| sum.saturating_add(view.bytes)),
         );
         launched.map_err(mem_error)
     }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::context::DeviceContext;
 use super::driver::{mem_error, with_detail};
-use super::interop::LaunchDims;
+use super::launch_dims::LaunchDims;
 use super::sys::{self, CuDevice, CuDeviceAttribute, CuFunction, CuFunctionAttribute, CuResult};
 use crate::MemError;
 

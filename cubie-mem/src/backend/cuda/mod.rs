@@ -76,6 +76,7 @@ mod device;
 mod driver;
 mod external;
 mod interop;
+mod launch_dims;
 mod launch_limits;
 mod module;
 mod pinned;
@@ -84,7 +85,6 @@ mod record;
 mod stream;
 mod strided;
 mod sys;
-mod track;
 mod wait;
 
 use std::collections::HashMap;
@@ -97,14 +97,15 @@ pub use calls::DriverCalls;
 pub use external::BoundStream;
 #[cfg(feature = "cudarc")]
 pub use external::CudarcStream;
-pub use interop::{DeviceView, GroupStream, LaunchArg, LaunchBuilder, LaunchDims};
+pub use interop::{DeviceView, GroupStream, LaunchArg, LaunchBuilder};
+pub use launch_dims::LaunchDims;
 pub use module::{PtxFunction, PtxModule};
 pub use wait::HostWait;
 
 use allocation::{Allocation, PreparedUse};
 use context::DeviceContext;
 use driver::{NAME, describe, mem_error};
-use pinned::PinnedPool;
+use pinned::PinnedCache;
 use record::Recorder;
 use stream::{RawEvent, RawStream};
 use sys::CuResult;
@@ -154,7 +155,7 @@ pub struct CudaBackend {
 struct Shared {
     handles: Mutex<Handles>,
     recorder: Recorder,
-    pinned: Arc<PinnedPool>,
+    pinned: Arc<PinnedCache>,
     context: Arc<DeviceContext>,
 }
 
@@ -192,7 +193,7 @@ impl CudaBackend {
                     ..Handles::default()
                 }),
                 recorder: Recorder::default(),
-                pinned: PinnedPool::new(Arc::clone(&context), config.pinned_cache_bytes),
+                pinned: PinnedCache::new(Arc::clone(&context), config.pinned_cache_bytes),
                 context,
             }),
         })
@@ -304,11 +305,22 @@ impl CudaBackend {
         handle: StreamHandle,
         operation: &'static str,
     ) -> Result<Arc<RawStream>, BackendError> {
-        self.handles()
-            .streams
-            .get(&handle.0)
-            .cloned()
-            .ok_or_else(|| BackendError::unknown_stream(operation, handle))
+        self.handles().stream(handle, operation)
+    }
+
+    /// The stream behind `stream` and the event behind `event`, looked up
+    /// under one lock.
+    fn stream_and_event(
+        &self,
+        stream: StreamHandle,
+        event: EventHandle,
+        operation: &'static str,
+    ) -> Result<(Arc<RawStream>, Arc<RawEvent>), BackendError> {
+        let handles = self.handles();
+        Ok((
+            handles.stream(stream, operation)?,
+            handles.event(event, operation)?,
+        ))
     }
 
     /// The event behind `handle`, kept alive for the caller's use.
@@ -317,69 +329,23 @@ impl CudaBackend {
         handle: EventHandle,
         operation: &'static str,
     ) -> Result<Arc<RawEvent>, BackendError> {
-        self.handles()
-            .events
-            .get(&handle.0)
-            .cloned()
-            .ok_or(BackendError::UnknownHandle {
-                operation,
-                kind: HandleKind::Event,
-                handle: handle.0,
-            })
+        self.handles().event(handle, operation)
     }
 
-    /// The live allocation at `ptr`.
+    /// The live allocation at `ptr` (for a view taken for a kernel, which
+    /// keeps it for the launch to note its use in).
     fn allocation(
         &self,
         ptr: DevicePtr,
         operation: &'static str,
     ) -> Result<Arc<Allocation>, BackendError> {
-        self.handles()
-            .allocations
-            .get(&ptr.0)
-            .cloned()
-            .ok_or_else(|| unknown_allocation(operation, ptr))
-    }
-
-    /// Orders work queued next on `raw` after the allocation at `ptr`
-    /// (for a kernel's argument).
-    fn order_use(
-        &self,
-        ptr: DevicePtr,
-        raw: &RawStream,
-        operation: &'static str,
-    ) -> Result<(), BackendError> {
-        self.allocation(ptr, operation)?.order_use(raw)
-    }
-
-    /// Notes that work just queued on `raw` used the allocation at `ptr`
-    /// (a kernel's argument), so that its free waits for it.
-    fn note_use(
-        &self,
-        ptr: DevicePtr,
-        raw: &RawStream,
-        operation: &'static str,
-    ) -> Result<(), BackendError> {
-        self.allocation(ptr, operation)?.note_use(raw);
-        Ok(())
-    }
-
-    /// The live allocation at `ptr`, checked to hold `len` bytes from
-    /// `offset`; returns the address to copy at and the allocation.
-    fn checked_range(
-        &self,
-        ptr: DevicePtr,
-        offset: u64,
-        len: usize,
-        operation: &'static str,
-    ) -> Result<(u64, Arc<Allocation>), BackendError> {
-        let allocation = self.allocation(ptr, operation)?;
-        let range = byte_range(operation, offset, len, allocation.bytes)?;
-        Ok((ptr.0 + range.start, allocation))
+        self.handles().allocation(ptr, operation)
     }
 
     /// Checks a use of `len` bytes at `ptr + offset` on `stream` and orders
-    /// `stream` after the allocation, or `None` when there is nothing to touch.
+    /// `stream` after the allocation, or `None` when there is nothing to
+    /// touch. The stream and the allocation are looked up under one lock,
+    /// once: the caller notes the use in the allocation it gets back.
     fn prepare_use(
         &self,
         ptr: DevicePtr,
@@ -388,15 +354,21 @@ impl CudaBackend {
         stream: StreamHandle,
         operation: &'static str,
     ) -> Result<Option<PreparedUse>, BackendError> {
-        let raw = self.stream(stream, operation)?;
-        let (address, allocation) = self.checked_range(ptr, offset, len, operation)?;
+        let (raw, allocation) = {
+            let handles = self.handles();
+            (
+                handles.stream(stream, operation)?,
+                handles.allocation(ptr, operation)?,
+            )
+        };
+        let range = byte_range(operation, offset, len, allocation.bytes)?;
         if len == 0 {
             return Ok(None);
         }
         allocation.order_use(&raw)?;
         Ok(Some(PreparedUse {
             stream: raw,
-            address,
+            address: ptr.0 + range.start,
             allocation,
         }))
     }
@@ -452,6 +424,48 @@ fn host_kernel_unsupported(kernel: &str) -> BackendError {
              backend load your CUDA kernel with PtxModule and launch it on the group's stream \
              (GroupStream::of) with a LaunchBuilder (see docs/cuda.md)"
         ),
+    }
+}
+
+impl Handles {
+    /// The stream behind `handle`.
+    fn stream(
+        &self,
+        handle: StreamHandle,
+        operation: &'static str,
+    ) -> Result<Arc<RawStream>, BackendError> {
+        self.streams
+            .get(&handle.0)
+            .cloned()
+            .ok_or_else(|| BackendError::unknown_stream(operation, handle))
+    }
+
+    /// The event behind `handle`.
+    fn event(
+        &self,
+        handle: EventHandle,
+        operation: &'static str,
+    ) -> Result<Arc<RawEvent>, BackendError> {
+        self.events
+            .get(&handle.0)
+            .cloned()
+            .ok_or(BackendError::UnknownHandle {
+                operation,
+                kind: HandleKind::Event,
+                handle: handle.0,
+            })
+    }
+
+    /// The live allocation at `ptr`.
+    fn allocation(
+        &self,
+        ptr: DevicePtr,
+        operation: &'static str,
+    ) -> Result<Arc<Allocation>, BackendError> {
+        self.allocations
+            .get(&ptr.0)
+            .cloned()
+            .ok_or_else(|| unknown_allocation(operation, ptr))
     }
 }
 

@@ -169,7 +169,7 @@ impl<B> BlockCache<B> {
     }
 }
 
-/// What a block handed out by [`PinnedPool::allocate`] holds.
+/// What a block handed out by [`PinnedCache::allocate`] holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Contents {
     /// Zeros: the caller may read before it writes.
@@ -179,17 +179,17 @@ pub(super) enum Contents {
 }
 
 /// The page-locked blocks of one device context, in use and cached.
-pub(super) struct PinnedPool {
+pub(super) struct PinnedCache {
     context: Arc<DeviceContext>,
     cache: Mutex<BlockCache<HostPages>>,
     /// Every live block's address range.
     registry: Registry,
 }
 
-impl PinnedPool {
-    /// A pool caching at most `limit` idle bytes.
+impl PinnedCache {
+    /// A cache keeping at most `limit` idle bytes.
     pub(super) fn new(context: Arc<DeviceContext>, limit: u64) -> Arc<Self> {
-        Arc::new(PinnedPool {
+        Arc::new(PinnedCache {
             context,
             cache: Mutex::new(BlockCache::new(limit)),
             registry: Registry::default(),
@@ -226,7 +226,7 @@ impl PinnedPool {
         Ok(Box::new(CudaPinnedBlock {
             buffer: Some(buffer),
             len,
-            pool: Arc::clone(self),
+            cache: Arc::clone(self),
         }))
     }
 
@@ -268,7 +268,7 @@ impl PinnedPool {
     }
 
     /// Checks that `address..address + len` lies in one live page-locked
-    /// block of this pool, or of a pool whose blocks it accepts, for an
+    /// block of this cache, or of a cache whose blocks it accepts, for an
     /// asynchronous copy.
     pub(super) fn check_page_locked(
         &self,
@@ -281,12 +281,12 @@ impl PinnedPool {
 
     /// Accepts `peer`'s blocks for this context's copies: its pages are
     /// portable, so page-locked for every context.
-    pub(super) fn accept(&self, peer: &PinnedPool) {
+    pub(super) fn accept(&self, peer: &PinnedCache) {
         self.registry.accept(peer.registry.share());
     }
 }
 
-impl Drop for PinnedPool {
+impl Drop for PinnedCache {
     fn drop(&mut self) {
         self.clear();
     }
@@ -314,7 +314,7 @@ fn page_locking_failed(bytes: usize) -> BackendError {
 struct CudaPinnedBlock {
     buffer: Option<HostPages>,
     len: usize,
-    pool: Arc<PinnedPool>,
+    cache: Arc<PinnedCache>,
 }
 
 impl PinnedBlock for CudaPinnedBlock {
@@ -337,7 +337,7 @@ impl PinnedBlock for CudaPinnedBlock {
 impl Drop for CudaPinnedBlock {
     fn drop(&mut self) {
         if let Some(buffer) = self.buffer.take() {
-            self.pool.release(buffer);
+            self.cache.release(buffer);
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::MemError;
-use crate::backend::{Backend, BackendResult, EventHandle, StreamHandle};
+use crate::backend::{Backend, BackendError, BackendResult, EventHandle, StreamHandle};
 
 /// A recorded event; destroyed when dropped.
 pub(crate) struct Event {
@@ -19,19 +19,19 @@ impl Event {
         backend: &Arc<dyn Backend>,
         stream: StreamHandle,
     ) -> Result<Self, MemError> {
-        Ok(Event {
-            handle: backend.record_event(stream).on(&**backend)?,
-            backend: Arc::clone(backend),
-        })
+        Self::record_raw(backend, stream).on(&**backend)
     }
 
-    /// Takes ownership of `handle`, an event recorded on `backend`: it is
-    /// destroyed when the returned value drops.
-    pub(crate) fn owning(backend: &Arc<dyn Backend>, handle: EventHandle) -> Self {
-        Event {
+    /// [`record`](Self::record) with the backend's own error, for a caller
+    /// that explains it in its own terms.
+    pub(crate) fn record_raw(
+        backend: &Arc<dyn Backend>,
+        stream: StreamHandle,
+    ) -> Result<Self, BackendError> {
+        Ok(Event {
+            handle: backend.record_event(stream)?,
             backend: Arc::clone(backend),
-            handle,
-        }
+        })
     }
 
     /// Makes later work on `stream` wait for this event.
