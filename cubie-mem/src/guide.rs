@@ -7,6 +7,9 @@
 #[doc = include_str!("../docs/glossary.md")]
 pub mod glossary {}
 
+#[doc = include_str!("../docs/architecture.md")]
+pub mod architecture {}
+
 #[doc = include_str!("../docs/default-manager.md")]
 pub mod default_manager {}
 

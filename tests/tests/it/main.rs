@@ -9,6 +9,7 @@
 mod common;
 
 mod allocation;
+mod architecture;
 mod async_copy;
 mod composed;
 mod config_builder;
