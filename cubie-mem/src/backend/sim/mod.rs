@@ -43,6 +43,7 @@ mod order;
 mod pinned;
 mod pinned_uses;
 mod ranges;
+mod stamp;
 mod strided;
 
 use rustc_hash::{FxHashMap, FxHashSet};

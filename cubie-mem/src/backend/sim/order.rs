@@ -23,6 +23,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::pinned_uses::PinnedUses;
 use super::ranges::Accesses;
+use super::stamp::{Landing, Stamp};
 use crate::backend::{BackendError, DevicePtr, HazardMemory};
 
 /// Per stream, the last position known done.
@@ -52,29 +53,6 @@ impl VectorClock {
     fn forget(&mut self, stream: u64) {
         self.0.remove(&stream);
     }
-}
-
-/// One operation, where it sits in its stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Stamp {
-    pub(super) stream: u64,
-    pub(super) position: u64,
-}
-
-impl Stamp {
-    /// What everything is ordered after: work of a retired stream, which the
-    /// host has seen done (stream numbers start at 1).
-    pub(super) const SEEN: Stamp = Stamp {
-        stream: 0,
-        position: 0,
-    };
-}
-
-/// Bytes a copy from the device writes into page-locked memory when the
-/// host sees it done: the host address and the data.
-pub(super) struct Landing {
-    pub(super) address: u64,
-    pub(super) data: Vec<u8>,
 }
 
 /// A stream's position and what it knows.

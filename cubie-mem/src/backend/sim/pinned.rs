@@ -130,7 +130,7 @@ impl SimState {
     /// Writes the data of downloads the host has now seen done into their
     /// page-locked blocks (still registered: a freed block's copies were
     /// dropped with it).
-    pub(super) fn land(&mut self, landings: Vec<super::order::Landing>) {
+    pub(super) fn land(&mut self, landings: Vec<super::stamp::Landing>) {
         for landing in landings {
             let Ok(range) =
                 self.check_page_locked("land", landing.address as usize, landing.data.len())

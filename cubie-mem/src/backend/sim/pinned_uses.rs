@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use rustc_hash::FxHashMap;
 
-use super::order::{Landing, Stamp};
+use super::stamp::{Landing, Stamp};
 
 /// A copy from or into page-locked bytes not yet known done by the host.
 pub(super) struct PinnedUse {

@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use super::order::Stamp;
+use super::stamp::Stamp;
 
 /// The history of one byte range.
 #[derive(Clone, Debug, PartialEq, Eq)]
