@@ -7,53 +7,13 @@
 
 use std::sync::Arc;
 
+use super::freed::Freed;
 use super::state::State;
+use crate::MemError;
 use crate::array::ReleaseReason;
 use crate::array::slot::{Release, Slot};
 use crate::ids::{InstanceId, OwnerId};
 use crate::stats::UsageStats;
-use crate::{MemError, MemoryKind};
-
-/// Bytes released (or held), device and pinned apart: a batch counts
-/// released pinned bytes only toward its own pinned arrays, since a device
-/// allocation cannot obtain them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Freed {
-    pub(crate) device: u64,
-    pub(crate) pinned: u64,
-}
-
-impl Freed {
-    /// `bytes` of memory of `kind`.
-    fn of(bytes: u64, kind: MemoryKind) -> Self {
-        match kind {
-            MemoryKind::Device => Freed {
-                device: bytes,
-                pinned: 0,
-            },
-            MemoryKind::Pinned => Freed {
-                device: 0,
-                pinned: bytes,
-            },
-        }
-    }
-
-    /// Both, added (saturating).
-    pub(crate) fn plus(self, other: Freed) -> Freed {
-        Freed {
-            device: self.device.saturating_add(other.device),
-            pinned: self.pinned.saturating_add(other.pinned),
-        }
-    }
-
-    /// What a batch requesting `pinned_requested` bytes of pinned arrays
-    /// can obtain from these bytes: every device byte, and pinned bytes up
-    /// to its pinned arrays.
-    pub(crate) fn credit(self, pinned_requested: u64) -> u64 {
-        self.device
-            .saturating_add(self.pinned.min(pinned_requested))
-    }
-}
 
 impl State {
     /// Updates the counters of `group` (created on first use).

@@ -3,9 +3,9 @@
 //! committing.
 //!
 //! The call runs in two steps under the manager's lock. [`Inner::prepare`]
-//! reads the figures into a snapshot ([`Inner::snapshot`]), lets the pure
-//! [`decide`] say who is evicted, the plan and each placement, and applies
-//! that (evicting, then placing). It may fail and then changes nothing: it
+//! reads the figures into a snapshot ([`Inner::snapshot`], in `gather`),
+//! lets the pure [`decide`] say who is evicted, the plan and each
+//! placement, and applies that (evicting, then placing). It may fail and then changes nothing: it
 //! evicts idle owners only for a batch that the planner says fits once
 //! they are gone (granule, caps and reserve included), and allocates only
 //! new memory, beside the arrays the participants hold. Only an allocation
@@ -18,61 +18,22 @@
 //! unchunkable one a single buffer; arrays are matched with what the
 //! participant holds by (label, set).
 
-use std::sync::Arc;
-
 use super::Inner;
-use super::decide::{GroupCaps, Held, Planned, Snapshot, decide, finish, remembered_partition};
+use super::batch::{Batch, Queued};
+use super::decide::{Held, Planned, decide, finish};
 use super::hooks::Hooks;
-use super::place::{Placed, forget_released};
+use super::place::forget_released;
+use super::placed::Placed;
 use super::report::Attempt;
-use super::state::{Queued, State};
+use super::state::State;
 use crate::ChunkPlan;
-use crate::backend::BackendResult;
-use crate::config::LimitMode;
-use crate::ids::{InstanceId, OwnerId};
-use crate::plan::{BatchSizes, OVERSIZE_WARNING_FACTOR};
-use crate::{ArrayRequest, ArrayResponse, Bytes, MemError};
+use crate::ids::InstanceId;
+use crate::{ArrayResponse, Bytes, MemError};
 
 /// What a call produced: hooks to run (always), and the trigger's response.
 pub(crate) struct Outcome {
     pub(crate) hooks: Hooks,
     pub(crate) result: Result<ArrayResponse, MemError>,
-}
-
-/// The participants of one call and the sets they queued.
-pub(super) struct Batch {
-    pub(super) trigger: InstanceId,
-    pub(super) group: Arc<str>,
-    pub(super) owner: OwnerId,
-    /// The group's members of the trigger's owner, in the order they joined.
-    pub(super) participants: Vec<InstanceId>,
-    /// The queued sets taken, in queue order.
-    pub(super) taken: Vec<(InstanceId, Queued)>,
-}
-
-impl Batch {
-    pub(super) fn requests(&self) -> impl Iterator<Item = (&str, &ArrayRequest)> + Clone {
-        self.taken.iter().flat_map(|(_, q)| q.set.iter())
-    }
-}
-
-/// Warns (through tracing) about the requests of a batch of several runs
-/// left unchunkable only by a chunk axis beyond their shape; an error that
-/// follows names them ([`crate::UnchunkableArray`]).
-fn warn_misaxed<'a>(requests: impl Iterator<Item = (&'a str, &'a ArrayRequest)>) {
-    requests.for_each(|(label, request)| {
-        if let Some(axis) = request.axis_out_of_range() {
-            tracing::warn!(
-                label,
-                shape = ?request.shape(),
-                axis,
-                total_runs = request.runs(),
-                "request '{label}' is unchunkable only because its chunk axis {axis} lies beyond its \
-                 {} dimensions; set ArrayRequest::chunk_axis to the axis that holds the runs",
-                request.shape().len()
-            );
-        }
-    });
 }
 
 impl Inner {
@@ -210,56 +171,6 @@ impl Inner {
                 requests,
             },
         ))
-    }
-
-    /// What the decision for `batch` reads: its sizes (an invalid request
-    /// fails here), the free memory (measured only when it requests any
-    /// bytes), the buffers its participants hold, its group's caps in
-    /// active mode, its owner's remembered partition and, when it does not
-    /// fit the free memory, the idle owners eviction could release.
-    fn snapshot<'b>(
-        &self,
-        s: &mut State,
-        batch: &'b Batch,
-        attempt: &mut Attempt,
-    ) -> Result<Snapshot<'b>, MemError> {
-        let sizes = BatchSizes::measure(batch.requests())?;
-        attempt.sizes = Some(sizes);
-        warn_misaxed(batch.requests());
-        let requested = sizes.total_bytes();
-        let held = Held::look_up(s, batch);
-        let free = if requested == 0 {
-            None
-        } else {
-            Some(self.backend.mem_info().on(&*self.backend)?.free)
-        };
-        let free_bytes = free.unwrap_or(0);
-        if requested > free_bytes.saturating_mul(OVERSIZE_WARNING_FACTOR) {
-            tracing::warn!(
-                requested = %Bytes(requested),
-                free = %Bytes(free_bytes),
-                "batch is over {OVERSIZE_WARNING_FACTOR}x the free device memory; it will run in many chunks"
-            );
-        }
-        let caps = match s.limit_mode {
-            LimitMode::Passive => None,
-            LimitMode::Active => Some(GroupCaps::of(s, &batch.group, self.total)),
-        };
-        let mut snapshot = Snapshot {
-            batch,
-            sizes,
-            free,
-            held,
-            caps,
-            granule: self.config.allocation_granule_bytes,
-            remembered: remembered_partition(s, batch),
-            candidates: Vec::new(),
-        };
-        if snapshot.shortfall().is_some() {
-            let pinned_requested = snapshot.pinned_requested();
-            snapshot.candidates = self.candidates(s, pinned_requested, batch.owner, &batch.group);
-        }
-        Ok(snapshot)
     }
 }
 

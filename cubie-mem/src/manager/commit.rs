@@ -9,18 +9,17 @@
 use std::sync::Arc;
 
 use super::Inner;
-use super::allocate::Batch;
+use super::batch::{Batch, Queued, Receiver};
 use super::decide::{PlacedRequest, sets_of};
 use super::held::HeldBuffer;
 use super::hooks::Hooks;
-use super::place::{Placed, Placement};
-use super::state::{Queued, State};
+use super::placed::{Placed, Placement};
+use super::state::State;
 use crate::array::ReleaseReason;
 use crate::array::slot::{Shape, Slot};
 use crate::array::{ResponseArrays, SetSlots, per_set};
 use crate::config::LimitMode;
 use crate::ids::InstanceId;
-use crate::registration::ReadyHook;
 use crate::stats::UsageStats;
 use crate::{ArrayResponse, ChunkPlan, DType};
 
@@ -187,15 +186,6 @@ fn commit_participant(
         response.set_arrays(arrays);
         response.set_shapes(shapes.unwrap_or_default());
     }
-}
-
-/// A participant and the response it receives (if anyone receives one).
-pub(super) struct Receiver {
-    /// Its place in the group, the order hooks are called in.
-    position: usize,
-    id: InstanceId,
-    hook: Option<ReadyHook>,
-    response: Option<ArrayResponse>,
 }
 
 /// Which buffer a placement is for: `instance`'s array `label` (the

@@ -2,8 +2,8 @@
 //! decision's snapshot), and evicting those it chose.
 
 use super::Inner;
-use super::accounting::Freed;
 use super::decide::{Candidate, Eviction};
+use super::freed::Freed;
 use super::hooks::Hooks;
 use super::state::State;
 use crate::Bytes;

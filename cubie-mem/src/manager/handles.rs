@@ -49,7 +49,10 @@ impl AsOwner for Instance {
 impl Drop for Instance {
     fn drop(&mut self) {
         if let Some(inner) = self.manager.upgrade() {
-            inner.lock().deregister(self.id);
+            let mut s = inner.lock();
+            // A request set it queued and no call served is warned about.
+            super::pending::warn_dropped_unserved(&s, self.id);
+            s.deregister(self.id);
         }
     }
 }

@@ -5,11 +5,13 @@
 //! concern: [`registry`] (registering, owners, spill settings), [`shares`]
 //! (proportions, caps, limit modes), [`groups`] (stream groups and streams),
 //! [`queue`] (queueing and serving requests, with [`allocate`], which
-//! reads a snapshot, lets the pure [`decide`] choose who is evicted, the
-//! plan and each placement, and applies it through [`evict`], [`place`]
-//! and [`commit`]; [`explain`] fills its errors), [`release`] (freeing),
-//! [`work`] (busy owners), [`usage`] (statistics) and [`report`] (who holds
-//! the memory, and what would make a batch fit).
+//! serves a [`batch`]: it reads a snapshot ([`gather`]), lets the pure
+//! [`decide`] choose who is evicted, the plan and each placement, and
+//! applies it through [`evict`], [`place`] and [`commit`]; [`explain`]
+//! fills its errors), [`release`] (freeing), [`work`] (busy owners),
+//! [`usage`] (statistics) and [`report`] (who holds the memory, and what
+//! would make a batch fit). [`freed`], [`placed`] and [`scratch`] hold
+//! the figures and lists those steps pass on or reuse.
 //!
 //! # Locks
 //!
@@ -48,11 +50,14 @@
 
 mod accounting;
 mod allocate;
+mod batch;
 mod budget;
 mod commit;
 mod decide;
 mod evict;
 mod explain;
+mod freed;
+mod gather;
 mod groups;
 mod handles;
 mod held;
@@ -60,10 +65,12 @@ mod hooks;
 mod labels;
 mod pending;
 mod place;
+mod placed;
 mod queue;
 mod registry;
 mod release;
 mod report;
+mod scratch;
 mod shares;
 mod state;
 mod usage;

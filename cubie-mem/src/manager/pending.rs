@@ -11,6 +11,7 @@
 //! requests never served, and lists what waits in
 //! [`MemoryManager::pending_requests`].
 
+use super::batch::Queued;
 use super::state::State;
 use crate::MemoryManager;
 use crate::ids::{InstanceId, OwnerId};
@@ -71,12 +72,7 @@ impl MemoryManager {
 }
 
 /// The pending set `queued` of `id`.
-fn describe(
-    s: &State,
-    id: InstanceId,
-    owner: OwnerId,
-    queued: &super::state::Queued,
-) -> PendingRequests {
+fn describe(s: &State, id: InstanceId, owner: OwnerId, queued: &Queued) -> PendingRequests {
     PendingRequests {
         instance: s.named(id).to_string(),
         owner: s.named_owner(owner).to_string(),

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use super::Inner;
-use super::allocate::Batch;
-use super::commit::Receiver;
-use super::decide::{Choice, Comparison, FreeFirst, PlacedRequest, Placements, Replaced, Room};
+use super::batch::Batch;
+use super::decide::{Choice, FreeFirst, Placements, Replaced, Room};
 use super::held::HeldBuffer;
+use super::placed::Placement;
 use super::state::State;
 use crate::array::ReleaseReason;
 use crate::array::slot::Slot;
@@ -16,38 +16,6 @@ use crate::backend::BackendResult;
 use crate::ids::{InstanceId, OwnerId};
 use crate::resource::OwnedStream;
 use crate::{ArrayRequest, Bytes, ChunkPlan, MemError};
-
-/// Where one requested array's buffer in one set comes from. Placements
-/// follow the order of the taken requests, and each request's sets in order.
-pub(super) enum Placement {
-    /// The array held under the (label, set) has the same type and shape:
-    /// kept, and its handles stay valid.
-    Keep,
-    /// The buffer held under the (label, set) is large enough: reused for
-    /// the new type and shape.
-    Reuse,
-    /// New memory, replacing what the (label, set) held (if anything) on
-    /// commit.
-    Fresh(Arc<Slot>),
-}
-
-/// Lists that serving a batch fills and empties again, kept between calls
-/// (empty, with their room) so that a batch of many instances does not ask
-/// the allocator for large ones each time.
-#[derive(Default)]
-pub(crate) struct Scratch {
-    pub(super) held: Vec<Comparison>,
-    pub(super) requests: Vec<PlacedRequest>,
-    pub(super) placements: Vec<Placement>,
-    pub(super) receivers: Vec<Receiver>,
-}
-
-/// Where each requested array's buffers come from, and per request how
-/// many sets it held (more than the plan has: the extra ones are retired).
-pub(super) struct Placed {
-    pub(super) placements: Vec<Placement>,
-    pub(super) requests: Vec<PlacedRequest>,
-}
 
 /// The slot of `old`, a buffer still held.
 fn slot_of<'s>(s: &'s State, old: &Replaced<'_>) -> Option<&'s Arc<Slot>> {

@@ -1,7 +1,7 @@
 //! Queueing request sets and serving them.
 
+use super::batch::Queued;
 use super::handles::Instance;
-use super::state::Queued;
 use crate::{ArrayRequest, ArrayResponse, MemError, MemoryManager, RequestSet};
 
 impl MemoryManager {

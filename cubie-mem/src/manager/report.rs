@@ -5,7 +5,7 @@
 //! is pure).
 
 use super::Inner;
-use super::allocate::Batch;
+use super::batch::Batch;
 use super::state::State;
 use crate::backend::{BackendResult, MemInfo};
 use crate::host::PinnedUse;

@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use super::batch::Queued;
 use super::held::HeldArrays;
+use super::labels::Labels;
+use super::scratch::Scratch;
 use crate::array::ReleaseReason;
 use crate::backend::StreamHandle;
 use crate::config::LimitMode;
@@ -20,16 +23,7 @@ use crate::registration::{InvalidateHook, ReadyHook, SpillSettings};
 use crate::resource::Event;
 use crate::stats::UsageStats;
 use crate::streams::{DEFAULT_STREAM_GROUP, StreamGroups};
-use crate::{MemError, MemoryKind, Registration, RequestSet};
-
-/// A request set waiting for `allocate_queue`, stamped with its queue order.
-pub(crate) struct Queued {
-    pub(crate) order: u64,
-    pub(crate) set: RequestSet,
-    /// `allocate_queue` calls in the group that served another owner
-    /// while this set waited ([`super::pending`]).
-    pub(crate) passed_over: usize,
-}
+use crate::{MemError, MemoryKind, Registration};
 
 /// One registered instance.
 pub(crate) struct InstanceState {
@@ -106,9 +100,9 @@ pub(crate) struct State {
     pub(crate) total_usage: UsageStats,
     pub(crate) group_usage: FxHashMap<Arc<str>, UsageStats>,
     /// Lists serving a batch reuses.
-    pub(crate) scratch: super::place::Scratch,
+    pub(crate) scratch: Scratch,
     /// The labels of held arrays, one string each.
-    pub(crate) labels: super::labels::Labels,
+    pub(crate) labels: Labels,
 }
 
 impl State {
@@ -123,8 +117,8 @@ impl State {
             queue_order: 0,
             total_usage: UsageStats::default(),
             group_usage: FxHashMap::default(),
-            scratch: super::place::Scratch::default(),
-            labels: super::labels::Labels::default(),
+            scratch: Scratch::default(),
+            labels: Labels::default(),
         }
     }
 
@@ -236,7 +230,6 @@ impl State {
 
     /// Removes `id`: its allocations, share, group membership, queued set.
     pub(crate) fn deregister(&mut self, id: InstanceId) {
-        super::pending::warn_dropped_unserved(self, id);
         self.release_all(id, ReleaseReason::Deregistered);
         let Some(instance) = self.instances.remove(&id) else {
             return;
@@ -321,7 +314,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::SimBackend;
+    use crate::{RequestSet, SimBackend};
 
     use crate::backend::Backend;
 

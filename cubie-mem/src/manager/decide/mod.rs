@@ -24,7 +24,7 @@ mod victims;
 
 pub(in crate::manager) use placement::{Choice, Placements, Replaced, device_footprint, sets_of};
 pub(in crate::manager) use snapshot::{
-    Candidate, Comparison, GroupCaps, Held, PlacedRequest, Snapshot, remembered_partition,
+    Candidate, Comparison, GroupCaps, Held, PlacedRequest, Snapshot,
 };
 pub(in crate::manager) use victims::{Victims, choose_victims};
 

@@ -9,7 +9,7 @@
 //! freed first (their handles report `Replaced`). Only then; a call that
 //! could not fit even so fails with every held array intact.
 
-use super::super::allocate::Batch;
+use super::super::batch::Batch;
 use super::snapshot::{Comparison, Held};
 use crate::ids::InstanceId;
 use crate::{ArrayRequest, ChunkPlan, MemoryKind};

@@ -4,18 +4,16 @@
 //! its request), the partition its owner remembers and, under physical
 //! pressure, the idle owners eviction could release.
 //!
-//! Reading the state happens here ([`Held::look_up`], [`GroupCaps::of`],
-//! [`remembered_partition`]); asking the backend (free memory, owners'
-//! completion events) happens in the caller. Everything after works on
-//! these figures alone.
+//! Reading the state and asking the backend (free memory, owners'
+//! completion events) happen in the caller (`gather`), which fills these
+//! types; the one reading here is of a held buffer's layout
+//! ([`Comparison::compare`]). Everything after works on these figures
+//! alone.
 
-use rustc_hash::FxHashSet;
-
-use super::super::accounting::Freed;
-use super::super::allocate::Batch;
+use super::super::batch::Batch;
+use super::super::freed::Freed;
 use super::super::held::HeldBuffer;
-use super::super::state::State;
-use crate::ids::{InstanceId, OwnerId};
+use crate::ids::OwnerId;
 use crate::plan::{BatchSizes, Budget};
 use crate::{ArrayRequest, MemoryKind};
 
@@ -100,21 +98,6 @@ pub(in crate::manager) struct GroupCaps {
 }
 
 impl GroupCaps {
-    /// The caps of `group` as `s` has them, on a device of `total` bytes.
-    pub(in crate::manager) fn of(s: &State, group: &str, total: u64) -> Self {
-        let (caps, held) = s.group_caps_and_use(group, total);
-        let proportion = s
-            .groups
-            .get(group)
-            .map(|g| g.members().filter_map(|m| s.shares.proportion(m)).sum())
-            .unwrap_or(0.0);
-        GroupCaps {
-            caps,
-            held,
-            proportion,
-        }
-    }
-
     /// The bytes its members hold once `evicted` of them are evicted.
     pub(in crate::manager) fn held_after(&self, evicted: u64) -> u64 {
         self.held.saturating_sub(evicted)
@@ -185,7 +168,7 @@ pub(in crate::manager) struct Comparison {
 
 impl Comparison {
     /// `held` compared with `request`.
-    fn compare(held: &HeldBuffer, request: &ArrayRequest) -> Self {
+    pub(in crate::manager) fn compare(held: &HeldBuffer, request: &ArrayRequest) -> Self {
         let axis = request.chunk_axis_in_use();
         let shape = held.shape();
         let same_kind = held.kind() == request.memory_kind();
@@ -219,31 +202,6 @@ impl Comparison {
 }
 
 impl Held {
-    /// The buffers `batch`'s participants hold under the labels they
-    /// request, in the lists kept in `s`'s scratch.
-    pub(in crate::manager) fn look_up(s: &mut State, batch: &Batch) -> Held {
-        let mut held = Held {
-            buffers: std::mem::take(&mut s.scratch.held),
-            requests: std::mem::take(&mut s.scratch.requests),
-        };
-        held.buffers.clear();
-        held.requests.clear();
-        for (id, queued) in &batch.taken {
-            let allocations = s.instances.get(id).map(|i| &i.allocations);
-            for (position, (label, request)) in queued.set.iter().enumerate() {
-                let sets = allocations
-                    .and_then(|a| a.get_near(label, position))
-                    .map_or(&[][..], |sets| sets.as_slice());
-                held.buffers.extend(
-                    sets.iter()
-                        .map(|buffer| Comparison::compare(buffer, request)),
-                );
-                held.requests.push(PlacedRequest { held: sets.len() });
-            }
-        }
-        held
-    }
-
     /// Device bytes of the held buffers, every set: those about to be
     /// replaced or reused, which count as free device memory (`Fe`) at
     /// what they hold (a buffer reused earlier for a smaller array counts
@@ -262,26 +220,4 @@ impl Held {
             .iter()
             .fold(0u64, |sum, held| sum.saturating_add(held.capacity))
     }
-}
-
-/// The remembered partition `(chunk_length, chunks)` of the owner in this
-/// group, when one of its notaries (participants that queued nothing) holds
-/// arrays, which are laid out for it.
-pub(in crate::manager) fn remembered_partition(s: &State, batch: &Batch) -> Option<(usize, usize)> {
-    let notary_holds = batch.participants.len() > batch.taken.len() && {
-        let queued: FxHashSet<InstanceId> = batch.taken.iter().map(|(id, _)| *id).collect();
-        batch.participants.iter().any(|id| {
-            !queued.contains(id)
-                && s.instances
-                    .get(id)
-                    .is_some_and(|i| !i.allocations.is_empty())
-        })
-    };
-    if !notary_holds {
-        return None;
-    }
-    s.groups
-        .get(&batch.group)
-        .and_then(|g| g.partitions.get(&batch.owner))
-        .copied()
 }

@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
-use super::super::accounting::Freed;
-use super::super::allocate::Batch;
-use super::super::state::Queued;
+use super::super::batch::{Batch, Queued};
+use super::super::freed::Freed;
 use super::*;
 use crate::ids::{InstanceId, OwnerId};
 use crate::{ArrayRequest, MemoryKind, RequestSet};

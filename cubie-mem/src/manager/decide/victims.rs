@@ -3,7 +3,7 @@
 //! order), whole owners at a time, until what they free covers the bytes
 //! the batch lacks.
 
-use super::super::accounting::Freed;
+use super::super::freed::Freed;
 use super::snapshot::Candidate;
 use crate::ids::OwnerId;
 

@@ -1,0 +1,155 @@
+//! Gathering what the decision for one `allocate_queue` call reads
+//! ([`Snapshot`]), under the manager's lock: the batch's sizes, the free
+//! memory, the buffers its participants hold, its group's caps, its
+//! owner's remembered partition and, under physical pressure, the idle
+//! owners eviction could release. Everything after works on the snapshot.
+
+use rustc_hash::FxHashSet;
+
+use super::Inner;
+use super::batch::Batch;
+use super::decide::{Comparison, GroupCaps, Held, PlacedRequest, Snapshot};
+use super::report::Attempt;
+use super::state::State;
+use crate::backend::BackendResult;
+use crate::config::LimitMode;
+use crate::ids::InstanceId;
+use crate::plan::{BatchSizes, OVERSIZE_WARNING_FACTOR};
+use crate::{ArrayRequest, Bytes, MemError};
+
+/// Warns (through tracing) about the requests of a batch of several runs
+/// left unchunkable only by a chunk axis beyond their shape; an error that
+/// follows names them ([`crate::UnchunkableArray`]).
+fn warn_misaxed<'a>(requests: impl Iterator<Item = (&'a str, &'a ArrayRequest)>) {
+    requests.for_each(|(label, request)| {
+        if let Some(axis) = request.axis_out_of_range() {
+            tracing::warn!(
+                label,
+                shape = ?request.shape(),
+                axis,
+                total_runs = request.runs(),
+                "request '{label}' is unchunkable only because its chunk axis {axis} lies beyond its \
+                 {} dimensions; set ArrayRequest::chunk_axis to the axis that holds the runs",
+                request.shape().len()
+            );
+        }
+    });
+}
+
+impl Inner {
+    /// What the decision for `batch` reads: its sizes (an invalid request
+    /// fails here), the free memory (measured only when it requests any
+    /// bytes), the buffers its participants hold, its group's caps in
+    /// active mode, its owner's remembered partition and, when it does not
+    /// fit the free memory, the idle owners eviction could release.
+    pub(super) fn snapshot<'b>(
+        &self,
+        s: &mut State,
+        batch: &'b Batch,
+        attempt: &mut Attempt,
+    ) -> Result<Snapshot<'b>, MemError> {
+        let sizes = BatchSizes::measure(batch.requests())?;
+        attempt.sizes = Some(sizes);
+        warn_misaxed(batch.requests());
+        let requested = sizes.total_bytes();
+        let held = Held::look_up(s, batch);
+        let free = if requested == 0 {
+            None
+        } else {
+            Some(self.backend.mem_info().on(&*self.backend)?.free)
+        };
+        let free_bytes = free.unwrap_or(0);
+        if requested > free_bytes.saturating_mul(OVERSIZE_WARNING_FACTOR) {
+            tracing::warn!(
+                requested = %Bytes(requested),
+                free = %Bytes(free_bytes),
+                "batch is over {OVERSIZE_WARNING_FACTOR}x the free device memory; it will run in many chunks"
+            );
+        }
+        let caps = match s.limit_mode {
+            LimitMode::Passive => None,
+            LimitMode::Active => Some(GroupCaps::of(s, &batch.group, self.total)),
+        };
+        let mut snapshot = Snapshot {
+            batch,
+            sizes,
+            free,
+            held,
+            caps,
+            granule: self.config.allocation_granule_bytes,
+            remembered: remembered_partition(s, batch),
+            candidates: Vec::new(),
+        };
+        if snapshot.shortfall().is_some() {
+            let pinned_requested = snapshot.pinned_requested();
+            snapshot.candidates = self.candidates(s, pinned_requested, batch.owner, &batch.group);
+        }
+        Ok(snapshot)
+    }
+}
+
+impl Held {
+    /// The buffers `batch`'s participants hold under the labels they
+    /// request, in the lists kept in `s`'s scratch.
+    fn look_up(s: &mut State, batch: &Batch) -> Held {
+        let mut held = Held {
+            buffers: std::mem::take(&mut s.scratch.held),
+            requests: std::mem::take(&mut s.scratch.requests),
+        };
+        held.buffers.clear();
+        held.requests.clear();
+        for (id, queued) in &batch.taken {
+            let allocations = s.instances.get(id).map(|i| &i.allocations);
+            for (position, (label, request)) in queued.set.iter().enumerate() {
+                let sets = allocations
+                    .and_then(|a| a.get_near(label, position))
+                    .map_or(&[][..], |sets| sets.as_slice());
+                held.buffers.extend(
+                    sets.iter()
+                        .map(|buffer| Comparison::compare(buffer, request)),
+                );
+                held.requests.push(PlacedRequest { held: sets.len() });
+            }
+        }
+        held
+    }
+}
+
+impl GroupCaps {
+    /// The caps of `group` as `s` has them, on a device of `total` bytes.
+    fn of(s: &State, group: &str, total: u64) -> Self {
+        let (caps, held) = s.group_caps_and_use(group, total);
+        let proportion = s
+            .groups
+            .get(group)
+            .map(|g| g.members().filter_map(|m| s.shares.proportion(m)).sum())
+            .unwrap_or(0.0);
+        GroupCaps {
+            caps,
+            held,
+            proportion,
+        }
+    }
+}
+
+/// The remembered partition `(chunk_length, chunks)` of the owner in this
+/// group, when one of its notaries (participants that queued nothing) holds
+/// arrays, which are laid out for it.
+fn remembered_partition(s: &State, batch: &Batch) -> Option<(usize, usize)> {
+    let notary_holds = batch.participants.len() > batch.taken.len() && {
+        let queued: FxHashSet<InstanceId> = batch.taken.iter().map(|(id, _)| *id).collect();
+        batch.participants.iter().any(|id| {
+            !queued.contains(id)
+                && s.instances
+                    .get(id)
+                    .is_some_and(|i| !i.allocations.is_empty())
+        })
+    };
+    if !notary_holds {
+        return None;
+    }
+    s.groups
+        .get(&batch.group)
+        .and_then(|g| g.partitions.get(&batch.owner))
+        .copied()
+}
