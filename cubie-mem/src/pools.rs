@@ -11,8 +11,8 @@ use crate::ids::InstanceId;
 /// has members.
 pub const MIN_AUTOPOOL_SIZE: f64 = 0.05;
 
-/// Tolerance for sums of proportions, so that `0.1 + 0.2 + 0.7` fills the pool
-/// exactly instead of overflowing by one rounding error.
+/// Tolerance for sums of proportions, so that `0.1 + 0.2 + 0.7` fills the
+/// manual pool exactly instead of overflowing by one rounding error.
 const EPSILON: f64 = 1e-9;
 
 /// A proportion of device memory as messages and logs print it: six
@@ -68,7 +68,7 @@ pub(crate) enum ShareWarning {
     AutoPoolBelowMinimum { remaining: f64 },
 }
 
-/// Which pool an instance is in, and each one's proportion.
+/// Which pool (manual or auto) an instance is in, and each one's proportion.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Shares {
     /// The manual pool in the order its members joined it (a member whose
@@ -158,7 +158,7 @@ impl Shares {
         Ok(())
     }
 
-    /// Removes `id` from whichever pool holds it.
+    /// Removes `id` from the manual or the auto pool, whichever holds it.
     pub(crate) fn remove(&mut self, id: InstanceId) {
         self.manual.retain(|&(member, _)| member != id);
         self.auto.remove(&id);
@@ -341,7 +341,7 @@ mod tests {
         s.add(auto, None).unwrap();
         // 0.1 + 0.2 + 0.3 rounds up: the auto pool gets 0.3999999999999999.
         assert_eq!(s.proportion(auto), Some(1.0 - (0.1 + 0.2 + 0.3)));
-        // Setting a's proportion again moves it to the end of the pool:
+        // Setting a's proportion again moves it to the end of the manual pool:
         // 0.2 + 0.3 + 0.1 is exactly 0.6, and the auto pool 0.4, as in cubie.
         s.set_manual(a, 0.1).unwrap();
         assert_eq!(s.proportion(auto), Some(0.4));

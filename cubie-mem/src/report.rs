@@ -11,8 +11,8 @@
 //! mgr.queue_request(&solver, [("state", ArrayRequest::of::<f32>([1 << 20]).unchunkable())])?;
 //! mgr.allocate_queue(&solver)?;
 //! let report = mgr.memory_report();
-//! assert_eq!(report.holders[0].device_bytes, 4 << 20);
-//! assert_eq!(report.pool.unwrap().used, 4 << 20);
+//! assert_eq!(report.owners[0].device_bytes, 4 << 20);
+//! assert_eq!(report.device_pool.unwrap().used, 4 << 20);
 //! println!("{report}");
 //! # Ok::<(), cubie_mem::MemError>(())
 //! ```
@@ -24,11 +24,11 @@ use crate::backend::{MemInfo, PoolUsage};
 use crate::pools::Proportion;
 use crate::stats::HostPinnedStats;
 
-/// What a holder of memory is doing, which decides whether it can give
-/// memory back.
+/// What an owner holding memory is doing, which decides whether it can
+/// give memory back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum HolderState {
+pub enum OwnerState {
     /// No work in flight: eviction may take its memory.
     Idle,
     /// Work begun and not finished, or not yet seen done on the device:
@@ -39,12 +39,12 @@ pub enum HolderState {
     Requesting,
 }
 
-impl fmt::Display for HolderState {
+impl fmt::Display for OwnerState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(match self {
-            HolderState::Idle => "idle",
-            HolderState::Busy => "busy",
-            HolderState::Requesting => "requesting",
+            OwnerState::Idle => "idle",
+            OwnerState::Busy => "busy",
+            OwnerState::Requesting => "requesting",
         })
     }
 }
@@ -53,7 +53,7 @@ impl fmt::Display for HolderState {
 /// buffers' bytes, device and pinned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Holder {
+pub struct OwnerUsage {
     /// The owner, with its name when it has one (`'solver' (owner 3)`).
     pub owner: String,
     /// Its registrations holding memory, with their names.
@@ -61,7 +61,7 @@ pub struct Holder {
     /// The stream group its registrations are in.
     pub group: String,
     /// Idle, busy, or the requester.
-    pub state: HolderState,
+    pub state: OwnerState,
     /// Device bytes held.
     pub device_bytes: u64,
     /// Pinned bytes held (page-locked host memory of pinned requests).
@@ -70,7 +70,7 @@ pub struct Holder {
 
 /// One line: `'solver' (owner 3), group default, busy: 600 B device, 0 B
 /// pinned (instances 'solver', 'outputs')`.
-impl fmt::Display for Holder {
+impl fmt::Display for OwnerUsage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -87,37 +87,37 @@ impl fmt::Display for Holder {
 
 /// Who holds a device's memory: every owner of the manager holding any,
 /// busy or idle (largest first), the device's free and total memory, its
-/// pool's reserved and used bytes and the largest block one allocation
-/// could get (where the backend knows them), and the page-locked host
-/// memory of the manager's host arrays and staging pools.
+/// device pool's reserved and used bytes and the largest block one
+/// allocation could get (where the backend knows them), and the
+/// page-locked host memory of the manager's host arrays and staging pools.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct HoldersReport {
+pub struct MemoryReport {
     /// The backend's name.
     pub backend: &'static str,
     /// The device's free and total memory.
     pub device: MemInfo,
     /// The owners holding memory, the most device bytes first.
-    pub holders: Vec<Holder>,
-    /// The backend's pool, where it reports one.
-    pub pool: Option<PoolUsage>,
+    pub owners: Vec<OwnerUsage>,
+    /// The backend's device pool, where it reports one.
+    pub device_pool: Option<PoolUsage>,
     /// Page-locked host memory of host arrays and staging buffers.
     pub host_pinned: HostPinnedStats,
 }
 
-impl HoldersReport {
+impl MemoryReport {
     /// Device bytes this manager's owners hold.
     pub fn held_device_bytes(&self) -> u64 {
-        self.holders
+        self.owners
             .iter()
             .fold(0u64, |sum, h| sum.saturating_add(h.device_bytes))
     }
 
     /// Device bytes the idle owners hold: what eviction could release.
     pub fn idle_device_bytes(&self) -> u64 {
-        self.holders
+        self.owners
             .iter()
-            .filter(|h| h.state == HolderState::Idle)
+            .filter(|o| o.state == OwnerState::Idle)
             .fold(0u64, |sum, h| sum.saturating_add(h.device_bytes))
     }
 
@@ -131,9 +131,9 @@ impl HoldersReport {
     }
 }
 
-/// Several lines: the device, its pool, each holder, what is held
+/// Several lines: the device, its device pool, each owner, what is held
 /// elsewhere, and the page-locked host memory.
-impl fmt::Display for HoldersReport {
+impl fmt::Display for MemoryReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -142,10 +142,10 @@ impl fmt::Display for HoldersReport {
             Bytes(self.device.total),
             Bytes(self.device.free)
         )?;
-        if let Some(pool) = self.pool {
+        if let Some(pool) = self.device_pool {
             write!(
                 f,
-                "; pool reserved {}, used {}",
+                "; device pool reserved {}, used {}",
                 Bytes(pool.reserved),
                 Bytes(pool.used)
             )?;
@@ -154,11 +154,11 @@ impl fmt::Display for HoldersReport {
             }
         }
         writeln!(f)?;
-        if self.holders.is_empty() {
+        if self.owners.is_empty() {
             writeln!(f, "  no owner of this manager holds memory")?;
         }
-        for holder in &self.holders {
-            writeln!(f, "  {holder}")?;
+        for owner in &self.owners {
+            writeln!(f, "  {owner}")?;
         }
         writeln!(
             f,
@@ -287,12 +287,12 @@ impl fmt::Display for Fix {
 
 /// What an error that says a request does not fit knows: who holds the
 /// device's memory, the bytes the request lacks, and the one change that
-/// would make it fit. Its `Display` prints the fix and the holders.
+/// would make it fit. Its `Display` prints the fix and the owners.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct FitReport {
     /// Who holds the memory, when the request failed.
-    pub memory: HoldersReport,
+    pub memory: MemoryReport,
     /// Bytes of free device memory the request lacks (0 when the figures
     /// allow it and the device refused all the same).
     pub lacking: u64,
@@ -310,35 +310,35 @@ fn short(bytes: u64) -> String {
     }
 }
 
-/// Holders a summary line names; the rest are counted.
-const SUMMARY_HOLDERS: usize = 4;
+/// Owners a summary line names; the rest are counted.
+const SUMMARY_OWNERS: usize = 4;
 
 impl FitReport {
-    /// One line for an error's message: the largest holders with their
-    /// state and device bytes, what is held elsewhere, the pool's reserved
-    /// and used bytes, and the fix.
+    /// One line for an error's message: the largest owners with their
+    /// state and device bytes, what is held elsewhere, the device pool's
+    /// reserved and used bytes, and the fix.
     pub fn summary(&self) -> String {
         let memory = &self.memory;
         let mut parts: Vec<String> = memory
-            .holders
+            .owners
             .iter()
-            .filter(|h| h.device_bytes > 0)
-            .take(SUMMARY_HOLDERS)
-            .map(|h| format!("{} {} {}", h.owner, h.state, short(h.device_bytes)))
+            .filter(|o| o.device_bytes > 0)
+            .take(SUMMARY_OWNERS)
+            .map(|o| format!("{} {} {}", o.owner, o.state, short(o.device_bytes)))
             .collect();
         let more = memory
-            .holders
+            .owners
             .iter()
-            .filter(|h| h.device_bytes > 0)
+            .filter(|o| o.device_bytes > 0)
             .count()
-            .saturating_sub(SUMMARY_HOLDERS);
+            .saturating_sub(SUMMARY_OWNERS);
         if more > 0 {
             parts.push(format!("{more} more"));
         }
         parts.push(format!("elsewhere {}", short(memory.elsewhere_bytes())));
-        let pool = memory.pool.map_or_else(String::new, |pool| {
+        let pool = memory.device_pool.map_or_else(String::new, |pool| {
             format!(
-                "; pool reserved {}, used {}",
+                "; device pool reserved {}, used {}",
                 short(pool.reserved),
                 short(pool.used)
             )

@@ -329,7 +329,7 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    // Staging buffers come from the manager's pool: page-locked by the
+    // Staging buffers come from the manager's staging pool: page-locked by the
     // first batch, reused by the later ones.
     let streamer = mgr
         .chunk_streamer(&solver, &plan)?

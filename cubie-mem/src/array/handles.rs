@@ -248,7 +248,7 @@ impl<T: Element> DeviceArray<T> {
     }
 
     /// The device memory, kept allocated while the result lives (a release
-    /// meanwhile frees it when the last holder lets go).
+    /// meanwhile frees it when the last reference to it is dropped).
     pub(crate) fn device_memory(&self) -> Result<Arc<DeviceMemory>, MemError> {
         match self.inner.slot.memory()? {
             Memory::Device(memory) => Ok(memory),

@@ -35,20 +35,22 @@ pub mod cuda;
 /// Free and total device memory, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemInfo {
-    /// Bytes the device can still allocate (including memory a pool holds idle).
+    /// Bytes the device can still allocate (including memory the device pool
+    /// holds idle).
     pub free: u64,
     /// Bytes of device memory in all.
     pub total: u64,
 }
 
-/// What a backend's device memory pool holds, where it keeps one: bytes
+/// What a backend's device pool (its stream-ordered memory pool) holds,
+/// where it keeps one: bytes
 /// reserved from the device, the bytes of them live allocations use, and
 /// the largest block one allocation could get now, where known. Out of
 /// memory errors and [`MemoryManager::memory_report`](crate::MemoryManager::memory_report)
 /// show them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolUsage {
-    /// Bytes the pool has reserved from the device (in use and idle).
+    /// Bytes the device pool has reserved from the device (in use and idle).
     pub reserved: u64,
     /// Bytes of them live allocations use.
     pub used: u64,
@@ -57,7 +59,7 @@ pub struct PoolUsage {
 }
 
 impl PoolUsage {
-    /// Memory the pool holds idle: reusable without asking the device.
+    /// Memory the device pool holds idle: reusable without asking the device.
     pub fn idle(&self) -> u64 {
         self.reserved.saturating_sub(self.used)
     }
@@ -203,7 +205,7 @@ pub trait Backend: Send + Sync + 'static {
         self.alloc_pinned(bytes)
     }
 
-    /// The device memory pool's figures (reserved, used, the largest block
+    /// The device pool's figures (reserved, used, the largest block
     /// one allocation could get), for reports of who holds what; `None`
     /// (the default) where the backend does not know them.
     fn pool_usage(&self) -> Option<PoolUsage> {

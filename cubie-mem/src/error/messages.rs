@@ -1,6 +1,6 @@
 //! Messages too long to sit in the error enum's attributes: the VRAM share
 //! errors (proportions printed with [`Proportion`], so that a share of
-//! `1e-6` and an empty pool's `0` read as they are), and the planner's
+//! `1e-6` and an empty manual pool's `0` read as they are), and the planner's
 //! errors for figures given by hand, and the longest of the others.
 
 use crate::Bytes;

@@ -11,7 +11,7 @@ use crate::backend::PinnedBlock;
 pub(crate) enum PinnedUse {
     /// A host array ([`HostArray`](crate::HostArray) in pinned memory).
     HostArray,
-    /// A staging buffer of a pool made by the manager.
+    /// A staging buffer of a staging pool made by the manager.
     Staging,
 }
 

@@ -1,6 +1,6 @@
 //! Who holds the device's memory ([`MemoryManager::memory_report`]), and
 //! the report an error that says a batch does not fit carries: the
-//! holders, the bytes the batch lacks and the one change that would make
+//! owners holding it, the bytes the batch lacks and the one change that would make
 //! it fit, found by planning the batch again with that change (the planner
 //! is pure).
 
@@ -11,7 +11,7 @@ use crate::backend::{BackendResult, MemInfo};
 use crate::host::PinnedUse;
 use crate::ids::OwnerId;
 use crate::plan::{BatchSizes, Budget, plan_chunks};
-use crate::report::{FitReport, Fix, Holder, HolderState, HoldersReport};
+use crate::report::{FitReport, Fix, MemoryReport, OwnerState, OwnerUsage};
 use crate::stats::HostPinnedStats;
 use crate::{MemError, MemoryKind, MemoryManager};
 
@@ -27,15 +27,15 @@ pub(super) struct Attempt {
 impl MemoryManager {
     /// Who holds the device's memory now: each owner holding any (its
     /// registrations, group, whether it is idle or busy, device and pinned
-    /// bytes), the device's free and total memory, the backend pool's
+    /// bytes), the device's free and total memory, its device pool's
     /// reserved and used bytes and largest free block where it knows them,
     /// and the page-locked host memory of host arrays and staging buffers.
     /// The same figures an out-of-memory error carries
     /// ([`MemError::fit_report`]), to look before a batch fails.
-    pub fn memory_report(&self) -> HoldersReport {
+    pub fn memory_report(&self) -> MemoryReport {
         let device = self.inner.device_info();
         let mut s = self.inner.lock();
-        self.inner.holders_report(&mut s, None, device)
+        self.inner.memory_report(&mut s, None, device)
     }
 }
 
@@ -49,26 +49,26 @@ impl Inner {
         })
     }
 
-    /// The holders of memory, `requester`'s owner marked as such.
-    fn holders_report(
+    /// The owners holding memory, `requester`'s owner marked as such.
+    fn memory_report(
         &self,
         s: &mut State,
         requester: Option<OwnerId>,
         device: MemInfo,
-    ) -> HoldersReport {
+    ) -> MemoryReport {
         let owners: Vec<OwnerId> = s.owners.keys().copied().collect();
-        let mut holders = Vec::new();
+        let mut usages = Vec::new();
         for owner in owners {
             let held = s.owner_held(owner);
             if held.device == 0 && held.pinned == 0 {
                 continue;
             }
             let state = if Some(owner) == requester {
-                HolderState::Requesting
+                OwnerState::Requesting
             } else if s.owner_idle(owner) {
-                HolderState::Idle
+                OwnerState::Idle
             } else {
-                HolderState::Busy
+                OwnerState::Busy
             };
             let instances = s.owners.get(&owner).map_or_else(Vec::new, |o| {
                 o.instances
@@ -77,9 +77,9 @@ impl Inner {
                     .map(|&id| s.named(id).to_string())
                     .collect()
             });
-            holders.push((
+            usages.push((
                 owner,
-                Holder {
+                OwnerUsage {
                     owner: s.named_owner(owner).to_string(),
                     instances,
                     group: s
@@ -92,15 +92,15 @@ impl Inner {
             ));
         }
         // The most device bytes first; ties in registration order.
-        holders.sort_by(|(a_id, a), (b_id, b)| {
+        usages.sort_by(|(a_id, a), (b_id, b)| {
             (b.device_bytes, b.pinned_bytes, a_id).cmp(&(a.device_bytes, a.pinned_bytes, b_id))
         });
-        let holders = holders.into_iter().map(|(_, holder)| holder).collect();
-        HoldersReport {
+        let owners = usages.into_iter().map(|(_, usage)| usage).collect();
+        MemoryReport {
             backend: self.backend.name(),
             device,
-            holders,
-            pool: self.backend.pool_usage(),
+            owners,
+            device_pool: self.backend.pool_usage(),
             host_pinned: HostPinnedStats {
                 host_arrays: self.pinned_host.bytes(PinnedUse::HostArray),
                 staging: self.pinned_host.bytes(PinnedUse::Staging),
@@ -123,7 +123,7 @@ impl Inner {
             Ok(info) => info,
             Err(_) => self.device_info(),
         };
-        let memory = self.holders_report(s, Some(batch.owner), device);
+        let memory = self.memory_report(s, Some(batch.owner), device);
         let (lacking, fix) = match (&error, attempt.sizes, attempt.budget) {
             (MemError::OutOfMemory { requested, .. }, _, _) => {
                 let lacking = requested.0.saturating_sub(device.free);
@@ -148,12 +148,12 @@ impl Inner {
         &self,
         s: &State,
         batch: &Batch,
-        memory: &HoldersReport,
+        memory: &MemoryReport,
         requested: u64,
         lacking: u64,
     ) -> Fix {
         if lacking == 0 {
-            return match memory.pool.and_then(|pool| pool.largest_free_block) {
+            return match memory.device_pool.and_then(|pool| pool.largest_free_block) {
                 Some(largest) if largest < requested => Fix::Shrink { bytes: largest },
                 _ => Fix::Retry,
             };
@@ -169,7 +169,7 @@ impl Inner {
         &self,
         s: &State,
         batch: &Batch,
-        memory: &HoldersReport,
+        memory: &MemoryReport,
         sizes: &BatchSizes,
         budget: &Budget,
     ) -> (u64, Fix) {
@@ -262,7 +262,7 @@ fn smaller_settings(sizes: &BatchSizes, budget: &Budget, plans: &impl Fn(&Budget
 /// Freeing `lacking` device bytes held by this manager: the requester's
 /// own arrays outside the batch (the registration holding the most), else
 /// the smallest idle owner holding enough, else the smallest busy one.
-fn freeing_fix(s: &State, batch: &Batch, memory: &HoldersReport, lacking: u64) -> Option<Fix> {
+fn freeing_fix(s: &State, batch: &Batch, memory: &MemoryReport, lacking: u64) -> Option<Fix> {
     let own = batch
         .participants
         .iter()
@@ -275,20 +275,20 @@ fn freeing_fix(s: &State, batch: &Batch, memory: &HoldersReport, lacking: u64) -
             bytes,
         });
     }
-    let smallest = |state: HolderState| {
+    let smallest = |state: OwnerState| {
         memory
-            .holders
+            .owners
             .iter()
-            .filter(|h| h.state == state && h.device_bytes >= lacking)
-            .min_by_key(|h| h.device_bytes)
+            .filter(|o| o.state == state && o.device_bytes >= lacking)
+            .min_by_key(|o| o.device_bytes)
     };
-    if let Some(idle) = smallest(HolderState::Idle) {
+    if let Some(idle) = smallest(OwnerState::Idle) {
         return Some(Fix::FreeIdle {
             owner: idle.owner.clone(),
             bytes: idle.device_bytes,
         });
     }
-    smallest(HolderState::Busy).map(|busy| Fix::FreeBusy {
+    smallest(OwnerState::Busy).map(|busy| Fix::FreeBusy {
         owner: busy.owner.clone(),
         bytes: busy.device_bytes,
     })

@@ -302,7 +302,7 @@ impl<T: Element> Move for Lane<'_, T> {
         if let Some(input) = self.input.as_mut() {
             input.reserve()?;
             // An inout binding's own download buffers are only taken when
-            // the pool has them at once; else its downloads share the
+            // the staging pool has them at once; else its downloads share the
             // input buffers.
             if let Some(output) = self.output.as_mut()
                 && !output.try_reserve()?

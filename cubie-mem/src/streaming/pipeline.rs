@@ -50,7 +50,7 @@ use crate::{Chunk, Element, MemError, Work};
 /// for the whole run, so none of those arrays can be evicted mid-batch; the
 /// staging buffers a run needs are acquired before the first chunk, in one
 /// order shared by every pipeline (by label), so two pipelines sharing a
-/// pool that cannot grow wait for each other instead of deadlocking. Before
+/// staging pool that cannot grow wait for each other instead of deadlocking. Before
 /// `run` returns, successfully or not, every copy it queued is done.
 #[must_use = "a pipeline does nothing until run"]
 pub struct ChunkPipeline<'p, S = ()> {

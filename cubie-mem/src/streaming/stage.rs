@@ -1,7 +1,7 @@
 //! A staging buffer kept safe while asynchronous copies use it: the
 //! buffer with the event of the last copy that used it. The host waits for
 //! that event before touching the buffer again, and before the buffer goes
-//! back to its pool, so neither the host nor the next user of the buffer
+//! back to its staging pool, so neither the host nor the next user of the buffer
 //! can see (or spoil) bytes a copy is still moving.
 
 use std::sync::Arc;
@@ -52,12 +52,13 @@ impl<T: Element> Stage<T> {
         self.stager.len()
     }
 
-    /// Acquires the buffer now (waiting for the pool if need be).
+    /// Acquires the buffer now (waiting for the staging pool if need be).
     pub(super) fn reserve(&mut self) -> Result<(), MemError> {
         self.stager.reserve()
     }
 
-    /// Acquires the buffer if the pool has one without waiting; whether it did.
+    /// Acquires the buffer if the staging pool has one without waiting;
+    /// whether it did.
     pub(super) fn try_reserve(&mut self) -> Result<bool, MemError> {
         Ok(self.stager.try_buffer()?.is_some())
     }
@@ -96,7 +97,7 @@ impl<T: Element> Stage<T> {
 
 impl<T: Element> Drop for Stage<T> {
     fn drop(&mut self) {
-        // The buffer goes back to the pool only once no copy uses it; when
+        // The buffer goes back to the staging pool only once no copy uses it; when
         // that cannot be known, it is never reused.
         if let Err(error) = self.settle() {
             tracing::error!(%error, "waiting for a staging copy failed; its buffer is retired");

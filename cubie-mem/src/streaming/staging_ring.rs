@@ -8,7 +8,7 @@
 //! A ring has two buffers when the staging pool gives the second without
 //! waiting (RAM allows it), else one: a run never waits for a second
 //! buffer while holding the first, so no two pipelines can deadlock over
-//! the pool.
+//! the staging pool.
 
 use std::ops::Range;
 
@@ -66,8 +66,8 @@ pub(super) struct StagingRing<T: Element> {
 }
 
 impl<T: Element> StagingRing<T> {
-    /// A ring of `first`, and of `second` if the pool gives it without
-    /// waiting when the ring is reserved.
+    /// A ring of `first`, and of `second` if the staging pool gives it
+    /// without waiting when the ring is reserved.
     pub(super) fn new(first: Stage<T>, second: Stage<T>) -> Self {
         StagingRing {
             first: Slot::new(first),
@@ -78,14 +78,14 @@ impl<T: Element> StagingRing<T> {
         }
     }
 
-    /// Acquires the first buffer now (waiting for the pool if need be),
-    /// then the second if the pool has one at once.
+    /// Acquires the first buffer now (waiting for the staging pool if need
+    /// be), then the second if the staging pool has one at once.
     pub(super) fn reserve(&mut self) -> Result<(), MemError> {
         self.first.stage.reserve()?;
         self.reserve_second()
     }
 
-    /// Acquires the buffers only if the pool has them at once; whether it
+    /// Acquires the buffers only if the staging pool has them at once; whether it
     /// had the first.
     pub(super) fn try_reserve(&mut self) -> Result<bool, MemError> {
         if !self.first.stage.try_reserve()? {

@@ -1,9 +1,9 @@
-//! The staging threads: a pool of host threads that gathers chunks into
-//! staging buffers and scatters them out (and so reads and writes spill
-//! files), each thread one contiguous piece of the staging window.
+//! The staging threads: host threads that gather chunks into staging
+//! buffers and scatter them out (and so read and write spill files), each
+//! thread one contiguous piece of the staging window.
 //!
-//! A pool is a dedicated [`rayon::ThreadPool`], never rayon's global one:
-//! the caller's thread waits while the pool's threads copy, so a gather
+//! They are a dedicated [`rayon::ThreadPool`], never rayon's global one:
+//! the caller's thread waits while the staging threads copy, so a gather
 //! or scatter keeps exactly [`StagingThreads::threads`] threads busy, and
 //! other rayon users of the process are left alone.
 
@@ -29,8 +29,8 @@ use crate::{Element, MemError};
 /// [`MIN_PIECE_BYTES`](Self::MIN_PIECE_BYTES) each, copied at the same
 /// time; the simulated device times the work as `B / (pieces x host
 /// bandwidth)` ([`Backend::host_work`](crate::backend::Backend::host_work)).
-/// Clones share one pool. With one thread the caller's thread does the
-/// work and no pool is made.
+/// Clones share the same threads. With one thread the caller's thread
+/// does the work and no thread is started.
 ///
 /// ```
 /// use cubie_mem::{MemError, StagingThreads};
@@ -45,7 +45,7 @@ use crate::{Element, MemError};
 pub struct StagingThreads {
     threads: NonZeroUsize,
     /// `None` for one thread: the caller's.
-    pool: Option<Arc<rayon::ThreadPool>>,
+    workers: Option<Arc<rayon::ThreadPool>>,
 }
 
 impl StagingThreads {
@@ -56,7 +56,7 @@ impl StagingThreads {
     pub const MAX_DEFAULT_THREADS: usize = 8;
 
     /// The smallest piece one thread is given, in bytes: 256 KiB, about
-    /// 20 µs of memcpy, well above a hand-off to a pool thread (a few µs).
+    /// 20 µs of memcpy, well above a hand-off to a staging thread (a few µs).
     /// A window of fewer than `2 x` this is copied by one thread.
     pub const MIN_PIECE_BYTES: usize = 256 << 10;
 
@@ -69,8 +69,8 @@ impl StagingThreads {
             .min(Self::MAX_DEFAULT_THREADS)
     }
 
-    /// A pool of `threads` host threads (1: the caller's thread alone).
-    /// 0 threads, or a pool the system refuses to start, is
+    /// `threads` staging threads (1: the caller's thread alone). 0
+    /// threads, or threads the system refuses to start, is
     /// [`MemError::Config`] naming the count and the fix.
     pub fn new(threads: usize) -> Result<Self, MemError> {
         let refused = |reason: String| MemError::Config {
@@ -80,7 +80,7 @@ impl StagingThreads {
         };
         let count = NonZeroUsize::new(threads).ok_or_else(|| {
             refused(format!(
-                "a staging pool needs at least 1 thread: pass 1 to stage on the caller's \
+                "there must be at least 1 staging thread: pass 1 to stage on the caller's \
                  thread, or StagingThreads::default_count() ({}) for the machine's cores",
                 Self::default_count()
             ))
@@ -88,10 +88,10 @@ impl StagingThreads {
         if count.get() == 1 {
             return Ok(StagingThreads {
                 threads: count,
-                pool: None,
+                workers: None,
             });
         }
-        let pool = rayon::ThreadPoolBuilder::new()
+        let workers = rayon::ThreadPoolBuilder::new()
             .num_threads(count.get())
             .thread_name(|index| format!("cubie-mem-staging-{index}"))
             .build()
@@ -102,11 +102,11 @@ impl StagingThreads {
             })?;
         Ok(StagingThreads {
             threads: count,
-            pool: Some(Arc::new(pool)),
+            workers: Some(Arc::new(workers)),
         })
     }
 
-    /// A pool of [`default_count`](Self::default_count) threads (the
+    /// [`default_count`](Self::default_count) staging threads (the
     /// caller's thread alone where the system refuses to start them).
     pub fn with_default_count() -> Self {
         Self::new(Self::default_count()).unwrap_or_else(|_| Self::single())
@@ -116,7 +116,7 @@ impl StagingThreads {
     fn single() -> Self {
         StagingThreads {
             threads: NonZeroUsize::MIN,
-            pool: None,
+            workers: None,
         }
     }
 
@@ -132,7 +132,7 @@ impl StagingThreads {
         (bytes / Self::MIN_PIECE_BYTES).clamp(1, self.threads.get())
     }
 
-    /// [`ChunkLayout::gather`] on the pool's threads: the runs `runs` of
+    /// [`ChunkLayout::gather`] on the staging threads: the runs `runs` of
     /// `host` (the whole array) into `staging`, the device elements from
     /// `window_start`, each thread a piece of `staging`.
     ///
@@ -165,7 +165,7 @@ impl StagingThreads {
         .map(drop)
     }
 
-    /// [`ChunkLayout::scatter`] on the pool's threads: the device elements
+    /// [`ChunkLayout::scatter`] on the staging threads: the device elements
     /// from `window_start` held in `staging` into their places in `host`
     /// (the whole array), each thread a piece of `staging`.
     pub fn scatter_chunk<T: Element>(
@@ -185,7 +185,7 @@ impl StagingThreads {
         .map(drop)
     }
 
-    /// Fills `part` piece by piece at the same time on the pool's threads,
+    /// Fills `part` piece by piece at the same time on the staging threads,
     /// `fill(offset, piece)` for each piece (`offset` its first element in
     /// `part`), and reports the gather to `backend` with its pieces as
     /// lanes; the first error is returned.
@@ -205,7 +205,7 @@ impl StagingThreads {
         Ok(())
     }
 
-    /// Reads `part` piece by piece at the same time on the pool's threads,
+    /// Reads `part` piece by piece at the same time on the staging threads,
     /// `drain(offset, piece)` for each piece, and reports the scatter to
     /// `backend`, as [`gather`](Self::gather).
     pub(crate) fn scatter<T, F>(
@@ -229,10 +229,10 @@ impl StagingThreads {
         T: Send,
         F: Fn(usize, &mut [T]) -> Result<(), MemError> + Sync,
     {
-        let Some((pool, piece)) = self.pieces(part.len(), size_of_val(part)) else {
+        let Some((workers, piece)) = self.pieces(part.len(), size_of_val(part)) else {
             return fill(0, part).map(|()| 1);
         };
-        pool.install(|| {
+        workers.install(|| {
             part.par_chunks_mut(piece)
                 .enumerate()
                 .try_for_each(|(index, chunk)| fill(index.saturating_mul(piece), chunk))
@@ -246,10 +246,10 @@ impl StagingThreads {
         T: Sync,
         F: Fn(usize, &[T]) -> Result<(), MemError> + Sync,
     {
-        let Some((pool, piece)) = self.pieces(part.len(), size_of_val(part)) else {
+        let Some((workers, piece)) = self.pieces(part.len(), size_of_val(part)) else {
             return drain(0, part).map(|()| 1);
         };
-        pool.install(|| {
+        workers.install(|| {
             part.par_chunks(piece)
                 .enumerate()
                 .try_for_each(|(index, chunk)| drain(index.saturating_mul(piece), chunk))
@@ -257,12 +257,12 @@ impl StagingThreads {
         Ok(part.len().div_ceil(piece))
     }
 
-    /// The pool and the elements of each piece of a window of `len`
+    /// The threads and the elements of each piece of a window of `len`
     /// elements and `bytes` bytes; `None` when one thread copies it.
     fn pieces(&self, len: usize, bytes: usize) -> Option<(&rayon::ThreadPool, usize)> {
         let lanes = self.lanes_for(bytes);
-        match &self.pool {
-            Some(pool) if lanes > 1 && len > 1 => Some((pool, len.div_ceil(lanes))),
+        match &self.workers {
+            Some(workers) if lanes > 1 && len > 1 => Some((workers, len.div_ceil(lanes))),
             _ => None,
         }
     }

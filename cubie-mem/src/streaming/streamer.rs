@@ -344,7 +344,7 @@ impl std::fmt::Debug for ChunkStreamer<'_> {
     }
 }
 
-/// A staging buffer acquired from the pool on first use and kept after.
+/// A staging buffer acquired from the staging pool on first use and kept after.
 pub(super) struct Stager<T: Element> {
     pool: StagingPool,
     label: String,
@@ -371,8 +371,8 @@ impl<T: Element> Stager<T> {
         self.buffer().map(drop)
     }
 
-    /// Gives up the buffer without returning it to the pool: for a buffer a
-    /// copy may still be using.
+    /// Gives up the buffer without returning it to the staging pool: for a
+    /// buffer a copy may still be using.
     pub(super) fn retire(&mut self) {
         if let Some(buffer) = self.buffer.take() {
             std::mem::forget(buffer);

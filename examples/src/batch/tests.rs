@@ -147,12 +147,12 @@ fn a_device_run_out_explains_who_holds_what() {
     println!("{error}\n{}", error.fit_report().unwrap());
     let report = error.fit_report().unwrap();
     assert!(
-        report.memory.holders.iter().any(|holder| holder
+        report.memory.owners.iter().any(|owner| owner
             .instances
             .iter()
             .any(|instance| instance.starts_with("'lookup cache'"))),
         "{:?}",
-        report.memory.holders
+        report.memory.owners
     );
-    assert_eq!(report.memory.pool.unwrap().used, 1024);
+    assert_eq!(report.memory.device_pool.unwrap().used, 1024);
 }

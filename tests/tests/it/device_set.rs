@@ -209,7 +209,7 @@ fn a_device_that_cannot_hold_one_run_takes_no_part_and_says_why() {
     assert_eq!(
         set.manager(1).unwrap().stats().instances.len(),
         0,
-        "no holder left behind"
+        "no instance left behind"
     );
     drop(buffers);
     assert_eq!(

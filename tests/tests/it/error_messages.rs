@@ -89,11 +89,14 @@ fn config_message_names_the_setting_the_path_and_the_fix() {
     );
 
     let error = StagingThreads::new(0).unwrap_err();
-    assert_names(&error, &["StagingThreads::new", "at least 1 thread"]);
+    assert_names(
+        &error,
+        &["StagingThreads::new", "at least 1 staging thread"],
+    );
 }
 
 #[test]
-fn all_unchunkable_message_names_the_arrays_the_holders_and_the_fix() {
+fn all_unchunkable_message_names_the_arrays_the_owners_and_the_fix() {
     // An array unchunkable only by its axis: the message names the axis to set.
     let (mgr, _) = manager(GIB, 1000);
     let a = mgr.register(queuing()).unwrap();
@@ -130,11 +133,11 @@ fn all_unchunkable_message_names_the_arrays_the_holders_and_the_fix() {
             "'rk45 outputs'",
             "'euler cache'",
             "busy 450.00 MiB",
-            "pool reserved 900.00 MiB, used 900.00 MiB",
+            "device pool reserved 900.00 MiB, used 900.00 MiB",
         ],
     );
 
-    // The planner alone knows no holders: its message names none.
+    // The planner alone knows no owners: its message names none.
     let requests = [("x", unchunkable(2000))];
     let budget = cubie_mem::plan::Budget::passive(1000).with_granule(0);
     let error = cubie_mem::plan::plan(requests.iter().map(|(l, r)| (*l, r)), &budget).unwrap_err();
@@ -231,7 +234,7 @@ fn no_device_takes_part_message_names_each_reason_and_the_fixes() {
 }
 
 #[test]
-fn out_of_memory_message_names_the_array_and_the_holders() {
+fn out_of_memory_message_names_the_array_and_the_owners() {
     let (mgr, sim) = manager(GIB, 1 << 20);
     let solver = mgr.register(queuing().name("solver")).unwrap();
     hold(&mgr, &solver, 1000);

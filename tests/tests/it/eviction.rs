@@ -257,8 +257,9 @@ fn evicting_pinned_arrays_makes_room_for_a_pinned_batch_as_in_cubie() {
 
 /// Page-locked memory given back serves a batch's pinned arrays, not its
 /// device arrays: eviction counts released pinned bytes only up to the
-/// batch's own pinned bytes (a device-only batch does not evict a pinned
-/// holder at all: `owners_holding_only_pinned_memory_are_not_candidates`).
+/// batch's own pinned bytes (a device-only batch does not evict an owner
+/// holding only pinned memory at all:
+/// `owners_holding_only_pinned_memory_are_not_candidates`).
 #[test]
 fn released_pinned_bytes_count_only_toward_the_batchs_pinned_arrays() {
     let (mgr, _) = manager(1 << 30, 1000);

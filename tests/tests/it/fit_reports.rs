@@ -1,11 +1,11 @@
 //! An error that says a batch does not fit explains itself: who holds the
-//! memory (by name, busy or idle, device and pinned), the pool's reserved
-//! and used bytes, the bytes lacking and the one change that would make
-//! the batch fit; `memory_report` gives the same without an error. Each
+//! memory (by name, busy or idle, device and pinned), the device pool's
+//! reserved and used bytes, the bytes lacking and the one change that would
+//! make the batch fit; `memory_report` gives the same without an error. Each
 //! fix is checked by making it: the same call then succeeds.
 
 use crate::common::{manager, queuing, runs_request};
-use cubie_mem::report::{Fix, HolderState};
+use cubie_mem::report::{Fix, OwnerState};
 use cubie_mem::{ArrayRequest, LimitMode, ManagerConfig, MemError, MemoryManager, SimBackend};
 
 const MIB: usize = 1 << 20;
@@ -21,7 +21,7 @@ fn hold(mgr: &MemoryManager, instance: &cubie_mem::Instance, bytes: usize) {
 }
 
 #[test]
-fn all_unchunkable_names_the_busy_holders_and_the_pool() {
+fn all_unchunkable_names_the_busy_owners_and_the_device_pool() {
     // A 1 GiB device; two busy named solvers hold 900 MiB; another owner
     // asks for 500 MiB unchunkable.
     let sim = SimBackend::new(1 << 30);
@@ -37,23 +37,23 @@ fn all_unchunkable_names_the_busy_holders_and_the_pool() {
     let error = mgr.allocate_queue(&c).unwrap_err();
     assert!(matches!(error, MemError::AllUnchunkable { .. }), "{error}");
     let report = error.fit_report().unwrap();
-    assert_eq!(report.memory.holders.len(), 2);
+    assert_eq!(report.memory.owners.len(), 2);
     for name in ["'rk45 outputs'", "'euler cache'"] {
         assert!(
             report
                 .memory
-                .holders
+                .owners
                 .iter()
-                .any(|holder| holder.instances.iter().any(|i| i.starts_with(name))),
-            "no holder {name}: {:?}",
-            report.memory.holders
+                .any(|owner| owner.instances.iter().any(|i| i.starts_with(name))),
+            "no owner {name}: {:?}",
+            report.memory.owners
         );
     }
-    for holder in &report.memory.holders {
-        assert_eq!(holder.state, HolderState::Busy);
-        assert_eq!((holder.device_bytes, holder.pinned_bytes), (450 << 20, 0));
+    for owner in &report.memory.owners {
+        assert_eq!(owner.state, OwnerState::Busy);
+        assert_eq!((owner.device_bytes, owner.pinned_bytes), (450 << 20, 0));
     }
-    let pool = report.memory.pool.unwrap();
+    let pool = report.memory.device_pool.unwrap();
     assert_eq!((pool.reserved, pool.used), (900 << 20, 900 << 20));
     // 124 MiB free: 500 MiB needs 532 MiB free beside the 32 MiB granule.
     assert_eq!(report.lacking, (532 << 20) + 1 - (124 << 20));
@@ -64,9 +64,9 @@ fn all_unchunkable_names_the_busy_holders_and_the_pool() {
     );
     let table = report.to_string();
     assert!(table.contains("group default, busy"), "{table}");
-    // The same holders without an error.
+    // The same owners without an error.
     let looked = mgr.memory_report();
-    assert_eq!(looked.holders, report.memory.holders);
+    assert_eq!(looked.owners, report.memory.owners);
 }
 
 #[test]
@@ -89,9 +89,9 @@ fn freeing_the_idle_owner_it_names_makes_the_batch_fit() {
     assert!(
         report
             .memory
-            .holders
+            .owners
             .iter()
-            .all(|h| h.state == HolderState::Idle)
+            .all(|o| o.state == OwnerState::Idle)
     );
     assert!(
         matches!(&report.fix, Fix::FreeIdle { owner, .. } if owner.contains("'larger cache'")),
@@ -132,7 +132,7 @@ fn releasing_the_requesters_own_arrays_it_names_makes_the_batch_fit() {
         .unwrap();
     let error = mgr.allocate_queue(&solver).unwrap_err();
     let report = error.fit_report().unwrap();
-    assert_eq!(report.memory.holders[0].state, HolderState::Requesting);
+    assert_eq!(report.memory.owners[0].state, OwnerState::Requesting);
     assert!(
         matches!(&report.fix, Fix::ReleaseOwn { instance, bytes: 600 } if instance.contains("'old outputs'")),
         "{:?}",
@@ -185,7 +185,7 @@ fn a_granule_or_a_depth_that_keeps_the_batch_out_is_named() {
 }
 
 #[test]
-fn a_refused_allocation_reports_the_holders_too() {
+fn a_refused_allocation_reports_the_owners_too() {
     let (mgr, sim) = manager(1 << 30, 1 << 20);
     let solver = mgr.register(queuing().name("solver")).unwrap();
     hold(&mgr, &solver, 1000);
@@ -198,10 +198,10 @@ fn a_refused_allocation_reports_the_holders_too() {
     assert_eq!(report.lacking, 0, "the figures allowed it");
     assert_eq!(report.fix, Fix::Retry, "the device has the memory");
     assert!(
-        matches!(&report.memory.holders[..], [holder]
-            if holder.instances.iter().any(|i| i.starts_with("'solver'")) && holder.device_bytes == 1000),
+        matches!(&report.memory.owners[..], [owner]
+            if owner.instances.iter().any(|i| i.starts_with("'solver'")) && owner.device_bytes == 1000),
         "{:?}",
-        report.memory.holders
+        report.memory.owners
     );
 }
 

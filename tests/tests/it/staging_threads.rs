@@ -1,6 +1,6 @@
 //! Staged chunks gathered and scattered by several host threads: spilled
 //! arrays streamed along each axis byte-exact with 1 and 4 threads, each
-//! window cut into pieces on the modelled host engine, and a pool of no
+//! window cut into pieces on the modelled host engine, and zero staging
 //! threads refused.
 
 use std::time::Duration;
@@ -149,7 +149,7 @@ fn copy_in_and_copy_out_of_a_spilled_array_are_byte_exact_on_four_threads() {
 }
 
 #[test]
-fn a_pool_of_no_threads_is_refused_with_the_fix() {
+fn no_staging_thread_is_refused_with_the_fix() {
     let error = StagingThreads::new(0).unwrap_err();
     assert!(
         matches!(&error, MemError::Config { name, value, .. }
