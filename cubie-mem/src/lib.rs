@@ -100,7 +100,7 @@ pub use plan::split::{Skip, Weight, Workload};
 pub use pools::MIN_AUTOPOOL_SIZE;
 pub use registration::{AsOwner, Registration, SpillSettings};
 pub use request::{ArrayRequest, IntoRequests, MemoryKind, RequestSet};
-pub use shard::{Launcher, Shard};
+pub use shard::{Launcher, Shard, ShardError};
 pub use streaming::{
     BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer, ChunkTarget, DeviceSetError,
     DeviceSetPipeline, DeviceSetRun, StagingThreads,

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use cubie_mem::{Launcher, MemError, Shard};
+use cubie_mem::{Launcher, MemError, Shard, ShardError};
 
 /// The shard that the variables `vars` describe.
 fn read(vars: &HashMap<&str, String>) -> Result<Shard, MemError> {
@@ -87,8 +87,12 @@ fn inconsistent_variables_are_a_shard_error() {
     let error = read(&vars).unwrap_err();
     assert!(
         matches!(&error, MemError::Shard { variables, reason }
-            if variables.contains("PMI_RANK=4, PMI_SIZE=4")
-                && reason.contains("rank 4 is not below the job's size 4")),
+        if variables[..2] == [("PMI_RANK", "4".to_owned()), ("PMI_SIZE", "4".to_owned())]
+            && *reason == ShardError::RankNotBelowSize {
+                rank: 4,
+                size: 4,
+                launcher: Launcher::Hydra,
+            }),
         "{error:?}"
     );
 }

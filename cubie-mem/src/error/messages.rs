@@ -215,9 +215,18 @@ pub(super) const NO_BUFFER_SETS: &str = "a chunk pipeline needs at least one buf
      pipeline_sets was given none: pass the sets of an allocation (Allocated::sets), or use \
      ChunkStreamer::pipeline for one set";
 
-/// `MemError::Shard`.
-pub(super) fn shard(variables: &str, reason: &str) -> String {
-    format!("cannot place this process in its job ({variables}): {reason}")
+/// `MemError::Shard`: the variables as `NAME=value`.
+pub(super) fn shard(variables: &[(&str, String)], reason: &crate::ShardError) -> String {
+    let shown: Vec<String> = variables
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    let shown = if shown.is_empty() {
+        "no launcher variable set".to_owned()
+    } else {
+        shown.join(", ")
+    };
+    format!("cannot place this process in its job ({shown}): {reason}")
 }
 
 /// `MemError::UnknownOwner`.

@@ -584,10 +584,10 @@ pub enum MemError {
     /// A launcher's variables, or figures given to `Shard::new`, that place no job.
     #[error("{}", messages::shard(.variables, .reason))]
     Shard {
-        /// The variables read, with their values (or the figures given).
-        variables: String,
-        /// What is wrong, and the fix.
-        reason: String,
+        /// The variables read, with their values (`Shard::new`'s arguments, by name).
+        variables: Vec<(&'static str, String)>,
+        /// Which failure it is, with its figures; its message says the fix.
+        reason: crate::ShardError,
     },
 
     /// No device of a set can take part in a batch split across them.

@@ -1,7 +1,7 @@
 //! Reading a [`Shard`] from the launchers' environment variables (the rules
 //! are [`Shard::from_vars`]'s documentation).
 
-use super::{Launcher, Shard};
+use super::{Launcher, Shard, ShardError};
 use crate::MemError;
 
 /// Open MPI's variables: rank, size, local rank, local size.
@@ -32,10 +32,6 @@ const SLURM: [&str; 10] = [
 const SLURM_STEP: [&str; 3] = ["SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS"];
 /// PMIx's one variable of the kind.
 const PMIX_RANK: &str = "PMIX_RANK";
-
-/// The fix for figures a launcher set that do not fit together.
-const LAUNCHER_FIX: &str = "these come from the launcher: start the program with it, and \
-                            unset any of them set by hand or left from another job";
 
 /// The launcher variables that are set, each read once (an empty value
 /// counts as unset).
@@ -70,30 +66,32 @@ impl Vars {
     }
 
     /// An error about the variables `names` (those set, with their values).
-    fn error(&self, names: &[&str], reason: impl Into<String>) -> MemError {
-        let shown: Vec<String> = names
-            .iter()
-            .filter_map(|name| Some(format!("{name}={}", self.get(name)?)))
-            .collect();
+    fn error(&self, names: &[&'static str], reason: ShardError) -> MemError {
         MemError::Shard {
-            variables: if shown.is_empty() {
-                format!("none of {} set", names.join(", "))
-            } else {
-                shown.join(", ")
-            },
-            reason: reason.into(),
+            variables: names
+                .iter()
+                .filter_map(|&name| Some((name, self.get(name)?.to_owned())))
+                .collect(),
+            reason,
         }
     }
 
     /// `name` as a whole number, `None` when unset; an error about the
     /// variables `family` when it is not a number.
-    fn number(&self, name: &str, family: &[&str]) -> Result<Option<usize>, MemError> {
+    fn number(
+        &self,
+        name: &'static str,
+        family: &[&'static str],
+    ) -> Result<Option<usize>, MemError> {
         self.get(name)
             .map(|value| {
                 value.trim().parse::<usize>().map_err(|_| {
                     self.error(
                         family,
-                        format!("{name}={value:?} is not a whole number; {LAUNCHER_FIX}"),
+                        ShardError::NotANumber {
+                            variable: name,
+                            value: value.to_owned(),
+                        },
                     )
                 })
             })
@@ -101,42 +99,48 @@ impl Vars {
     }
 
     /// `name` as a whole number; an error when it is unset, saying that
-    /// `who` always sets it.
-    fn required(&self, name: &str, family: &[&str], who: &str) -> Result<usize, MemError> {
+    /// `launcher` always sets it.
+    fn required(
+        &self,
+        name: &'static str,
+        family: &[&'static str],
+        launcher: Launcher,
+    ) -> Result<usize, MemError> {
         self.number(name, family)?.ok_or_else(|| {
             self.error(
                 family,
-                format!("{name} is not set, and {who} sets it beside the others; {LAUNCHER_FIX}"),
+                ShardError::Unset {
+                    variable: name,
+                    launcher,
+                },
             )
         })
     }
 
     /// The shard of a launcher whose four variables are `names`: rank,
     /// size, local rank, local size.
-    fn four(&self, names: &[&str; 4], launcher: Launcher) -> Result<Shard, MemError> {
-        let who = launcher.to_string();
-        let [rank, size, local_rank, local_size] = names;
-        let rank = self.required(rank, names, &who)?;
-        let size = self.required(size, names, &who)?;
-        let local_rank = self.required(local_rank, names, &who)?;
-        let local_size = self.required(local_size, names, &who)?;
+    fn four(&self, names: &[&'static str; 4], launcher: Launcher) -> Result<Shard, MemError> {
+        let [rank, size, local_rank, local_size] = *names;
+        let rank = self.required(rank, names, launcher)?;
+        let size = self.required(size, names, launcher)?;
+        let local_rank = self.required(local_rank, names, launcher)?;
+        let local_size = self.required(local_size, names, launcher)?;
         Shard::checked(rank, size, local_rank, local_size, launcher)
-            .map_err(|problem| self.error(names, format!("{problem}; {LAUNCHER_FIX}")))
+            .map_err(|reason| self.error(names, reason))
     }
 
     /// An error unless `PMIX_RANK`, when set, is the rank of `shard`, read
     /// from the variables `family`.
-    fn pmix_agrees(&self, shard: &Shard, family: &[&str]) -> Result<(), MemError> {
-        let both: Vec<&str> = family.iter().copied().chain([PMIX_RANK]).collect();
+    fn pmix_agrees(&self, shard: &Shard, family: &[&'static str]) -> Result<(), MemError> {
+        let both: Vec<&'static str> = family.iter().copied().chain([PMIX_RANK]).collect();
         match self.number(PMIX_RANK, &both)? {
-            Some(rank) if rank != shard.rank => Err(self.error(
+            Some(pmix_rank) if pmix_rank != shard.rank => Err(self.error(
                 &both,
-                format!(
-                    "{} says rank {} but PMIX_RANK says rank {rank}: the launcher that started \
-                     this process sets both alike, so one of them is left from another launch; \
-                     unset it",
-                    shard.launcher, shard.rank
-                ),
+                ShardError::PmixRankDisagrees {
+                    launcher: shard.launcher,
+                    rank: shard.rank,
+                    pmix_rank,
+                },
             )),
             _ => Ok(()),
         }
@@ -152,13 +156,13 @@ pub(super) fn read(lookup: impl Fn(&str) -> Option<String>) -> Result<Shard, Mem
             let hydra = vars.four(&HYDRA, Launcher::Hydra)?;
             let figures = |s: &Shard| (s.rank, s.size, s.local_rank, s.local_size);
             if figures(&hydra) != figures(&shard) {
-                let both: Vec<&str> = OPEN_MPI.iter().chain(&HYDRA).copied().collect();
+                let both: Vec<&'static str> = OPEN_MPI.iter().chain(&HYDRA).copied().collect();
                 return Err(vars.error(
                     &both,
-                    format!(
-                        "Open MPI's variables say {shard} but Hydra's say {hydra}, and nothing \
-                         says which launcher started this process; unset the other one's"
-                    ),
+                    ShardError::LaunchersDisagree {
+                        open_mpi: shard,
+                        hydra,
+                    },
                 ));
             }
         }
@@ -171,22 +175,9 @@ pub(super) fn read(lookup: impl Fn(&str) -> Option<String>) -> Result<Shard, Mem
         vars.pmix_agrees(&shard, &SLURM)?;
         Ok(shard)
     } else if vars.get(PMIX_RANK).is_some() {
-        Err(vars.error(
-            &[PMIX_RANK],
-            "PMIx puts only the rank in the environment: the job's size and this node's \
-             processes are in its library alone (PMIx_Get of PMIX_JOB_SIZE, PMIX_LOCAL_RANK and \
-             PMIX_LOCAL_SIZE); build the shard with Shard::new from those (or from MPI_Comm_size \
-             and an MPI_COMM_TYPE_SHARED split), or start the program with srun, Open MPI's mpirun \
-             or Hydra's mpiexec, which set them",
-        ))
+        Err(vars.error(&[PMIX_RANK], ShardError::PmixRankAlone))
     } else if vars.any(&HYDRA) {
-        Err(vars.error(
-            &HYDRA,
-            "PMI_RANK and PMI_SIZE without MPI_LOCALRANKID and MPI_LOCALNRANKS (which Hydra's \
-             mpiexec sets beside them) do not say which processes share this node, and so which \
-             devices this one takes; start the program with Hydra's mpiexec, srun or Open MPI's \
-             mpirun, or build the shard with Shard::new",
-        ))
+        Err(vars.error(&HYDRA, ShardError::PmiWithoutLocalRanks))
     } else {
         Ok(Shard::single())
     }
@@ -194,79 +185,59 @@ pub(super) fn read(lookup: impl Fn(&str) -> Option<String>) -> Result<Shard, Mem
 
 /// The shard of a process that Slurm started (`SLURM_PROCID` is set).
 fn slurm(vars: &Vars) -> Result<Shard, MemError> {
-    let rank = vars.required("SLURM_PROCID", &SLURM, "srun")?;
+    let rank = vars.required("SLURM_PROCID", &SLURM, Launcher::Slurm)?;
     if !vars.any(&SLURM_STEP) {
         // The batch script (or a shell of salloc) itself: one process.
         let tasks = vars.number("SLURM_NTASKS", &SLURM)?.unwrap_or(1);
         if tasks > 1 {
-            return Err(vars.error(
-                &SLURM,
-                format!(
-                    "SLURM_PROCID is set but none of {} is, as in a batch script, whose job has \
-                     {tasks} tasks: this one process would take 1/{tasks} of the runs; start the \
-                     program with srun (one process per task), or unset SLURM_PROCID to run it as \
-                     one process",
-                    SLURM_STEP.join(", ")
-                ),
-            ));
+            return Err(vars.error(&SLURM, ShardError::SlurmBatchScript { tasks }));
         }
         return Shard::checked(rank, 1, 0, 1, Launcher::Slurm)
-            .map_err(|problem| vars.error(&SLURM, format!("{problem}; {LAUNCHER_FIX}")));
+            .map_err(|reason| vars.error(&SLURM, reason));
     }
     let size_name = ["SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"]
         .into_iter()
         .find(|name| vars.get(name).is_some())
-        .ok_or_else(|| {
-            vars.error(
-                &SLURM,
-                format!("neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS is set, and srun sets both; {LAUNCHER_FIX}"),
-            )
-        })?;
-    let size = vars.required(size_name, &SLURM, "srun")?;
-    let local_rank = vars.required("SLURM_LOCALID", &SLURM, "srun")?;
+        .ok_or_else(|| vars.error(&SLURM, ShardError::SlurmSizeUnset))?;
+    let size = vars.required(size_name, &SLURM, Launcher::Slurm)?;
+    let local_rank = vars.required("SLURM_LOCALID", &SLURM, Launcher::Slurm)?;
     let local_size = slurm_local_size(vars, size_name, size)?;
     Shard::checked(rank, size, local_rank, local_size, Launcher::Slurm)
-        .map_err(|problem| vars.error(&SLURM, format!("{problem}; {LAUNCHER_FIX}")))
+        .map_err(|reason| vars.error(&SLURM, reason))
 }
 
 /// The number of the step's tasks on this node.
-fn slurm_local_size(vars: &Vars, size_name: &str, size: usize) -> Result<usize, MemError> {
+fn slurm_local_size(vars: &Vars, size_name: &'static str, size: usize) -> Result<usize, MemError> {
     let list = ["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"]
         .into_iter()
         .find_map(|name| Some((name, vars.get(name)?)));
     let Some((name, list)) = list else {
         return vars
             .number("SLURM_NTASKS_PER_NODE", &SLURM)?
-            .ok_or_else(|| {
-                vars.error(
-                    &SLURM,
-                    "none of SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE and \
-                     SLURM_NTASKS_PER_NODE is set, so the tasks on this node are not known (srun \
-                     sets the first two); start the program with srun, or build the shard with \
-                     Shard::new",
-                )
-            });
+            .ok_or_else(|| vars.error(&SLURM, ShardError::TasksPerNodeUnset));
     };
     let groups = tasks_per_node(list).ok_or_else(|| {
         vars.error(
             &SLURM,
-            format!(
-                "{name}={list:?} is not a list of task counts per node like 4(x2),3 (two nodes of \
-                 4 tasks, then one of 3); {LAUNCHER_FIX}"
-            ),
+            ShardError::TasksPerNodeMalformed {
+                variable: name,
+                list: list.to_owned(),
+            },
         )
     })?;
     let total = groups.iter().try_fold(0usize, |sum, &(tasks, nodes)| {
         sum.checked_add(tasks.checked_mul(nodes)?)
     });
     if total != Some(size) {
-        let total = total.map_or_else(|| "more than fit in a number".into(), |t| t.to_string());
         return Err(vars.error(
             &SLURM,
-            format!(
-                "{name}={list} places {total} task(s) but {size_name}={size}: they describe \
-                 different launches; {LAUNCHER_FIX}"
-            ),
+            ShardError::TasksPerNodeTotal {
+                variable: name,
+                list: list.to_owned(),
+                total,
+                size_variable: size_name,
+                size,
+            },
         ));
     }
     match vars.number("SLURM_NODEID", &SLURM)? {
@@ -276,20 +247,22 @@ fn slurm_local_size(vars: &Vars, size_name: &str, size: usize) -> Result<usize, 
                 .try_fold(0usize, |sum, &(_, n)| sum.checked_add(n));
             vars.error(
                 &SLURM,
-                format!(
-                    "SLURM_NODEID={node} is past the {} node(s) of {name}={list}; {LAUNCHER_FIX}",
-                    nodes.unwrap_or(usize::MAX)
-                ),
+                ShardError::NodeIdPastList {
+                    node,
+                    nodes: nodes.unwrap_or(usize::MAX),
+                    variable: name,
+                    list: list.to_owned(),
+                },
             )
         }),
         None => match groups.as_slice() {
             [(tasks, _), rest @ ..] if rest.iter().all(|(t, _)| t == tasks) => Ok(*tasks),
             _ => Err(vars.error(
                 &SLURM,
-                format!(
-                    "SLURM_NODEID is not set, and {name}={list} gives the nodes different task \
-                     counts, so this node's is not known (srun sets SLURM_NODEID); {LAUNCHER_FIX}"
-                ),
+                ShardError::NodeIdUnset {
+                    variable: name,
+                    list: list.to_owned(),
+                },
             )),
         },
     }

@@ -9,8 +9,11 @@
 //! ([`Shard::devices`]); nothing is shared between processes.
 
 mod env;
+mod error;
 #[cfg(test)]
 mod tests;
+
+pub use error::ShardError;
 
 use std::fmt;
 use std::ops::Range;
@@ -87,22 +90,24 @@ impl Shard {
     /// A shard from figures the caller knows (from an MPI library, or a
     /// distributed engine that numbers its tasks), checked like a
     /// launcher's: an error unless `rank < size` and
-    /// `local_rank < local_size <= size`.
+    /// `local_rank < local_size <= size` ([`MemError::Shard`] whose
+    /// `variables` are the arguments by name, and whose
+    /// [`ShardError`] says which figure is at fault).
     pub fn new(
         rank: usize,
         size: usize,
         local_rank: usize,
         local_size: usize,
     ) -> Result<Shard, MemError> {
-        Shard::checked(rank, size, local_rank, local_size, Launcher::Manual).map_err(|problem| {
+        Shard::checked(rank, size, local_rank, local_size, Launcher::Manual).map_err(|reason| {
             MemError::Shard {
-                variables: format!(
-                    "rank {rank}, size {size}, local rank {local_rank}, local size {local_size}"
-                ),
-                reason: format!(
-                    "{problem}; give Shard::new the process's rank among the job's size \
-                     processes and its local rank among the local size processes of its node"
-                ),
+                variables: vec![
+                    ("rank", rank.to_string()),
+                    ("size", size.to_string()),
+                    ("local_rank", local_rank.to_string()),
+                    ("local_size", local_size.to_string()),
+                ],
+                reason,
             }
         })
     }
@@ -167,7 +172,8 @@ impl Shard {
     /// launcher always sets, figures that contradict each other (`rank >=
     /// size`, `local rank >= local size`, `local size > size`), and two
     /// launchers that disagree are a [`MemError::Shard`] that names the
-    /// variables with their values.
+    /// variables with their values, its [`ShardError`] saying which
+    /// failure it is.
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Shard, MemError> {
         let shard = env::read(lookup)?;
         tracing::debug!(%shard, "placed this process in its job");
@@ -182,17 +188,25 @@ impl Shard {
         local_rank: usize,
         local_size: usize,
         launcher: Launcher,
-    ) -> Result<Shard, String> {
+    ) -> Result<Shard, ShardError> {
         if rank >= size {
-            Err(format!("rank {rank} is not below the job's size {size}"))
+            Err(ShardError::RankNotBelowSize {
+                rank,
+                size,
+                launcher,
+            })
         } else if local_rank >= local_size {
-            Err(format!(
-                "local rank {local_rank} is not below the node's local size {local_size}"
-            ))
+            Err(ShardError::LocalRankNotBelowLocalSize {
+                local_rank,
+                local_size,
+                launcher,
+            })
         } else if local_size > size {
-            Err(format!(
-                "the node's local size {local_size} is more than the job's size {size}"
-            ))
+            Err(ShardError::LocalSizeAboveSize {
+                local_size,
+                size,
+                launcher,
+            })
         } else {
             Ok(Shard {
                 rank,

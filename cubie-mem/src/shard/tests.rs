@@ -12,13 +12,26 @@ fn read(vars: &[(&str, &str)]) -> Result<Shard, MemError> {
     })
 }
 
-/// The message of the error `vars` give; fails when they give a shard.
-fn error(vars: &[(&str, &str)]) -> String {
+/// The variables and the reason of the error `vars` give; fails when they
+/// give a shard.
+fn error(vars: &[(&str, &str)]) -> (Vec<(&'static str, String)>, ShardError) {
     match read(vars) {
         Ok(shard) => panic!("{vars:?} gave {shard}"),
-        Err(error @ MemError::Shard { .. }) => error.to_string(),
+        Err(MemError::Shard { variables, reason }) => (variables, reason),
         Err(other) => panic!("{vars:?} gave another error: {other}"),
     }
+}
+
+/// The reason of the error `vars` give.
+fn reason(vars: &[(&str, &str)]) -> ShardError {
+    error(vars).1
+}
+
+/// `NAME=value` pairs as an error's variables hold them.
+fn set(vars: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    vars.iter()
+        .map(|&(name, value)| (name, value.to_owned()))
+        .collect()
 }
 
 fn figures(shard: &Shard) -> (usize, usize, usize, usize, Launcher) {
@@ -154,41 +167,69 @@ fn tasks_per_node_forms() {
 
 #[test]
 fn slurm_list_errors_name_the_list() {
+    const LIST: &str = "SLURM_STEP_TASKS_PER_NODE";
     let mut bad = slurm_step("1", "1", "0");
     bad.retain(|(name, _)| !name.ends_with("TASKS_PER_NODE"));
-    bad.push(("SLURM_STEP_TASKS_PER_NODE", "3(x2"));
-    assert!(error(&bad).contains("SLURM_STEP_TASKS_PER_NODE=\"3(x2\" is not a list"));
+    bad.push((LIST, "3(x2"));
+    assert_eq!(
+        reason(&bad),
+        ShardError::TasksPerNodeMalformed {
+            variable: LIST,
+            list: "3(x2".into()
+        }
+    );
 
-    let message = error(&slurm_step("1", "1", "3"));
-    assert!(
-        message.contains("SLURM_NODEID=3 is past the 3 node(s)"),
-        "{message}"
+    assert_eq!(
+        reason(&slurm_step("1", "1", "3")),
+        ShardError::NodeIdPastList {
+            node: 3,
+            nodes: 3,
+            variable: LIST,
+            list: "3(x2),1".into()
+        }
     );
 
     let mut sum = slurm_step("1", "1", "0");
     sum[2].1 = "6";
-    let message = error(&sum);
-    assert!(
-        message.contains("places 7 task(s) but SLURM_STEP_NUM_TASKS=6"),
-        "{message}"
+    assert_eq!(
+        reason(&sum),
+        ShardError::TasksPerNodeTotal {
+            variable: LIST,
+            list: "3(x2),1".into(),
+            total: Some(7),
+            size_variable: "SLURM_STEP_NUM_TASKS",
+            size: 6
+        }
     );
 
     let huge = [
         ("SLURM_PROCID", "0"),
         ("SLURM_STEP_NUM_TASKS", "2"),
         ("SLURM_LOCALID", "0"),
-        ("SLURM_STEP_TASKS_PER_NODE", "18446744073709551615(x2)"),
+        (LIST, "18446744073709551615(x2)"),
     ];
-    assert!(error(&huge).contains("more than fit in a number"));
+    assert!(matches!(
+        reason(&huge),
+        ShardError::TasksPerNodeTotal {
+            total: None,
+            size: 2,
+            ..
+        }
+    ));
 
     let mut unknown_node = slurm_step("1", "1", "0");
     unknown_node.retain(|(name, _)| *name != "SLURM_NODEID");
-    let message = error(&unknown_node);
-    assert!(message.contains("SLURM_NODEID is not set"), "{message}");
+    assert_eq!(
+        reason(&unknown_node),
+        ShardError::NodeIdUnset {
+            variable: LIST,
+            list: "3(x2),1".into()
+        }
+    );
 
     let mut no_list = slurm_step("1", "1", "0");
     no_list.retain(|(name, _)| !name.ends_with("TASKS_PER_NODE"));
-    assert!(error(&no_list).contains("none of SLURM_STEP_TASKS_PER_NODE"));
+    assert_eq!(reason(&no_list), ShardError::TasksPerNodeUnset);
 }
 
 #[test]
@@ -196,17 +237,18 @@ fn a_batch_script_of_several_tasks_is_refused() {
     // What a batch script of 4 tasks sees: no step variables.
     let script = [
         ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "4"),
         ("SLURM_LOCALID", "0"),
         ("SLURM_NODEID", "0"),
-        ("SLURM_NTASKS", "4"),
         ("SLURM_TASKS_PER_NODE", "1(x4)"),
     ];
-    let message = error(&script);
-    assert!(message.contains("SLURM_NTASKS=4"), "{message}");
-    assert!(message.contains("start the program with srun"), "{message}");
+    assert_eq!(
+        error(&script),
+        (set(&script), ShardError::SlurmBatchScript { tasks: 4 })
+    );
     // A job of one task: one process.
     let mut one = script;
-    one[3].1 = "1";
+    one[1].1 = "1";
     one[4].1 = "1";
     assert_eq!(figures(&read(&one).unwrap()), (0, 1, 0, 1, Launcher::Slurm));
 }
@@ -256,74 +298,134 @@ fn launchers_that_disagree_are_refused() {
         vars
     };
     assert_eq!(read(&hydra("1")).unwrap().launcher(), Launcher::OpenMpi);
-    let message = error(&hydra("0"));
-    assert!(message.contains("OMPI_COMM_WORLD_RANK=1"), "{message}");
-    assert!(message.contains("PMI_RANK=0"), "{message}");
-    assert!(message.contains("unset the other one's"), "{message}");
+    let (variables, disagree) = error(&hydra("0"));
+    assert_eq!(variables, set(&hydra("0")));
+    let ShardError::LaunchersDisagree { open_mpi, hydra } = disagree else {
+        panic!("{disagree:?}");
+    };
+    assert_eq!(figures(&open_mpi), (1, 2, 1, 2, Launcher::OpenMpi));
+    assert_eq!(figures(&hydra), (0, 2, 0, 2, Launcher::Hydra));
 
     let mut pmix = ompi.to_vec();
     pmix.push(("PMIX_RANK", "0"));
-    let message = error(&pmix);
-    assert!(message.contains("PMIX_RANK says rank 0"), "{message}");
+    assert_eq!(
+        reason(&pmix),
+        ShardError::PmixRankDisagrees {
+            launcher: Launcher::OpenMpi,
+            rank: 1,
+            pmix_rank: 0
+        }
+    );
     let mut pmix = slurm_step("2", "2", "0");
     pmix.push(("PMIX_RANK", "9"));
-    assert!(error(&pmix).contains("Slurm's srun says rank 2 but PMIX_RANK says rank 9"));
+    assert_eq!(
+        reason(&pmix),
+        ShardError::PmixRankDisagrees {
+            launcher: Launcher::Slurm,
+            rank: 2,
+            pmix_rank: 9
+        }
+    );
 }
 
 #[test]
 fn pmi_alone_is_not_enough() {
-    let message = error(&[("PMIX_RANK", "3")]);
-    assert!(message.contains("PMIX_RANK=3"), "{message}");
-    assert!(message.contains("Shard::new"), "{message}");
-    let message = error(&[("PMI_RANK", "1"), ("PMI_SIZE", "2")]);
-    assert!(message.contains("PMI_RANK=1, PMI_SIZE=2"), "{message}");
-    assert!(message.contains("MPI_LOCALRANKID"), "{message}");
+    let alone = [("PMIX_RANK", "3")];
+    assert_eq!(error(&alone), (set(&alone), ShardError::PmixRankAlone));
+    let pmi = [("PMI_RANK", "1"), ("PMI_SIZE", "2")];
+    assert_eq!(error(&pmi), (set(&pmi), ShardError::PmiWithoutLocalRanks));
 }
 
 #[test]
 fn inconsistent_figures_are_refused_with_their_variables() {
     let ompi = |rank, size, local_rank, local_size| {
-        error(&[
+        [
             ("OMPI_COMM_WORLD_RANK", rank),
             ("OMPI_COMM_WORLD_SIZE", size),
             ("OMPI_COMM_WORLD_LOCAL_RANK", local_rank),
             ("OMPI_COMM_WORLD_LOCAL_SIZE", local_size),
-        ])
+        ]
     };
-    let message = ompi("3", "3", "0", "1");
-    assert!(
-        message.contains("OMPI_COMM_WORLD_RANK=3, OMPI_COMM_WORLD_SIZE=3"),
-        "{message}"
+    let open_mpi = Launcher::OpenMpi;
+    let vars = ompi("3", "3", "0", "1");
+    assert_eq!(
+        error(&vars),
+        (
+            set(&vars),
+            ShardError::RankNotBelowSize {
+                rank: 3,
+                size: 3,
+                launcher: open_mpi
+            }
+        )
     );
-    assert!(
-        message.contains("rank 3 is not below the job's size 3"),
-        "{message}"
+    assert_eq!(
+        reason(&ompi("0", "3", "2", "2")),
+        ShardError::LocalRankNotBelowLocalSize {
+            local_rank: 2,
+            local_size: 2,
+            launcher: open_mpi
+        }
     );
-    assert!(ompi("0", "3", "2", "2").contains("local rank 2 is not below the node's local size 2"));
-    assert!(ompi("0", "3", "0", "4").contains("local size 4 is more than the job's size 3"));
-    assert!(ompi("0", "0", "0", "0").contains("rank 0 is not below the job's size 0"));
-    let message = ompi("one", "3", "0", "1");
-    assert!(
-        message.contains("OMPI_COMM_WORLD_RANK=\"one\" is not a whole number"),
-        "{message}"
+    assert_eq!(
+        reason(&ompi("0", "3", "0", "4")),
+        ShardError::LocalSizeAboveSize {
+            local_size: 4,
+            size: 3,
+            launcher: open_mpi
+        }
     );
-    assert!(ompi("-1", "3", "0", "1").contains("is not a whole number"));
-    assert!(ompi("18446744073709551616", "3", "0", "1").contains("is not a whole number"));
+    assert_eq!(
+        reason(&ompi("0", "0", "0", "0")),
+        ShardError::RankNotBelowSize {
+            rank: 0,
+            size: 0,
+            launcher: open_mpi
+        }
+    );
+    for rank in ["one", "-1", "18446744073709551616"] {
+        assert_eq!(
+            reason(&ompi(rank, "3", "0", "1")),
+            ShardError::NotANumber {
+                variable: "OMPI_COMM_WORLD_RANK",
+                value: rank.into()
+            }
+        );
+    }
 
-    let message = error(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")]);
-    assert!(
-        message.contains("OMPI_COMM_WORLD_LOCAL_RANK is not set"),
-        "{message}"
+    assert_eq!(
+        reason(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")]),
+        ShardError::Unset {
+            variable: "OMPI_COMM_WORLD_LOCAL_RANK",
+            launcher: open_mpi
+        }
     );
-    assert!(message.contains("Open MPI's mpirun sets it"), "{message}");
-    let message = error(&[("MPI_LOCALRANKID", "0")]);
-    assert!(message.contains("PMI_RANK is not set"), "{message}");
+    assert_eq!(
+        reason(&[("MPI_LOCALRANKID", "0")]),
+        ShardError::Unset {
+            variable: "PMI_RANK",
+            launcher: Launcher::Hydra
+        }
+    );
 
     let mut slurm = slurm_step("7", "0", "2");
-    assert!(error(&slurm).contains("rank 7 is not below the job's size 7"));
+    assert_eq!(
+        reason(&slurm),
+        ShardError::RankNotBelowSize {
+            rank: 7,
+            size: 7,
+            launcher: Launcher::Slurm
+        }
+    );
     slurm[0].1 = "6";
     slurm[4].1 = "x";
-    assert!(error(&slurm).contains("SLURM_LOCALID=\"x\" is not a whole number"));
+    assert_eq!(
+        reason(&slurm),
+        ShardError::NotANumber {
+            variable: "SLURM_LOCALID",
+            value: "x".into()
+        }
+    );
 }
 
 #[test]
@@ -334,14 +436,45 @@ fn by_hand() {
         shard.to_string(),
         "rank 2 of 3 (local rank 0 of 1 on its node; given by hand)"
     );
-    let message = Shard::new(1, 2, 2, 2).unwrap_err().to_string();
-    assert!(message.contains("local rank 2, local size 2"), "{message}");
-    assert!(
-        message.contains("local rank 2 is not below the node's local size 2"),
-        "{message}"
+    let manual = Launcher::Manual;
+    assert_eq!(
+        Shard::new(1, 2, 2, 2).unwrap_err(),
+        MemError::Shard {
+            variables: set(&[
+                ("rank", "1"),
+                ("size", "2"),
+                ("local_rank", "2"),
+                ("local_size", "2")
+            ]),
+            reason: ShardError::LocalRankNotBelowLocalSize {
+                local_rank: 2,
+                local_size: 2,
+                launcher: manual
+            }
+        }
     );
-    assert!(Shard::new(0, 1, 0, 2).is_err());
-    assert!(Shard::new(0, 0, 0, 0).is_err());
+    assert!(matches!(
+        Shard::new(0, 1, 0, 2),
+        Err(MemError::Shard {
+            reason: ShardError::LocalSizeAboveSize {
+                local_size: 2,
+                size: 1,
+                launcher: Launcher::Manual
+            },
+            ..
+        })
+    ));
+    assert!(matches!(
+        Shard::new(0, 0, 0, 0),
+        Err(MemError::Shard {
+            reason: ShardError::RankNotBelowSize {
+                rank: 0,
+                size: 0,
+                ..
+            },
+            ..
+        })
+    ));
 }
 
 #[test]

@@ -6,7 +6,8 @@ use crate::common::{self, capture_logs, manager, queuing, runs_request};
 use cubie_mem::plan::split::Skip;
 use cubie_mem::{
     ArrayRequest, ArraySide, Bytes, ChunkPlan, DType, HostMemoryKind, LimitMode, ManagerConfig,
-    MemError, MemoryManager, Registration, ReleaseReason, SimBackend, StagingThreads,
+    MemError, MemoryManager, Registration, ReleaseReason, Shard, ShardError, SimBackend,
+    StagingThreads,
 };
 
 const GIB: u64 = 1 << 30;
@@ -472,14 +473,26 @@ fn device_failed_message_names_the_device() {
 
 #[test]
 fn shard_message_names_the_variables_and_the_reason() {
+    let reason = ShardError::PmiWithoutLocalRanks;
     let error = MemError::Shard {
-        variables: "PMI_RANK=4, PMI_SIZE=4".into(),
-        reason: "rank 4 is not below the job's size 4".into(),
+        variables: vec![("PMI_RANK", "4".into()), ("PMI_SIZE", "4".into())],
+        reason: reason.clone(),
     };
     assert_eq!(
         error.to_string(),
-        "cannot place this process in its job (PMI_RANK=4, PMI_SIZE=4): rank 4 is not below the \
-         job's size 4"
+        format!("cannot place this process in its job (PMI_RANK=4, PMI_SIZE=4): {reason}")
+    );
+    // Shard::new's figures, by argument name.
+    let error = Shard::new(2, 2, 0, 1).unwrap_err();
+    let MemError::Shard { reason, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "cannot place this process in its job (rank=2, size=2, local_rank=0, local_size=1): \
+             {reason}"
+        )
     );
 }
 

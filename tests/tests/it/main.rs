@@ -43,6 +43,7 @@ mod planner_properties;
 mod resume;
 mod reused_buffers;
 mod robustness;
+mod shard_messages;
 mod shares;
 mod silent_mistakes;
 mod split;
