@@ -3,7 +3,7 @@
 //! one on this thread.
 //!
 //! A group's stream is an [`OwnedStream`] of the owning layer
-//! (`crate::resource`): it is destroyed when the last holder lets go, when
+//! (`crate::resource`): it is destroyed when the last reference to it goes, when
 //! the group empties or after `reinit_streams` once the arrays moved to the
 //! new stream. An external stream (bound by `bind_external_stream` and its
 //! CUDA siblings) is never destroyed: its binding ends with its guard, after

@@ -4,7 +4,7 @@
 //! [`ReleaseReason`]. The memory itself is reference-counted: an access
 //! clones it out of the slot (under the slot's short lock) and drops it when
 //! done, so the manager can release a slot at any moment without waiting:
-//! the memory is freed when the last holder lets go.
+//! the memory is freed when the last reference to it goes.
 
 use std::sync::Arc;
 
@@ -362,7 +362,7 @@ mod tests {
             "a released slot yields a released slot"
         );
         drop(new);
-        assert_eq!(sim.live_allocations(), 0, "the last holder frees");
+        assert_eq!(sim.live_allocations(), 0, "the last reference frees");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Device memory with one owner: freed, ordered on its group's stream after
-//! its last use, when the last holder drops it.
+//! its last use, when the last reference to it drops.
 
 use std::sync::Arc;
 
@@ -9,7 +9,8 @@ use super::OwnedStream;
 use crate::MemError;
 use crate::backend::{Backend, BackendResult, DevicePtr};
 
-/// Device memory, freed (ordered on its stream) when the last holder drops it.
+/// Device memory, freed (ordered on its stream) when the last reference to
+/// it drops.
 ///
 /// It remembers the stream of its last use: work queued on another stream
 /// is first ordered after it (an event), as cudarc's slices do, so that an

@@ -8,11 +8,11 @@
 //! one narrow interface. Above it, everything holds these values instead of
 //! handles:
 //!
-//! - [`OwnedStream`]: a stream, destroyed with its last holder (an external
-//!   stream is ended with an event instead, never destroyed);
+//! - [`OwnedStream`]: a stream, destroyed with its last reference (an
+//!   external stream is ended with an event instead, never destroyed);
 //! - [`Event`]: a recorded event, destroyed when dropped;
 //! - [`DeviceMemory`]: a device allocation, freed on its group's stream
-//!   after its last use when its last holder drops it;
+//!   after its last use when its last reference drops;
 //! - [`PinnedMemory`]: a page-locked block, which the backend hands out as
 //!   a [`PinnedBlock`] that releases itself.
 //!
@@ -32,5 +32,5 @@ pub(crate) use stream::OwnedStream;
 use crate::backend::PinnedBlock;
 
 /// Page-locked host memory of a pinned array; readers and writers take its
-/// lock, and the block is released when the last holder drops it.
+/// lock, and the block is released when the last reference to it drops.
 pub(crate) type PinnedMemory = RwLock<Box<dyn PinnedBlock>>;

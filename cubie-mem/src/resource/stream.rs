@@ -1,5 +1,5 @@
-//! A backend stream with one owner: destroyed when the last holder drops it,
-//! or, for an external stream (one the manager did not create), ended with
+//! A backend stream with one owner: destroyed when the last reference to it
+//! drops, or, for an external stream (one the manager did not create), ended with
 //! an event after its work and never destroyed.
 //!
 //! A group holds a counted reference to its stream, and so does every
@@ -15,7 +15,7 @@ use super::Event;
 use crate::MemError;
 use crate::backend::{Backend, BackendResult, StreamHandle};
 
-/// A backend stream, destroyed when the last holder drops it, unless it is
+/// A backend stream, destroyed when the last reference to it drops, unless it is
 /// external: a stream the manager did not create, which it never destroys.
 pub(crate) struct OwnedStream {
     handle: StreamHandle,

@@ -167,7 +167,7 @@ impl MemoryManager {
     ) -> Result<CurrentStream, MemError> {
         let keep: Box<dyn std::any::Any + Send + Sync> = Box::new(Arc::clone(stream));
         // SAFETY: the binding holds the stream (cudarc destroys it when
-        // the last holder drops it, never before), even if the guard is
+        // the last reference to it drops, never before), even if the guard is
         // forgotten.
         unsafe { self.bind_adopted(stream.cu_stream().cast(), Some(keep)) }
     }
