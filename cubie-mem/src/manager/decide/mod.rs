@@ -14,6 +14,8 @@
 //! released, and chooses where to make room with the free memory measured
 //! again ([`Placements::make_room`]).
 
+#[cfg(test)]
+mod edge_tests;
 mod placement;
 #[cfg(test)]
 mod properties;

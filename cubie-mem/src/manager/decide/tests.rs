@@ -56,7 +56,7 @@ pub(super) fn snapshot(batch: &Batch, free: u64) -> Snapshot<'_> {
 }
 
 /// An idle owner of `device` bytes, last used at `last_used`.
-fn idle(last_used: u64, device: u64) -> Candidate {
+pub(super) fn idle(last_used: u64, device: u64) -> Candidate {
     Candidate {
         owner: OwnerId::fresh(),
         last_used,
@@ -74,7 +74,7 @@ pub(super) fn state(runs: usize) -> ArrayRequest {
 }
 
 /// A held device buffer compared with a request.
-fn held(bytes: u64, capacity: u64, keeps: bool) -> Comparison {
+pub(super) fn held(bytes: u64, capacity: u64, keeps: bool) -> Comparison {
     Comparison {
         kind: MemoryKind::Device,
         same_kind: true,
@@ -85,7 +85,7 @@ fn held(bytes: u64, capacity: u64, keeps: bool) -> Comparison {
     }
 }
 
-fn planned<'d, 'b>(decision: &'d Decision<'b>) -> &'d Planned<'b> {
+pub(super) fn planned<'d, 'b>(decision: &'d Decision<'b>) -> &'d Planned<'b> {
     decision.planned.as_ref().unwrap()
 }
 
