@@ -14,6 +14,15 @@
 //! queued, and the block belongs to the copy until the work is known done
 //! (an event recorded after it has fired, or the host synchronised). Copies
 //! of pageable slices block until the slice is free again.
+//!
+//! This is the driver-level layer: it passes plain handles, and a backend
+//! keeps each resource until it is told to release it
+//! ([`Backend::destroy_stream`], [`Backend::destroy_event`],
+//! [`Backend::free_device`]; a [`PinnedBlock`] releases itself when
+//! dropped). The manager calls those from one place only, its owning layer,
+//! where each stream, event and allocation has a single owner that releases
+//! it when the last reference goes; so a backend, the crate's or a user's,
+//! sees each handle released exactly once, and never used after.
 
 use std::fmt;
 
