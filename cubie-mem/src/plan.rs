@@ -364,6 +364,8 @@ pub(crate) fn name_unchunkable<'a>(
 pub(crate) mod chunks;
 #[cfg(test)]
 mod depth_tests;
+#[cfg(test)]
+mod edge_tests;
 mod limit;
 pub mod split;
 #[cfg(test)]
