@@ -37,33 +37,6 @@ fn replaced(label: &str, kind: MemoryKind, capacity: u64) -> Replaced<'_> {
 }
 
 #[test]
-fn in_group_victims_widen_the_caps_before_the_batch_is_planned() {
-    // The caps allow 1,001 bytes: of them, 981 could be allocated (2% is
-    // withheld), too few for the 1,000 asked. The victim's 600 in the
-    // group make them allow 1,601, so it is evicted and the batch fits.
-    let params = ArrayRequest::of::<u8>([1_000]).unchunkable();
-    let batch = batch(vec![("params", params)]);
-    let mut snap = snapshot(&batch, 500);
-    snap.caps = Some(GroupCaps {
-        caps: 1_901,
-        held: 900,
-        proportion: 1.0,
-    });
-    let mut victim = idle(0, 600);
-    victim.in_group = true;
-    victim.group_held = 600;
-    snap.candidates = vec![victim];
-    let decision = decide(&snap);
-    assert_eq!(decision.before.cap_headroom, Some(1_001));
-    assert_eq!(
-        decision.eviction.as_ref().unwrap().victims.owners,
-        [victim.owner]
-    );
-    assert_eq!(decision.budget.cap_headroom, Some(1_601));
-    assert_eq!(planned(&decision).plan.chunks, 1);
-}
-
-#[test]
 fn a_remembered_partition_that_fits_exactly_once_the_victims_go_evicts_them() {
     let batch = batch(vec![("state", state(100))]);
     let mut snap = snapshot(&batch, 500);
