@@ -196,20 +196,15 @@ impl<'a> ChunkStreamer<'a> {
         axis: usize,
         chunk: usize,
     ) -> Result<(), MemError> {
-        let chunk = self.chunk(chunk)?;
-        let layout = self.layout(host.shape(), device.label(), device.shape(), axis)?;
-        let _stream = self.bind_stream()?;
-        let mut staging = self.stager(&layout, device.label());
-        let min_row = self.min_strided_row_bytes;
-        let threads = self.staging_threads();
+        let mut copy = self.one_chunk(host.shape(), device, axis, chunk)?;
         upload(
             host,
             device,
-            &layout,
-            &chunk.runs,
-            min_row,
-            &mut staging,
-            &threads,
+            &copy.layout,
+            &copy.runs,
+            self.min_strided_row_bytes,
+            &mut copy.staging,
+            &copy.threads,
         )
     }
 
@@ -223,21 +218,39 @@ impl<'a> ChunkStreamer<'a> {
         axis: usize,
         chunk: usize,
     ) -> Result<(), MemError> {
-        let chunk = self.chunk(chunk)?;
-        let layout = self.layout(host.shape(), device.label(), device.shape(), axis)?;
-        let _stream = self.bind_stream()?;
-        let mut staging = self.stager(&layout, device.label());
-        let min_row = self.min_strided_row_bytes;
-        let threads = self.staging_threads();
+        let mut copy = self.one_chunk(host.shape(), device, axis, chunk)?;
         download(
             device,
             host,
-            &layout,
-            &chunk.runs,
-            min_row,
-            &mut staging,
-            &threads,
+            &copy.layout,
+            &copy.runs,
+            self.min_strided_row_bytes,
+            &mut copy.staging,
+            &copy.threads,
         )
+    }
+
+    /// What copying chunk `chunk` between a host array of `host_shape` and
+    /// `device` along `axis` needs, with the instance's stream bound for
+    /// as long as it lives.
+    fn one_chunk<T: Element>(
+        &self,
+        host_shape: &[usize],
+        device: &DeviceArray<T>,
+        axis: usize,
+        chunk: usize,
+    ) -> Result<OneChunk<T>, MemError> {
+        let runs = self.chunk(chunk)?.runs;
+        let layout = self.layout(host_shape, device.label(), device.shape(), axis)?;
+        let stream = self.bind_stream()?;
+        let staging = self.stager(&layout, device.label());
+        Ok(OneChunk {
+            runs,
+            layout,
+            staging,
+            threads: self.staging_threads(),
+            _stream: stream,
+        })
     }
 
     pub(super) fn bind_stream(&self) -> Result<CurrentStream, MemError> {
@@ -464,6 +477,18 @@ fn host_range_error(range: &Range<usize>, len: usize) -> MemError {
         expected: range.end,
         found: len,
     }
+}
+
+/// One chunk's copy by [`ChunkStreamer::copy_in`] or
+/// [`ChunkStreamer::copy_out`]: its runs, its layout, its staging and the
+/// threads that stage it, with the instance's stream bound meanwhile.
+struct OneChunk<T: Element> {
+    runs: Range<usize>,
+    layout: ChunkLayout,
+    staging: Stager<T>,
+    threads: StagingThreads,
+    /// Dropped last, once the staging is done with.
+    _stream: CurrentStream,
 }
 
 /// Copies chunk `runs` of `host` into `device`, waiting for each copy.
