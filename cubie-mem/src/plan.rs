@@ -246,6 +246,8 @@ impl Budget {
 /// of several chunks names what bounded its chunk length
 /// ([`ChunkPlan::limited_by`]).
 pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, MemError> {
+    #[cfg(test)]
+    attempts::count();
     sizes.check_plannable()?;
     let total = sizes.total_bytes();
     if total == 0 {
@@ -364,6 +366,27 @@ pub(crate) fn name_unchunkable<'a>(
 pub(crate) mod chunks;
 #[cfg(test)]
 mod depth_tests;
+#[cfg(test)]
+pub(crate) mod attempts {
+    //! How many plans this thread made: tests count them to show that a
+    //! search over a user's figure makes a logarithmic number.
+
+    use std::cell::Cell;
+
+    thread_local! {
+        static MADE: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Counts one plan.
+    pub(super) fn count() {
+        MADE.with(|made| made.set(made.get().saturating_add(1)));
+    }
+
+    /// The plans this thread has made so far.
+    pub(crate) fn made() -> usize {
+        MADE.with(Cell::get)
+    }
+}
 #[cfg(test)]
 mod edge_tests;
 mod limit;

@@ -189,12 +189,18 @@ pub enum BackendError {
         len: usize,
     },
 
-    /// Work whose modelled time would end past the simulated device's
-    /// clock (`u64::MAX` nanoseconds, about 584 years from its start).
+    /// Work whose modelled time does not fit the simulated device's clock:
+    /// longer than one operation may take
+    /// ([`SimBackend::LONGEST_OPERATION`](crate::SimBackend::LONGEST_OPERATION),
+    /// about 13 days), or ending past the clock's range (`u64::MAX`
+    /// nanoseconds, about 584 years from its start). Refused before
+    /// anything changes: the device keeps working.
     #[error(
-        "{operation}: {} ns of modelled time starting at {start_ns} ns would end past the \
-         simulated clock's range ({} ns); give the work a shorter modelled duration",
+        "{operation}: {} ns of modelled time starting at {start_ns} ns does not fit the \
+         simulated clock: one operation takes at most {} ns (about 13 days), and all work \
+         ends by {} ns; give the work a shorter modelled duration",
         duration.as_nanos(),
+        crate::backend::sim::LONGEST_OPERATION_NS,
         u64::MAX
     )]
     ClockOverflow {

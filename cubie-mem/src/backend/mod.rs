@@ -223,13 +223,17 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Whether the `len` bytes at `ptr` lie in one live [`PinnedBlock`] of
     /// this backend, so that an asynchronous copy may use them. Asked
-    /// before a copy is queued: the manager stages (or refuses) host memory
-    /// the answer is `false` for, such as another backend's blocks. The
-    /// default answers `true` for a backend that keeps no record of its
-    /// blocks; its asynchronous copies must then check for themselves.
+    /// before a host array's copy is queued: the manager stages host memory
+    /// the answer is `false` for, such as another backend's blocks.
+    ///
+    /// The default is the safe answer, `false`: a backend that keeps no
+    /// record of its blocks, or a decorator (counting, limiting, logging)
+    /// that does not forward this method, gets every host array staged
+    /// through the staging buffers it allocated, never foreign memory in an
+    /// asynchronous copy. A backend that knows its blocks answers for them.
     fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
         let _ = (ptr, len);
-        true
+        false
     }
 
     /// Copies the pageable slice `src` into device memory at `dst + offset`,

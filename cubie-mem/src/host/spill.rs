@@ -270,6 +270,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "Miri cannot reserve a file's blocks (fallocate) or map a file (mmap)"
+    )]
     fn created_files_are_unlinked_zeroed_and_writable() {
         let dir = tempfile::tempdir().unwrap();
         let mut file = SpillFile::create(dir.path(), 3 << 20).unwrap();
@@ -311,6 +315,10 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "Miri cannot reserve a file's blocks (fallocate) or map a file (mmap)"
+    )]
     fn a_new_file_is_pre_faulted_where_the_kernel_can() {
         let dir = tempfile::tempdir().unwrap();
         let bytes = 4 << 20;
@@ -333,6 +341,10 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "Miri cannot reserve a file's blocks (fallocate) or map a file (mmap)"
+    )]
     fn reserving_allocates_every_block() {
         let dir = tempfile::tempdir().unwrap();
         let bytes = (5 << 20) + 123;

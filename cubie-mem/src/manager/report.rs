@@ -238,10 +238,9 @@ impl Inner {
                 },
             );
         }
-        if let Some(depth) = (1..sizes.depth)
-            .rev()
-            .find(|&depth| plan_chunks(&BatchSizes { depth, ..*sizes }, budget).is_ok())
-        {
+        if let Some(depth) = greatest_below(sizes.depth, |depth| {
+            plan_chunks(&BatchSizes { depth, ..*sizes }, budget).is_ok()
+        }) {
             return (lacking, Fix::LowerDepth { depth });
         }
         (lacking, Fix::FreeDevice { bytes: lacking })
@@ -331,9 +330,87 @@ fn least(fits: impl Fn(u64) -> bool) -> Option<u64> {
     Some(low)
 }
 
+/// The greatest `x` in `1..limit` that `fits`, where `fits` holds up to a
+/// threshold and not above it (a batch that plans at some pipeline depth
+/// plans at every smaller one), by bisection: a logarithmic number of
+/// calls, however large `limit` is.
+fn greatest_below(limit: usize, fits: impl Fn(usize) -> bool) -> Option<usize> {
+    if limit < 2 || !fits(1) {
+        return None;
+    }
+    let (mut low, mut high) = (1, limit - 1);
+    while low < high {
+        let mid = low + (high - low).div_ceil(2);
+        if fits(mid) {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    Some(low)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::least;
+    use super::{greatest_below, least};
+
+    #[test]
+    fn greatest_below_finds_the_threshold_or_none() {
+        assert_eq!(greatest_below(10, |x| x <= 4), Some(4));
+        assert_eq!(greatest_below(10, |_| true), Some(9));
+        assert_eq!(greatest_below(10, |x| x == 1), Some(1));
+        assert_eq!(greatest_below(10, |_| false), None);
+        assert_eq!(greatest_below(1, |_| true), None, "nothing below 1");
+        assert_eq!(greatest_below(2, |_| true), Some(1));
+        assert_eq!(greatest_below(usize::MAX, |_| true), Some(usize::MAX - 1));
+        let calls = std::cell::Cell::new(0);
+        let found = greatest_below(usize::MAX, |x| {
+            calls.set(calls.get() + 1);
+            x <= 1_000_003
+        });
+        assert_eq!(found, Some(1_000_003));
+        assert!(calls.get() <= 65, "{} calls", calls.get());
+    }
+
+    #[test]
+    fn a_batch_of_any_depth_is_reported_in_a_bounded_number_of_plans() {
+        use crate::MemError;
+        use crate::plan::attempts;
+        use crate::report::Fix;
+        use crate::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
+
+        // 10 runs of 256 bytes in 980 allocatable bytes: one run in each of
+        // 3 sets fits, in 4 it does not.
+        let mgr = MemoryManager::with_config(
+            SimBackend::new(1 << 30).with_free(1000),
+            ManagerConfig::default().granule(0),
+        );
+        let solver = mgr
+            .register(Registration::new().on_invalidate(|| {}))
+            .unwrap();
+        let mut plans = Vec::new();
+        for depth in [4, 1 << 20, usize::MAX] {
+            let state = ArrayRequest::of::<f64>([32, 10])
+                .chunk_axis(1)
+                .total_runs(10)
+                .pipeline_depth(depth);
+            mgr.queue_request(&solver, [("state", state)]).unwrap();
+            let before = attempts::made();
+            let error = mgr.allocate_queue(&solver).unwrap_err();
+            plans.push(attempts::made() - before);
+            assert!(
+                matches!(error, MemError::SingleRunTooLarge { .. }),
+                "{error}"
+            );
+            assert_eq!(
+                error.fit_report().unwrap().fix,
+                Fix::LowerDepth { depth: 3 }
+            );
+        }
+        // Two searches over bytes (64 plans each at most) and one over the
+        // depth (64 at most), with a few single plans around them.
+        assert!(plans.iter().all(|&made| made <= 200), "{plans:?}");
+    }
 
     #[test]
     fn least_finds_the_threshold_or_none() {

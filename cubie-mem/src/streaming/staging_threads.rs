@@ -39,6 +39,7 @@ use crate::{Element, MemError};
 /// assert_eq!(two.threads(), 2);
 /// assert!(StagingThreads::default_count() <= StagingThreads::MAX_DEFAULT_THREADS);
 /// assert!(matches!(StagingThreads::new(0), Err(MemError::Config { .. })));
+/// assert!(matches!(StagingThreads::new(usize::MAX), Err(MemError::Config { .. })));
 /// # Ok::<(), MemError>(())
 /// ```
 #[derive(Clone)]
@@ -55,6 +56,11 @@ impl StagingThreads {
     /// would take cores from the user's own work for nothing.
     pub const MAX_DEFAULT_THREADS: usize = 8;
 
+    /// The most threads [`new`](Self::new) starts: 1,024. Staging saturates
+    /// a node's memory bandwidth with a few dozen threads; a larger count is
+    /// a mistaken figure, refused before any thread starts.
+    pub const MAX_THREADS: usize = 1024;
+
     /// The smallest piece one thread is given, in bytes: 256 KiB, about
     /// 20 µs of memcpy, well above a hand-off to a staging thread (a few µs).
     /// A window of fewer than `2 x` this is copied by one thread.
@@ -70,8 +76,9 @@ impl StagingThreads {
     }
 
     /// `threads` staging threads (1: the caller's thread alone). 0
-    /// threads, or threads the system refuses to start, is
-    /// [`MemError::Config`] naming the count and the fix.
+    /// threads, more than [`MAX_THREADS`](Self::MAX_THREADS), or threads
+    /// the system refuses to start, is [`MemError::Config`] naming the
+    /// count and the fix.
     pub fn new(threads: usize) -> Result<Self, MemError> {
         let refused = |reason: String| MemError::Config {
             name: "StagingThreads::new".to_owned(),
@@ -85,6 +92,14 @@ impl StagingThreads {
                 Self::default_count()
             ))
         })?;
+        if count.get() > Self::MAX_THREADS {
+            return Err(refused(format!(
+                "at most {} staging threads start: a few dozen saturate a node's memory \
+                 bandwidth; pass StagingThreads::default_count() ({}) for the machine's cores",
+                Self::MAX_THREADS,
+                Self::default_count()
+            )));
+        }
         if count.get() == 1 {
             return Ok(StagingThreads {
                 threads: count,

@@ -19,6 +19,7 @@ use cubie_mem::{
 use cubie_mem_examples::euler_decay::{EULER_DECAY_PTX, EulerDecay};
 
 use super::*;
+use cubie_mem_tests::ThreadExit;
 
 pub struct Dims {
     pub n_runs: usize,
@@ -104,18 +105,18 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
     let k = first
         .create_host_array([RUNS], HostMemoryKind::Pageable, Some(&rates), &holder)
         .unwrap();
-    let (launched_on_1, faulted) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let launched_on_1 = AtomicUsize::new(0);
+    let device_0_ended = ThreadExit::new();
     let failed = buffers
         .pipeline()
         .inout(&mut y, |set| &set.y)
         .input(&k, |set| &set.k)
         .run(|device, _, set| {
             if device == 1 {
-                // From its third chunk on, device 1 waits for device 0's
-                // fault, then leaves the set time to stop it.
+                // From its third chunk on, device 1 waits until device 0's
+                // thread has ended, after its fault stopped the set.
                 if launched_on_1.load(Ordering::SeqCst) >= 2 {
-                    wait_for(|| faulted.load(Ordering::SeqCst));
-                    std::thread::sleep(Duration::from_millis(200));
+                    device_0_ended.wait();
                 }
                 kernel.step(&streams[1], &set.y, &set.k, DT)?;
                 launched_on_1.fetch_add(1, Ordering::SeqCst);
@@ -124,6 +125,7 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
             // Device 0 faults once device 1 computed two chunks: its kernel
             // runs past the end of its arrays (an illegal address).
             wait_for(|| launched_on_1.load(Ordering::SeqCst) >= 2);
+            device_0_ended.arm();
             let stream = &streams[0];
             let (y, k) = (stream.view(&set.y)?, stream.view(&set.k)?);
             let (dt, past_the_end) = (DT, 2 * y.len() as u32);
@@ -139,7 +141,6 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
                     .arg(&past_the_end)
                     .launch(LaunchDims::for_elements(past_the_end, 256))
             };
-            faulted.store(true, Ordering::SeqCst);
             launched
         })
         .unwrap_err();

@@ -6,7 +6,9 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use cubie_mem_tests::ThreadExit;
 
 use cubie_mem::plan::split::{Skip, Weight, Workload};
 use cubie_mem::timeline::Activity;
@@ -401,15 +403,6 @@ proptest! {
     }
 }
 
-/// Sets its flag when dropped.
-struct SetOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for SetOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
 #[test]
 fn a_panic_on_one_device_stops_the_others_and_resumes_on_the_caller() {
     let set = DeviceSet::simulated([device(64 << 10), device(64 << 10)], config());
@@ -423,25 +416,32 @@ fn a_panic_on_one_device_stops_the_others_and_resumes_on_the_caller() {
         .create_host_array::<f64>([STATES, runs], HostMemoryKind::Pageable, None, &holder)
         .unwrap();
     let computed = AtomicUsize::new(0);
-    let panicked = AtomicBool::new(false);
+    let device_1_at_chunk_1 = AtomicBool::new(false);
+    let device_0_ended = ThreadExit::new();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         buffers
             .pipeline()
             .inout(&mut host, |set| &set.state)
             .run(|device, chunk, set| {
                 if device == 0 && chunk.index == 1 {
-                    // Set while the panic unwinds out of this closure, after
-                    // the panic hook ran.
-                    let _unwinding = SetOnDrop(&panicked);
+                    // Device 0 panics once device 1 computed its chunk 0;
+                    // its thread ends after the set stopped.
+                    let start = Instant::now();
+                    while !device_1_at_chunk_1.load(Ordering::Acquire) {
+                        assert!(
+                            start.elapsed().as_secs() < 60,
+                            "device 1 never reached chunk 1"
+                        );
+                        std::thread::yield_now();
+                    }
+                    device_0_ended.arm();
                     panic!("device 0 panics");
                 }
                 if device == 1 && chunk.index == 1 {
-                    // Device 1 goes on only once device 0 is unwinding,
-                    // with a margin for the unwinding to reach the set.
-                    while !panicked.load(Ordering::Acquire) {
-                        std::thread::yield_now();
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
+                    // Device 1 finishes its chunk 1 only once device 0's
+                    // thread has ended: the set has stopped by then.
+                    device_1_at_chunk_1.store(true, Ordering::Release);
+                    device_0_ended.wait();
                 }
                 if device == 1 {
                     computed.fetch_add(1, Ordering::Relaxed);

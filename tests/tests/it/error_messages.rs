@@ -94,6 +94,11 @@ fn config_message_names_the_setting_the_path_and_the_fix() {
         &error,
         &["StagingThreads::new", "at least 1 staging thread"],
     );
+    let error = StagingThreads::new(usize::MAX).unwrap_err();
+    assert_names(
+        &error,
+        &["StagingThreads::new", "at most 1024 staging threads"],
+    );
 }
 
 #[test]

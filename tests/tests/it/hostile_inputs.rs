@@ -1,12 +1,23 @@
 //! Inputs a valid program may give that the manager must not pass on to
 //! the backend as they are: a page-locked host array of another manager
-//! (not this backend's page-locked memory) for an asynchronous copy, and a
+//! (not this backend's page-locked memory) for an asynchronous copy, also
+//! through a decorator that does not say which memory is page-locked, and a
 //! kernel whose duration overflows the modelled clock.
 
 use crate::common::{manager, queuing};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cubie_mem::{ArrayRequest, ChunkPlan, HostKernel, HostMemoryKind, MemError};
+use cubie_mem::backend::{
+    Backend, BackendError, DevicePtr, EventHandle, KernelLaunch, MemInfo, PinnedBlock,
+    StreamHandle, StridedRows,
+};
+
+use cubie_mem::{
+    ArrayRequest, ChunkPlan, HostKernel, HostMemoryKind, ManagerConfig, MemError, MemoryManager,
+    SimBackend,
+};
 
 #[test]
 fn another_managers_page_locked_array_is_staged_both_ways() {
@@ -37,7 +48,7 @@ fn another_managers_page_locked_array_is_staged_both_ways() {
 
 #[test]
 fn a_kernel_past_the_modelled_clock_is_refused_at_launch() {
-    let (mgr, _sim) = manager(1 << 30, 1 << 30);
+    let (mgr, sim) = manager(1 << 30, 1 << 30);
     let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(&solver, [("y", ArrayRequest::of::<f64>([8]))])
         .unwrap();
@@ -47,32 +58,46 @@ fn a_kernel_past_the_modelled_clock_is_refused_at_launch() {
         .take::<f64>("y")
         .unwrap();
     y.copy_from_host(&[1.0; 8]).unwrap();
-    let mut ran = false;
-    let error = HostKernel::new("forever", Duration::MAX)
-        .updates(&y)
-        .launch(|_| {
-            ran = true;
-            Ok(())
-        })
-        .unwrap_err();
-    assert!(!ran);
-    assert!(
-        matches!(&error, MemError::Kernel { kernel, .. } if kernel == "forever"),
-        "{error:?}"
-    );
-    // A duration within 64 bits of nanoseconds that the device's clock,
-    // already past 0, cannot hold is refused by the device, named as well.
-    let error = HostKernel::new("nearly forever", Duration::from_nanos(u64::MAX))
-        .updates(&y)
-        .launch(|_| Ok(()))
-        .unwrap_err();
-    assert!(
-        matches!(&error, MemError::Kernel { kernel, .. } if kernel == "nearly forever"),
-        "{error:?}"
-    );
-    // The device goes on: a copy after the refused launches works.
+    let last_span = || sim.timeline().spans().last().cloned().unwrap();
+    let upload = last_span();
+    // Longer than any operation the clock takes (about 13 days), within
+    // 64 bits of nanoseconds, or past them: each refused, naming the
+    // kernel, with nothing run.
+    for (name, duration) in [
+        ("forever", Duration::MAX),
+        ("nearly forever", Duration::from_nanos(u64::MAX)),
+        (
+            "a day too long",
+            SimBackend::LONGEST_OPERATION + Duration::from_secs(86_400),
+        ),
+    ] {
+        let mut ran = false;
+        let error = HostKernel::new(name, duration)
+            .updates(&y)
+            .launch(|_| {
+                ran = true;
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(!ran, "{name} ran");
+        assert!(
+            matches!(&error, MemError::Kernel { kernel, .. } if kernel == name),
+            "{error:?}"
+        );
+    }
+    // The device goes on: a copy after the refused launches works, starts
+    // where the device was and takes what the same copy took before.
     assert_eq!(y.to_vec().unwrap(), [1.0; 8]);
+    let clock = sim.now();
     y.copy_from_host(&[2.0; 8]).unwrap();
+    let again = last_span();
+    assert_eq!(again.name, upload.name);
+    assert_eq!(
+        again.end_ns - again.start_ns,
+        upload.end_ns - upload.start_ns
+    );
+    assert_eq!(again.start_ns, clock.as_nanos() as u64);
+    assert_eq!(y.to_vec().unwrap(), [2.0; 8]);
 }
 
 #[test]
@@ -114,4 +139,205 @@ fn another_managers_page_locked_arrays_bound_to_a_pipeline_are_staged() {
         .unwrap();
     let doubled: Vec<u32> = data.iter().map(|v| v * 2).collect();
     assert_eq!(host_out.as_slice(), doubled);
+}
+
+/// A decorator of the simulated device that forwards every method a
+/// backend must have, and none of those with defaults: it does not say
+/// which host memory is page-locked. It counts the asynchronous copies of
+/// host memory that is not the device's own page-locked memory.
+struct Forgetful {
+    sim: SimBackend,
+    foreign_async_copies: Arc<AtomicUsize>,
+}
+
+impl Forgetful {
+    /// Counts an asynchronous copy of `len` bytes at `host` that are not the
+    /// device's page-locked memory.
+    fn note(&self, host: *const u8, len: usize) {
+        if !self.sim.is_page_locked(host, len) {
+            self.foreign_async_copies.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Backend for Forgetful {
+    fn name(&self) -> &'static str {
+        "forgetful"
+    }
+    fn mem_info(&self) -> Result<MemInfo, BackendError> {
+        self.sim.mem_info()
+    }
+    fn create_stream(&self) -> Result<StreamHandle, BackendError> {
+        self.sim.create_stream()
+    }
+    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
+        self.sim.destroy_stream(stream)
+    }
+    fn synchronize(&self, stream: StreamHandle) -> Result<(), BackendError> {
+        self.sim.synchronize(stream)
+    }
+    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, BackendError> {
+        self.sim.record_event(stream)
+    }
+    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError> {
+        self.sim.wait_event(stream, event)
+    }
+    fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError> {
+        self.sim.event_complete(event)
+    }
+    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError> {
+        self.sim.synchronize_event(event)
+    }
+    fn destroy_event(&self, event: EventHandle) -> Result<(), BackendError> {
+        self.sim.destroy_event(event)
+    }
+    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError> {
+        self.sim.alloc_device(bytes, stream)
+    }
+    fn free_device(
+        &self,
+        ptr: DevicePtr,
+        bytes: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.sim.free_device(ptr, bytes, stream)
+    }
+    fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
+        self.sim.alloc_pinned(bytes)
+    }
+    fn copy_to_device(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: &[u8],
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.sim.copy_to_device(dst, offset, src, stream)
+    }
+    fn copy_from_device(
+        &self,
+        dst: &mut [u8],
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.sim.copy_from_device(dst, src, offset, stream)
+    }
+    unsafe fn copy_to_device_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.note(src, len);
+        // SAFETY: the caller's guarantees pass through unchanged.
+        unsafe { self.sim.copy_to_device_async(dst, offset, src, len, stream) }
+    }
+    unsafe fn copy_from_device_async(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.note(dst, len);
+        // SAFETY: the caller's guarantees pass through unchanged.
+        unsafe {
+            self.sim
+                .copy_from_device_async(dst, len, src, offset, stream)
+        }
+    }
+    unsafe fn copy_to_device_strided_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        rows: StridedRows,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.note(src, rows.host_span().unwrap_or(usize::MAX));
+        // SAFETY: the caller's guarantees pass through unchanged.
+        unsafe {
+            self.sim
+                .copy_to_device_strided_async(dst, offset, src, rows, stream)
+        }
+    }
+    unsafe fn copy_from_device_strided_async(
+        &self,
+        dst: *mut u8,
+        rows: StridedRows,
+        src: DevicePtr,
+        offset: u64,
+        stream: StreamHandle,
+    ) -> Result<(), BackendError> {
+        self.note(dst, rows.host_span().unwrap_or(usize::MAX));
+        // SAFETY: the caller's guarantees pass through unchanged.
+        unsafe {
+            self.sim
+                .copy_from_device_strided_async(dst, rows, src, offset, stream)
+        }
+    }
+    fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError> {
+        self.sim.launch(launch, stream)
+    }
+}
+
+#[test]
+fn a_decorator_that_does_not_say_what_is_page_locked_gets_host_arrays_staged() {
+    let foreign_async_copies = Arc::new(AtomicUsize::new(0));
+    let forgetful = Forgetful {
+        sim: SimBackend::new(1 << 30),
+        foreign_async_copies: Arc::clone(&foreign_async_copies),
+    };
+    let mgr = MemoryManager::with_config(forgetful, ManagerConfig::default().granule(0));
+    let solver = mgr.register(queuing()).unwrap();
+    mgr.queue_request(
+        &solver,
+        [
+            ("y", ArrayRequest::of::<u32>([2, 10]).unchunkable()),
+            ("chunk", ArrayRequest::of::<u32>([2, 4]).unchunkable()),
+        ],
+    )
+    .unwrap();
+    let mut response = mgr.allocate_queue_for(&solver).unwrap();
+    let (y, chunk) = (
+        response.take::<u32>("y").unwrap(),
+        response.take::<u32>("chunk").unwrap(),
+    );
+    // Page-locked host memory of another device, and of this one: the
+    // decorator does not say which is which, so both are staged.
+    let (other, _) = manager(1 << 30, 1 << 30);
+    let elsewhere = other.register(queuing()).unwrap();
+    let data: Vec<u32> = (0..20).collect();
+    let foreign = other
+        .create_host_array([2, 10], HostMemoryKind::Pinned, Some(&data), &elsewhere)
+        .unwrap();
+    let own = mgr
+        .create_host_array::<u32>([2, 10], HostMemoryKind::Pinned, None, &solver)
+        .unwrap();
+    y.upload_async(foreign).unwrap().wait().unwrap();
+    let mut own = y.download_async(own).unwrap().wait().unwrap();
+    assert_eq!(own.as_slice(), data);
+    // A pipeline takes them through the staging buffers too, its kernel
+    // doubling each run.
+    let plan = ChunkPlan::new(10, 3, 4).unwrap();
+    mgr.chunk_streamer(&solver, &plan)
+        .unwrap()
+        .pipeline()
+        .inout(&mut own, chunk.along(1))
+        .run(|_, _| {
+            let values = chunk.to_vec()?;
+            chunk.copy_from_host(&values.iter().map(|v| v * 2).collect::<Vec<_>>())
+        })
+        .unwrap();
+    let doubled: Vec<u32> = data.iter().map(|v| v * 2).collect();
+    assert_eq!(own.as_slice(), doubled);
+    assert_eq!(
+        foreign_async_copies.load(Ordering::Relaxed),
+        0,
+        "no host array's memory reached an asynchronous copy"
+    );
 }

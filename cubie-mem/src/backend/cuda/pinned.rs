@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::ops::Range;
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -62,15 +61,8 @@ impl HostPages {
             context: Arc::clone(context),
             registry: Arc::clone(registry),
         };
-        let range = pages.range();
-        registry.insert(range.start, range.end);
+        registry.insert(pages.ptr, pages.capacity);
         Ok(pages)
-    }
-
-    /// The host addresses of the pages.
-    fn range(&self) -> Range<u64> {
-        let start = self.ptr.as_ptr().addr() as u64;
-        start..start.saturating_add(self.capacity as u64)
     }
 
     fn len(&self) -> usize {

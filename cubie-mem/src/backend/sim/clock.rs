@@ -66,6 +66,13 @@ pub(crate) const DEFAULT_COMPUTE_PERCENT: u32 = 100;
 /// reached: a poll is a driver call, and a loop of them lets time pass.
 pub(crate) const POLL_NS: u64 = 1_000;
 
+/// The longest one operation may take on the modelled clock: 2^50 ns, about
+/// 13 days. Longer is a figure no device takes, and refused, so that one
+/// bad figure cannot bring the clock to the end of its range (at least
+/// 16,383 operations this long still fit after one): the device stays
+/// usable.
+pub(crate) const LONGEST_OPERATION_NS: u64 = 1 << 50;
+
 /// A resource that runs one operation at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Engine {
@@ -346,9 +353,10 @@ impl DeviceClock {
     }
 
     /// Checks that work of `duration` queued now on `engine` and `stream`
-    /// would end within the clock's range: the clock never saturates, so
-    /// every time it records is exact. Asked before the work changes
-    /// anything.
+    /// takes at most [`LONGEST_OPERATION_NS`] and would end within the
+    /// clock's range: the clock never saturates, so every time it records
+    /// is exact, and one operation cannot exhaust it. Asked before the
+    /// work changes anything.
     pub(super) fn fits(
         &self,
         operation: &'static str,
@@ -359,6 +367,7 @@ impl DeviceClock {
         let start_ns = self.start(engine, stream);
         let fits = u64::try_from(duration.as_nanos())
             .ok()
+            .filter(|&duration_ns| duration_ns <= LONGEST_OPERATION_NS)
             .and_then(|duration_ns| start_ns.checked_add(duration_ns))
             .is_some();
         if fits {

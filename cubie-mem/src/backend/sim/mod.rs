@@ -55,6 +55,7 @@ use super::{BackendError, DevicePtr, EventHandle, MemorySpace, StreamHandle};
 use crate::Bytes;
 use crate::block::HostBlock;
 use crate::timeline::{Activity, Timeline};
+pub(crate) use clock::LONGEST_OPERATION_NS;
 use clock::{DeviceClock, Engine, Work};
 use memory::{DeviceBlock, Pool};
 use order::Ordering;
@@ -132,6 +133,13 @@ impl SimBackend {
     /// The default compute speed, in percent of the kernels' declared
     /// durations: a kernel takes the time its launch declares.
     pub const DEFAULT_COMPUTE_PERCENT: u32 = clock::DEFAULT_COMPUTE_PERCENT;
+    /// The longest one operation (a kernel, a copy, the host's work) may
+    /// take on the modelled clock: 2^50 ns, about 13 days. Longer work is
+    /// refused before anything changes
+    /// ([`BackendError::ClockOverflow`](super::BackendError::ClockOverflow)),
+    /// so that one bad figure cannot use up the clock's range and leave
+    /// the device unusable.
+    pub const LONGEST_OPERATION: Duration = Duration::from_nanos(LONGEST_OPERATION_NS);
     /// The default rate at which the host page-locks memory, bytes per
     /// second: 4.45 GB/s (44.5 MB in about 10 ms; see the guide's device
     /// model). An allocation of page-locked memory keeps the host busy for

@@ -30,16 +30,17 @@ impl SimPinnedBlock {
         state: &mut SimState,
         device: Arc<Mutex<SimState>>,
     ) -> Self {
-        let pinned = SimPinnedBlock { block, device };
-        let range = pinned.range();
-        state.pinned_blocks.insert(range.start, range.end);
-        pinned
+        // The block's own pointer, not one borrowed from its bytes: the
+        // device reads uploads and lands downloads through it.
+        state
+            .pinned_blocks
+            .insert(block.base(), block.bytes().len());
+        SimPinnedBlock { block, device }
     }
 
-    /// The host addresses of the block's bytes (exposed, so that a
-    /// download can land there through its address).
+    /// The host addresses of the block's bytes.
     fn range(&self) -> Range<u64> {
-        let start = self.block.bytes().as_ptr().expose_provenance() as u64;
+        let start = self.block.base().as_ptr().addr() as u64;
         start..start.saturating_add(self.block.bytes().len() as u64)
     }
 
@@ -127,28 +128,57 @@ impl SimState {
         Ok(start..start.saturating_add(len as u64))
     }
 
+    /// The `len` page-locked bytes at `address` as a slice, read through
+    /// their block's own pointer (never through the caller's, which only
+    /// names them), for an asynchronous copy to the device.
+    ///
+    /// The slice is not tied to the borrow of `self`, so that the copy can
+    /// go on with the device's state.
+    ///
+    /// # Safety
+    ///
+    /// The asynchronous copy's contract: the bytes are not written until the
+    /// copy completes, so none is written while the slice lives; and the
+    /// slice lives no longer than the device's lock is held (a block's drop
+    /// takes it before freeing the block).
+    pub(super) unsafe fn page_locked_bytes<'bytes>(
+        &self,
+        operation: &'static str,
+        address: usize,
+        len: usize,
+    ) -> Result<&'bytes [u8], BackendError> {
+        if len == 0 {
+            return Ok(&[]);
+        }
+        let pointer = self.pinned_blocks.pointer(operation, address, len)?;
+        // SAFETY: the bytes lie in a live page-locked block of this device
+        // or of a peer it accepts (just found, under this device's lock,
+        // which the block's drop takes before freeing it), and the caller
+        // leaves them alone meanwhile.
+        Ok(unsafe { std::slice::from_raw_parts(pointer.as_ptr(), len) })
+    }
+
     /// Writes the data of downloads the host has now seen done into their
     /// page-locked blocks (still registered: a freed block's copies were
-    /// dropped with it).
+    /// dropped with it), through each block's own pointer.
     pub(super) fn land(&mut self, landings: Vec<super::stamp::Landing>) {
         for landing in landings {
-            let Ok(range) =
-                self.check_page_locked("land", landing.address as usize, landing.data.len())
+            let len = landing.data.len();
+            let Ok(pointer) = self
+                .pinned_blocks
+                .pointer("land", landing.address as usize, len)
             else {
                 continue;
             };
-            // SAFETY: the range lies in a live page-locked block of this
-            // device or of a peer whose blocks it accepts (checked just now,
+            // SAFETY: the bytes lie in a live page-locked block of this
+            // device or of a peer whose blocks it accepts (found just now,
             // under this device's lock, which the block's drop takes after
-            // unregistering it and before freeing it); the asynchronous
-            // copy's contract gave the bytes to the copy until the host saw
-            // it done, which is now.
+            // unregistering it and before freeing it), and the pointer is
+            // the block's own; the asynchronous copy's contract gave the
+            // bytes to the copy until the host saw it done, which is now, so
+            // no reference to them is alive.
             unsafe {
-                std::ptr::copy_nonoverlapping(
-                    landing.data.as_ptr(),
-                    std::ptr::with_exposed_provenance_mut::<u8>(range.start as usize),
-                    landing.data.len(),
-                );
+                std::ptr::copy_nonoverlapping(landing.data.as_ptr(), pointer.as_ptr(), len);
             }
         }
     }

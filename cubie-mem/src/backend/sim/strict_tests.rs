@@ -331,7 +331,12 @@ fn work_the_clock_cannot_hold_is_refused_and_later_timings_stay_exact() {
             stream,
         )
     };
-    for duration in [Duration::from_nanos(u64::MAX), Duration::MAX] {
+    let longest = SimBackend::LONGEST_OPERATION;
+    for duration in [
+        Duration::from_nanos(u64::MAX),
+        Duration::MAX,
+        longest + Duration::from_nanos(1),
+    ] {
         let error = launch(duration).unwrap_err();
         assert!(
             matches!(error, BackendError::ClockOverflow { start_ns: 8, duration: d, .. }
@@ -339,24 +344,28 @@ fn work_the_clock_cannot_hold_is_refused_and_later_timings_stay_exact() {
             "{error}"
         );
     }
-    // Nothing ran: the data, the clock and the timeline are as they were.
+    // Nothing ran: the data, the clock and the timeline are as they were,
+    // and the next copy is timed as the model says (8 bytes at 1 byte/ns).
     let mut back = [0; 8];
     sim.copy_from_device(&mut back, ptr, 0, stream).unwrap();
     assert_eq!(back, [1; 8]);
     assert_eq!(sim.now(), Duration::from_nanos(16));
+    let download = sim.timeline().spans().last().unwrap().clone();
+    assert_eq!((download.start_ns, download.end_ns), (8, 16));
     assert_eq!(sim.timeline().spans().len(), 3, "alloc, upload, download");
 
-    // Work that ends exactly at the clock's end is placed exactly; after it
-    // nothing more fits, and nothing is timed at a saturated u64::MAX.
-    launch(Duration::from_nanos(u64::MAX - 16)).unwrap();
-    let end = sim.timeline().spans().last().unwrap().end_ns;
-    assert_eq!(end, u64::MAX);
-    let error = sim.copy_from_device(&mut back, ptr, 0, stream).unwrap_err();
-    assert!(
-        matches!(error, BackendError::ClockOverflow { .. }),
-        "{error}"
+    // The longest operation is placed exactly, and leaves the device
+    // working: the next copy starts when it ends and takes its 8 ns.
+    launch(longest).unwrap();
+    let kernel_end = sim.timeline().spans().last().unwrap().end_ns;
+    assert_eq!(kernel_end, 16 + (1 << 50));
+    sim.copy_from_device(&mut back, ptr, 0, stream).unwrap();
+    assert_eq!(back, [9; 8]);
+    let download = sim.timeline().spans().last().unwrap().clone();
+    assert_eq!(
+        (download.start_ns, download.end_ns),
+        (kernel_end, kernel_end + 8)
     );
-    assert_eq!(sim.timeline().spans().len(), 4);
 }
 
 #[test]
