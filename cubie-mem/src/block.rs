@@ -23,6 +23,12 @@ pub(crate) const BLOCK_ALIGNMENT: usize = 64;
 #[repr(C, align(64))]
 struct Aligned;
 
+/// A dangling pointer aligned for every element type: where empty memory
+/// starts.
+pub(crate) fn aligned_dangling() -> NonNull<u8> {
+    NonNull::<Aligned>::dangling().cast()
+}
+
 /// `len` bytes of zero-filled, 64-byte aligned host memory, freed on drop.
 pub(crate) struct HostBlock {
     /// What was allocated (size 0: nothing was).
@@ -45,7 +51,7 @@ impl HostBlock {
     /// `len` zero bytes, or [`MemError::HostOutOfMemory`] naming `what` when
     /// the host cannot provide them. A zero-length block allocates nothing.
     pub(crate) fn zeroed(len: usize, what: &'static str) -> Result<Self, MemError> {
-        let aligned = NonNull::<Aligned>::dangling().cast::<u8>();
+        let aligned = aligned_dangling();
         if len == 0 {
             return Ok(HostBlock {
                 layout: Layout::new::<()>(),
@@ -76,18 +82,17 @@ impl HostBlock {
     }
 }
 
-impl HostBlock {
+// SAFETY: `data` comes from the allocation (never from a reference) and
+// points to the block's `len` bytes while it lives; `bytes` and `bytes_mut`
+// start there.
+unsafe impl PinnedBlock for HostBlock {
     /// The block's first byte, taken from the allocation without a
-    /// reference (as `Vec::as_mut_ptr`), so that it may be written through
-    /// when no borrow from [`bytes`](PinnedBlock::bytes) or
-    /// [`bytes_mut`](PinnedBlock::bytes_mut) is alive: the simulated device
-    /// lands downloads in its page-locked blocks through it.
-    pub(crate) fn base(&self) -> NonNull<u8> {
+    /// reference: the simulated device lands downloads in its page-locked
+    /// blocks through it, and host arrays keep it.
+    fn base(&self) -> NonNull<u8> {
         self.data
     }
-}
 
-impl PinnedBlock for HostBlock {
     fn bytes(&self) -> &[u8] {
         // SAFETY: `data` is non-null and aligned, and either `len` is 0 or
         // `data..data + len` lies inside the live, zero-initialised allocation

@@ -110,6 +110,14 @@ pub use streams::CurrentStream;
 #[cfg(feature = "derive")]
 pub use cubie_mem_derive::GpuBuffers;
 
+/// Proptest's configuration for `cases` cases; under Miri, where each case
+/// takes a thousand times longer, a few of them, so that the properties
+/// still run there.
+#[cfg(test)]
+pub(crate) fn proptest_cases(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config::with_cases(if cfg!(miri) { cases.min(4) } else { cases })
+}
+
 /// The crate README's example, run as a doctest.
 #[cfg(all(doctest, feature = "derive"))]
 #[doc = include_str!("../README.md")]

@@ -144,7 +144,20 @@ impl HostWork {
 /// The bytes are at least 64-byte aligned, so they can be viewed as any
 /// element type. Asynchronous copies take a block's address: see
 /// [`Backend::copy_to_device_async`] for who may touch it meanwhile.
-pub trait PinnedBlock: Send + Sync {
+///
+/// # Safety
+///
+/// [`base`](Self::base) points to the block's `bytes().len()` bytes, valid
+/// for reads and writes while the block lives, and is taken from the
+/// block's allocation without going through a reference (as
+/// `Vec::as_mut_ptr` is), so that accesses through it stay valid after any
+/// borrow of the bytes has ended; [`bytes`](Self::bytes) and
+/// [`bytes_mut`](Self::bytes_mut) start there. Host arrays keep that one
+/// pointer, and a backend that writes into its blocks itself (the
+/// simulated device landing a download) goes through it too.
+pub unsafe trait PinnedBlock: Send + Sync {
+    /// The block's first byte, the one pointer every access derives from.
+    fn base(&self) -> std::ptr::NonNull<u8>;
     /// The block's bytes.
     fn bytes(&self) -> &[u8];
     /// The block's bytes, writable.

@@ -3,18 +3,20 @@
 //! page-locked allocations are portable (`CU_MEMHOSTALLOC_PORTABLE`), so
 //! that one host array serves every device's asynchronous copies.
 //!
-//! Each range keeps the pointer its block was allocated at, taken from the
-//! owning allocation without going through a reference (as
-//! `Vec::as_mut_ptr` does). A backend that reads or writes a block's bytes
-//! itself (the simulated device, which lands a download there when the
-//! host has seen it done) goes through that pointer, never through the
-//! address an asynchronous copy was given: the caller's pointer only names
-//! the bytes, and may come from a borrow that has since ended.
+//! Each range keeps the pointer its block was allocated at
+//! ([`PinnedBlock::base`](super::PinnedBlock::base), taken from the owning
+//! allocation without going through a reference, as `Vec::as_mut_ptr` is).
+//! A backend that writes into a block after the call that queued the copy
+//! has returned (the simulated device lands a download when the host has
+//! seen it done) goes through that pointer, never through the address the
+//! copy was given, which may come from a borrow that has ended since.
 //!
 //! Aliasing: between the call that queues an asynchronous copy and the
 //! moment the host sees it done, the copy's contract gives its bytes to the
 //! backend, so no reference to them is alive in the host's code; the
-//! backend's access through the block's pointer is then the only one.
+//! backend's write through the block's pointer is then the only access.
+//! Reads during the call itself go through the caller's pointer, which the
+//! contract makes valid for that long.
 
 use std::collections::BTreeMap;
 use std::ptr::NonNull;

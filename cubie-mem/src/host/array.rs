@@ -49,10 +49,10 @@ unsafe impl Sync for PinnedStorage {}
 
 impl PinnedStorage {
     fn new(mut block: Box<dyn PinnedBlock>) -> Self {
-        let bytes = block.bytes_mut();
-        let len = bytes.len();
-        let data =
-            std::ptr::NonNull::new(bytes.as_mut_ptr()).unwrap_or(std::ptr::NonNull::dangling());
+        let len = block.bytes_mut().len();
+        // The block's own pointer, not one derived from a borrow of its
+        // bytes: a download the backend lands through it leaves it valid.
+        let data = block.base();
         PinnedStorage {
             block: ManuallyDrop::new(block),
             data,
@@ -101,6 +101,17 @@ impl Storage {
             Storage::Pinned(pinned) => pinned.bytes_mut(),
             Storage::Pageable(block) => block.bytes_mut(),
             Storage::Spilled(file) => file.bytes_mut(),
+        }
+    }
+
+    /// The first byte, from the memory's own pointer, never through a
+    /// borrow of the bytes (see [`PinnedBlock`]): accesses derived from it
+    /// stay valid across the backend's writes into page-locked memory.
+    fn base_mut(&mut self) -> std::ptr::NonNull<u8> {
+        match self {
+            Storage::Pinned(pinned) => pinned.data,
+            Storage::Pageable(block) => block.base(),
+            Storage::Spilled(file) => file.base_mut(),
         }
     }
 
@@ -209,6 +220,13 @@ impl<T: Element> HostArray<T> {
             .get_mut(..bytes)
             .and_then(|b| bytemuck::try_cast_slice_mut(b).ok())
             .unwrap_or(&mut [])
+    }
+
+    /// The first element, for accesses that outlive one borrow (each of a
+    /// device set's devices writes its own runs): from the memory's own
+    /// pointer, valid for `len()` elements while the array lives.
+    pub(crate) fn as_mut_ptr(&mut self) -> std::ptr::NonNull<T> {
+        self.storage.base_mut().cast()
     }
 
     /// The elements as a vector.

@@ -242,6 +242,11 @@ impl SpillFile {
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.map
     }
+
+    /// The mapping's first byte (dangling and aligned when it is empty).
+    pub(crate) fn base_mut(&mut self) -> std::ptr::NonNull<u8> {
+        std::ptr::NonNull::new(self.map.as_mut_ptr()).unwrap_or_else(crate::block::aligned_dangling)
+    }
 }
 
 #[cfg(test)]

@@ -65,7 +65,13 @@ struct Counted {
     tally: Arc<PinnedTally>,
 }
 
-impl PinnedBlock for Counted {
+// SAFETY: every method forwards to the counted block, which upholds the
+// contract.
+unsafe impl PinnedBlock for Counted {
+    fn base(&self) -> std::ptr::NonNull<u8> {
+        self.block.base()
+    }
+
     fn bytes(&self) -> &[u8] {
         self.block.bytes()
     }

@@ -499,6 +499,7 @@ fn runs_and_devices_by_example() {
 }
 
 proptest! {
+    #![proptest_config(crate::proptest_cases(256))]
     #[test]
     fn every_run_belongs_to_one_rank(
         size in 1usize..64,

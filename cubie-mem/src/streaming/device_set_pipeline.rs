@@ -62,7 +62,7 @@ unsafe impl<T: Element> Sync for SetHost<'_, T> {}
 impl<'p, T: Element> SetHost<'p, T> {
     /// The host array of `array`, written by run range.
     fn by_runs(array: &'p mut HostArray<T>) -> Self {
-        let data = NonNull::from(array.as_mut_slice()).cast::<T>();
+        let data = array.as_mut_ptr();
         SetHost::ByRuns(array, data)
     }
 

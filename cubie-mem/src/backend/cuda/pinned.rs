@@ -309,7 +309,15 @@ struct CudaPinnedBlock {
     cache: Arc<PinnedCache>,
 }
 
-impl PinnedBlock for CudaPinnedBlock {
+// SAFETY: the base pointer is the driver's allocation, never taken from a
+// reference; `bytes` and `bytes_mut` start there (empty without pages).
+unsafe impl PinnedBlock for CudaPinnedBlock {
+    fn base(&self) -> NonNull<u8> {
+        self.buffer
+            .as_ref()
+            .map_or_else(crate::block::aligned_dangling, |b| b.ptr)
+    }
+
     fn bytes(&self) -> &[u8] {
         self.buffer
             .as_ref()

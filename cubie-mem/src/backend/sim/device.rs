@@ -361,10 +361,10 @@ impl Backend for SimBackend {
         const OPERATION: &str = "asynchronous copy to device";
         let mut s = self.call()?;
         let pinned = s.check_page_locked(OPERATION, src.addr(), len)?;
-        // SAFETY: the caller leaves the bytes alone until the copy
-        // completes; `src` only names them, and they are read through
-        // their block's own pointer, under the lock `s` holds.
-        let bytes = unsafe { s.page_locked_bytes(OPERATION, src.addr(), len) }?;
+        // SAFETY: the caller guarantees `len` readable bytes at `src`, left
+        // alone until the copy completes; they lie in a live page-locked
+        // block of this device (checked above), read here under its lock.
+        let bytes = unsafe { std::slice::from_raw_parts(src, len) };
         s.copy_in(OPERATION, dst, offset, bytes, stream, Some(pinned))
             .map(drop)
     }

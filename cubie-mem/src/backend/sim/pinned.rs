@@ -73,7 +73,15 @@ impl SimPinnedBlock {
     }
 }
 
-impl PinnedBlock for SimPinnedBlock {
+// SAFETY: the base pointer is the host block's, which upholds the
+// contract; the checks below only report accesses.
+unsafe impl PinnedBlock for SimPinnedBlock {
+    /// The block's first byte, unchecked: taking the address touches none
+    /// of the bytes.
+    fn base(&self) -> std::ptr::NonNull<u8> {
+        self.block.base()
+    }
+
     /// The block's bytes; reading them while a copy into them is in flight
     /// is reported (they hold what was there before the copy).
     fn bytes(&self) -> &[u8] {
@@ -126,36 +134,6 @@ impl SimState {
         let start = address as u64;
         self.pinned_blocks.check(operation, address, len)?;
         Ok(start..start.saturating_add(len as u64))
-    }
-
-    /// The `len` page-locked bytes at `address` as a slice, read through
-    /// their block's own pointer (never through the caller's, which only
-    /// names them), for an asynchronous copy to the device.
-    ///
-    /// The slice is not tied to the borrow of `self`, so that the copy can
-    /// go on with the device's state.
-    ///
-    /// # Safety
-    ///
-    /// The asynchronous copy's contract: the bytes are not written until the
-    /// copy completes, so none is written while the slice lives; and the
-    /// slice lives no longer than the device's lock is held (a block's drop
-    /// takes it before freeing the block).
-    pub(super) unsafe fn page_locked_bytes<'bytes>(
-        &self,
-        operation: &'static str,
-        address: usize,
-        len: usize,
-    ) -> Result<&'bytes [u8], BackendError> {
-        if len == 0 {
-            return Ok(&[]);
-        }
-        let pointer = self.pinned_blocks.pointer(operation, address, len)?;
-        // SAFETY: the bytes lie in a live page-locked block of this device
-        // or of a peer it accepts (just found, under this device's lock,
-        // which the block's drop takes before freeing it), and the caller
-        // leaves them alone meanwhile.
-        Ok(unsafe { std::slice::from_raw_parts(pointer.as_ptr(), len) })
     }
 
     /// Writes the data of downloads the host has now seen done into their

@@ -133,18 +133,16 @@ impl SimState {
         for (range, _) in &checked.host {
             self.order.check_pinned(OPERATION, at, range, false)?;
         }
+        let block = self.block(dst, OPERATION)?;
         for row in 0..rows.rows {
             // Inside the spans `check` bounded.
-            let host = src
-                .addr()
-                .saturating_add(row.saturating_mul(rows.host_pitch));
+            let host = row.saturating_mul(rows.host_pitch);
             let device = offset.saturating_add((row as u64).saturating_mul(rows.device_pitch));
-            // SAFETY: the caller leaves the row alone until the copy
-            // completes; `src` only names it, and it is read through its
-            // block's own pointer, under this device's lock.
-            let bytes = unsafe { self.page_locked_bytes(OPERATION, host, rows.row_bytes) }?;
-            self.block(dst, OPERATION)?
-                .write(OPERATION, device, bytes)?;
+            // SAFETY: the row lies in a live page-locked block of this
+            // device or of a peer it accepts (checked above, under this
+            // device's lock), and the caller leaves it alone meanwhile.
+            let bytes = unsafe { std::slice::from_raw_parts(src.add(host), rows.row_bytes) };
+            block.write(OPERATION, device, bytes)?;
         }
         for (range, _) in &checked.device {
             self.order

@@ -156,8 +156,10 @@ fn hazards_are_per_row_in_page_locked_memory() {
     let ready = sim.record_event(a).unwrap();
     sim.wait_event(b, ready).unwrap();
     let mut block = sim.alloc_pinned(32).unwrap();
-    // The address first: the host may not touch the block once it is lent.
-    let base = block.bytes().as_ptr();
+    // The block's own pointer, which touches none of its bytes and stays
+    // valid after the download's borrow: the host may not touch the block
+    // once it is lent.
+    let base = block.base().as_ptr().cast_const();
     download(&sim, &mut *block, 0, ROWS, ptr, a).unwrap();
     // Host bytes 4..10 lie between the first two rows: another stream's
     // copy may use them.
@@ -231,7 +233,7 @@ fn each_row_of_a_strided_copy_is_checked_against_earlier_work() {
     let ready = sim.record_event(a).unwrap();
     sim.wait_event(b, ready).unwrap();
     let mut block = sim.alloc_pinned(64).unwrap();
-    let base = block.bytes_mut().as_mut_ptr();
+    let base = block.base().as_ptr();
     // Stream b writes a byte of the second device row (6..10), unordered
     // with stream a: both directions' strided copies on a race with it.
     let other = sim.alloc_pinned(8).unwrap();

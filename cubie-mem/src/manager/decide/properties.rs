@@ -26,7 +26,7 @@ fn comparison((bytes, spare, same_kind, keeps): (u64, u64, bool, bool)) -> Compa
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(crate::proptest_cases(300))]
 
     /// Each array is kept when its held layout is what the plan asks for,
     /// reused when its buffer is large enough, else given new memory and

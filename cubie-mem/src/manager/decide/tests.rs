@@ -352,7 +352,7 @@ fn a_refused_batch_gets_the_error_the_manager_returns() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(500))]
+    #![proptest_config(crate::proptest_cases(500))]
 
     /// Over random batches, free memory and idle owners: an eviction is
     /// the least recently used candidates, only for a batch that then

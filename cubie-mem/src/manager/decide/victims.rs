@@ -138,7 +138,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(500))]
+        #![proptest_config(crate::proptest_cases(500))]
 
         /// The victims are candidates, least recently used first, and the
         /// fewest in that order: every one but the last still left the

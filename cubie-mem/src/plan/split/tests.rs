@@ -426,7 +426,7 @@ fn any_device() -> impl Strategy<Value = DeviceCapacity> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(crate::proptest_cases(2000))]
 
     #[test]
     fn splits_are_exact_contiguous_and_explained(
