@@ -34,8 +34,8 @@ pub(crate) struct HostBlock {
     /// What was allocated (size 0: nothing was).
     layout: Layout,
     /// The allocation's start, for `dealloc`.
-    base: NonNull<u8>,
-    /// The block's first byte: `base` rounded up to [`BLOCK_ALIGNMENT`].
+    allocation: NonNull<u8>,
+    /// The block's first byte: `allocation` rounded up to [`BLOCK_ALIGNMENT`].
     data: NonNull<u8>,
     /// The block's length.
     len: usize,
@@ -55,7 +55,7 @@ impl HostBlock {
         if len == 0 {
             return Ok(HostBlock {
                 layout: Layout::new::<()>(),
-                base: aligned,
+                allocation: aligned,
                 data: aligned,
                 len,
             });
@@ -67,15 +67,16 @@ impl HostBlock {
         let size = len.checked_add(BLOCK_ALIGNMENT - 1).ok_or_else(failed)?;
         let layout = Layout::from_size_align(size, 1).map_err(|_| failed())?;
         // SAFETY: `layout` has a non-zero size (`size > len > 0`).
-        let base = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or_else(failed)?;
-        let offset = (BLOCK_ALIGNMENT - base.as_ptr().addr() % BLOCK_ALIGNMENT) % BLOCK_ALIGNMENT;
+        let allocation = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or_else(failed)?;
+        let offset =
+            (BLOCK_ALIGNMENT - allocation.as_ptr().addr() % BLOCK_ALIGNMENT) % BLOCK_ALIGNMENT;
         // SAFETY: `offset < BLOCK_ALIGNMENT`, and the allocation has
-        // `len + BLOCK_ALIGNMENT - 1` bytes, so `base + offset` and the `len`
+        // `len + BLOCK_ALIGNMENT - 1` bytes, so `allocation + offset` and the `len`
         // bytes after it lie inside it.
-        let data = unsafe { base.add(offset) };
+        let data = unsafe { allocation.add(offset) };
         Ok(HostBlock {
             layout,
-            base,
+            allocation,
             data,
             len,
         })
@@ -110,9 +111,9 @@ unsafe impl PinnedBlock for HostBlock {
 impl Drop for HostBlock {
     fn drop(&mut self) {
         if self.layout.size() != 0 {
-            // SAFETY: `base` came from `alloc_zeroed(self.layout)` with this
+            // SAFETY: `allocation` came from `alloc_zeroed(self.layout)` with this
             // layout and is freed only here, once.
-            unsafe { dealloc(self.base.as_ptr(), self.layout) };
+            unsafe { dealloc(self.allocation.as_ptr(), self.layout) };
         }
     }
 }

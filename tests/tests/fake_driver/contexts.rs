@@ -5,7 +5,7 @@
 //! host's wait policy reaches the primary context and the events.
 
 use std::ffi::{c_int, c_uint};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cubie_mem::backend::cuda::{
@@ -132,7 +132,7 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
             // SAFETY: deliberately unsound: `past_the_end` elements are
             // twice what the views hold; the fake driver reports the
             // kernel's range as an illegal address instead of running it.
-            let launched = unsafe {
+            unsafe {
                 stream
                     .launch_builder(&faulty)
                     .arg(&y)
@@ -140,8 +140,7 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
                     .arg(&dt)
                     .arg(&past_the_end)
                     .launch(LaunchDims::for_elements(past_the_end, 256))
-            };
-            launched
+            }
         })
         .unwrap_err();
     assert_eq!(failed.device(), 0, "{failed}");

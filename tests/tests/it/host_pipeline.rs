@@ -262,9 +262,11 @@ fn pipelines_whose_inputs_and_outputs_cross_share_a_pool_without_deadlock() {
         });
         done.send((out1.to_vec(), out2.to_vec())).ok();
     });
+    // Under Miri, a hundred times slower or more, ten minutes.
+    let patience = Duration::from_secs(if cfg!(miri) { 600 } else { 20 });
     let (out1, out2) = finished
-        .recv_timeout(Duration::from_secs(20))
-        .expect("deadlock: the crossed pipelines did not finish within 20 s");
+        .recv_timeout(patience)
+        .expect("deadlock: the crossed pipelines did not finish in time");
     assert_eq!(out1, [1.0, 2.0, 3.0, 4.0]);
     assert_eq!(out2, [5.0, 6.0, 7.0, 8.0]);
 }

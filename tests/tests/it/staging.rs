@@ -10,7 +10,9 @@ use std::time::Duration;
 use cubie_mem::backend::Backend;
 use cubie_mem::{SimBackend, StagingPool, SystemMemory};
 
-const PATIENCE: Duration = Duration::from_secs(10);
+/// How long a test waits before it calls a wait a deadlock: under Miri,
+/// which runs the code a hundred times slower or more, ten minutes.
+const PATIENCE: Duration = Duration::from_secs(if cfg!(miri) { 600 } else { 10 });
 
 fn backend() -> Arc<dyn Backend> {
     Arc::new(SimBackend::new(1 << 30))

@@ -94,7 +94,7 @@ fn a_block_freed_while_a_copy_uses_it_is_reported_and_never_written() {
     let stream = sim.create_stream().unwrap();
     let ptr = sim.alloc_device(64, stream).unwrap();
     sim.copy_to_device(ptr, 0, &[9; 64], stream).unwrap();
-    let mut block = sim.alloc_pinned(64).unwrap();
+    let block = sim.alloc_pinned(64).unwrap();
     let target = block.base().as_ptr();
     // SAFETY: deliberately broken: the block is dropped before the copy is
     // waited for. The simulated copy lands only once seen done, so nothing
@@ -150,7 +150,7 @@ fn the_host_touching_a_peer_block_this_device_copies_is_reported_here() {
 fn a_block_outliving_the_device_that_made_it_is_still_unregistered_when_freed() {
     let (owner, copier) = (sim(), sim());
     copier.accept_page_locked(&owner);
-    let mut block = owner.alloc_pinned(64).unwrap();
+    let block = owner.alloc_pinned(64).unwrap();
     drop(owner);
     let stream = copier.create_stream().unwrap();
     let ptr = copier.alloc_device(64, stream).unwrap();

@@ -192,7 +192,7 @@ fn asynchronous_copies_return_at_once_and_events_say_when_they_are_done() {
     sim.synchronize_event(done).unwrap();
     assert_eq!(sim.now(), Duration::from_nanos(1000));
     assert!(sim.event_complete(done).unwrap());
-    let mut back = sim.alloc_pinned(1000).unwrap();
+    let back = sim.alloc_pinned(1000).unwrap();
     let dst = back.base().as_ptr();
     // SAFETY: as above.
     unsafe { sim.copy_from_device_async(dst, 1000, ptr, 0, stream) }.unwrap();
@@ -284,7 +284,7 @@ fn a_page_locked_block_in_flight_cannot_be_reused_by_another_stream() {
     let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
     let x = sim.alloc_device(64, a).unwrap();
     let y = sim.alloc_device(64, b).unwrap();
-    let mut block = sim.alloc_pinned(64).unwrap();
+    let block = sim.alloc_pinned(64).unwrap();
     let host = block.base().as_ptr();
     // SAFETY: the block outlives the copies; the test synchronises below.
     unsafe { sim.copy_to_device_async(x, 0, host, 64, a) }.unwrap();
