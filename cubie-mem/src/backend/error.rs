@@ -7,6 +7,13 @@ use std::fmt;
 use super::{DevicePtr, StreamHandle};
 use crate::{Bytes, MemError};
 
+/// The longest one operation may take on the simulated device's clock:
+/// 2^50 ns, about 13 days. Longer is a figure no device takes, and refused
+/// ([`BackendError::ClockOverflow`]), so that one bad figure cannot bring
+/// the clock to the end of its range (more than 16,000 operations this
+/// long still fit after one): the device stays usable.
+pub(crate) const LONGEST_OPERATION_NS: u64 = 1 << 50;
+
 /// Which memory ran out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemorySpace {
@@ -200,7 +207,7 @@ pub enum BackendError {
          simulated clock: one operation takes at most {} ns (about 13 days), and all work \
          ends by {} ns; give the work a shorter modelled duration",
         duration.as_nanos(),
-        crate::backend::sim::LONGEST_OPERATION_NS,
+        LONGEST_OPERATION_NS,
         u64::MAX
     )]
     ClockOverflow {

@@ -14,6 +14,7 @@
 use rustc_hash::FxHashMap;
 use std::time::Duration;
 
+use crate::backend::error::LONGEST_OPERATION_NS;
 use crate::backend::{BackendError, EngineRates};
 use crate::timeline::{Activity, Span, SpanLog, Timeline};
 
@@ -65,13 +66,6 @@ pub(crate) const DEFAULT_COMPUTE_PERCENT: u32 = 100;
 /// The modelled time of one poll of an event the host's clock has not
 /// reached: a poll is a driver call, and a loop of them lets time pass.
 pub(crate) const POLL_NS: u64 = 1_000;
-
-/// The longest one operation may take on the modelled clock: 2^50 ns, about
-/// 13 days. Longer is a figure no device takes, and refused, so that one
-/// bad figure cannot bring the clock to the end of its range (at least
-/// 16,383 operations this long still fit after one): the device stays
-/// usable.
-pub(crate) const LONGEST_OPERATION_NS: u64 = 1 << 50;
 
 /// A resource that runs one operation at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

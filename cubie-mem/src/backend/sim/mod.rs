@@ -50,12 +50,12 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use super::error::LONGEST_OPERATION_NS;
 use super::page_locked::PageLockedRanges;
 use super::{BackendError, DevicePtr, EventHandle, MemorySpace, StreamHandle};
 use crate::Bytes;
 use crate::block::HostBlock;
 use crate::timeline::{Activity, Timeline};
-pub(crate) use clock::LONGEST_OPERATION_NS;
 use clock::{DeviceClock, Engine, Work};
 use memory::{DeviceBlock, Pool};
 use order::Ordering;
