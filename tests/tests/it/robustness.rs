@@ -4,7 +4,7 @@
 
 use crate::common;
 use std::sync::mpsc;
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Weak};
 use std::thread;
 use std::time::Duration;
 
@@ -383,7 +383,9 @@ fn a_hook_that_triggers_itself_is_skipped_not_deadlocked() {
     let ((calls, served_again), logs) = within(|| {
         capture_logs(|| {
             let (mgr, _) = manager(1 << 30, 1 << 20);
-            let me: Arc<OnceLock<Arc<cubie_mem::Instance>>> = Arc::default();
+            // Weak: the hook, which the manager keeps, must not keep the
+            // instance (and so itself and the manager) alive.
+            let me: Arc<OnceLock<Weak<cubie_mem::Instance>>> = Arc::default();
             let calls = Arc::new(AtomicUsize::new(0));
             let served_again = Arc::new(AtomicUsize::new(0));
             let hook = {
@@ -395,11 +397,11 @@ fn a_hook_that_triggers_itself_is_skipped_not_deadlocked() {
                 );
                 move |_response| {
                     calls.fetch_add(1, Ordering::SeqCst);
-                    if let Some(me) = me.get() {
+                    if let Some(me) = me.get().and_then(Weak::upgrade) {
                         // Queue and allocate again from inside the hook: the
                         // nested delivery would wait for this very hook.
-                        mgr.queue_request(me, [("x", runs_request(8, 4))]).unwrap();
-                        if mgr.allocate_queue(me).is_ok() {
+                        mgr.queue_request(&me, [("x", runs_request(8, 4))]).unwrap();
+                        if mgr.allocate_queue(&me).is_ok() {
                             served_again.fetch_add(1, Ordering::SeqCst);
                         }
                     }
@@ -409,7 +411,7 @@ fn a_hook_that_triggers_itself_is_skipped_not_deadlocked() {
                 mgr.register(queuing().name("eager").on_allocation_ready(hook))
                     .unwrap(),
             );
-            me.set(Arc::clone(&instance)).ok();
+            me.set(Arc::downgrade(&instance)).ok();
             mgr.queue_request(&instance, [("x", runs_request(8, 4))])
                 .unwrap();
             mgr.allocate_queue(&instance).unwrap();
