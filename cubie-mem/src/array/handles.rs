@@ -64,13 +64,9 @@ impl<T: Element> Handle<T> {
         match self.slot.memory()? {
             Memory::Device(memory) => self
                 .slot
-                .backend()
-                .copy_to_device(
-                    memory.ptr(),
-                    byte_offset as u64,
-                    bytes,
-                    self.slot.use_stream(&memory)?,
-                )
+                .use_stream(&memory)?
+                .stream()
+                .copy_to_device(memory.ptr(), byte_offset as u64, bytes)
                 .for_array(self.slot.backend(), self.slot.label()),
             Memory::Pinned(memory) => {
                 memory.write().bytes_mut()[byte_offset..byte_offset + bytes.len()]
@@ -88,13 +84,9 @@ impl<T: Element> Handle<T> {
         match self.slot.memory()? {
             Memory::Device(memory) => self
                 .slot
-                .backend()
-                .copy_from_device(
-                    bytes,
-                    memory.ptr(),
-                    byte_offset as u64,
-                    self.slot.use_stream(&memory)?,
-                )
+                .use_stream(&memory)?
+                .stream()
+                .copy_from_device(bytes, memory.ptr(), byte_offset as u64)
                 .for_array(self.slot.backend(), self.slot.label()),
             Memory::Pinned(memory) => {
                 let len = bytes.len();

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::ReleaseReason;
-use crate::backend::{Backend, BackendResult, StreamHandle};
+use crate::backend::{Backend, BackendResult};
 use crate::ids::OwnerId;
 use crate::resource::{DeviceMemory, OwnedStream, PinnedMemory};
 use crate::streams::current_stream_for;
@@ -199,10 +199,10 @@ impl Slot {
     /// The stream work on `memory` is queued on (the thread's current
     /// stream when one is bound for this backend, else the group's), with
     /// that work ordered after the memory's last use.
-    pub(crate) fn use_stream(&self, memory: &DeviceMemory) -> Result<StreamHandle, MemError> {
+    pub(crate) fn use_stream(&self, memory: &DeviceMemory) -> Result<Arc<OwnedStream>, MemError> {
         let stream = self.work_stream(memory);
         memory.use_on(&stream)?;
-        Ok(stream.handle())
+        Ok(stream)
     }
 
     /// The stream work on `memory` goes to: the thread's current stream

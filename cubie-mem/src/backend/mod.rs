@@ -1,41 +1,39 @@
 //! The device boundary: what the manager needs from a GPU, modelled on the
-//! CUDA driver API (streams, events, stream-ordered allocation and free,
-//! page-locked host memory, free/total queries).
+//! CUDA driver API: free and total memory, streams and events, stream-ordered
+//! allocation and free, page-locked host memory, kernel launches, and the
+//! hooks a modelled device times the host's work with.
 //!
-//! The manager only talks to `dyn Backend`, so the simulated device and the
-//! CUDA device are interchangeable. Backends report [`BackendError`]s; the
-//! manager turns them into [`MemError`](crate::MemError)s with the array's
-//! label and its own figures.
+//! The manager only talks to `dyn Backend`, so the simulated device, the
+//! CUDA device and a user's own backend are interchangeable. Streams,
+//! events and page-locked blocks are objects the backend hands out, each
+//! released when its last reference drops ([`Stream`], [`Event`],
+//! [`PinnedBlock`]); device memory is addressed by pointer and freed with
+//! [`Backend::free_device`]. Backends report [`BackendError`]s; the manager
+//! turns them into [`MemError`](crate::MemError)s with the array's label
+//! and its own figures.
 //!
-//! The contract follows CUDA's stream model: work queued on one stream runs
-//! in order; work on different streams is ordered only by events
-//! ([`Backend::record_event`], [`Backend::wait_event`]). Copies between
-//! device memory and page-locked blocks are asynchronous: they return once
-//! queued, and the block belongs to the copy until the work is known done
-//! (an event recorded after it has fired, or the host synchronised). Copies
-//! of pageable slices block until the slice is free again.
-//!
-//! This is the driver-level layer: it passes plain handles, and a backend
-//! keeps each resource until it is told to release it
-//! ([`Backend::destroy_stream`], [`Backend::destroy_event`],
-//! [`Backend::free_device`]; a [`PinnedBlock`] releases itself when
-//! dropped). The manager calls those from one place only, its owning layer,
-//! where each stream, event and allocation has a single owner that releases
-//! it when the last reference goes; so a backend, the crate's or a user's,
-//! sees each handle released exactly once, and never used after.
+//! The contract is CUDA's: work on one stream runs in order, and work on
+//! two streams is ordered only by events. The backend orders nothing by
+//! itself: callers order their streams (the manager does, for everything it
+//! allocates). A copy between device memory and a page-locked block returns
+//! once queued, and the block belongs to the copy until the work is known
+//! done; a copy of a pageable slice blocks until the slice is free again.
 
 use std::fmt;
 
-mod error;
+pub(crate) mod error;
 mod kernel;
 pub(crate) mod page_locked;
 mod rates;
 pub(crate) mod sim;
+mod stream;
 mod strided;
 
-pub use error::{BackendError, HandleKind, HazardMemory, MemorySpace};
+pub use error::{BackendError, HazardMemory, MemorySpace};
 pub use kernel::{Access, HostKernelFn, KernelArg, KernelBody, KernelLaunch};
 pub use rates::EngineRates;
+pub(crate) use stream::own;
+pub use stream::{Event, Stream};
 pub use strided::StridedRows;
 
 #[cfg(feature = "cuda")]
@@ -73,14 +71,6 @@ impl PoolUsage {
         self.reserved.saturating_sub(self.used)
     }
 }
-
-/// A backend's stream (CUDA `CUstream`), never the null stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StreamHandle(pub u64);
-
-/// A backend's event (CUDA `CUevent`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct EventHandle(pub u64);
 
 /// A device address (CUDA `CUdeviceptr`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -166,6 +156,11 @@ pub unsafe trait PinnedBlock: Send + Sync {
 
 /// A device the manager can allocate on, copy to and from, and launch
 /// kernels on, modelled on the CUDA driver API.
+///
+/// Seven methods are required; the rest have safe defaults, so that a
+/// backend of one's own, or a decorator over another (counting, limiting,
+/// logging), stays short: a decorator forwards what it changes, and its
+/// streams' [`as_any`](Stream::as_any) returns the stream it wraps.
 pub trait Backend: Send + Sync + 'static {
     /// Short name for messages (`"simulated"`, `"cuda"`).
     fn name(&self) -> &'static str;
@@ -174,45 +169,18 @@ pub trait Backend: Send + Sync + 'static {
     fn mem_info(&self) -> Result<MemInfo, BackendError>;
 
     /// Creates a stream that does not synchronise with the null stream.
-    fn create_stream(&self) -> Result<StreamHandle, BackendError>;
-
-    /// Destroys a stream; work already queued on it still completes, and
-    /// stays ordered before work that waited for its events.
-    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError>;
-
-    /// Blocks until all work queued on `stream` completed.
-    fn synchronize(&self, stream: StreamHandle) -> Result<(), BackendError>;
-
-    /// Records an event after the work queued so far on `stream`.
-    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, BackendError>;
-
-    /// Makes work queued on `stream` after this call wait until the work
-    /// before `event` completed (`cuStreamWaitEvent`): how work is ordered
-    /// across streams.
-    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError>;
-
-    /// Whether the work before `event` completed (does not block).
-    fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError>;
-
-    /// Blocks until the work before `event` completed (`cuEventSynchronize`).
-    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError>;
-
-    /// Releases an event.
-    fn destroy_event(&self, event: EventHandle) -> Result<(), BackendError>;
+    fn create_stream(&self) -> Result<std::sync::Arc<dyn Stream>, BackendError>;
 
     /// Allocates `bytes` of device memory ordered on `stream`: work on
     /// another stream may use it once ordered after `stream`.
-    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError>;
+    fn alloc_device(&self, bytes: u64, stream: &dyn Stream) -> Result<DevicePtr, BackendError>;
 
     /// Frees the `bytes` of device memory at `ptr`, ordered on `stream`
     /// (`cuMemFreeAsync`): work queued on `stream` before the free may still
-    /// use it, work on other streams must be ordered before it.
-    fn free_device(
-        &self,
-        ptr: DevicePtr,
-        bytes: u64,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError>;
+    /// use it; work on other streams must be ordered before it by the
+    /// caller.
+    fn free_device(&self, ptr: DevicePtr, bytes: u64, stream: &dyn Stream)
+    -> Result<(), BackendError>;
 
     /// Allocates `bytes` of page-locked host memory, zero-filled.
     fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError>;
@@ -249,122 +217,11 @@ pub trait Backend: Send + Sync + 'static {
         false
     }
 
-    /// Copies the pageable slice `src` into device memory at `dst + offset`,
-    /// ordered after earlier work on `stream`; returns once `src` may be
-    /// reused (the host waits for the copy).
-    fn copy_to_device(
-        &self,
-        dst: DevicePtr,
-        offset: u64,
-        src: &[u8],
-        stream: StreamHandle,
-    ) -> Result<(), BackendError>;
-
-    /// Copies device memory at `src + offset` into the pageable slice `dst`,
-    /// ordered after earlier work on `stream`; returns once `dst` holds it.
-    fn copy_from_device(
-        &self,
-        dst: &mut [u8],
-        src: DevicePtr,
-        offset: u64,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError>;
-
-    /// Queues a copy of the `len` page-locked bytes at `src` into device
-    /// memory at `dst + offset` on `stream`, and returns at once
-    /// (`cuMemcpyHtoDAsync`). Record an event after it to know when it is done.
-    ///
-    /// Host memory that is not a [`PinnedBlock`] of this backend is refused
-    /// with [`BackendError::NotPageLocked`] before anything is queued.
-    ///
-    /// # Safety
-    ///
-    /// `src..src + len` must stay allocated and unwritten until the copy
-    /// completed: until an event recorded on `stream` after it has fired
-    /// (polled true or waited for), or `stream` has been synchronised.
-    unsafe fn copy_to_device_async(
-        &self,
-        dst: DevicePtr,
-        offset: u64,
-        src: *const u8,
-        len: usize,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError>;
-
-    /// Queues a copy of device memory at `src + offset` into the `len`
-    /// page-locked bytes at `dst` on `stream`, and returns at once
-    /// (`cuMemcpyDtoHAsync`).
-    ///
-    /// Host memory that is not a [`PinnedBlock`] of this backend is refused
-    /// with [`BackendError::NotPageLocked`] before anything is queued.
-    ///
-    /// # Safety
-    ///
-    /// `dst..dst + len` must stay allocated, and be neither read nor written
-    /// by anyone else until the copy completed (as for
-    /// [`Backend::copy_to_device_async`]).
-    unsafe fn copy_from_device_async(
-        &self,
-        dst: *mut u8,
-        len: usize,
-        src: DevicePtr,
-        offset: u64,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError>;
-
-    /// Queues a strided copy of page-locked host rows into device memory
-    /// on `stream`, and returns at once (`cuMemcpy2DAsync`): `rows.rows`
-    /// rows of `rows.row_bytes` bytes, the first at `src` and each
-    /// `rows.host_pitch` bytes after the last, into device memory from
-    /// `dst + offset`, `rows.device_pitch` bytes apart. The copy engine
-    /// moves them directly, with no staging and no host work.
-    ///
-    /// Refused before anything is queued: figures that do not describe
-    /// rows ([`BackendError::BadStride`]: a pitch smaller than a row, an
-    /// extent that overflows), device rows outside the allocation
-    /// ([`BackendError::OutOfBounds`]), and host rows that are not
-    /// page-locked memory of this backend ([`BackendError::NotPageLocked`]).
-    ///
-    /// # Safety
-    ///
-    /// As for [`Backend::copy_to_device_async`], for the bytes of every row:
-    /// they must stay allocated and unwritten until the copy completed.
-    /// (The bytes between rows are not touched.)
-    unsafe fn copy_to_device_strided_async(
-        &self,
-        dst: DevicePtr,
-        offset: u64,
-        src: *const u8,
-        rows: StridedRows,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError>;
-
-    /// Queues a strided copy of device memory from `src + offset`,
-    /// `rows.device_pitch` bytes apart, into page-locked host rows from
-    /// `dst`, `rows.host_pitch` bytes apart, on `stream`, and returns at
-    /// once (`cuMemcpy2DAsync`); refused as
-    /// [`Backend::copy_to_device_strided_async`] is.
-    ///
-    /// # Safety
-    ///
-    /// As for [`Backend::copy_from_device_async`], for the bytes of every
-    /// row: they must stay allocated, and be neither read nor written by
-    /// anyone else, until the copy completed. (The bytes between rows are
-    /// not touched.)
-    unsafe fn copy_from_device_strided_async(
-        &self,
-        dst: *mut u8,
-        rows: StridedRows,
-        src: DevicePtr,
-        offset: u64,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError>;
-
     /// Queues a kernel on `stream`: ordered after earlier work on the
     /// stream, reading and writing the arguments the launch lists. A backend
     /// that cannot run the launch's kind of body reports
     /// [`BackendError::Unsupported`].
-    fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError>;
+    fn launch(&self, launch: KernelLaunch<'_>, stream: &dyn Stream) -> Result<(), BackendError>;
 
     /// The host has just done `work` on `bytes` of host memory for the
     /// device (a gather into a staging buffer, a scatter out of one), cut

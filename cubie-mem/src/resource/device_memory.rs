@@ -39,7 +39,7 @@ impl DeviceMemory {
     ) -> Result<Self, MemError> {
         Ok(DeviceMemory {
             ptr: backend
-                .alloc_device(bytes, order.handle())
+                .alloc_device(bytes, order.stream())
                 .for_array(&**backend, label)?,
             bytes,
             stream: Mutex::new(Arc::clone(group_stream)),
@@ -66,7 +66,7 @@ impl DeviceMemory {
             return Ok(());
         }
         // The same stream bound anew as external needs no event.
-        if last.handle() != stream.handle() || last.ended() {
+        if last.id() != stream.id() || last.ended() {
             stream.wait_for(&last)?;
         }
         *last = Arc::clone(stream);
@@ -91,7 +91,7 @@ impl DeviceMemory {
         self.use_on(&stream)?;
         let backend = stream.backend();
         backend
-            .free_device(self.ptr, self.bytes, stream.handle())
+            .free_device(self.ptr, self.bytes, stream.stream())
             .on(&**backend)
     }
 }

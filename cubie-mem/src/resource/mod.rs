@@ -2,22 +2,20 @@
 //! and the CUDA interop use has exactly one owner here, which releases it
 //! when dropped.
 //!
-//! The [`Backend`](crate::backend::Backend) trait is the driver-level layer:
-//! it passes plain handles (`StreamHandle`, `EventHandle`, `DevicePtr`), so
-//! that the simulated device, the CUDA backend and a user's own backend fit
-//! one narrow interface. Above it, everything holds these values instead of
-//! handles:
+//! The [`Backend`](crate::backend::Backend) hands out streams, events and
+//! page-locked blocks that release themselves, and orders nothing across
+//! streams. This layer adds what the manager needs on top, and is where
+//! every use of device memory is ordered across streams, once:
 //!
-//! - [`OwnedStream`]: a stream, destroyed with its last reference (an
-//!   external stream is ended with an event instead, never destroyed);
-//! - [`Event`]: a recorded event, destroyed when dropped;
-//! - [`DeviceMemory`]: a device allocation, freed on its group's stream
-//!   after its last use when its last reference drops;
-//! - [`PinnedMemory`]: a page-locked block, which the backend hands out as
-//!   a [`PinnedBlock`] that releases itself.
+//! - [`OwnedStream`]: a backend stream, or an external one that is ended
+//!   with an event when its binding ends;
+//! - [`Event`]: a recorded event, with the backend's name for errors;
+//! - [`DeviceMemory`]: a device allocation, which orders each use after its
+//!   last use on another stream, and is freed on its group's stream after
+//!   its last use when its last reference drops;
+//! - [`PinnedMemory`]: a page-locked block behind a read/write lock.
 //!
-//! No `destroy_stream`, `destroy_event` or `free_device` call is made
-//! outside this module and the backends.
+//! No `free_device` call is made outside this module and the backends.
 
 mod device_memory;
 mod event;

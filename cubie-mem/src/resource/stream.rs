@@ -1,6 +1,7 @@
-//! A backend stream with one owner: destroyed when the last reference to it
-//! drops, or, for an external stream (one the manager did not create), ended with
-//! an event after its work and never destroyed.
+//! A stream with one owner above the backend: the backend's stream object,
+//! released with its last reference, or, for an external stream (one the
+//! manager did not create), ended with an event after its work and then
+//! left alone.
 //!
 //! A group holds a counted reference to its stream, and so does every
 //! device allocation whose free is ordered on it and every
@@ -13,23 +14,17 @@ use parking_lot::Mutex;
 
 use super::Event;
 use crate::MemError;
-use crate::backend::{Backend, BackendResult, StreamHandle};
+use crate::backend::{Backend, BackendResult, Stream};
 
-/// A backend stream, destroyed when the last reference to it drops, unless it is
-/// external: a stream the manager did not create, which it never destroys.
+/// A backend stream, and whether it is external.
 pub(crate) struct OwnedStream {
-    handle: StreamHandle,
+    stream: Arc<dyn Stream>,
     backend: Arc<dyn Backend>,
     external: Option<External>,
 }
 
 /// What the manager keeps of an external stream, bound by one guard.
 struct External {
-    /// Whether the backend adopted the stream for the binding (a CUDA
-    /// stream of another library): it forgets it through
-    /// [`Backend::destroy_stream`], which does not destroy an adopted
-    /// stream, when the binding ends.
-    adopted: bool,
     /// Set when the binding ended: an event after the work queued on the
     /// stream so far (`None` when it could not be recorded). Later
     /// ordering waits for it instead of touching the stream, which its
@@ -44,26 +39,24 @@ impl OwnedStream {
     /// Creates a stream on `backend`.
     pub(crate) fn create(backend: &Arc<dyn Backend>) -> Result<Arc<Self>, MemError> {
         Ok(Arc::new(OwnedStream {
-            handle: backend.create_stream().on(&**backend)?,
+            stream: backend.create_stream().on(&**backend)?,
             backend: Arc::clone(backend),
             external: None,
         }))
     }
 
-    /// A stream of `backend` the manager did not create, never destroyed
-    /// by it: `adopted` when the backend adopted it for this binding (and
-    /// forgets it when the binding ends); `keep` keeps it alive meanwhile.
+    /// A stream of `backend` the manager did not create, which it never
+    /// queues work on once the binding ended; `keep` keeps it alive
+    /// meanwhile.
     pub(crate) fn external(
         backend: &Arc<dyn Backend>,
-        handle: StreamHandle,
-        adopted: bool,
+        stream: Arc<dyn Stream>,
         keep: Option<Box<dyn Any + Send + Sync>>,
     ) -> Arc<Self> {
         Arc::new(OwnedStream {
-            handle,
+            stream,
             backend: Arc::clone(backend),
             external: Some(External {
-                adopted,
                 ended: Mutex::new(None),
                 _keep: keep,
             }),
@@ -79,9 +72,8 @@ impl OwnedStream {
     }
 
     /// Ends the binding of an external stream: records an event after its
-    /// work, for ordering later work after it without touching the stream,
-    /// and has the backend forget an adopted stream. Nothing for a stream
-    /// the manager created, or one already ended.
+    /// work, for ordering later work after it without touching the stream.
+    /// Nothing for a stream the manager created, or one already ended.
     pub(crate) fn end(&self) {
         let Some(external) = &self.external else {
             return;
@@ -90,17 +82,12 @@ impl OwnedStream {
         if ended.is_some() {
             return;
         }
-        let event = Event::record(&self.backend, self.handle)
+        let event = Event::record_raw(self)
             .inspect_err(|error| {
-                tracing::warn!(stream = self.handle.0, %error, "recording the final event of an external stream failed; later work is not ordered after its work");
+                tracing::warn!(stream = self.id(), %error, "recording the final event of an external stream failed; later work is not ordered after its work");
             })
             .ok();
         *ended = Some(event);
-        if external.adopted
-            && let Err(error) = self.backend.destroy_stream(self.handle)
-        {
-            tracing::debug!(stream = self.handle.0, %error, "forgetting an adopted stream failed");
-        }
     }
 
     /// Makes work queued next on `self` wait for the work queued so far on
@@ -110,36 +97,41 @@ impl OwnedStream {
         let ended = before.external.as_ref().map(|e| e.ended.lock());
         if let Some(Some(event)) = ended.as_deref() {
             return match event {
-                Some(event) => event.order(self.handle),
+                Some(event) => event.order(self),
                 None => Ok(()),
             };
         }
         // An external stream's lock is held while recording, so that its
         // binding cannot end (and its owner destroy it) meanwhile. The
-        // event is destroyed as it drops, once the wait is queued.
-        Event::record(&self.backend, before.handle)?.order(self.handle)
+        // event is released as it drops, once the wait is queued.
+        Event::record(before)?.order(self)
     }
 
-    /// The backend's handle.
-    pub(crate) fn handle(&self) -> StreamHandle {
-        self.handle
+    /// The backend's stream.
+    pub(crate) fn stream(&self) -> &dyn Stream {
+        &*self.stream
+    }
+
+    /// The stream's number (see [`Stream::id`]).
+    pub(crate) fn id(&self) -> u64 {
+        self.stream.id()
     }
 
     /// The backend the stream belongs to.
     pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
     }
+
+    /// The backend's name, for errors.
+    pub(crate) fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
 }
 
 impl Drop for OwnedStream {
+    /// Ends an external stream's binding; a stream the manager created is
+    /// released with the backend's object.
     fn drop(&mut self) {
-        if self.external.is_some() {
-            // The final event is destroyed with the stream's record of it.
-            self.end();
-            return;
-        }
-        if let Err(error) = self.backend.destroy_stream(self.handle) {
-            tracing::debug!(stream = self.handle.0, %error, "destroying a stream failed");
-        }
+        self.end();
     }
 }

@@ -33,7 +33,7 @@ use crate::array::queued::{
     queue_download, queue_download_strided, queue_upload, queue_upload_strided,
 };
 use crate::array::slot::Memory;
-use crate::backend::{Backend, BackendResult, StreamHandle, StridedRows};
+use crate::backend::{Backend, BackendResult, StridedRows};
 use crate::host::HostMemoryKind;
 use crate::resource::OwnedStream;
 use crate::resource::{DeviceMemory, PinnedMemory};
@@ -150,12 +150,12 @@ pub(super) trait Move {
     /// the narrowest rows).
     fn reserve(&mut self, ends: &[Chunk]) -> Result<(), MemError>;
     /// Queues the upload of `chunk` into buffer set `set` on `stream`.
-    fn upload(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle) -> Result<(), MemError>;
+    fn upload(&mut self, chunk: &Chunk, set: usize, stream: &OwnedStream) -> Result<(), MemError>;
     /// Queues the download of `chunk` from buffer set `set` on `stream`.
     /// Staged results wait in their staging buffers for
     /// [`scatter_landed`](Self::scatter_landed) (a buffer needed again is
     /// emptied first).
-    fn download(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle)
+    fn download(&mut self, chunk: &Chunk, set: usize, stream: &OwnedStream)
     -> Result<(), MemError>;
     /// Scatters into the host array the staged windows of the chunks up
     /// to `chunk`, oldest first: with `wait`, waiting for their downloads;
@@ -204,8 +204,8 @@ impl<T: Element> Lane<'_, T> {
 
     /// Waits until the copy stream reached this point: the computation
     /// that last used the set (or this chunk's, for a download) is done.
-    fn wait_for(&self, stream: StreamHandle) -> Result<(), MemError> {
-        self.backend.synchronize(stream).on(&*self.backend)
+    fn wait_for(&self, stream: &OwnedStream) -> Result<(), MemError> {
+        stream.stream().synchronize().on(&*self.backend)
     }
 
     /// Gathers chunk `runs` of the host array into a pinned set.
@@ -214,7 +214,7 @@ impl<T: Element> Lane<'_, T> {
         pinned: &PinnedMemory,
         runs: Range<usize>,
         extent: usize,
-        stream: StreamHandle,
+        stream: &OwnedStream,
     ) -> Result<(), MemError> {
         self.wait_for(stream)?;
         let mut block = pinned.write();
@@ -317,7 +317,7 @@ impl<T: Element> Move for Lane<'_, T> {
         }
     }
 
-    fn upload(&mut self, chunk: &Chunk, set: usize, stream: StreamHandle) -> Result<(), MemError> {
+    fn upload(&mut self, chunk: &Chunk, set: usize, stream: &OwnedStream) -> Result<(), MemError> {
         if !self.direction.uploads() {
             return Ok(());
         }
@@ -337,7 +337,7 @@ impl<T: Element> Move for Lane<'_, T> {
                 // pipeline for the whole run and only read; the run waits
                 // for every copy before it returns.
                 return unsafe {
-                    queue_upload(&*self.backend, &device, &self.label, 0, src, stream)
+                    queue_upload(&device, &self.label, 0, src, stream)
                 };
             }
             Route::Strided(first, rows) => {
@@ -345,7 +345,7 @@ impl<T: Element> Move for Lane<'_, T> {
                 // SAFETY: as for a contiguous copy; the rows lie in the
                 // host array (the layout's rows of `runs`).
                 return unsafe {
-                    queue_upload_strided(&*self.backend, &device, &self.label, src, rows, stream)
+                    queue_upload_strided(&device, &self.label, src, rows, stream)
                 };
             }
             Route::Staged => {}
@@ -368,11 +368,11 @@ impl<T: Element> Move for Lane<'_, T> {
             // SAFETY: the closure queues one copy of the window it is given,
             // on `stream`; the stage keeps the buffer until it is done.
             unsafe {
-                stage.lend(backend, stream, len, |part| {
+                stage.lend(stream, len, |part| {
                     threads.gather(&**backend, part, |offset, piece| {
                         host.gather(layout, runs.clone(), start + offset, piece)
                     })?;
-                    queue_upload(&**backend, &device, label, start, part, stream)
+                    queue_upload(&device, label, start, part, stream)
                 })?;
             }
             start += len;
@@ -384,7 +384,7 @@ impl<T: Element> Move for Lane<'_, T> {
         &mut self,
         chunk: &Chunk,
         set: usize,
-        stream: StreamHandle,
+        stream: &OwnedStream,
     ) -> Result<(), MemError> {
         if !self.direction.downloads() {
             return Ok(());
@@ -431,7 +431,7 @@ impl<T: Element> Move for Lane<'_, T> {
                     // the whole run; chunks are disjoint, and the run waits
                     // for every copy before it returns.
                     return unsafe {
-                        queue_download(&*self.backend, &device, &self.label, 0, dst, stream)
+                        queue_download(&device, &self.label, 0, dst, stream)
                     };
                 }
             }
@@ -441,7 +441,6 @@ impl<T: Element> Move for Lane<'_, T> {
                     // host array and hold only `runs`.
                     return unsafe {
                         queue_download_strided(
-                            &*self.backend,
                             &device,
                             &self.label,
                             dst,
@@ -469,8 +468,8 @@ impl<T: Element> Move for Lane<'_, T> {
             // given, on `stream`; the stage keeps the buffer until it is
             // done, and the host reads it only after that.
             unsafe {
-                stage.lend(backend, stream, len, |part| {
-                    queue_download(&**backend, &device, label, start, part, stream)
+                stage.lend(stream, len, |part| {
+                    queue_download(&device, label, start, part, stream)
                 })?;
             }
             ring.land(

@@ -4,11 +4,8 @@
 //! back to its staging pool, so neither the host nor the next user of the buffer
 //! can see (or spoil) bytes a copy is still moving.
 
-use std::sync::Arc;
-
 use super::streamer::Stager;
-use crate::backend::{Backend, StreamHandle};
-use crate::resource::Event;
+use crate::resource::{Event, OwnedStream};
 use crate::{Element, MemError};
 
 /// A staging buffer and the event of the last asynchronous copy using it.
@@ -79,8 +76,7 @@ impl<T: Element> Stage<T> {
     /// given, and nothing else may keep its address.
     pub(super) unsafe fn lend(
         &mut self,
-        backend: &Arc<dyn Backend>,
-        stream: StreamHandle,
+        stream: &OwnedStream,
         len: usize,
         queue: impl FnOnce(&mut [T]) -> Result<(), MemError>,
     ) -> Result<(), MemError> {
@@ -90,7 +86,7 @@ impl<T: Element> Stage<T> {
         let queued = queue(window);
         // Even a failed call may have queued part of its work: wait for it
         // before anyone touches the buffer again.
-        self.pending = Some(Event::record(backend, stream)?);
+        self.pending = Some(Event::record(stream)?);
         queued
     }
 }
