@@ -282,7 +282,7 @@ impl<'a> HostKernel<'a> {
                     run: &mut run,
                 },
             },
-            stream.handle(),
+            stream.stream(),
         );
         match launched {
             // The device's clock cannot hold it: the launch is refused.

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::MemError;
-use crate::backend::{Backend, StreamHandle};
+use crate::backend::{Backend, Stream};
 use crate::ids::{InstanceId, OwnerId};
 use crate::resource::OwnedStream;
 
@@ -297,9 +297,9 @@ impl CurrentStream {
         }
     }
 
-    /// The bound stream.
-    pub fn stream(&self) -> StreamHandle {
-        self.stream.handle()
+    /// The bound stream, for queuing work of one's own on it.
+    pub fn stream(&self) -> &Arc<dyn Stream> {
+        self.stream.shared()
     }
 
     /// The bound stream, shared.
@@ -327,7 +327,7 @@ impl Drop for CurrentStream {
 impl std::fmt::Debug for CurrentStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CurrentStream")
-            .field("stream", &self.stream.handle())
+            .field("stream", &self.stream.id())
             .finish()
     }
 }
@@ -436,8 +436,8 @@ mod tests {
         assert_eq!(replaced.len(), 1);
         assert_eq!(&*replaced[0], "with");
         assert_ne!(
-            old.handle(),
-            groups.stream_of(a, &backend).unwrap().handle()
+            old.id(),
+            groups.stream_of(a, &backend).unwrap().id()
         );
         drop((old, replaced));
         assert_eq!(sim.live_streams(), 1);

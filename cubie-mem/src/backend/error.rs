@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::{DevicePtr, StreamHandle};
+use super::DevicePtr;
 use crate::{Bytes, MemError};
 
 /// The longest one operation may take on the simulated device's clock:
@@ -28,27 +28,6 @@ impl fmt::Display for MemorySpace {
         f.write_str(match self {
             MemorySpace::Device => "device",
             MemorySpace::PageLocked => "page-locked host",
-        })
-    }
-}
-
-/// The kind of a handle a backend did not recognise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HandleKind {
-    /// A stream.
-    Stream,
-    /// An event.
-    Event,
-    /// A device allocation.
-    Allocation,
-}
-
-impl fmt::Display for HandleKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            HandleKind::Stream => "stream",
-            HandleKind::Event => "event",
-            HandleKind::Allocation => "allocation",
         })
     }
 }
@@ -117,15 +96,14 @@ pub enum BackendError {
         message: String,
     },
 
-    /// A handle this backend does not know (destroyed, or another backend's).
-    #[error("{operation}: {kind} {handle:#x} does not exist on this backend")]
-    UnknownHandle {
+    /// A device address that is not a live allocation of this backend
+    /// (freed already, or another backend's).
+    #[error("{operation}: no live allocation of this backend starts at {ptr}")]
+    UnknownAllocation {
         /// What was being done.
         operation: &'static str,
-        /// What kind of handle.
-        kind: HandleKind,
-        /// Its raw value.
-        handle: u64,
+        /// The address given.
+        ptr: DevicePtr,
     },
 
     /// A byte range outside an allocation.
@@ -242,15 +220,6 @@ pub enum BackendError {
 }
 
 impl BackendError {
-    /// An unknown stream.
-    pub fn unknown_stream(operation: &'static str, stream: StreamHandle) -> Self {
-        BackendError::UnknownHandle {
-            operation,
-            kind: HandleKind::Stream,
-            handle: stream.0,
-        }
-    }
-
     /// Whether the error means memory ran out.
     pub fn is_out_of_memory(&self) -> bool {
         matches!(self, BackendError::OutOfMemory { .. })

@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use super::{HostArray, HostMemoryKind};
 use crate::array::queued::{queue_download, queue_upload};
-use crate::backend::Backend;
 use crate::resource::DeviceMemory;
 use crate::resource::Event;
 use crate::resource::OwnedStream;
@@ -204,8 +203,8 @@ fn queue_copy<T: Element>(
     if !backend.is_page_locked(bytes.as_ptr(), bytes.len()) {
         return copy_staged(device, host, way, memory, &stream);
     }
-    let queued = queue(backend, &memory, device.label(), &mut host, way, &stream);
-    match (queued, Event::record(backend, stream.handle())) {
+    let queued = queue(&memory, device.label(), &mut host, way, &stream);
+    match (queued, Event::record(&stream)) {
         (Ok(()), Ok(event)) => Ok(PendingCopy {
             host: Some(host),
             event,
@@ -217,8 +216,9 @@ fn queue_copy<T: Element>(
             Err(settle(error, host, settled))
         }
         (queued, Err(event_error)) => {
-            let settled = backend
-                .synchronize(stream.handle())
+            let settled = stream
+                .stream()
+                .synchronize()
                 .map_err(|error| MemError::backend(backend.name(), error));
             Err(settle(queued.err().unwrap_or(event_error), host, settled))
         }
@@ -274,7 +274,7 @@ fn copy_staged<T: Element>(
     if let Err(error) = copied {
         return Err(refused(error, host));
     }
-    match Event::record(stream.backend(), stream.handle()) {
+    match Event::record(stream) {
         Ok(event) => Ok(PendingCopy {
             host: Some(host),
             event,
@@ -286,7 +286,6 @@ fn copy_staged<T: Element>(
 
 /// Queues the copy itself.
 fn queue<T: Element>(
-    backend: &Arc<dyn Backend>,
     memory: &DeviceMemory,
     label: &str,
     host: &mut HostArray<T>,
@@ -301,25 +300,11 @@ fn queue<T: Element>(
         // moves into the PendingCopy, which keeps it, unread and unwritten
         // by anyone else, until an event recorded after the copy fired.
         Way::Upload => unsafe {
-            queue_upload(
-                &**backend,
-                memory,
-                label,
-                0,
-                host.as_slice(),
-                stream.handle(),
-            )
+            queue_upload(memory, label, 0, host.as_slice(), stream)
         },
         // SAFETY: as for the upload; the copy is the only writer.
         Way::Download => unsafe {
-            queue_download(
-                &**backend,
-                memory,
-                label,
-                0,
-                host.as_mut_slice(),
-                stream.handle(),
-            )
+            queue_download(memory, label, 0, host.as_mut_slice(), stream)
         },
     }
 }

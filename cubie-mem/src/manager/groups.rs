@@ -2,11 +2,11 @@
 
 use super::handles::Instance;
 use super::state::State;
-use crate::backend::{Backend, BackendError, BackendResult, StreamHandle};
+use crate::backend::{Backend, BackendError, BackendResult, Stream};
 use crate::ids::InstanceId;
 use std::sync::Arc;
 
-use crate::resource::{Event, OwnedStream};
+use crate::resource::OwnedStream;
 use crate::streams::{CurrentStream, DEFAULT_STREAM_GROUP};
 use crate::{MemError, MemoryManager};
 
@@ -44,9 +44,10 @@ impl MemoryManager {
         }
     }
 
-    /// The stream of the instance's group (created on first use).
-    pub fn stream(&self, instance: &Instance) -> Result<StreamHandle, MemError> {
-        Ok(self.group_stream(instance)?.handle())
+    /// The stream of the instance's group (created on first use; cubie's
+    /// `get_stream`), for queuing work of one's own on it.
+    pub fn stream(&self, instance: &Instance) -> Result<Arc<dyn Stream>, MemError> {
+        Ok(Arc::clone(self.group_stream(instance)?.shared()))
     }
 
     /// The stream of the instance's group, kept alive by the result.
@@ -66,51 +67,44 @@ impl MemoryManager {
 
     /// Binds `stream`, a stream of this manager's backend that the manager
     /// did not create (one made with [`Backend::create_stream`] on
-    /// [`MemoryManager::backend`], such as another library's), as this
-    /// thread's current stream until the guard drops, as
-    /// [`bind_stream`](Self::bind_stream) does for a group's stream:
-    /// device allocations made by the manager and copies through array
-    /// handles inside the scope are ordered on it. An array allocated
-    /// there is freed on its group's stream, ordered after the work queued
-    /// on `stream` through an event.
+    /// [`MemoryManager::backend`]), as this thread's current stream until
+    /// the guard drops, as [`bind_stream`](Self::bind_stream) does for a
+    /// group's stream: device allocations and copies through array handles
+    /// inside the scope are ordered on it. An array allocated there is
+    /// freed on its group's stream, ordered after `stream`'s work.
     ///
-    /// The manager never destroys the stream, and never touches it after
-    /// the guard dropped: the guard records an event after its work as it
-    /// drops, and later frees and copies wait for that event instead. The
-    /// stream must stay alive until then; one destroyed earlier makes the
-    /// work inside the scope fail with an unknown-stream error. Refused,
-    /// binding nothing, when `stream` is not a live stream of the backend.
-    /// (A handle is a number: one made by another backend is refused only
-    /// where this backend has no live stream of that number.)
-    /// (A CUDA stream of another library is bound by `bind_cuda_stream`,
-    /// feature `cuda`.)
-    pub fn bind_external_stream(&self, stream: StreamHandle) -> Result<CurrentStream, MemError> {
+    /// The manager never queues work on the stream after the guard
+    /// dropped: the guard records an event after its work as it drops, and
+    /// later frees and copies wait for that event instead. Refused, binding
+    /// nothing, when `stream` belongs to another backend. (A CUDA stream of
+    /// another library is bound through `cubie_mem::cuda`, feature `cuda`.)
+    pub fn bind_external_stream(&self, stream: Arc<dyn Stream>) -> Result<CurrentStream, MemError> {
         let backend = &self.inner.backend;
-        // The probe serves once recorded: dropping it destroys it.
-        Event::record_raw(backend, stream).map_err(|error| {
+        // A stream of this backend waits for the stream's event: refused
+        // for another backend's stream.
+        let probe = stream.record().and_then(|event| {
+            backend.create_stream()?.wait(&*event)
+        });
+        probe.map_err(|error| {
             MemError::backend(
                 backend.name(),
                 BackendError::Unsupported {
                     operation: "bind an external stream",
                     reason: format!(
-                        "stream {} is not a live stream of this backend ({error}); bind a stream \
-                         created with Backend::create_stream on MemoryManager::backend, before \
-                         it is destroyed",
-                        stream.0
+                        "stream {} is not a stream of this backend ({error}); bind a stream \
+                         created with Backend::create_stream on MemoryManager::backend",
+                        stream.id()
                     ),
                 },
             )
         })?;
-        Ok(CurrentStream::bind(OwnedStream::external(
-            backend, stream, false, None,
-        )))
+        Ok(CurrentStream::bind(OwnedStream::external(backend, stream, None)))
     }
 
     /// Blocks until the work queued on the instance's group stream completed.
     pub fn synchronize(&self, instance: &Instance) -> Result<(), MemError> {
         let stream = self.group_stream(instance)?;
-        let backend = &*self.inner.backend;
-        backend.synchronize(stream.handle()).on(backend)
+        stream.stream().synchronize().on(&*self.inner.backend)
     }
 
     /// Gives every group a new stream (after a context reset); existing arrays

@@ -15,7 +15,6 @@ use super::held::HeldArrays;
 use super::labels::Labels;
 use super::scratch::Scratch;
 use crate::array::ReleaseReason;
-use crate::backend::StreamHandle;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, Named, OwnerId};
 use crate::pools::{ShareWarning, Shares};
@@ -68,7 +67,7 @@ pub(crate) struct OwnerState {
     pub(crate) busy: usize,
     pub(crate) last_used: u64,
     /// The newest completion event per stream.
-    pub(crate) pending: Vec<(StreamHandle, Event)>,
+    pub(crate) pending: Vec<(u64, Event)>,
     pub(crate) spill: SpillSettings,
 }
 

@@ -3,10 +3,9 @@
 use std::sync::{Arc, Weak};
 
 use super::Inner;
-use crate::backend::StreamHandle;
 use crate::ids::OwnerId;
 use crate::registration::AsOwner;
-use crate::resource::Event;
+use crate::resource::{Event, OwnedStream};
 use crate::{MemError, MemoryManager};
 
 /// Work in flight for an owner, from [`MemoryManager::begin_work`]. While it
@@ -56,24 +55,23 @@ impl Inner {
     /// per stream (the older ones are ordered before it).
     fn finish_work(&self, owner: OwnerId) -> Result<(), MemError> {
         let mut s = self.lock();
-        let mut streams: Vec<StreamHandle> = Vec::new();
+        let mut streams: Vec<Arc<OwnedStream>> = Vec::new();
         if let Some(o) = s.owners.get(&owner) {
             for &id in &o.instances {
                 let stream = s
                     .groups
                     .group_of_instance(id)
-                    .and_then(|g| g.existing_stream())
-                    .map(|stream| stream.handle());
-                if let Some(stream) = stream.filter(|st| !streams.contains(st)) {
-                    streams.push(stream);
+                    .and_then(|g| g.existing_stream());
+                if let Some(stream) = stream.filter(|st| !streams.iter().any(|s| Arc::ptr_eq(s, st))) {
+                    streams.push(Arc::clone(stream));
                 }
             }
         }
         let mut result = Ok(());
         let mut recorded = Vec::with_capacity(streams.len());
         for stream in streams {
-            match Event::record(&self.backend, stream) {
-                Ok(event) => recorded.push((stream, event)),
+            match Event::record(&stream) {
+                Ok(event) => recorded.push((stream.id(), event)),
                 Err(error) => result = Err(error),
             }
         }

@@ -112,6 +112,11 @@ impl OwnedStream {
         &*self.stream
     }
 
+    /// The backend's stream, shared, for a caller that queues its own work.
+    pub(crate) fn shared(&self) -> &Arc<dyn Stream> {
+        &self.stream
+    }
+
     /// The stream's number (see [`Stream::id`]).
     pub(crate) fn id(&self) -> u64 {
         self.stream.id()

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::binding::Move;
 use crate::Chunk;
-use crate::backend::{Backend, BackendResult, StreamHandle};
+use crate::backend::{Backend, BackendResult};
 use crate::resource::Event;
 use crate::resource::OwnedStream;
 use crate::{Chunks, MemError};
@@ -38,7 +38,7 @@ pub(super) struct Completed {
 /// The streams and events of one run.
 pub(super) struct Schedule {
     backend: Arc<dyn Backend>,
-    compute: StreamHandle,
+    compute: Arc<OwnedStream>,
     upload: Arc<OwnedStream>,
     download: Arc<OwnedStream>,
     sets: usize,
@@ -63,16 +63,16 @@ pub(super) struct Schedule {
 impl Schedule {
     pub(super) fn new(
         backend: &Arc<dyn Backend>,
-        compute: StreamHandle,
+        compute: Arc<OwnedStream>,
         sets: usize,
     ) -> Result<Self, MemError> {
         let upload = OwnedStream::create(backend)?;
         let download = OwnedStream::create(backend)?;
         // The arrays were allocated (and maybe written) on the compute
         // stream: the copy streams start after that.
-        let start = Event::record(backend, compute)?;
-        start.order(upload.handle())?;
-        start.order(download.handle())?;
+        let start = Event::record(&compute)?;
+        start.order(&upload)?;
+        start.order(&download)?;
         Ok(Schedule {
             backend: Arc::clone(backend),
             compute,
@@ -121,7 +121,7 @@ impl Schedule {
     fn after_previous_use(
         &self,
         chunk: usize,
-        stream: StreamHandle,
+        stream: &OwnedStream,
         pick: fn(&ChunkEvents) -> &Option<Event>,
     ) -> Result<(), MemError> {
         match chunk
@@ -135,7 +135,8 @@ impl Schedule {
 
     fn upload(&mut self, lanes: &mut [Box<dyn Move + '_>], chunk: &Chunk) -> Result<(), MemError> {
         self.at = Some(chunk.index);
-        let stream = self.upload.handle();
+        let stream = Arc::clone(&self.upload);
+        let stream = &*stream;
         let set = chunk.index % self.sets;
         self.after_previous_use(chunk.index, stream, |e| &e.computed)?;
         for lane in lanes.iter_mut().filter(|lane| !lane.is_inout()) {
@@ -147,7 +148,7 @@ impl Schedule {
                 lane.upload(chunk, set, stream)?;
             }
         }
-        self.events(chunk.index).uploaded = Some(Event::record(&self.backend, stream)?);
+        self.events(chunk.index).uploaded = Some(Event::record(stream)?);
         tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set, "queued a chunk's upload");
         Ok(())
     }
@@ -205,7 +206,8 @@ impl Schedule {
         lanes: &mut [Box<dyn Move + '_>],
         chunk: &Chunk,
     ) -> Result<(), MemError> {
-        let stream = self.download.handle();
+        let stream = Arc::clone(&self.download);
+        let stream = &*stream;
         if let Some(computed) = self.event(chunk.index, |e| &e.computed) {
             computed.order(stream)?;
         }
@@ -213,7 +215,7 @@ impl Schedule {
         for lane in lanes.iter_mut() {
             lane.download(chunk, set, stream)?;
         }
-        self.events(chunk.index).downloaded = Some(Event::record(&self.backend, stream)?);
+        self.events(chunk.index).downloaded = Some(Event::record(stream)?);
         tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set, "queued a chunk's download");
         Ok(())
     }
@@ -225,12 +227,12 @@ impl Schedule {
     ) -> Result<(), E> {
         self.at = Some(chunk.index);
         if let Some(uploaded) = self.event(chunk.index, |e| &e.uploaded) {
-            uploaded.order(self.compute)?;
+            uploaded.order(&self.compute)?;
         }
-        self.after_previous_use(chunk.index, self.compute, |e| &e.downloaded)?;
+        self.after_previous_use(chunk.index, &self.compute, |e| &e.downloaded)?;
         tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set = chunk.index % self.sets, "computing a chunk");
         compute(chunk, chunk.index % self.sets)?;
-        self.events(chunk.index).computed = Some(Event::record(&self.backend, self.compute)?);
+        self.events(chunk.index).computed = Some(Event::record(&self.compute)?);
         self.computed.push_back(chunk.clone());
         // Later steps refer back at most `d` chunks.
         while self.first < chunk.index.saturating_sub(self.sets) && !self.events.is_empty() {
@@ -333,15 +335,14 @@ impl Schedule {
     /// chunk's results can be counted on.
     pub(super) fn finish(&mut self) -> Result<(), MemError> {
         let mut result = Ok(());
-        for stream in [self.upload.handle(), self.download.handle()] {
-            let ordered =
-                Event::record(&self.backend, stream).and_then(|done| done.order(self.compute));
+        for stream in [&self.upload, &self.download] {
+            let ordered = Event::record(stream).and_then(|done| done.order(&self.compute));
             if result.is_ok() {
                 result = ordered;
             }
         }
-        for stream in [self.compute, self.upload.handle(), self.download.handle()] {
-            let waited = self.backend.synchronize(stream).on(&*self.backend);
+        for stream in [&self.compute, &self.upload, &self.download] {
+            let waited = stream.stream().synchronize().on(&*self.backend);
             if result.is_ok() {
                 result = waited;
             }

@@ -15,7 +15,7 @@ use std::ops::Range;
 use super::layout::ChunkLayout;
 use super::staging_threads::{ScatterTarget, StagingThreads};
 use crate::array::slot::Memory;
-use crate::backend::{Backend, BackendError, BackendResult, DevicePtr, StreamHandle, StridedRows};
+use crate::backend::{BackendError, BackendResult, DevicePtr, Stream, StridedRows};
 use crate::host::{HostArray, HostMemoryKind};
 use crate::host::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
 use crate::ids::{InstanceId, Named};
@@ -458,7 +458,7 @@ fn strided_rows<T: Element>(
 /// array is not device memory (nothing queued: stage it).
 fn strided_blocking<T: Element>(
     device: &DeviceArray<T>,
-    queue: impl FnOnce(&dyn Backend, DevicePtr, StreamHandle) -> Result<(), BackendError>,
+    queue: impl FnOnce(&dyn Stream, DevicePtr) -> Result<(), BackendError>,
 ) -> Result<bool, MemError> {
     let slot = device.slot();
     let Memory::Device(memory) = slot.memory()? else {
@@ -466,8 +466,9 @@ fn strided_blocking<T: Element>(
     };
     let (backend, label) = (slot.backend(), slot.label());
     let stream = slot.use_stream(&memory)?;
-    let queued = queue(backend, memory.ptr(), stream).for_array(backend, label);
-    let waited = backend.synchronize(stream).for_array(backend, label);
+    let stream = stream.stream();
+    let queued = queue(stream, memory.ptr()).for_array(backend, label);
+    let waited = stream.synchronize().for_array(backend, label);
     queued.and(waited).map(|()| true)
 }
 
@@ -517,8 +518,8 @@ fn upload<T: Element>(
         // SAFETY: the rows lie in the pinned host array (the layout's rows
         // of `runs`), page-locked memory of the backend, borrowed for the
         // call, which waits for the copy.
-        let copied = strided_blocking(device, |backend, ptr, stream| unsafe {
-            backend.copy_to_device_strided_async(ptr, 0, src.cast(), rows, stream)
+        let copied = strided_blocking(device, |stream, ptr| unsafe {
+            stream.copy_to_device_strided_async(ptr, 0, src.cast(), rows)
         })?;
         if copied {
             return Ok(());
@@ -572,8 +573,8 @@ fn download<T: Element>(
             .as_mut_ptr();
         // SAFETY: as for an upload; the host array is borrowed mutably for
         // the call, so nothing else reads or writes it meanwhile.
-        let copied = strided_blocking(device, |backend, ptr, stream| unsafe {
-            backend.copy_from_device_strided_async(dst.cast(), rows, ptr, 0, stream)
+        let copied = strided_blocking(device, |stream, ptr| unsafe {
+            stream.copy_from_device_strided_async(dst.cast(), rows, ptr, 0)
         })?;
         if copied {
             return Ok(());

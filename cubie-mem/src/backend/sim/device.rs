@@ -7,9 +7,8 @@ use super::pinned::SimPinnedBlock;
 use super::{NAME, SimBackend, SimState};
 use crate::Bytes;
 use crate::backend::{
-    Backend, BackendError, DevicePtr, EngineRates, EventHandle, HandleKind, HostWork, KernelBody,
-    KernelLaunch, MemInfo, MemorySpace, PinnedBlock, PoolUsage, StreamHandle, StridedRows,
-    byte_range,
+    Backend, BackendError, DevicePtr, EngineRates, HostWork, KernelBody, KernelLaunch, MemInfo,
+    MemorySpace, PinnedBlock, PoolUsage, Stream, byte_range,
 };
 use crate::timeline::Activity;
 
@@ -31,7 +30,7 @@ impl Drop for SetAside<'_> {
 }
 
 /// Where a copy from the device goes.
-enum HostTarget<'a> {
+pub(super) enum HostTarget<'a> {
     /// Pageable memory, written at once.
     Pageable(&'a mut [u8]),
     /// The page-locked bytes at these host addresses, written when the host
@@ -44,16 +43,15 @@ impl SimState {
     /// offset` on `stream` (bounds, hazards, data, time); `pinned` is the
     /// page-locked range an asynchronous copy reads (none: pageable, the
     /// host waits). Returns when it ends.
-    fn copy_in(
+    pub(super) fn copy_in(
         &mut self,
         operation: &'static str,
         dst: DevicePtr,
         offset: u64,
         src: &[u8],
-        stream: StreamHandle,
+        stream: u64,
         pinned: Option<Range<u64>>,
     ) -> Result<u64, BackendError> {
-        self.check_stream(stream, operation)?;
         self.copy_fits(
             operation,
             Engine::HostToDevice,
@@ -63,7 +61,7 @@ impl SimState {
         )?;
         let size = self.block(dst, operation)?.len();
         let range = byte_range(operation, offset, src.len(), size)?;
-        let at = self.order.next(stream.0);
+        let at = self.order.next(stream);
         self.order.check_device(operation, at, dst, &range, true)?;
         if let Some(bytes) = &pinned {
             self.order.check_pinned(operation, at, bytes, false)?;
@@ -81,15 +79,14 @@ impl SimState {
     /// `stream` into `dst`, as [`SimState::copy_in`] does: into pageable
     /// memory at once (the host waits), into page-locked memory when the
     /// host sees the copy done.
-    fn copy_out(
+    pub(super) fn copy_out(
         &mut self,
         operation: &'static str,
         dst: HostTarget<'_>,
         src: DevicePtr,
         offset: u64,
-        stream: StreamHandle,
+        stream: u64,
     ) -> Result<u64, BackendError> {
-        self.check_stream(stream, operation)?;
         let len = match &dst {
             HostTarget::Pageable(bytes) => bytes.len(),
             HostTarget::PageLocked(range) => usize::try_from(range.end - range.start).unwrap_or(0),
@@ -98,7 +95,7 @@ impl SimState {
         self.copy_fits(operation, Engine::DeviceToHost, stream, len, pageable)?;
         let size = self.block(src, operation)?.len();
         let range = byte_range(operation, offset, len, size)?;
-        let at = self.order.next(stream.0);
+        let at = self.order.next(stream);
         self.order.check_device(operation, at, src, &range, false)?;
         let pageable = match dst {
             HostTarget::Pageable(bytes) => {
@@ -116,18 +113,6 @@ impl SimState {
         };
         self.order.read_device(at, src, range);
         Ok(self.timed_copy(Engine::DeviceToHost, stream, len as u64, pageable))
-    }
-
-    fn check_event(&self, event: EventHandle, operation: &'static str) -> Result<(), BackendError> {
-        if self.events.contains(&event.0) {
-            Ok(())
-        } else {
-            Err(BackendError::UnknownHandle {
-                operation,
-                kind: HandleKind::Event,
-                handle: event.0,
-            })
-        }
     }
 }
 
@@ -157,87 +142,13 @@ impl Backend for SimBackend {
         })
     }
 
-    fn create_stream(&self) -> Result<StreamHandle, BackendError> {
-        let mut s = self.call()?;
-        let id = s.next_stream;
-        s.next_stream += 1;
-        s.streams.insert(id);
-        Ok(StreamHandle(id))
+    fn create_stream(&self) -> Result<std::sync::Arc<dyn Stream>, BackendError> {
+        self.new_stream()
     }
 
-    /// Forgets the stream without waiting for it (`cuStreamDestroy`): its
-    /// queued work still runs, and what it touches stays in use until the
-    /// host has seen that work done (through an event recorded on it, or a
-    /// stream that waited for one).
-    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
+    fn alloc_device(&self, bytes: u64, stream: &dyn Stream) -> Result<DevicePtr, BackendError> {
+        let stream = self.stream_id(stream, "allocate")?;
         let mut s = self.call()?;
-        s.check_stream(stream, "destroy stream")?;
-        s.clock.forget_stream(stream.0);
-        s.order.destroy_stream(stream.0);
-        s.streams.remove(&stream.0);
-        Ok(())
-    }
-
-    fn synchronize(&self, stream: StreamHandle) -> Result<(), BackendError> {
-        let mut s = self.call()?;
-        s.check_stream(stream, "synchronize")?;
-        s.host_waits_for_stream(stream);
-        Ok(())
-    }
-
-    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, BackendError> {
-        let mut s = self.call()?;
-        s.check_stream(stream, "record event")?;
-        let id = s.next_event;
-        s.next_event = id.saturating_add(1);
-        s.events.insert(id);
-        s.clock.record_event(id, stream.0);
-        s.order.record_event(id, stream.0);
-        Ok(EventHandle(id))
-    }
-
-    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError> {
-        let mut s = self.call()?;
-        s.check_stream(stream, "order streams")?;
-        s.check_event(event, "order streams")?;
-        s.clock.wait_event(stream.0, event.0);
-        s.order.wait_event(stream.0, event.0);
-        Ok(())
-    }
-
-    /// Whether the event fired; a poll that finds it pending lets a poll's
-    /// time pass on the host's clock, so that a polling loop ends.
-    fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError> {
-        let mut s = self.call()?;
-        s.check_event(event, "query event")?;
-        let fired = !s.hold_completions && s.clock.event_fired(event.0);
-        if fired {
-            s.host_waits_for_event(event);
-        } else {
-            s.clock.poll();
-        }
-        Ok(fired)
-    }
-
-    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError> {
-        let mut s = self.call()?;
-        s.check_event(event, "wait for event")?;
-        s.clock.synchronize_event(event.0);
-        s.host_waits_for_event(event);
-        Ok(())
-    }
-
-    fn destroy_event(&self, event: EventHandle) -> Result<(), BackendError> {
-        let mut s = self.call()?;
-        s.events.remove(&event.0);
-        s.clock.forget_event(event.0);
-        s.order.forget_event(event.0);
-        Ok(())
-    }
-
-    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError> {
-        let mut s = self.call()?;
-        s.check_stream(stream, "allocate")?;
         s.count_allocation(MemorySpace::Device, bytes)?;
         if bytes > s.free() {
             return Err(s.out_of_memory(MemorySpace::Device, bytes));
@@ -246,12 +157,12 @@ impl Backend for SimBackend {
         s.allocations.insert(address, block);
         s.device_bytes = s.device_bytes.saturating_add(bytes);
         let ptr = DevicePtr(address);
-        let at = s.order.next(stream.0);
+        let at = s.order.next(stream);
         s.order.allocated(at, ptr, bytes);
         s.clock.instant(Work {
             activity: Activity::Alloc,
             name: format!("alloc {}", Bytes(bytes)),
-            stream: stream.0,
+            stream: stream,
             bytes,
         });
         Ok(ptr)
@@ -261,11 +172,11 @@ impl Backend for SimBackend {
         &self,
         ptr: DevicePtr,
         bytes: u64,
-        stream: StreamHandle,
+        stream: &dyn Stream,
     ) -> Result<(), BackendError> {
         const OPERATION: &str = "free";
+        let stream = self.stream_id(stream, OPERATION)?;
         let mut s = self.call()?;
-        s.check_stream(stream, OPERATION)?;
         let size = s.block(ptr, OPERATION)?.len();
         if bytes != size {
             return Err(BackendError::OutOfBounds {
@@ -275,7 +186,7 @@ impl Backend for SimBackend {
                 size,
             });
         }
-        let at = s.order.next(stream.0);
+        let at = s.order.next(stream);
         s.order
             .check_device(OPERATION, at, ptr, &(0..size.max(1)), true)?;
         let Some(block) = s.allocations.remove(&ptr.0) else {
@@ -287,7 +198,7 @@ impl Backend for SimBackend {
         s.clock.instant(Work {
             activity: Activity::Free,
             name: format!("free {}", Bytes(size)),
-            stream: stream.0,
+            stream: stream,
             bytes: size,
         });
         Ok(())
@@ -309,121 +220,6 @@ impl Backend for SimBackend {
 
     fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
         self.state().check_page_locked("", ptr.addr(), len).is_ok()
-    }
-
-    fn copy_to_device(
-        &self,
-        dst: DevicePtr,
-        offset: u64,
-        src: &[u8],
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        let mut s = self.call()?;
-        let end = s.copy_in("copy to device", dst, offset, src, stream, None)?;
-        // Pageable memory: the host waits until the slice is free again.
-        s.clock.wait_until(end);
-        s.host_waits_for_stream(stream);
-        Ok(())
-    }
-
-    fn copy_from_device(
-        &self,
-        dst: &mut [u8],
-        src: DevicePtr,
-        offset: u64,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        let mut s = self.call()?;
-        let end = s.copy_out(
-            "copy from device",
-            HostTarget::Pageable(dst),
-            src,
-            offset,
-            stream,
-        )?;
-        s.clock.wait_until(end);
-        s.host_waits_for_stream(stream);
-        Ok(())
-    }
-
-    /// Checks that `src..src + len` is a page-locked block of this device;
-    /// the device memory gets the bytes now (a kernel queued after the
-    /// copy reads them at once), and the block belongs to the copy until the
-    /// host sees it done.
-    unsafe fn copy_to_device_async(
-        &self,
-        dst: DevicePtr,
-        offset: u64,
-        src: *const u8,
-        len: usize,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        const OPERATION: &str = "asynchronous copy to device";
-        let mut s = self.call()?;
-        let pinned = s.check_page_locked(OPERATION, src.addr(), len)?;
-        // SAFETY: the caller guarantees `len` readable bytes at `src`, left
-        // alone until the copy completes; they lie in a live page-locked
-        // block of this device (checked above), read here under its lock.
-        let bytes = unsafe { std::slice::from_raw_parts(src, len) };
-        s.copy_in(OPERATION, dst, offset, bytes, stream, Some(pinned))
-            .map(drop)
-    }
-
-    /// Checks that `dst..dst + len` is a page-locked block of this device;
-    /// the data lands there when the host sees the copy done.
-    unsafe fn copy_from_device_async(
-        &self,
-        dst: *mut u8,
-        len: usize,
-        src: DevicePtr,
-        offset: u64,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        const OPERATION: &str = "asynchronous copy from device";
-        let mut s = self.call()?;
-        let pinned = s.check_page_locked(OPERATION, dst.addr(), len)?;
-        // The copy's data is taken now and written into `dst` later, once
-        // the host has seen the copy done (`SimState::land`).
-        s.copy_out(
-            OPERATION,
-            HostTarget::PageLocked(pinned),
-            src,
-            offset,
-            stream,
-        )
-        .map(drop)
-    }
-
-    /// Checks every row of host memory from `src` is page-locked memory of
-    /// this device (or of a peer it accepts) and every device row lies in
-    /// the allocation, per row like a contiguous copy; the device memory
-    /// gets the bytes now, and the rows belong to the copy until the host
-    /// sees it done. Timed as its bytes plus a cost per row.
-    unsafe fn copy_to_device_strided_async(
-        &self,
-        dst: DevicePtr,
-        offset: u64,
-        src: *const u8,
-        rows: StridedRows,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        let mut s = self.call()?;
-        // SAFETY: passed on from the caller.
-        unsafe { s.copy_in_strided(dst, offset, src, rows, stream) }
-    }
-
-    /// Checks the rows as [`copy_to_device_strided_async`](Self::copy_to_device_strided_async)
-    /// does; each row's data lands when the host sees the copy done.
-    unsafe fn copy_from_device_strided_async(
-        &self,
-        dst: *mut u8,
-        rows: StridedRows,
-        src: DevicePtr,
-        offset: u64,
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        self.call()?
-            .copy_out_strided(dst, rows, src, offset, stream)
     }
 
     /// Times the host's work on its own engine at the host bandwidth times
@@ -477,11 +273,11 @@ impl Backend for SimBackend {
         true
     }
 
-    fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError> {
+    fn launch(&self, launch: KernelLaunch<'_>, stream: &dyn Stream) -> Result<(), BackendError> {
         const OPERATION: &str = "launch";
         let KernelBody::Host { duration, run } = launch.body;
+        let stream = self.stream_id(stream, OPERATION)?;
         let mut s = self.call()?;
-        s.check_stream(stream, OPERATION)?;
         for (index, arg) in launch.args.iter().enumerate() {
             let size = s.block(arg.ptr, OPERATION)?.len();
             byte_range(
@@ -503,8 +299,8 @@ impl Backend for SimBackend {
         // The launch declares the kernel's time at 100% compute speed.
         let duration = s.clock.kernel_duration(duration);
         s.clock
-            .fits(OPERATION, Engine::Compute, stream.0, duration)?;
-        let at = s.order.next(stream.0);
+            .fits(OPERATION, Engine::Compute, stream, duration)?;
+        let at = s.order.next(stream);
         for arg in launch.args {
             s.order
                 .check_device(OPERATION, at, arg.ptr, &(0..arg.bytes), arg.access.writes())?;
@@ -529,7 +325,7 @@ impl Backend for SimBackend {
             Work {
                 activity: Activity::Kernel,
                 name: launch.name.to_owned(),
-                stream: stream.0,
+                stream: stream,
                 bytes: touched,
             },
         );

@@ -44,15 +44,16 @@ mod pinned;
 mod pinned_uses;
 mod ranges;
 mod stamp;
+mod stream;
 mod strided;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use super::error::LONGEST_OPERATION_NS;
 use super::page_locked::PageLockedRanges;
-use super::{BackendError, DevicePtr, EventHandle, MemorySpace, StreamHandle};
+use super::{BackendError, DevicePtr, MemorySpace};
 use crate::Bytes;
 use crate::block::HostBlock;
 use crate::timeline::{Activity, Timeline};
@@ -89,9 +90,11 @@ struct SimState {
     next_address: u64,
     allocation_calls: usize,
     fail_after: Option<usize>,
-    streams: FxHashSet<u64>,
+    /// Streams and events handed out and not yet released, and the
+    /// numbers of the next ones.
+    live_streams: usize,
     next_stream: u64,
-    events: FxHashSet<u64>,
+    live_events: usize,
     next_event: u64,
     hold_completions: bool,
     clock: DeviceClock,
@@ -162,9 +165,9 @@ impl SimBackend {
                 next_address: ADDRESS_ALIGNMENT,
                 allocation_calls: 0,
                 fail_after: None,
-                streams: FxHashSet::default(),
+                live_streams: 0,
                 next_stream: 1,
-                events: FxHashSet::default(),
+                live_events: 0,
                 next_event: 1,
                 hold_completions: false,
                 clock: DeviceClock::new(),
@@ -202,14 +205,14 @@ impl SimBackend {
         s.allocation_calls = 0;
     }
 
-    /// While held, every event polled ([`Backend::event_complete`]) reports
+    /// While held, every event polled ([`Event::is_complete`]) reports
     /// pending whatever the clock says, as if the GPU were still busy (what
     /// the manager's eviction sees); the host's own waits (synchronise,
-    /// [`Backend::synchronize_event`], blocking copies) still complete.
+    /// [`Event::synchronize`], blocking copies) still complete.
     /// Once released, events fire by the modelled clock again.
     ///
-    /// [`Backend::event_complete`]: super::Backend::event_complete
-    /// [`Backend::synchronize_event`]: super::Backend::synchronize_event
+    /// [`Event::is_complete`]: super::Event::is_complete
+    /// [`Event::synchronize`]: super::Event::synchronize
     pub fn hold_completions(&self, hold: bool) {
         self.state().hold_completions = hold;
     }
@@ -333,12 +336,12 @@ impl SimBackend {
 
     /// Number of live streams.
     pub fn live_streams(&self) -> usize {
-        self.state().streams.len()
+        self.state().live_streams
     }
 
     /// Number of live (not destroyed) events.
     pub fn live_events(&self) -> usize {
-        self.state().events.len()
+        self.state().live_events
     }
 
     /// Number of live page-locked host blocks (host arrays and staging
@@ -410,18 +413,6 @@ impl SimState {
             .ok_or_else(|| self.out_of_memory(space, bytes))
     }
 
-    fn check_stream(
-        &self,
-        stream: StreamHandle,
-        operation: &'static str,
-    ) -> Result<(), BackendError> {
-        if self.streams.contains(&stream.0) {
-            Ok(())
-        } else {
-            Err(BackendError::unknown_stream(operation, stream))
-        }
-    }
-
     /// The error for an allocation that is not there: a host kernel has it
     /// right now, or it does not exist.
     fn missing(&self, ptr: DevicePtr, operation: &'static str) -> BackendError {
@@ -433,11 +424,7 @@ impl SimState {
                      a kernel body must not call the backend"
                 ),
             },
-            None => BackendError::UnknownHandle {
-                operation,
-                kind: super::HandleKind::Allocation,
-                handle: ptr.0,
-            },
+            None => BackendError::UnknownAllocation { operation, ptr },
         }
     }
 
@@ -451,11 +438,7 @@ impl SimState {
         }
         self.allocations
             .get_mut(&ptr.0)
-            .ok_or(BackendError::UnknownHandle {
-                operation,
-                kind: super::HandleKind::Allocation,
-                handle: ptr.0,
-            })
+.ok_or(BackendError::UnknownAllocation { operation, ptr })
     }
 
     /// Device memory for `bytes`: a pooled block that fits (stale bytes), or
@@ -498,13 +481,13 @@ impl SimState {
         &self,
         operation: &'static str,
         engine: Engine,
-        stream: StreamHandle,
+        stream: u64,
         len: usize,
         pageable: bool,
     ) -> Result<(), BackendError> {
         let duration = self.copy_duration(engine, len as u64, pageable);
         self.clock
-            .fits(operation, engine, stream.0, Duration::from_nanos(duration))
+            .fits(operation, engine, stream, Duration::from_nanos(duration))
     }
 
     /// Places a copy of `bytes` on its engine after the stream's earlier
@@ -512,7 +495,7 @@ impl SimState {
     fn timed_copy(
         &mut self,
         engine: Engine,
-        stream: StreamHandle,
+        stream: u64,
         bytes: u64,
         pageable: bool,
     ) -> u64 {
@@ -530,7 +513,7 @@ impl SimState {
             Work {
                 activity,
                 name: format!("{direction} {}{memory}", Bytes(bytes)),
-                stream: stream.0,
+                stream: stream,
                 bytes,
             },
         )
@@ -538,16 +521,16 @@ impl SimState {
 
     /// The host waits for everything queued on `stream`; what it downloaded
     /// lands.
-    fn host_waits_for_stream(&mut self, stream: StreamHandle) {
-        self.clock.synchronize(stream.0);
-        let landings = self.order.host_waits_for_stream(stream.0);
+    fn host_waits_for_stream(&mut self, stream: u64) {
+        self.clock.synchronize(stream);
+        let landings = self.order.host_waits_for_stream(stream);
         self.land(landings);
     }
 
     /// The host knows the work before `event` is done; what it downloaded
     /// lands.
-    fn host_waits_for_event(&mut self, event: EventHandle) {
-        let landings = self.order.host_waits_for_event(event.0);
+    fn host_waits_for_event(&mut self, event: u64) {
+        let landings = self.order.host_waits_for_event(event);
         self.land(landings);
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::SimState;
 use super::clock::{Engine, Work};
 use crate::Bytes;
-use crate::backend::{BackendError, DevicePtr, StreamHandle, StridedRows};
+use crate::backend::{BackendError, DevicePtr, StridedRows};
 use crate::timeline::Activity;
 
 /// A strided copy whose figures were checked: its bytes, and the byte
@@ -38,13 +38,12 @@ impl SimState {
         ptr: DevicePtr,
         offset: u64,
         rows: StridedRows,
-        stream: StreamHandle,
+        stream: u64,
     ) -> Result<Checked, BackendError> {
-        self.check_stream(stream, operation)?;
         let bytes = rows.check(operation)?;
         let duration = self.clock.strided_copy_ns(engine, bytes, rows.rows as u64);
         self.clock
-            .fits(operation, engine, stream.0, Duration::from_nanos(duration))?;
+            .fits(operation, engine, stream, Duration::from_nanos(duration))?;
         let size = self.block(ptr, operation)?.len();
         // `check` bounded the span.
         let span = rows.device_span().unwrap_or(u64::MAX);
@@ -80,7 +79,7 @@ impl SimState {
     fn timed_strided(
         &mut self,
         engine: Engine,
-        stream: StreamHandle,
+        stream: u64,
         checked: &Checked,
         rows: StridedRows,
     ) {
@@ -99,7 +98,7 @@ impl SimState {
             Work {
                 activity,
                 name: format!("{direction} {} in {} rows", Bytes(checked.bytes), rows.rows),
-                stream: stream.0,
+                stream: stream,
                 bytes: checked.bytes,
             },
         );
@@ -120,13 +119,13 @@ impl SimState {
         offset: u64,
         src: *const u8,
         rows: StridedRows,
-        stream: StreamHandle,
+        stream: u64,
     ) -> Result<(), BackendError> {
         const OPERATION: &str = "asynchronous strided copy to device";
         let engine = Engine::HostToDevice;
         let checked =
             self.check_strided(OPERATION, engine, src.addr(), dst, offset, rows, stream)?;
-        let at = self.order.next(stream.0);
+        let at = self.order.next(stream);
         for (range, _) in &checked.device {
             self.order.check_device(OPERATION, at, dst, range, true)?;
         }
@@ -164,13 +163,13 @@ impl SimState {
         rows: StridedRows,
         src: DevicePtr,
         offset: u64,
-        stream: StreamHandle,
+        stream: u64,
     ) -> Result<(), BackendError> {
         const OPERATION: &str = "asynchronous strided copy from device";
         let engine = Engine::DeviceToHost;
         let checked =
             self.check_strided(OPERATION, engine, dst.addr(), src, offset, rows, stream)?;
-        let at = self.order.next(stream.0);
+        let at = self.order.next(stream);
         for (range, _) in &checked.device {
             self.order.check_device(OPERATION, at, src, range, false)?;
         }
