@@ -10,8 +10,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use std::sync::Arc;
+
 use cubie_mem::backend::{
-    Access, Backend, KernelArg, KernelBody, KernelLaunch, PinnedBlock, StreamHandle,
+    Access, Backend, KernelArg, KernelBody, KernelLaunch, PinnedBlock, Stream,
 };
 use cubie_mem::{
     ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Instance, ManagerConfig, MemError,
@@ -27,7 +29,7 @@ struct Device {
     sim: SimBackend,
     mgr: MemoryManager,
     solver: Instance,
-    stream: StreamHandle,
+    stream: Arc<dyn Stream>,
     buffer: cubie_mem::backend::DevicePtr,
     set: DeviceArray<f32>,
 }
@@ -55,8 +57,9 @@ fn device() -> Device {
         .take::<f32>("x")
         .expect("taking");
     let stream = sim.create_stream().expect("a stream");
-    let buffer = sim.alloc_device(4096, stream).expect("a buffer");
-    sim.copy_to_device(buffer, 0, &[0; 4096], stream)
+    let buffer = sim.alloc_device(4096, &*stream).expect("a buffer");
+    stream
+        .copy_to_device(buffer, 0, &[0; 4096])
         .expect("writing the buffer");
     Device {
         sim,
@@ -91,15 +94,13 @@ fn pipeline(d: &Device) -> Result<(), MemError> {
 fn age(d: &Device) {
     for _ in 0..10_000 {
         let stream = d.sim.create_stream().expect("a stream");
-        d.sim
-            .copy_to_device(d.buffer, 0, &[1; 64], stream)
+        stream
+            .copy_to_device(d.buffer, 0, &[1; 64])
             .expect("a copy on the stream");
-        d.sim.destroy_stream(stream).expect("destroying it");
     }
     for _ in 0..10_000 {
-        let event = d.sim.record_event(d.stream).expect("an event");
-        d.sim.wait_event(d.stream, event).expect("waiting on it");
-        d.sim.destroy_event(event).expect("destroying it");
+        let event = d.stream.record().expect("an event");
+        d.stream.wait(&*event).expect("waiting on it");
     }
     for _ in 0..1_000 {
         pipeline(d).expect("a pipeline");
@@ -116,24 +117,17 @@ fn age_unseen(d: &Device) -> Box<dyn PinnedBlock> {
     let block = d.sim.alloc_pinned(64).expect("a page-locked block");
     let target = d
         .sim
-        .alloc_device(STREAMS * 64, d.stream)
+        .alloc_device(STREAMS * 64, &*d.stream)
         .expect("a buffer for the uploads");
-    d.sim.synchronize(d.stream).expect("the buffer allocated");
+    d.stream.synchronize().expect("the buffer allocated");
     for stream_index in 0..STREAMS {
         let stream = d.sim.create_stream().expect("a stream");
         // SAFETY: the block outlives the device's use of it (the caller
         // keeps it for the measurement).
         unsafe {
-            d.sim.copy_to_device_async(
-                target,
-                stream_index * 64,
-                block.bytes().as_ptr(),
-                64,
-                stream,
-            )
+            stream.copy_to_device_async(target, stream_index * 64, block.base().as_ptr(), 64)
         }
         .expect("an upload on the stream");
-        d.sim.destroy_stream(stream).expect("destroying it");
     }
     d.sim.clear_timeline();
     block
@@ -142,8 +136,8 @@ fn age_unseen(d: &Device) -> Box<dyn PinnedBlock> {
 /// The measured work: 100 small copies, 20 kernel launches, one pipeline.
 fn work(d: &Device) {
     for _ in 0..100 {
-        d.sim
-            .copy_to_device(d.buffer, 0, &[2; 64], d.stream)
+        d.stream
+            .copy_to_device(d.buffer, 0, &[2; 64])
             .expect("a copy");
     }
     for _ in 0..20 {
@@ -165,7 +159,7 @@ fn work(d: &Device) {
                         run: &mut run,
                     },
                 },
-                d.stream,
+                &*d.stream,
             )
             .expect("a launch");
     }

@@ -435,10 +435,7 @@ mod tests {
         let replaced = groups.reinit(&backend).unwrap();
         assert_eq!(replaced.len(), 1);
         assert_eq!(&*replaced[0], "with");
-        assert_ne!(
-            old.id(),
-            groups.stream_of(a, &backend).unwrap().id()
-        );
+        assert_ne!(old.id(), groups.stream_of(a, &backend).unwrap().id());
         drop((old, replaced));
         assert_eq!(sim.live_streams(), 1);
     }

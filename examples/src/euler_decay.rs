@@ -2,7 +2,7 @@
 //! explicit Euler step of `y' = -k y`, loaded from PTX and launched on a
 //! stream group's [`GroupStream`] over views of the arrays.
 
-use cubie_mem::backend::cuda::{CudaBackend, DeviceView, GroupStream, LaunchDims, PtxModule};
+use cubie_mem::cuda::{CudaBackend, DeviceView, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::{DeviceArray, MemError};
 
 /// PTX of `euler_decay(y, k, dt, n)`: `y[i] = y[i] + dt * (-(k[i] * y[i]))`

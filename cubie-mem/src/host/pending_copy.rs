@@ -299,13 +299,9 @@ fn queue<T: Element>(
         // SAFETY: the host array is page-locked (checked by `prepare`) and
         // moves into the PendingCopy, which keeps it, unread and unwritten
         // by anyone else, until an event recorded after the copy fired.
-        Way::Upload => unsafe {
-            queue_upload(memory, label, 0, host.as_slice(), stream)
-        },
+        Way::Upload => unsafe { queue_upload(memory, label, 0, host.as_slice(), stream) },
         // SAFETY: as for the upload; the copy is the only writer.
-        Way::Download => unsafe {
-            queue_download(memory, label, 0, host.as_mut_slice(), stream)
-        },
+        Way::Download => unsafe { queue_download(memory, label, 0, host.as_mut_slice(), stream) },
     }
 }
 

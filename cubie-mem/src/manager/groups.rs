@@ -82,9 +82,9 @@ impl MemoryManager {
         let backend = &self.inner.backend;
         // A stream of this backend waits for the stream's event: refused
         // for another backend's stream.
-        let probe = stream.record().and_then(|event| {
-            backend.create_stream()?.wait(&*event)
-        });
+        let probe = stream
+            .record()
+            .and_then(|event| backend.create_stream()?.wait(&*event));
         probe.map_err(|error| {
             MemError::backend(
                 backend.name(),
@@ -98,7 +98,9 @@ impl MemoryManager {
                 },
             )
         })?;
-        Ok(CurrentStream::bind(OwnedStream::external(backend, stream, None)))
+        Ok(CurrentStream::bind(OwnedStream::external(
+            backend, stream, None,
+        )))
     }
 
     /// Blocks until the work queued on the instance's group stream completed.

@@ -62,7 +62,9 @@ impl Inner {
                     .groups
                     .group_of_instance(id)
                     .and_then(|g| g.existing_stream());
-                if let Some(stream) = stream.filter(|st| !streams.iter().any(|s| Arc::ptr_eq(s, st))) {
+                if let Some(stream) =
+                    stream.filter(|st| !streams.iter().any(|s| Arc::ptr_eq(s, st)))
+                {
                     streams.push(Arc::clone(stream));
                 }
             }

@@ -336,17 +336,13 @@ impl<T: Element> Move for Lane<'_, T> {
                 // SAFETY: the host array is page-locked, borrowed by the
                 // pipeline for the whole run and only read; the run waits
                 // for every copy before it returns.
-                return unsafe {
-                    queue_upload(&device, &self.label, 0, src, stream)
-                };
+                return unsafe { queue_upload(&device, &self.label, 0, src, stream) };
             }
             Route::Strided(first, rows) => {
                 let src = self.host.rows_address(&self.label, &runs, first)?;
                 // SAFETY: as for a contiguous copy; the rows lie in the
                 // host array (the layout's rows of `runs`).
-                return unsafe {
-                    queue_upload_strided(&device, &self.label, src, rows, stream)
-                };
+                return unsafe { queue_upload_strided(&device, &self.label, src, rows, stream) };
             }
             Route::Staged => {}
         }
@@ -430,9 +426,7 @@ impl<T: Element> Move for Lane<'_, T> {
                     // pipeline's to write (wholly, or these runs of it) for
                     // the whole run; chunks are disjoint, and the run waits
                     // for every copy before it returns.
-                    return unsafe {
-                        queue_download(&device, &self.label, 0, dst, stream)
-                    };
+                    return unsafe { queue_download(&device, &self.label, 0, dst, stream) };
                 }
             }
             Route::Strided(first, rows) => {
@@ -440,13 +434,7 @@ impl<T: Element> Move for Lane<'_, T> {
                     // SAFETY: as for a contiguous copy; the rows lie in the
                     // host array and hold only `runs`.
                     return unsafe {
-                        queue_download_strided(
-                            &device,
-                            &self.label,
-                            dst,
-                            rows,
-                            stream,
-                        )
+                        queue_download_strided(&device, &self.label, dst, rows, stream)
                     };
                 }
             }

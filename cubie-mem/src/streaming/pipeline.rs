@@ -517,7 +517,11 @@ fn start<'p>(
     // Pinned sets are filled on the host once the upload stream reaches
     // them: they go first, so that they wait for no other upload.
     lanes.sort_by_key(|lane| !lane.is_host_side());
-    let schedule = Schedule::new(streamer.manager.backend(), Arc::clone(current.owned()), sets)?;
+    let schedule = Schedule::new(
+        streamer.manager.backend(),
+        Arc::clone(current.owned()),
+        sets,
+    )?;
     Ok(Started {
         lanes,
         schedule,

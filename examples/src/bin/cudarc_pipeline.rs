@@ -26,7 +26,7 @@ use std::error::Error;
 use std::fmt::Display;
 use std::process::ExitCode;
 
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
+use cubie_mem::cuda::{CudaBackend, GroupStream};
 use cubie_mem::{DeviceArray, GpuBuffers, LimitMode, MemError, MemoryManager};
 use cubie_mem_examples::batch::CLOSED_FORM_TOLERANCE;
 use cubie_mem_examples::euler_decay::EULER_DECAY_PTX;

@@ -26,7 +26,7 @@
 use std::error::Error;
 use std::process::ExitCode;
 
-use cubie_mem::backend::cuda::CudaBackend;
+use cubie_mem::cuda::CudaBackend;
 use cubie_mem::{
     ArrayRequest, AsyncCopyError, DeviceArray, HostArray, HostMemoryKind, MemError, MemoryManager,
     PendingCopy, Registration,

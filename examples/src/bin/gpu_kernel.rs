@@ -15,7 +15,7 @@
 use std::error::Error;
 use std::process::ExitCode;
 
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
+use cubie_mem::cuda::{CudaBackend, GroupStream};
 use cubie_mem::{ArrayRequest, MemoryKind, MemoryManager, Registration};
 use cubie_mem_examples::euler_decay::EulerDecay;
 

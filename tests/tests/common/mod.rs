@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cubie_mem::backend::{
-    Backend, BackendError, DevicePtr, EventHandle, KernelLaunch, MemInfo, PinnedBlock,
-    StreamHandle, StridedRows,
+    Backend, BackendError, DevicePtr, Event, KernelLaunch, MemInfo, PinnedBlock, Stream,
+    StridedRows,
 };
 use cubie_mem::{
     ArrayRequest, ArrayResponse, DType, ManagerConfig, MemoryManager, Registration, SimBackend,
@@ -172,41 +172,23 @@ impl Backend for Logged {
     fn mem_info(&self) -> Result<MemInfo, BackendError> {
         self.sim.mem_info()
     }
-    fn create_stream(&self) -> Result<StreamHandle, BackendError> {
-        self.sim.create_stream()
+    fn create_stream(&self) -> Result<Arc<dyn Stream>, BackendError> {
+        Ok(Arc::new(LoggedStream {
+            stream: self.sim.create_stream()?,
+            log: self.clone(),
+        }))
     }
-    fn destroy_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
-        self.sim.destroy_stream(stream)
-    }
-    fn synchronize(&self, stream: StreamHandle) -> Result<(), BackendError> {
-        self.sim.synchronize(stream)
-    }
-    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, BackendError> {
-        self.sim.record_event(stream)
-    }
-    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), BackendError> {
-        self.sim.wait_event(stream, event)
-    }
-    fn event_complete(&self, event: EventHandle) -> Result<bool, BackendError> {
-        self.sim.event_complete(event)
-    }
-    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError> {
-        self.sim.synchronize_event(event)
-    }
-    fn destroy_event(&self, event: EventHandle) -> Result<(), BackendError> {
-        self.sim.destroy_event(event)
-    }
-    fn alloc_device(&self, bytes: u64, stream: StreamHandle) -> Result<DevicePtr, BackendError> {
-        self.note(format!("alloc {bytes} on {}", stream.0));
+    fn alloc_device(&self, bytes: u64, stream: &dyn Stream) -> Result<DevicePtr, BackendError> {
+        self.note(format!("alloc {bytes} on {}", stream.id()));
         self.sim.alloc_device(bytes, stream)
     }
     fn free_device(
         &self,
         ptr: DevicePtr,
         bytes: u64,
-        stream: StreamHandle,
+        stream: &dyn Stream,
     ) -> Result<(), BackendError> {
-        self.note(format!("free on {}", stream.0));
+        self.note(format!("free on {}", stream.id()));
         self.sim.free_device(ptr, bytes, stream)
     }
     fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError> {
@@ -216,25 +198,50 @@ impl Backend for Logged {
     fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
         self.sim.is_page_locked(ptr, len)
     }
-    fn copy_to_device(
-        &self,
-        dst: DevicePtr,
-        offset: u64,
-        src: &[u8],
-        stream: StreamHandle,
-    ) -> Result<(), BackendError> {
-        self.note(format!("up {} on {}", src.len(), stream.0));
-        self.sim.copy_to_device(dst, offset, src, stream)
+    fn launch(&self, launch: KernelLaunch<'_>, stream: &dyn Stream) -> Result<(), BackendError> {
+        self.note(format!("launch {} on {}", launch.name, stream.id()));
+        self.sim.launch(launch, stream)
+    }
+}
+
+/// A stream of a [`Logged`] device, logging its copies; the device sees the
+/// simulated stream it wraps ([`Stream::as_any`]).
+struct LoggedStream {
+    stream: Arc<dyn Stream>,
+    log: Logged,
+}
+
+impl LoggedStream {
+    fn note(&self, what: String) {
+        self.log.note(format!("{what} on {}", self.stream.id()));
+    }
+}
+
+impl Stream for LoggedStream {
+    fn id(&self) -> u64 {
+        self.stream.id()
+    }
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.stream.synchronize()
+    }
+    fn record(&self) -> Result<Box<dyn Event>, BackendError> {
+        self.stream.record()
+    }
+    fn wait(&self, event: &dyn Event) -> Result<(), BackendError> {
+        self.stream.wait(event)
+    }
+    fn copy_to_device(&self, dst: DevicePtr, offset: u64, src: &[u8]) -> Result<(), BackendError> {
+        self.note(format!("up {}", src.len()));
+        self.stream.copy_to_device(dst, offset, src)
     }
     fn copy_from_device(
         &self,
         dst: &mut [u8],
         src: DevicePtr,
         offset: u64,
-        stream: StreamHandle,
     ) -> Result<(), BackendError> {
-        self.note(format!("down {} on {}", dst.len(), stream.0));
-        self.sim.copy_from_device(dst, src, offset, stream)
+        self.note(format!("down {}", dst.len()));
+        self.stream.copy_from_device(dst, src, offset)
     }
     unsafe fn copy_to_device_async(
         &self,
@@ -242,11 +249,10 @@ impl Backend for Logged {
         offset: u64,
         src: *const u8,
         len: usize,
-        stream: StreamHandle,
     ) -> Result<(), BackendError> {
-        self.note(format!("up async {len} on {}", stream.0));
+        self.note(format!("up async {len}"));
         // SAFETY: the caller's guarantees pass through unchanged.
-        unsafe { self.sim.copy_to_device_async(dst, offset, src, len, stream) }
+        unsafe { self.stream.copy_to_device_async(dst, offset, src, len) }
     }
     unsafe fn copy_from_device_async(
         &self,
@@ -254,14 +260,10 @@ impl Backend for Logged {
         len: usize,
         src: DevicePtr,
         offset: u64,
-        stream: StreamHandle,
     ) -> Result<(), BackendError> {
-        self.note(format!("down async {len} on {}", stream.0));
+        self.note(format!("down async {len}"));
         // SAFETY: the caller's guarantees pass through unchanged.
-        unsafe {
-            self.sim
-                .copy_from_device_async(dst, len, src, offset, stream)
-        }
+        unsafe { self.stream.copy_from_device_async(dst, len, src, offset) }
     }
     unsafe fn copy_to_device_strided_async(
         &self,
@@ -269,17 +271,10 @@ impl Backend for Logged {
         offset: u64,
         src: *const u8,
         rows: StridedRows,
-        stream: StreamHandle,
     ) -> Result<(), BackendError> {
-        self.note(format!(
-            "up strided {} x {} on {}",
-            rows.rows, rows.row_bytes, stream.0
-        ));
+        self.note(format!("up strided {} x {}", rows.rows, rows.row_bytes));
         // SAFETY: the caller's guarantees pass through unchanged.
-        unsafe {
-            self.sim
-                .copy_to_device_strided_async(dst, offset, src, rows, stream)
-        }
+        unsafe { self.stream.copy_to_device_strided_async(dst, offset, src, rows) }
     }
     unsafe fn copy_from_device_strided_async(
         &self,
@@ -287,21 +282,13 @@ impl Backend for Logged {
         rows: StridedRows,
         src: DevicePtr,
         offset: u64,
-        stream: StreamHandle,
     ) -> Result<(), BackendError> {
-        self.note(format!(
-            "down strided {} x {} on {}",
-            rows.rows, rows.row_bytes, stream.0
-        ));
+        self.note(format!("down strided {} x {}", rows.rows, rows.row_bytes));
         // SAFETY: the caller's guarantees pass through unchanged.
-        unsafe {
-            self.sim
-                .copy_from_device_strided_async(dst, rows, src, offset, stream)
-        }
+        unsafe { self.stream.copy_from_device_strided_async(dst, rows, src, offset) }
     }
-    fn launch(&self, launch: KernelLaunch<'_>, stream: StreamHandle) -> Result<(), BackendError> {
-        self.note(format!("launch {} on {}", launch.name, stream.0));
-        self.sim.launch(launch, stream)
+    fn as_any(&self) -> &dyn std::any::Any {
+        self.stream.as_any()
     }
 }
 

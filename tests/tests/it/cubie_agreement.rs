@@ -31,7 +31,7 @@ fn moving_an_instance_moves_its_owners_members_and_partition() {
     assert_eq!(mgr.stream_group(&a), "g2", "a moved with b");
     assert_eq!(mgr.stream_group(&b), "g2");
     assert_eq!(mgr.stream_group(&other), "g1", "another owner stays");
-    assert_eq!(mgr.stream(&a).unwrap(), mgr.stream(&b).unwrap());
+    assert_eq!(mgr.stream(&a).unwrap().id(), mgr.stream(&b).unwrap().id());
 
     // The partition b's p is laid out for came along: a's batch of exactly
     // the free 4,000,000 bytes reuses it (one chunk) in g2.
@@ -68,7 +68,7 @@ fn the_reuse_rule_comes_before_the_granule() {
     mgr.allocate_queue_for(&b).unwrap();
     // Memory taken on the device outside the manager (another process).
     let stream = sim.create_stream().unwrap();
-    sim.alloc_device(GIB - 8000 - (16 << 20), stream).unwrap();
+    sim.alloc_device(GIB - 8000 - (16 << 20), &*stream).unwrap();
     assert_eq!(sim.free_bytes(), 16 << 20);
 
     mgr.queue_request(&a, [("x", x(1))]).unwrap();

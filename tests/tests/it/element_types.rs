@@ -437,7 +437,7 @@ fn a_chunk_pipeline_streams_states_and_complex_results_through_the_device() {
 #[cfg(feature = "cuda")]
 #[test]
 fn the_new_types_are_cuda_launch_arguments() {
-    use cubie_mem::backend::cuda::{DeviceView, LaunchArg};
+    use cubie_mem::cuda::{DeviceView, LaunchArg};
     fn launch_arg<A: LaunchArg + ?Sized>() {}
     launch_arg::<DeviceView<'static, State>>();
     launch_arg::<DeviceView<'static, f16>>();

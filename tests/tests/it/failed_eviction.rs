@@ -115,7 +115,7 @@ fn below_the_granule_after_eviction_evicts_no_one() {
     let sc = scene(2 * MIB, MIB, 600 << 10);
     let stream = sc.sim.create_stream().unwrap();
     let taken = sc.sim.free_bytes() - (200 << 10);
-    sc.sim.alloc_device(taken, stream).unwrap();
+    sc.sim.alloc_device(taken, &*stream).unwrap();
     let error = sc.fails(vec![("x", unchunkable(900 << 10))]);
     assert!(matches!(error, MemError::BelowGranule { .. }), "{error}");
 }

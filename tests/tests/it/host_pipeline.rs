@@ -47,7 +47,7 @@ fn pipeline_orders_copies_around_the_computation_on_the_instance_stream() {
         .create_host_array::<u32>([2, 10], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
     let plan = ChunkPlan::new(10, 3, 4).unwrap();
-    let stream = mgr.stream(&solver).unwrap().0;
+    let stream = mgr.stream(&solver).unwrap().id();
     log.lock().unwrap().clear();
 
     mgr.chunk_streamer(&solver, &plan)

@@ -213,7 +213,7 @@ fn a_zero_byte_batch_on_a_full_device_is_one_chunk_and_evicts_nobody() {
     );
     // Another process takes the rest.
     let stream = sim.create_stream().unwrap();
-    sim.alloc_device(488, stream).unwrap();
+    sim.alloc_device(488, &*stream).unwrap();
     assert_eq!(sim.free_bytes(), 0);
     let strict = MemoryManager::from_shared(mgr.backend().clone(), ManagerConfig::default());
     for mgr in [&mgr, &strict] {

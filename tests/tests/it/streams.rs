@@ -11,11 +11,11 @@ fn streams_are_created_lazily_and_shared_within_a_group() {
     let b = mgr.register(Registration::new().stream_group("g")).unwrap();
     let c = mgr.register(Registration::new()).unwrap();
     assert_eq!(sim.live_streams(), 0, "no stream before first use");
-    let sa = mgr.stream(&a).unwrap();
-    assert_eq!(mgr.stream(&b).unwrap(), sa);
-    let sc = mgr.stream(&c).unwrap();
+    let sa = mgr.stream(&a).unwrap().id();
+    assert_eq!(mgr.stream(&b).unwrap().id(), sa);
+    let sc = mgr.stream(&c).unwrap().id();
     assert_ne!(sc, sa, "the default group has its own stream too");
-    assert_ne!(sc.0, 0, "never the null stream");
+    assert_ne!(sc, 0, "never the null stream");
     assert_eq!(sim.live_streams(), 2);
 }
 
@@ -51,7 +51,7 @@ fn change_stream_group_moves_the_instance_and_its_queue() {
     mgr.queue_request(&a, [("x", runs_request(8, 10))]).unwrap();
     mgr.change_stream_group(&a, "new").unwrap();
     assert_eq!(mgr.stream_group(&a), "new");
-    assert_eq!(mgr.stream(&a).unwrap(), mgr.stream(&b).unwrap());
+    assert_eq!(mgr.stream(&a).unwrap().id(), mgr.stream(&b).unwrap().id());
     let r = mgr.allocate_queue_for(&b).unwrap();
     assert_eq!(r.chunks, 1);
     assert!(
@@ -65,9 +65,9 @@ fn arrays_follow_their_instance_to_a_new_group_and_new_streams() {
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let a = mgr.register(queuing().stream_group("g")).unwrap();
     let x = allocate_f64(&mgr, &a, "x", runs_request(8, 10));
-    let before = mgr.stream(&a).unwrap();
+    let before = mgr.stream(&a).unwrap().id();
     mgr.reinit_streams().unwrap();
-    let after = mgr.stream(&a).unwrap();
+    let after = mgr.stream(&a).unwrap().id();
     assert_ne!(before, after);
     x.copy_from_host(&[1.0; 10]).unwrap();
     mgr.change_stream_group(&a, "h").unwrap();
@@ -96,9 +96,9 @@ fn nested_guards_order_work_on_the_innermost_stream_and_unbind_in_turn() {
         .register(Registration::new().stream_group("inner"))
         .unwrap();
     let x = allocate_f64(&mgr, &solver, "x", runs_request(8, 4));
-    let own = mgr.stream(&solver).unwrap().0;
+    let own = mgr.stream(&solver).unwrap().id();
     let (outer_stream, inner_stream) =
-        (mgr.stream(&outer).unwrap().0, mgr.stream(&inner).unwrap().0);
+        (mgr.stream(&outer).unwrap().id(), mgr.stream(&inner).unwrap().id());
     assert!(own != outer_stream && own != inner_stream && outer_stream != inner_stream);
 
     let from = sim.timeline().spans().len();
@@ -140,7 +140,7 @@ fn copies_inside_a_guard_use_the_bound_stream() {
     let a = mgr.register(queuing().stream_group("a")).unwrap();
     let b = mgr.register(Registration::new().stream_group("b")).unwrap();
     let x = allocate_f64(&mgr, &a, "x", runs_request(8, 4));
-    let (sa, sb) = (mgr.stream(&a).unwrap().0, mgr.stream(&b).unwrap().0);
+    let (sa, sb) = (mgr.stream(&a).unwrap().id(), mgr.stream(&b).unwrap().id());
     logged.take();
     let guard = mgr.bind_stream(&b).unwrap();
     x.copy_from_host(&[2.0; 4]).unwrap();
@@ -157,7 +157,7 @@ fn allocations_inside_a_guard_use_the_bound_stream() {
     let (mgr, logged) = logged_manager(1 << 30);
     let a = mgr.register(queuing().stream_group("a")).unwrap();
     let b = mgr.register(Registration::new().stream_group("b")).unwrap();
-    let (sa, sb) = (mgr.stream(&a).unwrap().0, mgr.stream(&b).unwrap().0);
+    let (sa, sb) = (mgr.stream(&a).unwrap().id(), mgr.stream(&b).unwrap().id());
     let guard = mgr.bind_stream(&b).unwrap();
     let x = allocate_f64(&mgr, &a, "x", runs_request(8, 4));
     drop(guard);
@@ -177,9 +177,9 @@ fn a_guard_keeps_its_stream_alive_across_reinit() {
     let a = mgr.register(queuing().stream_group("a")).unwrap();
     let x = allocate_f64(&mgr, &a, "x", runs_request(8, 4));
     let guard = mgr.bind_stream(&a).unwrap();
-    let retired = guard.stream();
+    let retired = guard.stream().id();
     mgr.reinit_streams().unwrap();
-    assert_ne!(mgr.stream(&a).unwrap(), retired);
+    assert_ne!(mgr.stream(&a).unwrap().id(), retired);
     assert_eq!(
         logged.sim.live_streams(),
         2,
@@ -187,7 +187,7 @@ fn a_guard_keeps_its_stream_alive_across_reinit() {
     );
     logged.take();
     x.copy_from_host(&[1.0; 4]).unwrap();
-    assert_eq!(logged.take(), [format!("up 32 on {}", retired.0)]);
+    assert_eq!(logged.take(), [format!("up 32 on {retired}")]);
     drop(guard);
     assert_eq!(
         logged.sim.live_streams(),
@@ -217,7 +217,7 @@ fn a_guard_that_outlives_its_manager_binds_nothing_of_another() {
         mgr.stream(&a).unwrap();
         let guard = mgr.bind_stream(&b).unwrap();
         assert_eq!(
-            guard.stream().0,
+            guard.stream().id(),
             2,
             "a stream number the next devices start without"
         );
@@ -227,7 +227,7 @@ fn a_guard_that_outlives_its_manager_binds_nothing_of_another() {
         let (mgr, logged) = logged_manager(1 << 30);
         let a = mgr.register(queuing()).unwrap();
         let x = allocate_f64(&mgr, &a, "x", runs_request(8, 4));
-        let own = mgr.stream(&a).unwrap().0;
+        let own = mgr.stream(&a).unwrap().id();
         logged.take();
         x.copy_from_host(&[1.0; 4]).unwrap();
         assert_eq!(logged.take(), [format!("up 32 on {own}")]);

@@ -298,8 +298,7 @@ impl Backend for SimBackend {
         }
         // The launch declares the kernel's time at 100% compute speed.
         let duration = s.clock.kernel_duration(duration);
-        s.clock
-            .fits(OPERATION, Engine::Compute, stream, duration)?;
+        s.clock.fits(OPERATION, Engine::Compute, stream, duration)?;
         let at = s.order.next(stream);
         for arg in launch.args {
             s.order

@@ -438,7 +438,7 @@ impl SimState {
         }
         self.allocations
             .get_mut(&ptr.0)
-.ok_or(BackendError::UnknownAllocation { operation, ptr })
+            .ok_or(BackendError::UnknownAllocation { operation, ptr })
     }
 
     /// Device memory for `bytes`: a pooled block that fits (stale bytes), or
@@ -492,13 +492,7 @@ impl SimState {
 
     /// Places a copy of `bytes` on its engine after the stream's earlier
     /// work, at the pageable bandwidth when `pageable`; returns when it ends.
-    fn timed_copy(
-        &mut self,
-        engine: Engine,
-        stream: u64,
-        bytes: u64,
-        pageable: bool,
-    ) -> u64 {
+    fn timed_copy(&mut self, engine: Engine, stream: u64, bytes: u64, pageable: bool) -> u64 {
         let (activity, direction, host) = match engine {
             Engine::DeviceToHost => (Activity::DeviceToHost, "download", " into pageable memory"),
             Engine::HostToDevice | Engine::Compute | Engine::Host => {

@@ -59,7 +59,9 @@ impl SimBackend {
         }
         Err(BackendError::Unsupported {
             operation,
-            reason: format!("the {what} belongs to another simulated device; use one of this device"),
+            reason: format!(
+                "the {what} belongs to another simulated device; use one of this device"
+            ),
         })
     }
 }

@@ -29,13 +29,15 @@ fn assert_host_access(error: &BackendError, access: &str) {
 fn destroying_a_stream_does_not_wait_for_its_work() {
     let sim = sim();
     let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
-    let ptr = sim.alloc_device(64, a).unwrap();
+    let ptr = sim.alloc_device(64, &*a).unwrap();
     let mut block = sim.alloc_pinned(64).unwrap();
     block.bytes_mut().fill(3);
     // SAFETY: the block lives until the end; the test waits for the copy.
-    unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 64, a) }.unwrap();
-    let uploaded = sim.record_event(a).unwrap();
-    sim.destroy_stream(a).unwrap();
+    unsafe { a.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 64) }.unwrap();
+    let uploaded = a.record().unwrap();
+    let a_id = a.id();
+    drop(a);
+    assert_eq!(sim.live_streams(), 1, "the stream was destroyed");
     assert_eq!(
         sim.now(),
         Duration::ZERO,
@@ -43,67 +45,67 @@ fn destroying_a_stream_does_not_wait_for_its_work() {
     );
     // Its copy still writes the device memory: another stream must be ordered.
     let mut back = [0u8; 64];
-    let error = sim.copy_from_device(&mut back, ptr, 0, b).unwrap_err();
+    let error = b.copy_from_device(&mut back, ptr, 0).unwrap_err();
     assert!(
-        matches!(error, BackendError::StreamHazard { earlier_on, .. } if earlier_on == a.0),
+        matches!(error, BackendError::StreamHazard { earlier_on, .. } if earlier_on == a_id),
         "{error}"
     );
     // ... and still reads the block: the host may not write it yet.
     block.bytes_mut().fill(4);
-    let error = sim.synchronize(b).unwrap_err();
+    let error = b.synchronize().unwrap_err();
     assert_host_access(&error, "write");
     // Once the host has seen the copy done, all is well.
-    sim.synchronize_event(uploaded).unwrap();
-    sim.copy_from_device(&mut back, ptr, 0, b).unwrap();
+    uploaded.synchronize().unwrap();
+    b.copy_from_device(&mut back, ptr, 0).unwrap();
     assert_eq!(back, [3; 64]);
     block.bytes_mut().fill(5);
-    sim.synchronize(b).unwrap();
+    b.synchronize().unwrap();
 }
 
 #[test]
 fn a_download_lands_only_when_the_host_has_seen_it_done() {
     let sim = sim();
     let stream = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(1000, stream).unwrap();
-    sim.copy_to_device(ptr, 0, &[7; 1000], stream).unwrap();
+    let ptr = sim.alloc_device(1000, &*stream).unwrap();
+    stream.copy_to_device(ptr, 0, &[7; 1000]).unwrap();
     let mut block = sim.alloc_pinned(1000).unwrap();
     block.bytes_mut().fill(1);
     let target = block.base().as_ptr();
     // SAFETY: the block lives until the end, and the test reads it early on
     // purpose only through the checked `bytes`.
-    unsafe { sim.copy_from_device_async(target, 1000, ptr, 0, stream) }.unwrap();
-    let done = sim.record_event(stream).unwrap();
+    unsafe { stream.copy_from_device_async(target, 1000, ptr, 0) }.unwrap();
+    let done = stream.record().unwrap();
     assert_eq!(
         block.bytes(),
         [1; 1000],
         "the copy has not landed: stale bytes"
     );
-    let error = sim.synchronize_event(done).unwrap_err();
+    let error = done.synchronize().unwrap_err();
     assert!(
-        matches!(error, BackendError::HostAccessInFlight { access: "read", stream: s, .. } if s == stream.0),
+        matches!(error, BackendError::HostAccessInFlight { access: "read", stream: s, .. } if s == stream.id()),
         "{error}"
     );
-    sim.synchronize_event(done).unwrap();
+    done.synchronize().unwrap();
     assert_eq!(block.bytes(), [7; 1000]);
-    sim.synchronize(stream).unwrap();
+    stream.synchronize().unwrap();
 }
 
 #[test]
 fn a_block_freed_while_a_copy_uses_it_is_reported_and_never_written() {
     let sim = sim();
     let stream = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(64, stream).unwrap();
-    sim.copy_to_device(ptr, 0, &[9; 64], stream).unwrap();
+    let ptr = sim.alloc_device(64, &*stream).unwrap();
+    stream.copy_to_device(ptr, 0, &[9; 64]).unwrap();
     let block = sim.alloc_pinned(64).unwrap();
     let target = block.base().as_ptr();
     // SAFETY: deliberately broken: the block is dropped before the copy is
     // waited for. The simulated copy lands only once seen done, so nothing
     // writes the freed memory.
-    unsafe { sim.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap();
+    unsafe { stream.copy_from_device_async(target, 64, ptr, 0) }.unwrap();
     drop(block);
-    let error = sim.synchronize(stream).unwrap_err();
+    let error = stream.synchronize().unwrap_err();
     assert_host_access(&error, "free");
-    sim.synchronize(stream).unwrap();
+    stream.synchronize().unwrap();
 }
 
 #[test]
@@ -111,15 +113,15 @@ fn the_host_touching_a_peer_block_this_device_copies_is_reported_here() {
     let (owner, copier) = (sim(), sim());
     copier.accept_page_locked(&owner);
     let stream = copier.create_stream().unwrap();
-    let ptr = copier.alloc_device(64, stream).unwrap();
+    let ptr = copier.alloc_device(64, &*stream).unwrap();
     let mut block = owner.alloc_pinned(64).unwrap();
     let target = block.base().as_ptr();
     // SAFETY: the block lives until the copy is waited for.
-    unsafe { copier.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap();
+    unsafe { stream.copy_from_device_async(target, 64, ptr, 0) }.unwrap();
     assert_eq!(block.bytes()[0], 0, "read before the download is seen done");
-    let error = copier.synchronize(stream).unwrap_err();
+    let error = stream.synchronize().unwrap_err();
     assert_host_access(&error, "read");
-    copier.synchronize(stream).unwrap();
+    stream.synchronize().unwrap();
     assert_eq!(
         block.bytes()[0],
         SimBackend::POISON,
@@ -133,16 +135,16 @@ fn the_host_touching_a_peer_block_this_device_copies_is_reported_here() {
     let source = block.base().as_ptr().cast_const();
     // SAFETY: deliberately broken: the block is written, then dropped,
     // while the upload reads it; the simulated copy took its bytes.
-    unsafe { copier.copy_to_device_async(ptr, 0, source, 64, stream) }.unwrap();
+    unsafe { stream.copy_to_device_async(ptr, 0, source, 64) }.unwrap();
     block.bytes_mut().fill(1);
-    let error = copier.synchronize(stream).unwrap_err();
+    let error = stream.synchronize().unwrap_err();
     assert_host_access(&error, "write");
     // SAFETY: as above.
-    unsafe { copier.copy_to_device_async(ptr, 0, source, 64, stream) }.unwrap();
+    unsafe { stream.copy_to_device_async(ptr, 0, source, 64) }.unwrap();
     drop(block);
-    let error = copier.synchronize(stream).unwrap_err();
+    let error = stream.synchronize().unwrap_err();
     assert_host_access(&error, "free");
-    copier.synchronize(stream).unwrap();
+    stream.synchronize().unwrap();
     assert_eq!(owner.live_pinned_blocks(), 0);
 }
 
@@ -153,16 +155,16 @@ fn a_block_outliving_the_device_that_made_it_is_still_unregistered_when_freed() 
     let block = owner.alloc_pinned(64).unwrap();
     drop(owner);
     let stream = copier.create_stream().unwrap();
-    let ptr = copier.alloc_device(64, stream).unwrap();
+    let ptr = copier.alloc_device(64, &*stream).unwrap();
     let target = block.base().as_ptr();
     // SAFETY: deliberately broken: the block is dropped before the copy is
     // waited for; the simulated download lands only once seen done.
-    unsafe { copier.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap();
+    unsafe { stream.copy_from_device_async(target, 64, ptr, 0) }.unwrap();
     drop(block);
-    let error = copier.synchronize(stream).unwrap_err();
+    let error = stream.synchronize().unwrap_err();
     assert_host_access(&error, "free");
     // SAFETY: refused before anything is written.
-    let error = unsafe { copier.copy_from_device_async(target, 64, ptr, 0, stream) }.unwrap_err();
+    let error = unsafe { stream.copy_from_device_async(target, 64, ptr, 0) }.unwrap_err();
     assert!(
         matches!(error, BackendError::NotPageLocked { .. }),
         "{error}"
@@ -173,7 +175,7 @@ fn a_block_outliving_the_device_that_made_it_is_still_unregistered_when_freed() 
 fn asynchronous_copies_refuse_memory_that_is_not_page_locked_by_this_device() {
     let sim = sim();
     let stream = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(64, stream).unwrap();
+    let ptr = sim.alloc_device(64, &*stream).unwrap();
     let pageable = [0u8; 64];
     let other = SimBackend::new(1 << 20).alloc_pinned(64).unwrap();
     for (source, what) in [
@@ -181,7 +183,7 @@ fn asynchronous_copies_refuse_memory_that_is_not_page_locked_by_this_device() {
         (other.bytes().as_ptr(), "another device's page-locked block"),
     ] {
         // SAFETY: refused before anything is read.
-        let error = unsafe { sim.copy_to_device_async(ptr, 0, source, 64, stream) }.unwrap_err();
+        let error = unsafe { stream.copy_to_device_async(ptr, 0, source, 64) }.unwrap_err();
         assert!(
             matches!(error, BackendError::NotPageLocked { len: 64, .. }),
             "{what}: {error}"
@@ -190,7 +192,7 @@ fn asynchronous_copies_refuse_memory_that_is_not_page_locked_by_this_device() {
     let mut target = [0u8; 64];
     // SAFETY: refused before anything is written.
     let error =
-        unsafe { sim.copy_from_device_async(target.as_mut_ptr(), 64, ptr, 0, stream) }.unwrap_err();
+        unsafe { stream.copy_from_device_async(target.as_mut_ptr(), 64, ptr, 0) }.unwrap_err();
     assert!(
         matches!(error, BackendError::NotPageLocked { len: 64, .. }),
         "{error}"
@@ -198,10 +200,9 @@ fn asynchronous_copies_refuse_memory_that_is_not_page_locked_by_this_device() {
     // A block of this device, but a range running past its end.
     let block = sim.alloc_pinned(64).unwrap();
     // SAFETY: refused before anything is read.
-    let error = unsafe {
-        sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr().wrapping_add(8), 64, stream)
-    }
-    .unwrap_err();
+    let error =
+        unsafe { stream.copy_to_device_async(ptr, 0, block.bytes().as_ptr().wrapping_add(8), 64) }
+            .unwrap_err();
     assert!(
         matches!(error, BackendError::NotPageLocked { .. }),
         "{error}"
@@ -212,25 +213,25 @@ fn asynchronous_copies_refuse_memory_that_is_not_page_locked_by_this_device() {
 fn streams_may_write_disjoint_bytes_of_one_buffer_but_not_the_same_bytes() {
     let sim = sim();
     let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
-    let ptr = sim.alloc_device(64, a).unwrap();
-    let allocated = sim.record_event(a).unwrap();
-    sim.wait_event(b, allocated).unwrap();
+    let ptr = sim.alloc_device(64, &*a).unwrap();
+    let allocated = a.record().unwrap();
+    b.wait(&*allocated).unwrap();
     let block = sim.alloc_pinned(64).unwrap();
     let source = block.base().as_ptr().cast_const();
     // SAFETY: the block lives until the streams are synchronised below.
     unsafe {
-        sim.copy_to_device_async(ptr, 0, source, 32, a).unwrap();
-        sim.copy_to_device_async(ptr, 32, source, 32, b).unwrap();
-        let overlapping = sim
-            .copy_to_device_async(ptr, 16, source, 32, b)
+        a.copy_to_device_async(ptr, 0, source, 32).unwrap();
+        b.copy_to_device_async(ptr, 32, source, 32).unwrap();
+        let overlapping = b
+            .copy_to_device_async(ptr, 16, source, 32)
             .unwrap_err();
         assert!(
-            matches!(overlapping, BackendError::StreamHazard { earlier_on, .. } if earlier_on == a.0),
+            matches!(overlapping, BackendError::StreamHazard { earlier_on, .. } if earlier_on == a.id()),
             "{overlapping}"
         );
     }
-    sim.synchronize(a).unwrap();
-    sim.synchronize(b).unwrap();
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
 }
 
 #[test]
@@ -238,14 +239,14 @@ fn the_hosts_work_is_timed_on_its_own_engine_and_delays_what_it_issues() {
     // 1 byte per ns for the host too.
     let sim = sim().with_host_bandwidth(1_000_000_000);
     let stream = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(500, stream).unwrap();
+    let ptr = sim.alloc_device(500, &*stream).unwrap();
     sim.host_work(HostWork::Gather, 2000, 1);
     assert_eq!(sim.now(), Duration::from_nanos(2000), "the host was busy");
     let block = sim.alloc_pinned(500).unwrap();
     // SAFETY: the block lives until the stream is synchronised.
-    unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 500, stream) }.unwrap();
+    unsafe { stream.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 500) }.unwrap();
     sim.host_work(HostWork::Scatter, 1000, 1);
-    sim.synchronize(stream).unwrap();
+    stream.synchronize().unwrap();
     let spans: Vec<_> = sim
         .timeline()
         .spans()
@@ -270,19 +271,19 @@ fn pageable_copies_run_at_the_pageable_bandwidth_and_block_the_host() {
     // Page-locked copies at 1 byte per ns, pageable ones at half that.
     let sim = sim().with_pageable_bandwidth(500_000_000);
     let stream = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(1000, stream).unwrap();
-    sim.copy_to_device(ptr, 0, &[1; 1000], stream).unwrap();
+    let ptr = sim.alloc_device(1000, &*stream).unwrap();
+    stream.copy_to_device(ptr, 0, &[1; 1000]).unwrap();
     assert_eq!(sim.now(), Duration::from_nanos(2000));
     let mut back = [0u8; 1000];
-    sim.copy_from_device(&mut back, ptr, 0, stream).unwrap();
+    stream.copy_from_device(&mut back, ptr, 0).unwrap();
     assert_eq!(sim.now(), Duration::from_nanos(4000));
     // A pageable bandwidth above the engine's does not make copies faster.
     let fast = SimBackend::new(1 << 20)
         .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
         .with_pageable_bandwidth(u64::MAX);
     let stream = fast.create_stream().unwrap();
-    let ptr = fast.alloc_device(1000, stream).unwrap();
-    fast.copy_to_device(ptr, 0, &[1; 1000], stream).unwrap();
+    let ptr = fast.alloc_device(1000, &*stream).unwrap();
+    stream.copy_to_device(ptr, 0, &[1; 1000]).unwrap();
     assert_eq!(fast.now(), Duration::from_nanos(1000));
 }
 
@@ -290,13 +291,13 @@ fn pageable_copies_run_at_the_pageable_bandwidth_and_block_the_host() {
 fn a_polling_loop_ends_as_the_hosts_clock_passes_the_event() {
     let sim = sim();
     let stream = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(1 << 20, stream).unwrap();
+    let ptr = sim.alloc_device(1 << 20, &*stream).unwrap();
     let block = sim.alloc_pinned(1 << 20).unwrap();
     // SAFETY: the block lives until the copy is seen done.
-    unsafe { sim.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 1 << 20, stream) }.unwrap();
-    let done = sim.record_event(stream).unwrap();
+    unsafe { stream.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 1 << 20) }.unwrap();
+    let done = stream.record().unwrap();
     let mut polls = 0u64;
-    while !sim.event_complete(done).unwrap() {
+    while !done.is_complete().unwrap() {
         polls += 1;
         assert!(polls < 10_000, "the poll never saw the 1 ms copy done");
     }
@@ -310,8 +311,8 @@ fn work_the_clock_cannot_hold_is_refused_and_later_timings_stay_exact() {
     use crate::backend::{Access, KernelArg, KernelBody, KernelLaunch};
     let sim = sim();
     let stream = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(8, stream).unwrap();
-    sim.copy_to_device(ptr, 0, &[1; 8], stream).unwrap();
+    let ptr = sim.alloc_device(8, &*stream).unwrap();
+    stream.copy_to_device(ptr, 0, &[1; 8]).unwrap();
     let args = [KernelArg {
         ptr,
         bytes: 8,
@@ -328,7 +329,7 @@ fn work_the_clock_cannot_hold_is_refused_and_later_timings_stay_exact() {
                     run: &mut body,
                 },
             },
-            stream,
+            &*stream,
         )
     };
     let longest = SimBackend::LONGEST_OPERATION;
@@ -347,7 +348,7 @@ fn work_the_clock_cannot_hold_is_refused_and_later_timings_stay_exact() {
     // Nothing ran: the data, the clock and the timeline are as they were,
     // and the next copy is timed as the model says (8 bytes at 1 byte/ns).
     let mut back = [0; 8];
-    sim.copy_from_device(&mut back, ptr, 0, stream).unwrap();
+    stream.copy_from_device(&mut back, ptr, 0).unwrap();
     assert_eq!(back, [1; 8]);
     assert_eq!(sim.now(), Duration::from_nanos(16));
     let download = sim.timeline().spans().last().unwrap().clone();
@@ -359,7 +360,7 @@ fn work_the_clock_cannot_hold_is_refused_and_later_timings_stay_exact() {
     launch(longest).unwrap();
     let kernel_end = sim.timeline().spans().last().unwrap().end_ns;
     assert_eq!(kernel_end, 16 + (1 << 50));
-    sim.copy_from_device(&mut back, ptr, 0, stream).unwrap();
+    stream.copy_from_device(&mut back, ptr, 0).unwrap();
     assert_eq!(back, [9; 8]);
     let download = sim.timeline().spans().last().unwrap().clone();
     assert_eq!(
@@ -372,9 +373,9 @@ fn work_the_clock_cannot_hold_is_refused_and_later_timings_stay_exact() {
 fn the_timeline_keeps_its_capacity_and_figures_over_everything() {
     let sim = sim().with_timeline_capacity(10);
     let stream = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(10, stream).unwrap();
+    let ptr = sim.alloc_device(10, &*stream).unwrap();
     for _ in 0..100 {
-        sim.copy_to_device(ptr, 0, &[1; 10], stream).unwrap();
+        stream.copy_to_device(ptr, 0, &[1; 10]).unwrap();
     }
     let timeline = sim.timeline();
     assert_eq!(timeline.spans().len(), 10);

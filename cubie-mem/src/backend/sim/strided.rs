@@ -76,13 +76,7 @@ impl SimState {
     }
 
     /// Places a strided copy of `checked` on `engine`'s clock.
-    fn timed_strided(
-        &mut self,
-        engine: Engine,
-        stream: u64,
-        checked: &Checked,
-        rows: StridedRows,
-    ) {
+    fn timed_strided(&mut self, engine: Engine, stream: u64, checked: &Checked, rows: StridedRows) {
         let (activity, direction) = match engine {
             Engine::DeviceToHost => (Activity::DeviceToHost, "download"),
             Engine::HostToDevice | Engine::Compute | Engine::Host => {

@@ -4,7 +4,7 @@
 //! untouched, and the time of bytes plus a cost per row.
 
 use super::*;
-use crate::backend::{Backend, HazardMemory, PinnedBlock, StridedRows};
+use crate::backend::{Backend, HazardMemory, PinnedBlock, Stream, StridedRows};
 
 /// 1 byte per ns each way, 2.5 ns a row.
 /// A device of 1 byte/ns copies whose page-locked blocks cost no host
@@ -24,46 +24,44 @@ const ROWS: StridedRows = StridedRows {
 };
 
 fn upload(
-    sim: &SimBackend,
     ptr: DevicePtr,
     offset: u64,
     block: &dyn PinnedBlock,
     at: usize,
     rows: StridedRows,
-    stream: StreamHandle,
+    stream: &dyn Stream,
 ) -> Result<(), BackendError> {
     let src = block.bytes()[at..].as_ptr();
     // SAFETY: the block outlives the copy; each test waits for it.
-    unsafe { sim.copy_to_device_strided_async(ptr, offset, src, rows, stream) }
+    unsafe { stream.copy_to_device_strided_async(ptr, offset, src, rows) }
 }
 
 fn download(
-    sim: &SimBackend,
     block: &mut dyn PinnedBlock,
     at: usize,
     rows: StridedRows,
     ptr: DevicePtr,
-    stream: StreamHandle,
+    stream: &dyn Stream,
 ) -> Result<(), BackendError> {
     let dst = block.bytes_mut()[at..].as_mut_ptr();
     // SAFETY: as in `upload`.
-    unsafe { sim.copy_from_device_strided_async(dst, rows, ptr, 0, stream) }
+    unsafe { stream.copy_from_device_strided_async(dst, rows, ptr, 0) }
 }
 
 #[test]
 fn rows_move_byte_exact_and_the_bytes_between_them_stay() {
     let sim = sim();
     let s = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(32, s).unwrap();
+    let ptr = sim.alloc_device(32, &*s).unwrap();
     let mut block = sim.alloc_pinned(32).unwrap();
     block
         .bytes_mut()
         .iter_mut()
         .enumerate()
         .for_each(|(i, b)| *b = i as u8);
-    upload(&sim, ptr, 2, &*block, 1, ROWS, s).unwrap();
+    upload(ptr, 2, &*block, 1, ROWS, &*s).unwrap();
     let mut device = [0u8; 20];
-    sim.copy_from_device(&mut device, ptr, 0, s).unwrap();
+    s.copy_from_device(&mut device, ptr, 0).unwrap();
     let p = SimBackend::POISON;
     #[rustfmt::skip]
     let expected = [p, p, 1, 2, 3, 4, p, p, 11, 12, 13, 14, p, p, 21, 22, 23, 24, p, p];
@@ -77,8 +75,8 @@ fn rows_move_byte_exact_and_the_bytes_between_them_stay() {
     let packed = StridedRows::new(4, 3, 10, 6);
     // SAFETY: as in `upload`.
     let dst = back.bytes_mut()[3..].as_mut_ptr();
-    unsafe { sim.copy_from_device_strided_async(dst, packed, ptr, 2, s) }.unwrap();
-    sim.synchronize(s).unwrap();
+    unsafe { s.copy_from_device_strided_async(dst, packed, ptr, 2) }.unwrap();
+    s.synchronize().unwrap();
     let mut expected = [7u8; 32];
     for (row, host) in [3, 13, 23].into_iter().enumerate() {
         let first = 1 + 10 * row as u8;
@@ -91,10 +89,10 @@ fn rows_move_byte_exact_and_the_bytes_between_them_stay() {
 fn figures_outside_the_memory_are_refused_before_anything_moves() {
     let sim = sim();
     let s = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(16, s).unwrap();
+    let ptr = sim.alloc_device(16, &*s).unwrap();
     let block = sim.alloc_pinned(32).unwrap();
     // The device rows end at 2 * 6 + 4 = 16: from offset 1 they pass the end.
-    let error = upload(&sim, ptr, 1, &*block, 0, ROWS, s).unwrap_err();
+    let error = upload(ptr, 1, &*block, 0, ROWS, &*s).unwrap_err();
     assert!(
         matches!(
             error,
@@ -109,20 +107,20 @@ fn figures_outside_the_memory_are_refused_before_anything_moves() {
     );
     // The host rows end at 2 * 10 + 4 = 24: from byte 9 the last one passes
     // the block's 32 bytes, though the first two lie inside.
-    let error = upload(&sim, ptr, 0, &*block, 9, ROWS, s).unwrap_err();
+    let error = upload(ptr, 0, &*block, 9, ROWS, &*s).unwrap_err();
     assert!(
         matches!(error, BackendError::NotPageLocked { len: 4, .. }),
         "{error}"
     );
     let overlapping = StridedRows::new(4, 3, 3, 6);
-    let error = upload(&sim, ptr, 0, &*block, 0, overlapping, s).unwrap_err();
+    let error = upload(ptr, 0, &*block, 0, overlapping, &*s).unwrap_err();
     assert!(matches!(error, BackendError::BadStride { .. }), "{error}");
     let huge = StridedRows::new(4, usize::MAX, 4, 4);
-    let error = upload(&sim, ptr, 0, &*block, 0, huge, s).unwrap_err();
+    let error = upload(ptr, 0, &*block, 0, huge, &*s).unwrap_err();
     assert!(matches!(error, BackendError::BadStride { .. }), "{error}");
     // Nothing was written, queued or timed.
     let mut device = [0u8; 16];
-    sim.copy_from_device(&mut device, ptr, 0, s).unwrap();
+    s.copy_from_device(&mut device, ptr, 0).unwrap();
     assert_eq!(device, [SimBackend::POISON; 16]);
     assert_eq!(sim.timeline().busy_ns(Activity::HostToDevice), 0);
 }
@@ -131,65 +129,65 @@ fn figures_outside_the_memory_are_refused_before_anything_moves() {
 fn hazards_are_per_row_on_the_device() {
     let sim = sim();
     let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
-    let ptr = sim.alloc_device(32, a).unwrap();
-    let ready = sim.record_event(a).unwrap();
-    sim.wait_event(b, ready).unwrap();
+    let ptr = sim.alloc_device(32, &*a).unwrap();
+    let ready = a.record().unwrap();
+    b.wait(&*ready).unwrap();
     let block = sim.alloc_pinned(32).unwrap();
-    upload(&sim, ptr, 0, &*block, 0, ROWS, a).unwrap();
+    upload(ptr, 0, &*block, 0, ROWS, &*a).unwrap();
     // Bytes 4..6 lie between the first two rows: stream b may write them.
-    sim.copy_to_device(ptr, 4, &[9, 9], b).unwrap();
+    b.copy_to_device(ptr, 4, &[9, 9]).unwrap();
     // The second row (6..10) is stream a's copy's, unordered with b.
-    let error = sim.copy_to_device(ptr, 8, &[9], b).unwrap_err();
+    let error = b.copy_to_device(ptr, 8, &[9]).unwrap_err();
     assert!(
-        matches!(error, BackendError::StreamHazard { earlier_on, .. } if earlier_on == a.0),
+        matches!(error, BackendError::StreamHazard { earlier_on, .. } if earlier_on == a.id()),
         "{error}"
     );
-    sim.synchronize(a).unwrap();
+    a.synchronize().unwrap();
 }
 
 #[test]
 fn hazards_are_per_row_in_page_locked_memory() {
     let sim = sim();
     let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
-    let ptr = sim.alloc_device(64, a).unwrap();
-    sim.copy_to_device(ptr, 0, &[1; 64], a).unwrap();
-    let ready = sim.record_event(a).unwrap();
-    sim.wait_event(b, ready).unwrap();
+    let ptr = sim.alloc_device(64, &*a).unwrap();
+    a.copy_to_device(ptr, 0, &[1; 64]).unwrap();
+    let ready = a.record().unwrap();
+    b.wait(&*ready).unwrap();
     let mut block = sim.alloc_pinned(32).unwrap();
     // The block's own pointer, which touches none of its bytes and stays
     // valid after the download's borrow: the host may not touch the block
     // once it is lent.
     let base = block.base().as_ptr().cast_const();
-    download(&sim, &mut *block, 0, ROWS, ptr, a).unwrap();
+    download(&mut *block, 0, ROWS, ptr, &*a).unwrap();
     // Host bytes 4..10 lie between the first two rows: another stream's
     // copy may use them.
     let between = base.wrapping_add(4);
     // SAFETY: as in `upload`.
-    unsafe { sim.copy_to_device_async(ptr, 40, between, 6, b) }.unwrap();
+    unsafe { b.copy_to_device_async(ptr, 40, between, 6) }.unwrap();
     // Bytes 10..14 are the second row, which stream a's download writes.
     let row = base.wrapping_add(10);
     // SAFETY: as in `upload`.
-    let error = unsafe { sim.copy_to_device_async(ptr, 50, row, 4, b) }.unwrap_err();
+    let error = unsafe { b.copy_to_device_async(ptr, 50, row, 4) }.unwrap_err();
     assert!(
-        matches!(error, BackendError::StreamHazard { memory: HazardMemory::PageLocked(_), earlier_on, .. } if earlier_on == a.0),
+        matches!(error, BackendError::StreamHazard { memory: HazardMemory::PageLocked(_), earlier_on, .. } if earlier_on == a.id()),
         "{error}"
     );
-    sim.synchronize(a).unwrap();
-    sim.synchronize(b).unwrap();
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
 }
 
 #[test]
 fn downloaded_rows_land_when_the_host_has_seen_the_copy_done() {
     let sim = sim();
     let s = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(32, s).unwrap();
-    sim.copy_to_device(ptr, 0, &[5; 32], s).unwrap();
+    let ptr = sim.alloc_device(32, &*s).unwrap();
+    s.copy_to_device(ptr, 0, &[5; 32]).unwrap();
     let mut block = sim.alloc_pinned(32).unwrap();
-    download(&sim, &mut *block, 0, ROWS, ptr, s).unwrap();
-    let done = sim.record_event(s).unwrap();
+    download(&mut *block, 0, ROWS, ptr, &*s).unwrap();
+    let done = s.record().unwrap();
     // Reading the rows now reads what was there, and is reported.
     assert_eq!(block.bytes()[10], 0, "not landed yet");
-    let error = sim.event_complete(done).unwrap_err();
+    let error = done.is_complete().unwrap_err();
     assert!(
         matches!(
             error,
@@ -197,7 +195,7 @@ fn downloaded_rows_land_when_the_host_has_seen_the_copy_done() {
         ),
         "{error}"
     );
-    sim.synchronize_event(done).unwrap();
+    done.synchronize().unwrap();
     let mut expected = [0u8; 32];
     for host in [0, 10, 20] {
         expected[host..host + 4].fill(5);
@@ -209,13 +207,13 @@ fn downloaded_rows_land_when_the_host_has_seen_the_copy_done() {
 fn a_strided_copy_takes_its_bytes_time_plus_a_cost_per_row() {
     let sim = sim().with_strided_row_cost(2_500);
     let s = sim.create_stream().unwrap();
-    let ptr = sim.alloc_device(4096, s).unwrap();
+    let ptr = sim.alloc_device(4096, &*s).unwrap();
     let block = sim.alloc_pinned(8192).unwrap();
     // 100 rows of 40 bytes: 4,000 ns of bytes, 250 ns of rows.
     let rows = StridedRows::new(40, 100, 80, 40);
-    upload(&sim, ptr, 0, &*block, 0, rows, s).unwrap();
+    upload(ptr, 0, &*block, 0, rows, &*s).unwrap();
     assert_eq!(sim.now(), Duration::ZERO, "queued: the host did not wait");
-    sim.synchronize(s).unwrap();
+    s.synchronize().unwrap();
     assert_eq!(sim.now(), Duration::from_nanos(4_250));
     let timeline = sim.timeline();
     assert_eq!(timeline.busy_ns(Activity::HostToDevice), 4_250);
@@ -228,18 +226,18 @@ fn a_strided_copy_takes_its_bytes_time_plus_a_cost_per_row() {
 fn each_row_of_a_strided_copy_is_checked_against_earlier_work() {
     let sim = sim();
     let (a, b) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
-    let ptr = sim.alloc_device(64, a).unwrap();
-    sim.copy_to_device(ptr, 0, &[1; 64], a).unwrap();
-    let ready = sim.record_event(a).unwrap();
-    sim.wait_event(b, ready).unwrap();
+    let ptr = sim.alloc_device(64, &*a).unwrap();
+    a.copy_to_device(ptr, 0, &[1; 64]).unwrap();
+    let ready = a.record().unwrap();
+    b.wait(&*ready).unwrap();
     let mut block = sim.alloc_pinned(64).unwrap();
     let base = block.base().as_ptr();
     // Stream b writes a byte of the second device row (6..10), unordered
     // with stream a: both directions' strided copies on a race with it.
     let other = sim.alloc_pinned(8).unwrap();
     // SAFETY: the block outlives the copy; the streams are synchronised.
-    unsafe { sim.copy_to_device_async(ptr, 7, other.bytes().as_ptr(), 1, b) }.unwrap();
-    let error = upload(&sim, ptr, 0, &*block, 0, ROWS, a).unwrap_err();
+    unsafe { b.copy_to_device_async(ptr, 7, other.bytes().as_ptr(), 1) }.unwrap();
+    let error = upload(ptr, 0, &*block, 0, ROWS, &*a).unwrap_err();
     assert!(
         matches!(
             error,
@@ -250,7 +248,7 @@ fn each_row_of_a_strided_copy_is_checked_against_earlier_work() {
         ),
         "{error}"
     );
-    let error = download(&sim, &mut *block, 0, ROWS, ptr, a).unwrap_err();
+    let error = download(&mut *block, 0, ROWS, ptr, &*a).unwrap_err();
     assert!(
         matches!(
             error,
@@ -261,13 +259,13 @@ fn each_row_of_a_strided_copy_is_checked_against_earlier_work() {
         ),
         "{error}"
     );
-    sim.synchronize(b).unwrap();
+    b.synchronize().unwrap();
     // Stream b's download into the third host row (20..24) is in flight:
     // a strided upload reading it, or download writing it, races with it.
     // SAFETY: the block outlives the copy; the streams are synchronised.
-    unsafe { sim.copy_from_device_async(base.wrapping_add(21), 2, ptr, 50, b) }.unwrap();
+    unsafe { b.copy_from_device_async(base.wrapping_add(21), 2, ptr, 50) }.unwrap();
     // SAFETY: as in `upload` (refused: nothing is queued).
-    let error = unsafe { sim.copy_to_device_strided_async(ptr, 0, base, ROWS, a) }.unwrap_err();
+    let error = unsafe { a.copy_to_device_strided_async(ptr, 0, base, ROWS) }.unwrap_err();
     assert!(
         matches!(
             error,
@@ -279,7 +277,7 @@ fn each_row_of_a_strided_copy_is_checked_against_earlier_work() {
         "{error}"
     );
     // SAFETY: as above.
-    let error = unsafe { sim.copy_from_device_strided_async(base, ROWS, ptr, 0, a) }.unwrap_err();
+    let error = unsafe { a.copy_from_device_strided_async(base, ROWS, ptr, 0) }.unwrap_err();
     assert!(
         matches!(
             error,
@@ -290,6 +288,6 @@ fn each_row_of_a_strided_copy_is_checked_against_earlier_work() {
         ),
         "{error}"
     );
-    sim.synchronize(b).unwrap();
-    sim.synchronize(a).unwrap();
+    b.synchronize().unwrap();
+    a.synchronize().unwrap();
 }
