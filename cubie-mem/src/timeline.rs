@@ -17,8 +17,8 @@
 //!
 //! let sim = SimBackend::new(1 << 30).with_copy_bandwidth(1_000_000_000, 1_000_000_000);
 //! let stream = sim.create_stream().unwrap();
-//! let ptr = sim.alloc_device(1000, stream).unwrap();
-//! sim.copy_to_device(ptr, 0, &[0u8; 1000], stream).unwrap(); // 1 µs at 1 GB/s
+//! let ptr = sim.alloc_device(1000, &*stream).unwrap();
+//! stream.copy_to_device(ptr, 0, &[0u8; 1000]).unwrap(); // 1 µs at 1 GB/s
 //! let timeline = sim.timeline();
 //! assert_eq!(timeline.busy_ns(cubie_mem::timeline::Activity::HostToDevice), 1000);
 //! let trace = timeline.to_chrome_trace();

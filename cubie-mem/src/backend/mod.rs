@@ -37,7 +37,7 @@ pub use stream::{Event, Stream};
 pub use strided::StridedRows;
 
 #[cfg(feature = "cuda")]
-pub mod cuda;
+pub(crate) mod cuda;
 
 /// Free and total device memory, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,8 +179,12 @@ pub trait Backend: Send + Sync + 'static {
     /// (`cuMemFreeAsync`): work queued on `stream` before the free may still
     /// use it; work on other streams must be ordered before it by the
     /// caller.
-    fn free_device(&self, ptr: DevicePtr, bytes: u64, stream: &dyn Stream)
-    -> Result<(), BackendError>;
+    fn free_device(
+        &self,
+        ptr: DevicePtr,
+        bytes: u64,
+        stream: &dyn Stream,
+    ) -> Result<(), BackendError>;
 
     /// Allocates `bytes` of page-locked host memory, zero-filled.
     fn alloc_pinned(&self, bytes: u64) -> Result<Box<dyn PinnedBlock>, BackendError>;

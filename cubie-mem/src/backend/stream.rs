@@ -132,6 +132,12 @@ pub trait Stream: Send + Sync {
     fn as_any(&self) -> &dyn Any;
 }
 
+impl std::fmt::Debug for dyn Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("id", &self.id()).finish()
+    }
+}
+
 /// An event recorded on a [`Stream`] (CUDA `CUevent`); released when
 /// dropped.
 pub trait Event: Send + Sync {

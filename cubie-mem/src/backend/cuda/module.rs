@@ -2,19 +2,21 @@
 //! the driver's JIT for the device), and the kernels they hold.
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CString, c_void};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::CudaBackend;
 use super::context::DeviceContext;
 use super::driver::{describe, mem_error, with_detail};
+use super::launch_dims::LaunchDims;
 use super::launch_limits::{DeviceLimits, KernelLimits};
-use super::ptx;
 use super::sys::{self, CuFunction, CuModule, CuResult};
+use super::{CudaBackend, CudaStream, ptx};
 use crate::MemError;
+use crate::backend::BackendError;
+use crate::timeline::Activity;
 
 /// A module loaded into a CUDA backend's context from PTX; unloaded (with
 /// that context current) when dropped.
@@ -139,7 +141,7 @@ impl fmt::Debug for PtxModule {
 }
 
 /// A kernel of a loaded [`PtxModule`], valid while the module is; launch it
-/// with [`GroupStream::launch_builder`](super::GroupStream::launch_builder).
+/// with [`GroupStream::launch_builder`](crate::cuda::GroupStream::launch_builder).
 pub struct PtxFunction<'m> {
     raw: CuFunction,
     name: String,
@@ -160,16 +162,71 @@ impl PtxFunction<'_> {
         &self.name
     }
 
-    pub(super) fn raw(&self) -> CuFunction {
-        self.raw
-    }
-
-    pub(super) fn context(&self) -> &Arc<DeviceContext> {
-        &self.context
-    }
-
-    pub(super) fn limits(&self) -> &KernelLimits {
-        &self.limits
+    /// Queues the kernel on `stream` with `config`, the parameter values
+    /// at `params` (of `arg_sizes` bytes each) and a timeline span of
+    /// `bytes` (the views it touches). Refused, with nothing queued, for a
+    /// stream of another backend than the kernel's, and, saying what allows
+    /// it, past the device's or the kernel's limits.
+    ///
+    /// # Safety
+    ///
+    /// `params` point to live values that match the kernel's parameters in
+    /// number, order and type, and the kernel stays within the memory they
+    /// address.
+    pub(crate) unsafe fn launch_on(
+        &self,
+        stream: &CudaStream,
+        config: LaunchDims,
+        params: &mut [*mut c_void],
+        arg_sizes: &[usize],
+        bytes: u64,
+    ) -> Result<(), MemError> {
+        const OPERATION: &str = "launch kernel";
+        let context = stream.context();
+        if !Arc::ptr_eq(&self.context, context) {
+            return Err(mem_error(BackendError::Unsupported {
+                operation: OPERATION,
+                reason: format!(
+                    "kernel '{}' was loaded on another CUDA backend than this stream's",
+                    self.name
+                ),
+            }));
+        }
+        self.limits
+            .check(context, self.raw, &self.name, &config, arg_sizes)?;
+        let _guard = context.enter(OPERATION).map_err(mem_error)?;
+        let recorder = stream.backend().recorder();
+        let started = recorder.start(stream);
+        let (grid, block) = (config.grid, config.block);
+        // SAFETY: the function and stream are live handles of this context,
+        // which is current; the caller guarantees the parameters. The driver
+        // copies the parameter values before returning; a launch that failed
+        // queued nothing and may be tried again.
+        let mut launch_once = || unsafe {
+            sys::cuLaunchKernel(
+                self.raw,
+                grid.0,
+                grid.1,
+                grid.2,
+                block.0,
+                block.1,
+                block.2,
+                config.shared_bytes,
+                stream.raw_stream(),
+                params.as_mut_ptr(),
+                ptr::null_mut(),
+            )
+        };
+        let mut result = launch_once();
+        // The kernel's local memory is reserved by the driver at its first
+        // launch: the pool may hold idle what it needs.
+        if result == CuResult::OUT_OF_MEMORY {
+            context.reclaim_idle_memory(OPERATION);
+            result = launch_once();
+        }
+        let launched = context.check(result, OPERATION);
+        recorder.finish(started, stream, Activity::Kernel, &*self.name, bytes);
+        launched.map_err(mem_error)
     }
 
     /// Lets launches of the kernel use up to `bytes` of dynamic shared

@@ -15,8 +15,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::stream::{RawEvent, RawStream};
+use super::stream::{CudaEvent, CudaStream};
 use crate::backend::BackendError;
+use crate::backend::{Event, Stream};
 use crate::timeline::{Activity, DEFAULT_TIMELINE_CAPACITY, Span, SpanLog, Timeline};
 
 /// A span whose events the device has not necessarily reached yet.
@@ -26,8 +27,8 @@ struct Pending {
     name: String,
     stream: u64,
     bytes: u64,
-    start: Arc<RawEvent>,
-    end: Arc<RawEvent>,
+    start: Arc<CudaEvent>,
+    end: Arc<CudaEvent>,
 }
 
 /// The spans recorded: the most recent up to a capacity, and how many
@@ -59,7 +60,7 @@ impl Default for Recorder {
 
 /// The start of a span being recorded; [`Recorder::finish`] closes it.
 pub(super) struct Started {
-    start: Arc<RawEvent>,
+    start: Arc<CudaEvent>,
 }
 
 impl Recorder {
@@ -84,11 +85,11 @@ impl Recorder {
     }
 
     /// Records the start of a span on `stream`, when recording is on.
-    pub(super) fn start(&self, stream: &RawStream) -> Option<Started> {
+    pub(super) fn start(&self, stream: &CudaStream) -> Option<Started> {
         if !self.on.load(Ordering::Relaxed) {
             return None;
         }
-        match RawEvent::record_timed(stream) {
+        match CudaEvent::record(stream, true) {
             Ok(event) => Some(Started {
                 start: Arc::new(event),
             }),
@@ -104,7 +105,7 @@ impl Recorder {
     pub(super) fn finish(
         &self,
         started: Option<Started>,
-        stream: (u64, &RawStream),
+        stream: &CudaStream,
         activity: Activity,
         name: impl Into<String>,
         bytes: u64,
@@ -112,13 +113,13 @@ impl Recorder {
         let Some(Started { start }) = started else {
             return;
         };
-        match RawEvent::record_timed(stream.1) {
+        match CudaEvent::record(stream, true) {
             Ok(end) => {
                 let mut recorded = self.spans();
                 recorded.spans.push_back(Pending {
                     activity,
                     name: name.into(),
-                    stream: stream.0,
+                    stream: stream.id(),
                     bytes,
                     start,
                     end: Arc::new(end),
@@ -132,8 +133,8 @@ impl Recorder {
     }
 
     /// Records an instant (an allocation or a free) on `stream`.
-    pub(super) fn mark(&self, stream: (u64, &RawStream), activity: Activity, bytes: u64) {
-        let started = self.start(stream.1);
+    pub(super) fn mark(&self, stream: &CudaStream, activity: Activity, bytes: u64) {
+        let started = self.start(stream);
         self.finish(started, stream, activity, activity.category(), bytes);
     }
 

@@ -1,110 +1,304 @@
-//! Non-blocking streams and events, created and destroyed through the
-//! driver, and each stream's track of its work on device memory.
+//! The CUDA backend's streams and events.
 //!
-//! A stream's track counts how far its work on device memory has been
-//! queued; marker events let another stream wait for it. Recording an event after every copy or kernel that touches an
-//! allocation (so that its free can wait for the last use) costs a driver
-//! call per use, and an event per allocation and stream that lives as long
-//! as the allocation. Instead a stream counts its uses on the host
-//! ([`StreamTrack::note_use`], no driver call), and an event is recorded
-//! only when a free on another stream needs one: the stream's latest
-//! marker, shared by every allocation it used, answers for all uses queued
-//! before it. A stream that ends with uses after its latest marker records
-//! a final one as it is destroyed, so a free queued later still finds an
-//! event covering them.
+//! A [`CudaStream`] is a non-blocking stream (never the null stream): one
+//! the backend created, destroyed when its last reference drops, or one of
+//! another library adopted for a binding, never destroyed here. A
+//! [`CudaEvent`] is taken from the context's idle events and given back
+//! when dropped. Copies check the device range against the backend's live
+//! allocations before the driver sees them. Nothing here orders one stream
+//! after another: callers do, with events.
 
+use std::any::Any;
+use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::Arc;
 
+use super::CudaBackend;
 use super::context::DeviceContext;
 use super::driver::describe;
 use super::sys::{self, CuEvent, CuResult, CuStream};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, DevicePtr, Event, Stream, StridedRows, own};
+use crate::timeline::Activity;
 
-/// A stream that does not synchronise with the null stream; destroyed when
-/// dropped (the driver finishes its pending work first), after recording
-/// a final marker when it used device memory since its last one. An
-/// adopted stream (another library's) gets its final marker but is never
-/// destroyed.
-pub(super) struct RawStream {
+/// A stream of a [`CudaBackend`]; the stream a
+/// [`Backend::create_stream`](crate::backend::Backend::create_stream) of it
+/// hands out.
+pub(crate) struct CudaStream {
     raw: CuStream,
-    context: Arc<DeviceContext>,
-    track: Arc<StreamTrack>,
+    id: u64,
+    backend: CudaBackend,
     /// False for an adopted stream, which its owner destroys.
     owned: bool,
 }
 
 // SAFETY: a CUstream is an opaque handle the driver lets any thread use once
 // its context is current, which every use here arranges through `enter`.
-unsafe impl Send for RawStream {}
+unsafe impl Send for CudaStream {}
 // SAFETY: as for Send; the handle is never changed after creation.
-unsafe impl Sync for RawStream {}
+unsafe impl Sync for CudaStream {}
 
-impl RawStream {
-    /// Creates a non-blocking stream on the device.
-    pub(super) fn create(context: &Arc<DeviceContext>) -> Result<Arc<Self>, BackendError> {
+/// The host end of a copy: the bytes read from, or written into.
+#[derive(Clone, Copy)]
+pub(super) enum HostSide {
+    /// Host to device, from here.
+    Source(*const u8),
+    /// Device to host, into here.
+    Target(*mut u8),
+}
+
+impl HostSide {
+    /// The host address.
+    pub(super) fn address(self) -> usize {
+        match self {
+            HostSide::Source(src) => src.addr(),
+            HostSide::Target(dst) => dst.addr(),
+        }
+    }
+
+    /// What the copy is on a timeline.
+    pub(super) fn activity(self) -> Activity {
+        match self {
+            HostSide::Source(_) => Activity::HostToDevice,
+            HostSide::Target(_) => Activity::DeviceToHost,
+        }
+    }
+}
+
+impl CudaStream {
+    /// Creates a non-blocking stream on `backend`'s device.
+    pub(super) fn create(backend: &CudaBackend) -> Result<Self, BackendError> {
+        let context = backend.context();
         let _guard = context.enter("create stream")?;
         let mut raw: CuStream = ptr::null_mut();
         // SAFETY: the out-pointer is a live stream slot; the context is current.
         let result = unsafe { sys::cuStreamCreate(&mut raw, sys::STREAM_NON_BLOCKING) };
         context.check(result, "create stream")?;
-        Ok(Self::wrap(context, raw, true))
+        Ok(Self::wrap(backend, raw, true))
     }
 
-    /// Adopts `raw`, a stream of `context` created by someone else, which
-    /// is never destroyed here.
+    /// Adopts `raw`, a stream of `backend`'s context created by someone
+    /// else, which is never destroyed here.
     ///
     /// # Safety
     ///
-    /// `raw` is a live stream of `context` and stays so while the result
-    /// (or a clone of it) lives.
-    pub(super) unsafe fn adopt(context: &Arc<DeviceContext>, raw: CuStream) -> Arc<Self> {
-        Self::wrap(context, raw, false)
+    /// `raw` is a live stream of the context and stays so while work is
+    /// queued on the result.
+    pub(super) unsafe fn adopt(backend: &CudaBackend, raw: CuStream) -> Self {
+        Self::wrap(backend, raw, false)
     }
 
-    fn wrap(context: &Arc<DeviceContext>, raw: CuStream, owned: bool) -> Arc<Self> {
-        Arc::new_cyclic(|stream| RawStream {
+    fn wrap(backend: &CudaBackend, raw: CuStream, owned: bool) -> Self {
+        CudaStream {
             raw,
-            context: Arc::clone(context),
-            track: StreamTrack::new(stream.clone()),
+            id: backend.next_stream_id(),
+            backend: backend.clone(),
             owned,
-        })
+        }
     }
 
-    /// What the stream queued on device memory, for ordering frees after it.
-    pub(super) fn track(&self) -> &Arc<StreamTrack> {
-        &self.track
-    }
-
-    /// The driver handle, valid while `self` lives.
-    pub(super) fn raw(&self) -> CuStream {
+    /// The driver handle (`CUstream`), valid while `self` lives.
+    pub(crate) fn raw_stream(&self) -> *mut c_void {
         self.raw
+    }
+
+    /// The backend the stream belongs to.
+    pub(crate) fn backend(&self) -> &CudaBackend {
+        &self.backend
     }
 
     /// The device context of the stream.
     pub(super) fn context(&self) -> &Arc<DeviceContext> {
-        &self.context
+        self.backend.context()
     }
 
-    /// Blocks until all work queued on the stream completed.
-    pub(super) fn synchronize(&self) -> Result<(), BackendError> {
-        let _guard = self.context.enter("synchronize")?;
-        // SAFETY: the stream is live while `self` is.
-        let result = unsafe { sys::cuStreamSynchronize(self.raw) };
-        self.context.check(result, "synchronize")
+    /// Checks a copy of `len` bytes between `host` and `device + offset`
+    /// and queues it (timed when the timeline records); whether there was
+    /// anything to copy.
+    ///
+    /// # Safety
+    ///
+    /// `host..host + len` stays allocated until the copy completed, and
+    /// nothing else writes it (for a download: reads or writes it) until
+    /// then.
+    unsafe fn queue_copy(
+        &self,
+        device: DevicePtr,
+        offset: u64,
+        host: HostSide,
+        len: usize,
+        operation: &'static str,
+    ) -> Result<bool, BackendError> {
+        let address = self
+            .backend
+            .device_address(device, offset, len, operation)?;
+        if len == 0 {
+            return Ok(false);
+        }
+        let context = self.context();
+        let _guard = context.enter(operation)?;
+        let recorder = self.backend.recorder();
+        let started = recorder.start(self);
+        // SAFETY: the device range lies inside a live allocation (checked
+        // above); the caller keeps the host range valid, and the driver
+        // keeps no reference to it after the copy.
+        let result = unsafe {
+            match host {
+                HostSide::Source(src) => sys::cuMemcpyHtoDAsync(address, src.cast(), len, self.raw),
+                HostSide::Target(dst) => sys::cuMemcpyDtoHAsync(dst.cast(), address, len, self.raw),
+            }
+        };
+        let queued = context.check(result, operation);
+        let activity = host.activity();
+        recorder.finish(started, self, activity, activity.category(), len as u64);
+        queued.map(|()| true)
     }
 }
 
-impl Drop for RawStream {
+impl Stream for CudaStream {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn synchronize(&self) -> Result<(), BackendError> {
+        let context = self.context();
+        let _guard = context.enter("synchronize")?;
+        // SAFETY: the stream is live while `self` is.
+        let result = unsafe { sys::cuStreamSynchronize(self.raw) };
+        context.check(result, "synchronize")
+    }
+
+    fn record(&self) -> Result<Box<dyn Event>, BackendError> {
+        Ok(Box::new(CudaEvent::record(self, false)?))
+    }
+
+    /// `cuStreamWaitEvent`; refused for an event of another backend kind
+    /// or another device.
+    fn wait(&self, event: &dyn Event) -> Result<(), BackendError> {
+        const OPERATION: &str = "order streams";
+        let event = own::<CudaEvent>(event.as_any(), OPERATION, "event")?;
+        let context = self.context();
+        if event.context.raw_context() != context.raw_context() {
+            return Err(BackendError::Unsupported {
+                operation: OPERATION,
+                reason: format!(
+                    "the event was recorded on device {}, the stream is on device {}",
+                    event.context.ordinal(),
+                    context.ordinal()
+                ),
+            });
+        }
+        let _guard = context.enter(OPERATION)?;
+        // SAFETY: both handles are live; the context is current. The driver
+        // keeps the dependency when the event is recorded again or destroyed.
+        let result = unsafe { sys::cuStreamWaitEvent(self.raw, event.raw, 0) };
+        context.check(result, OPERATION)
+    }
+
+    /// Queues the copy, then synchronises the stream, so that `src` is free
+    /// to reuse when the call returns.
+    fn copy_to_device(&self, dst: DevicePtr, offset: u64, src: &[u8]) -> Result<(), BackendError> {
+        let host = HostSide::Source(src.as_ptr());
+        // SAFETY: `src` is a live host slice of `src.len()` bytes, borrowed
+        // until the stream is synchronised below.
+        if unsafe { self.queue_copy(dst, offset, host, src.len(), "copy to device")? } {
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Queues the copy, then synchronises the stream.
+    fn copy_from_device(
+        &self,
+        dst: &mut [u8],
+        src: DevicePtr,
+        offset: u64,
+    ) -> Result<(), BackendError> {
+        let host = HostSide::Target(dst.as_mut_ptr());
+        // SAFETY: `dst` is a live host slice of `dst.len()` bytes, borrowed
+        // exclusively until the stream is synchronised below.
+        if unsafe { self.queue_copy(src, offset, host, dst.len(), "copy from device")? } {
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// `cuMemcpyHtoDAsync`; returns once queued.
+    unsafe fn copy_to_device_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "asynchronous copy to device";
+        self.backend
+            .pinned()
+            .check_page_locked(OPERATION, src.addr(), len)?;
+        // SAFETY: page-locked memory of this backend, which the caller
+        // keeps allocated and unwritten until the copy completed.
+        unsafe { self.queue_copy(dst, offset, HostSide::Source(src), len, OPERATION) }.map(drop)
+    }
+
+    /// `cuMemcpyDtoHAsync`; returns once queued.
+    unsafe fn copy_from_device_async(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        src: DevicePtr,
+        offset: u64,
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "asynchronous copy from device";
+        self.backend
+            .pinned()
+            .check_page_locked(OPERATION, dst.addr(), len)?;
+        // SAFETY: page-locked memory of this backend, which the caller
+        // keeps allocated and untouched until the copy completed.
+        unsafe { self.queue_copy(src, offset, HostSide::Target(dst), len, OPERATION) }.map(drop)
+    }
+
+    /// `cuMemcpy2DAsync_v2`; returns once queued. Every host row must be
+    /// page-locked memory of this backend (or of a peer it accepts).
+    unsafe fn copy_to_device_strided_async(
+        &self,
+        dst: DevicePtr,
+        offset: u64,
+        src: *const u8,
+        rows: StridedRows,
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "asynchronous strided copy to device";
+        // SAFETY: passed on from the caller.
+        unsafe { self.queue_strided(dst, offset, HostSide::Source(src), rows, OPERATION) }
+    }
+
+    /// `cuMemcpy2DAsync_v2`; returns once queued.
+    unsafe fn copy_from_device_strided_async(
+        &self,
+        dst: *mut u8,
+        rows: StridedRows,
+        src: DevicePtr,
+        offset: u64,
+    ) -> Result<(), BackendError> {
+        const OPERATION: &str = "asynchronous strided copy from device";
+        // SAFETY: passed on from the caller.
+        unsafe { self.queue_strided(src, offset, HostSide::Target(dst), rows, OPERATION) }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for CudaStream {
+    /// Destroys a stream the backend created (the driver finishes its
+    /// queued work first); an adopted one is left to its owner.
     fn drop(&mut self) {
-        self.track.end(self);
         if !self.owned {
             return;
         }
-        let _guard = self.context.enter("destroy stream");
+        let context = self.context();
+        let _guard = context.enter("destroy stream");
         // SAFETY: the stream was created by this struct and is destroyed
-        // once; the driver finishes its pending work before releasing it.
+        // once.
         let result = unsafe { sys::cuStreamDestroy(self.raw) };
         if result != CuResult::SUCCESS {
             tracing::debug!(error = %describe(result), "destroying a CUDA stream failed");
@@ -112,9 +306,9 @@ impl Drop for RawStream {
     }
 }
 
-/// An event recorded on a [`RawStream`], taken from the context's idle
+/// An event recorded on a [`CudaStream`], taken from the context's idle
 /// events (timed or not) and given back there when dropped.
-pub(super) struct RawEvent {
+pub(crate) struct CudaEvent {
     raw: CuEvent,
     context: Arc<DeviceContext>,
     timed: bool,
@@ -122,75 +316,34 @@ pub(super) struct RawEvent {
 
 // SAFETY: a CUevent is an opaque handle usable from any thread with its
 // context current, which every use here arranges through `enter`.
-unsafe impl Send for RawEvent {}
+unsafe impl Send for CudaEvent {}
 // SAFETY: as for Send; the handle is never changed after creation.
-unsafe impl Sync for RawEvent {}
+unsafe impl Sync for CudaEvent {}
 
-impl RawEvent {
-    /// An event without timing, recorded after the work queued on `stream`.
-    pub(super) fn record(stream: &RawStream) -> Result<Self, BackendError> {
-        let context = &stream.context;
+impl CudaEvent {
+    /// An event recorded after the work queued on `stream`; `timed` records
+    /// its time too (for [`CudaEvent::elapsed_ms`]).
+    pub(super) fn record(stream: &CudaStream, timed: bool) -> Result<Self, BackendError> {
+        let context = stream.context();
         let _guard = context.enter("record event")?;
-        let event = RawEvent {
-            raw: context.take_event()?,
-            context: Arc::clone(context),
-            timed: false,
+        let raw = if timed {
+            context.take_timed_event()?
+        } else {
+            context.take_event()?
         };
-        event.record_entered(stream)?;
-        Ok(event)
-    }
-
-    /// An event that records its time, after the work queued on `stream`
-    /// (for [`RawEvent::elapsed_ms`]).
-    pub(super) fn record_timed(stream: &RawStream) -> Result<Self, BackendError> {
-        let context = &stream.context;
-        let _guard = context.enter("record event")?;
-        let event = RawEvent {
-            raw: context.take_timed_event()?,
+        let event = CudaEvent {
+            raw,
             context: Arc::clone(context),
-            timed: true,
+            timed,
         };
-        event.record_entered(stream)?;
-        Ok(event)
-    }
-
-    /// `cuEventRecord` with the context already current.
-    fn record_entered(&self, stream: &RawStream) -> Result<(), BackendError> {
         // SAFETY: both handles are live and of this context, which is current.
-        let result = unsafe { sys::cuEventRecord(self.raw, stream.raw()) };
-        self.context.check(result, "record event")
-    }
-
-    /// Makes work queued next on `stream` wait until the event completed.
-    pub(super) fn make_wait(&self, stream: &RawStream) -> Result<(), BackendError> {
-        let _guard = self.context.enter("order streams")?;
-        // SAFETY: both handles are live; the context is current. The driver
-        // keeps the dependency when the event is recorded again or destroyed.
-        let result = unsafe { sys::cuStreamWaitEvent(stream.raw(), self.raw, 0) };
-        self.context.check(result, "order streams")
-    }
-
-    /// Whether the work before the event completed.
-    pub(super) fn complete(&self) -> Result<bool, BackendError> {
-        let _guard = self.context.enter("query event")?;
-        // SAFETY: the event is live while `self` is.
-        let result = unsafe { sys::cuEventQuery(self.raw) };
-        if result == CuResult::NOT_READY {
-            return Ok(false);
-        }
-        self.context.check(result, "query event").map(|()| true)
-    }
-
-    /// Blocks until the work before the event completed (`cuEventSynchronize`).
-    pub(super) fn synchronize(&self) -> Result<(), BackendError> {
-        let _guard = self.context.enter("wait for event")?;
-        // SAFETY: the event is live while `self` is; the context is current.
-        let result = unsafe { sys::cuEventSynchronize(self.raw) };
-        self.context.check(result, "wait for event")
+        let result = unsafe { sys::cuEventRecord(event.raw, stream.raw) };
+        context.check(result, "record event")?;
+        Ok(event)
     }
 
     /// Milliseconds between `start` and this event, both timed and complete.
-    pub(super) fn elapsed_ms(&self, start: &RawEvent) -> Result<f32, BackendError> {
+    pub(super) fn elapsed_ms(&self, start: &CudaEvent) -> Result<f32, BackendError> {
         let _guard = self.context.enter("time events")?;
         let mut milliseconds = 0f32;
         // SAFETY: both events are live and were recorded; the out-pointer is
@@ -201,165 +354,32 @@ impl RawEvent {
     }
 }
 
-impl Drop for RawEvent {
+impl Event for CudaEvent {
+    fn is_complete(&self) -> Result<bool, BackendError> {
+        let _guard = self.context.enter("query event")?;
+        // SAFETY: the event is live while `self` is.
+        let result = unsafe { sys::cuEventQuery(self.raw) };
+        if result == CuResult::NOT_READY {
+            return Ok(false);
+        }
+        self.context.check(result, "query event").map(|()| true)
+    }
+
+    /// `cuEventSynchronize`: blocks this thread (not the streams).
+    fn synchronize(&self) -> Result<(), BackendError> {
+        let _guard = self.context.enter("wait for event")?;
+        // SAFETY: the event is live while `self` is; the context is current.
+        let result = unsafe { sys::cuEventSynchronize(self.raw) };
+        self.context.check(result, "wait for event")
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for CudaEvent {
     fn drop(&mut self) {
         self.context.recycle_event(self.raw, self.timed);
-    }
-}
-
-/// An event recorded on a stream, standing for every use queued on it
-/// before the event.
-pub(super) struct Marker {
-    event: RawEvent,
-    /// The uses of the stream queued before the event (numbered from 1).
-    covers: u64,
-    /// Set once the event was seen complete: waiting for it is then moot.
-    complete: AtomicBool,
-}
-
-impl Marker {
-    /// Whether the work before the marker completed; asks the driver until
-    /// it once answers yes.
-    pub(super) fn complete(&self) -> Result<bool, BackendError> {
-        if self.complete.load(Ordering::Acquire) {
-            return Ok(true);
-        }
-        let done = self.event.complete()?;
-        if done {
-            self.complete.store(true, Ordering::Release);
-        }
-        Ok(done)
-    }
-
-    /// Makes work queued next on `stream` wait for the marker, unless it
-    /// is known complete.
-    pub(super) fn order(&self, stream: &RawStream) -> Result<(), BackendError> {
-        if self.complete.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        self.event.make_wait(stream)
-    }
-}
-
-/// The latest marker of a stream, and whether the stream has ended.
-#[derive(Default)]
-struct Markers {
-    latest: Option<Arc<Marker>>,
-    /// Set as the stream is destroyed, after its final marker (if it
-    /// needed one) was recorded.
-    ended: bool,
-}
-
-/// What one stream has queued on device memory, shared by the stream and
-/// by the allocations it used (which outlive it).
-pub(super) struct StreamTrack {
-    stream: Weak<RawStream>,
-    /// Uses of device memory queued on the stream so far.
-    uses: AtomicU64,
-    markers: Mutex<Markers>,
-}
-
-impl StreamTrack {
-    /// The track of a stream being created (`Arc::new_cyclic`).
-    pub(super) fn new(stream: Weak<RawStream>) -> Arc<Self> {
-        Arc::new(StreamTrack {
-            stream,
-            uses: AtomicU64::new(0),
-            markers: Mutex::new(Markers::default()),
-        })
-    }
-
-    fn markers(&self) -> MutexGuard<'_, Markers> {
-        // The markers are consistent after every statement.
-        self.markers.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Counts a use of device memory just queued on the stream; returns
-    /// its number, for [`StreamTrack::marker_after`].
-    pub(super) fn note_use(&self) -> u64 {
-        self.uses.fetch_add(1, Ordering::AcqRel).saturating_add(1)
-    }
-
-    /// A marker after the stream's use number `use_number`: the latest
-    /// one when it covers that use, else one recorded now (covering every
-    /// use queued so far). `None` only when the stream ended and its final
-    /// marker could not be recorded: the caller must then order by other
-    /// means.
-    pub(super) fn marker_after(
-        &self,
-        use_number: u64,
-    ) -> Result<Option<Arc<Marker>>, BackendError> {
-        loop {
-            let mut markers = self.markers();
-            if let Some(latest) = markers.latest.as_ref()
-                && latest.covers >= use_number
-            {
-                return Ok(Some(Arc::clone(latest)));
-            }
-            if let Some(stream) = self.stream.upgrade() {
-                // Read before recording: every use counted is queued before
-                // the event, so the marker never claims a later one.
-                let covers = self.uses.load(Ordering::Acquire);
-                let marker = Arc::new(Marker {
-                    event: RawEvent::record(&stream)?,
-                    covers,
-                    complete: AtomicBool::new(false),
-                });
-                markers.latest = Some(Arc::clone(&marker));
-                return Ok(Some(marker));
-            }
-            if markers.ended {
-                // Its final marker covers every use, unless it was lost.
-                return Ok(None);
-            }
-            // The stream is being destroyed and has not recorded its final
-            // marker yet: it does so under this lock, at once.
-            drop(markers);
-            std::thread::yield_now();
-        }
-    }
-
-    /// Records the final marker of `stream` (this track's, being
-    /// destroyed) when uses were queued after its latest one.
-    pub(super) fn end(&self, stream: &RawStream) {
-        let mut markers = self.markers();
-        let uses = self.uses.load(Ordering::Acquire);
-        let covered = markers.latest.as_ref().map_or(0, |latest| latest.covers);
-        if uses > covered {
-            match RawEvent::record(stream) {
-                Ok(event) => {
-                    markers.latest = Some(Arc::new(Marker {
-                        event,
-                        covers: uses,
-                        complete: AtomicBool::new(false),
-                    }));
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "recording a destroyed stream's final event failed; frees after its work synchronise the device");
-                }
-            }
-        }
-        markers.ended = true;
-    }
-
-    /// Whether the stream ended and every use `use_number` and before is
-    /// known complete: the stream no longer needs a place in an
-    /// allocation's list of users.
-    pub(super) fn retired_through(&self, use_number: u64) -> bool {
-        let markers = self.markers();
-        if !markers.ended {
-            return false;
-        }
-        match markers.latest.as_ref() {
-            Some(latest) if latest.covers >= use_number => {
-                let latest = Arc::clone(latest);
-                drop(markers);
-                latest.complete().unwrap_or(false)
-            }
-            // No use at all, or only uses before a marker that was dropped:
-            // nothing was ever counted for this allocation on the stream.
-            None => use_number == 0,
-            Some(_) => false,
-        }
     }
 }

@@ -1,15 +1,13 @@
 //! Strided copies on the CUDA driver: one `cuMemcpy2DAsync_v2` per copy,
-//! ordered as contiguous copies are (the stream waits for the allocation
-//! once, the free waits for the copy), checked before the driver sees it:
-//! the figures, every host row page-locked memory of this backend (or of a
-//! peer it accepts), and the device rows inside one live allocation.
+//! checked before the driver sees it: the figures, every host row
+//! page-locked memory of this backend (or of a peer it accepts), and the
+//! device rows inside one live allocation.
 
 use std::ffi::c_void;
 
+use super::stream::{CudaStream, HostSide};
 use super::sys::{self, CuMemcpy2D, MEMORYTYPE_DEVICE, MEMORYTYPE_HOST};
-use super::{CudaBackend, PreparedUse};
-use crate::backend::{BackendError, DevicePtr, StreamHandle, StridedRows};
-use crate::timeline::Activity;
+use crate::backend::{BackendError, DevicePtr, StridedRows};
 
 /// The largest pitch a 2D copy takes: `cuMemcpy2D` refuses a pitch above
 /// the device's `CU_DEVICE_ATTRIBUTE_MAX_PITCH`, 2^31 - 1 bytes on every
@@ -17,27 +15,9 @@ use crate::timeline::Activity;
 /// contiguous copy each.
 const MAX_PITCH: usize = i32::MAX as usize;
 
-/// The host end of a strided copy.
-pub(super) enum HostRows {
-    /// Host to device, from the rows at this address.
-    Source(*const u8),
-    /// Device to host, into the rows at this address.
-    Target(*mut u8),
-}
-
-impl HostRows {
-    fn address(&self) -> usize {
-        match self {
-            HostRows::Source(src) => src.addr(),
-            HostRows::Target(dst) => dst.addr(),
-        }
-    }
-}
-
-impl CudaBackend {
+impl CudaStream {
     /// Checks a strided copy between `host` and `device + offset` and
-    /// queues it on `stream` after the allocation (timed when the timeline
-    /// records).
+    /// queues it (timed when the timeline records).
     ///
     /// # Safety
     ///
@@ -47,13 +27,12 @@ impl CudaBackend {
         &self,
         device: DevicePtr,
         offset: u64,
-        host: HostRows,
+        host: HostSide,
         rows: StridedRows,
-        stream: StreamHandle,
         operation: &'static str,
     ) -> Result<(), BackendError> {
         let bytes = rows.check(operation)?;
-        let pinned = &self.shared.pinned;
+        let pinned = self.backend().pinned();
         let span = rows.host_span().unwrap_or(usize::MAX);
         // One block holding every row is found at once; else each row is
         // checked, and the first outside one is reported.
@@ -71,15 +50,10 @@ impl CudaBackend {
             .device_span()
             .and_then(|span| usize::try_from(span).ok())
             .unwrap_or(usize::MAX);
-        let Some(PreparedUse {
-            stream: raw,
-            address,
-            allocation,
-        }) = self.prepare_use(device, offset, span, stream, operation)?
-        else {
-            return Ok(());
-        };
-        if bytes == 0 {
+        let address = self
+            .backend()
+            .device_address(device, offset, span, operation)?;
+        if span == 0 || bytes == 0 {
             return Ok(());
         }
         let too_far = rows.host_pitch > MAX_PITCH || rows.device_pitch > MAX_PITCH as u64;
@@ -90,49 +64,37 @@ impl CudaBackend {
                         StridedRows::new(rows.row_bytes, 1, rows.row_bytes, rows.row_bytes as u64);
                     let host_at = row.saturating_mul(rows.host_pitch);
                     let device_at = (row as u64).saturating_mul(rows.device_pitch);
-                    describe(&host, host_at, address.saturating_add(device_at), one)
+                    describe(host, host_at, address.saturating_add(device_at), one)
                 })
                 .collect()
         } else {
-            vec![describe(&host, 0, address, rows)]
+            vec![describe(host, 0, address, rows)]
         };
-        let context = &self.shared.context;
+        let context = self.context();
         let _guard = context.enter(operation)?;
-        let started = self.shared.recorder.start(&raw);
+        let recorder = self.backend().recorder();
+        let started = recorder.start(self);
         let mut queued = Ok(());
         for copy in &copies {
             // SAFETY: the device rows lie inside a live allocation (checked
-            // above) and the copy is queued after it on `stream`; the free
-            // waits for the copy (`note_use` below). The host rows are
-            // page-locked memory the caller keeps valid until the copy
-            // completed; the driver keeps no reference to `copy` after the
-            // call. `raw` keeps the stream alive for the call.
-            let result = unsafe { sys::cuMemcpy2DAsync(copy, raw.raw()) };
+            // above). The host rows are page-locked memory the caller keeps
+            // valid until the copy completed; the driver keeps no reference
+            // to `copy` after the call.
+            let result = unsafe { sys::cuMemcpy2DAsync(copy, self.raw_stream()) };
             queued = context.check(result, operation);
             if queued.is_err() {
                 break;
             }
         }
-        // Even a failed call may have queued earlier rows.
-        allocation.note_use(&raw);
-        let activity = match host {
-            HostRows::Source(_) => Activity::HostToDevice,
-            HostRows::Target(_) => Activity::DeviceToHost,
-        };
-        self.shared.recorder.finish(
-            started,
-            (stream.0, &raw),
-            activity,
-            activity.category(),
-            bytes,
-        );
+        let activity = host.activity();
+        recorder.finish(started, self, activity, activity.category(), bytes);
         queued
     }
 }
 
 /// The `CUDA_MEMCPY2D` of `rows` between the host rows `host_at` bytes
 /// after `host`'s address and the device rows at `device`.
-fn describe(host: &HostRows, host_at: usize, device: u64, rows: StridedRows) -> CuMemcpy2D {
+fn describe(host: HostSide, host_at: usize, device: u64, rows: StridedRows) -> CuMemcpy2D {
     let mut copy = CuMemcpy2D {
         src_x_in_bytes: 0,
         src_y: 0,
@@ -151,14 +113,14 @@ fn describe(host: &HostRows, host_at: usize, device: u64, rows: StridedRows) -> 
         width_in_bytes: rows.row_bytes,
         height: rows.rows,
     };
-    match *host {
-        HostRows::Source(src) => {
+    match host {
+        HostSide::Source(src) => {
             copy.src_memory_type = MEMORYTYPE_HOST;
             copy.src_host = src.wrapping_add(host_at).cast::<c_void>();
             copy.src_device = 0;
             copy.src_pitch = rows.host_pitch;
         }
-        HostRows::Target(dst) => {
+        HostSide::Target(dst) => {
             copy.dst_memory_type = MEMORYTYPE_HOST;
             copy.dst_host = dst.wrapping_add(host_at).cast::<c_void>();
             copy.dst_device = 0;

@@ -162,7 +162,7 @@ impl Backend for SimBackend {
         s.clock.instant(Work {
             activity: Activity::Alloc,
             name: format!("alloc {}", Bytes(bytes)),
-            stream: stream,
+            stream,
             bytes,
         });
         Ok(ptr)
@@ -198,7 +198,7 @@ impl Backend for SimBackend {
         s.clock.instant(Work {
             activity: Activity::Free,
             name: format!("free {}", Bytes(size)),
-            stream: stream,
+            stream,
             bytes: size,
         });
         Ok(())
@@ -324,7 +324,7 @@ impl Backend for SimBackend {
             Work {
                 activity: Activity::Kernel,
                 name: launch.name.to_owned(),
-                stream: stream,
+                stream,
                 bytes: touched,
             },
         );

@@ -507,7 +507,7 @@ impl SimState {
             Work {
                 activity,
                 name: format!("{direction} {}{memory}", Bytes(bytes)),
-                stream: stream,
+                stream,
                 bytes,
             },
         )

@@ -222,9 +222,7 @@ fn streams_may_write_disjoint_bytes_of_one_buffer_but_not_the_same_bytes() {
     unsafe {
         a.copy_to_device_async(ptr, 0, source, 32).unwrap();
         b.copy_to_device_async(ptr, 32, source, 32).unwrap();
-        let overlapping = b
-            .copy_to_device_async(ptr, 16, source, 32)
-            .unwrap_err();
+        let overlapping = b.copy_to_device_async(ptr, 16, source, 32).unwrap_err();
         assert!(
             matches!(overlapping, BackendError::StreamHazard { earlier_on, .. } if earlier_on == a.id()),
             "{overlapping}"

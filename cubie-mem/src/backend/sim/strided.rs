@@ -92,7 +92,7 @@ impl SimState {
             Work {
                 activity,
                 name: format!("{direction} {} in {} rows", Bytes(checked.bytes), rows.rows),
-                stream: stream,
+                stream,
                 bytes: checked.bytes,
             },
         );

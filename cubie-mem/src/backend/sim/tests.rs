@@ -2,8 +2,7 @@
 
 use super::*;
 use crate::backend::{
-    Access, Backend, EngineRates, Event, HazardMemory, KernelArg, KernelBody, KernelLaunch,
-    Stream,
+    Access, Backend, EngineRates, Event, HazardMemory, KernelArg, KernelBody, KernelLaunch, Stream,
 };
 
 #[test]
