@@ -13,9 +13,8 @@
 use std::ops::Range;
 
 use super::layout::ChunkLayout;
-use super::staging_threads::{ScatterTarget, StagingThreads};
-use crate::array::slot::Memory;
-use crate::backend::{BackendError, BackendResult, DevicePtr, Stream, StridedRows};
+use super::BatchError;
+use super::staging_threads::StagingThreads;
 use crate::host::{HostArray, HostMemoryKind};
 use crate::host::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
 use crate::ids::{InstanceId, Named};
@@ -188,7 +187,9 @@ impl<'a> ChunkStreamer<'a> {
     }
 
     /// Copies chunk `chunk` of `host` (the whole batch, chunked along `axis`)
-    /// into `device` (one chunk), on the instance's stream.
+    /// into `device` (one chunk), and waits for it: a run of the
+    /// [`pipeline`](Self::pipeline) over that one chunk, so it takes the
+    /// same route (direct, strided or staged).
     pub fn copy_in<T: Element>(
         &self,
         host: &HostArray<T>,
@@ -196,21 +197,17 @@ impl<'a> ChunkStreamer<'a> {
         axis: usize,
         chunk: usize,
     ) -> Result<(), MemError> {
-        let mut copy = self.one_chunk(host.shape(), device, axis, chunk)?;
-        upload(
-            host,
-            device,
-            &copy.layout,
-            &copy.runs,
-            self.min_strided_row_bytes,
-            &mut copy.staging,
-            &copy.threads,
-        )
+        self.chunk(chunk)?;
+        self.pipeline()
+            .chunk_range(chunk..chunk + 1)
+            .input(host, device.along(axis))
+            .run(|_, _| Ok(()))
+            .map_err(BatchError::into_error)
     }
 
     /// Copies `device` (one chunk) into chunk `chunk` of `host` (the whole
-    /// batch, chunked along `axis`), on the instance's stream. Only the
-    /// chunk's runs are written.
+    /// batch, chunked along `axis`), and waits for it, as
+    /// [`copy_in`](Self::copy_in) does. Only the chunk's runs are written.
     pub fn copy_out<T: Element>(
         &self,
         device: &DeviceArray<T>,
@@ -218,39 +215,12 @@ impl<'a> ChunkStreamer<'a> {
         axis: usize,
         chunk: usize,
     ) -> Result<(), MemError> {
-        let mut copy = self.one_chunk(host.shape(), device, axis, chunk)?;
-        download(
-            device,
-            host,
-            &copy.layout,
-            &copy.runs,
-            self.min_strided_row_bytes,
-            &mut copy.staging,
-            &copy.threads,
-        )
-    }
-
-    /// What copying chunk `chunk` between a host array of `host_shape` and
-    /// `device` along `axis` needs, with the instance's stream bound for
-    /// as long as it lives.
-    fn one_chunk<T: Element>(
-        &self,
-        host_shape: &[usize],
-        device: &DeviceArray<T>,
-        axis: usize,
-        chunk: usize,
-    ) -> Result<OneChunk<T>, MemError> {
-        let runs = self.chunk(chunk)?.runs;
-        let layout = self.layout(host_shape, device.label(), device.shape(), axis)?;
-        let stream = self.bind_stream()?;
-        let staging = self.stager(&layout, device.label());
-        Ok(OneChunk {
-            runs,
-            layout,
-            staging,
-            threads: self.staging_threads(),
-            _stream: stream,
-        })
+        self.chunk(chunk)?;
+        self.pipeline()
+            .chunk_range(chunk..chunk + 1)
+            .output(host, device.along(axis))
+            .run(|_, _| Ok(()))
+            .map_err(BatchError::into_error)
     }
 
     pub(super) fn bind_stream(&self) -> Result<CurrentStream, MemError> {
@@ -430,172 +400,3 @@ pub(super) fn direct_range<T: Element>(
     }
 }
 
-/// Chunk `runs` of a pinned host array as the rows of one strided copy the
-/// copy engines can move directly: the host element where they start, and
-/// the rows, when they hold at least `min_row` bytes each and lie in
-/// page-locked memory `device`'s backend copies.
-fn strided_rows<T: Element>(
-    host: &HostArray<T>,
-    device: &DeviceArray<T>,
-    layout: &ChunkLayout,
-    runs: &Range<usize>,
-    min_row: usize,
-) -> Option<(usize, StridedRows)> {
-    if host.kind() != HostMemoryKind::Pinned {
-        return None;
-    }
-    let (first, rows) = layout.strided_rows(runs, size_of::<T>())?;
-    let start = host.as_slice().get(first..)?.as_ptr();
-    let page_locked = device
-        .slot()
-        .backend()
-        .is_page_locked(start.cast(), rows.host_span()?);
-    (rows.row_bytes >= min_row && page_locked).then_some((first, rows))
-}
-
-/// Queues a strided copy by `queue` on the stream of `device`'s memory and
-/// waits for it (for whatever a failed call queued too); `false` when the
-/// array is not device memory (nothing queued: stage it).
-fn strided_blocking<T: Element>(
-    device: &DeviceArray<T>,
-    queue: impl FnOnce(&dyn Stream, DevicePtr) -> Result<(), BackendError>,
-) -> Result<bool, MemError> {
-    let slot = device.slot();
-    let Memory::Device(memory) = slot.memory()? else {
-        return Ok(false);
-    };
-    let (backend, label) = (slot.backend(), slot.label());
-    let stream = slot.use_stream(&memory)?;
-    let stream = stream.stream();
-    let queued = queue(stream, memory.ptr()).for_array(backend, label);
-    let waited = stream.synchronize().for_array(backend, label);
-    queued.and(waited).map(|()| true)
-}
-
-fn host_range_error(range: &Range<usize>, len: usize) -> MemError {
-    MemError::LengthMismatch {
-        label: "host".into(),
-        expected: range.end,
-        found: len,
-    }
-}
-
-/// One chunk's copy by [`ChunkStreamer::copy_in`] or
-/// [`ChunkStreamer::copy_out`]: its runs, its layout, its staging and the
-/// threads that stage it, with the instance's stream bound meanwhile.
-struct OneChunk<T: Element> {
-    runs: Range<usize>,
-    layout: ChunkLayout,
-    staging: Stager<T>,
-    threads: StagingThreads,
-    /// Dropped last, once the staging is done with.
-    _stream: CurrentStream,
-}
-
-/// Copies chunk `runs` of `host` into `device`, waiting for each copy.
-fn upload<T: Element>(
-    host: &HostArray<T>,
-    device: &DeviceArray<T>,
-    layout: &ChunkLayout,
-    runs: &Range<usize>,
-    min_row: usize,
-    staging: &mut Stager<T>,
-    threads: &StagingThreads,
-) -> Result<(), MemError> {
-    let extent = layout.chunk_extent(runs.len());
-    if extent == 0 {
-        return Ok(());
-    }
-    if let Some(range) = direct_range(host, layout, runs) {
-        let source = host
-            .as_slice()
-            .get(range.clone())
-            .ok_or_else(|| host_range_error(&range, host.len()))?;
-        return device.copy_from_host_at(0, source);
-    }
-    if let Some((first, rows)) = strided_rows(host, device, layout, runs, min_row) {
-        let src = host.as_slice().get(first..).unwrap_or(&[]).as_ptr();
-        // SAFETY: the rows lie in the pinned host array (the layout's rows
-        // of `runs`), page-locked memory of the backend, borrowed for the
-        // call, which waits for the copy.
-        let copied = strided_blocking(device, |stream, ptr| unsafe {
-            stream.copy_to_device_strided_async(ptr, 0, src.cast(), rows)
-        })?;
-        if copied {
-            return Ok(());
-        }
-    }
-    let buffer = staging.buffer()?;
-    let window = buffer.len().max(1);
-    let mut start = 0;
-    while start < extent {
-        let end = start.saturating_add(window).min(extent);
-        let part = buffer
-            .get_mut(..end - start)
-            .ok_or_else(|| host_range_error(&(start..end), window))?;
-        threads.gather(device.slot().backend(), part, |offset, piece| {
-            layout.gather(host.as_slice(), runs.clone(), start + offset, piece)
-        })?;
-        device.copy_from_host_at(start, part)?;
-        start = end;
-    }
-    Ok(())
-}
-
-/// Copies `device` into chunk `runs` of `host` through `staging` (or
-/// directly), waiting for each copy.
-fn download<T: Element>(
-    device: &DeviceArray<T>,
-    host: &mut HostArray<T>,
-    layout: &ChunkLayout,
-    runs: &Range<usize>,
-    min_row: usize,
-    staging: &mut Stager<T>,
-    threads: &StagingThreads,
-) -> Result<(), MemError> {
-    let extent = layout.chunk_extent(runs.len());
-    if extent == 0 {
-        return Ok(());
-    }
-    if let Some(range) = direct_range(host, layout, runs) {
-        let len = host.len();
-        let target = host
-            .as_mut_slice()
-            .get_mut(range.clone())
-            .ok_or_else(|| host_range_error(&range, len))?;
-        return device.copy_to_host_at(0, target);
-    }
-    if let Some((first, rows)) = strided_rows(host, device, layout, runs, min_row) {
-        let dst = host
-            .as_mut_slice()
-            .get_mut(first..)
-            .unwrap_or(&mut [])
-            .as_mut_ptr();
-        // SAFETY: as for an upload; the host array is borrowed mutably for
-        // the call, so nothing else reads or writes it meanwhile.
-        let copied = strided_blocking(device, |stream, ptr| unsafe {
-            stream.copy_from_device_strided_async(dst.cast(), rows, ptr, 0)
-        })?;
-        if copied {
-            return Ok(());
-        }
-    }
-    let buffer = staging.buffer()?;
-    let window = buffer.len().max(1);
-    let mut start = 0;
-    while start < extent {
-        let end = start.saturating_add(window).min(extent);
-        let part = buffer
-            .get_mut(..end - start)
-            .ok_or_else(|| host_range_error(&(start..end), window))?;
-        device.copy_to_host_at(start, part)?;
-        let target = ScatterTarget::new(host.as_mut_slice(), runs.clone());
-        threads.scatter(device.slot().backend(), part, |offset, piece| {
-            // SAFETY: the threads are given disjoint pieces of the window,
-            // which the layout maps to disjoint elements of the chunk.
-            unsafe { target.scatter(layout, piece, start + offset) }
-        })?;
-        start = end;
-    }
-    Ok(())
-}
