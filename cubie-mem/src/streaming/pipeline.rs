@@ -9,7 +9,6 @@ use std::sync::Arc;
 use super::BatchError;
 use super::binding::{Direction, HostRef, Lane, Move};
 use super::schedule::Schedule;
-use super::stage::Stage;
 use super::staging_ring::StagingRing;
 use super::streamer::ChunkStreamer;
 use super::target::ChunkTarget;
@@ -157,11 +156,11 @@ impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
             .collect::<Result<Vec<_>, _>>()?;
         // Only device sets copy through staging buffers.
         let copies = devices.iter().any(|m| matches!(m, Memory::Device(_)));
-        let stager = || Stage::new(streamer.stager(&layout, &label));
-        let stage = || StagingRing::new(stager(), stager());
+        let stage = || streamer.stage(&layout, &label);
+        let ring = || StagingRing::new(stage(), stage());
         Ok(Box::new(Lane {
-            input: (copies && self.direction.uploads()).then(stage),
-            output: (copies && self.direction.downloads()).then(stage),
+            input: (copies && self.direction.uploads()).then(ring),
+            output: (copies && self.direction.downloads()).then(ring),
             label,
             host: self.host,
             devices,

@@ -1,23 +1,32 @@
-//! A staging buffer kept safe while asynchronous copies use it: the
-//! buffer with the event of the last copy that used it. The host waits for
-//! that event before touching the buffer again, and before the buffer goes
-//! back to its staging pool, so neither the host nor the next user of the buffer
-//! can see (or spoil) bytes a copy is still moving.
+//! A staging buffer kept safe while asynchronous copies use it: acquired
+//! from the staging pool on first use, with the event of the last copy
+//! that used it. The host waits for that event before touching the buffer
+//! again, and before the buffer goes back to its staging pool, so neither
+//! the host nor the next user of the buffer can see (or spoil) bytes a
+//! copy is still moving.
 
-use super::streamer::Stager;
+use crate::host::{StagingBuffer, StagingPool};
 use crate::resource::{Event, OwnedStream};
 use crate::{Element, MemError};
 
-/// A staging buffer and the event of the last asynchronous copy using it.
+/// A staging buffer of `shape` for `label`, and the event of the last
+/// asynchronous copy using it.
 pub(super) struct Stage<T: Element> {
-    stager: Stager<T>,
+    pool: StagingPool,
+    label: String,
+    shape: Vec<usize>,
+    buffer: Option<StagingBuffer<T>>,
     pending: Option<Event>,
 }
 
 impl<T: Element> Stage<T> {
-    pub(super) fn new(stager: Stager<T>) -> Self {
+    /// A buffer of `shape` from `pool`, acquired on first use.
+    pub(super) fn new(pool: StagingPool, label: String, shape: Vec<usize>) -> Self {
         Stage {
-            stager,
+            pool,
+            label,
+            shape,
+            buffer: None,
             pending: None,
         }
     }
@@ -44,26 +53,33 @@ impl<T: Element> Stage<T> {
         Ok(settled)
     }
 
-    /// The elements the buffer holds.
+    /// The elements the buffer holds (its shape's product).
     pub(super) fn capacity(&self) -> usize {
-        self.stager.len()
+        self.shape.iter().fold(1, |len, &d| len.saturating_mul(d))
     }
 
     /// Acquires the buffer now (waiting for the staging pool if need be).
     pub(super) fn reserve(&mut self) -> Result<(), MemError> {
-        self.stager.reserve()
+        if self.buffer.is_none() {
+            self.buffer = Some(self.pool.acquire(&self.label, &self.shape)?);
+        }
+        Ok(())
     }
 
     /// Acquires the buffer if the staging pool has one without waiting;
     /// whether it did.
     pub(super) fn try_reserve(&mut self) -> Result<bool, MemError> {
-        Ok(self.stager.try_buffer()?.is_some())
+        if self.buffer.is_none() {
+            self.buffer = self.pool.try_acquire(&self.label, &self.shape)?;
+        }
+        Ok(self.buffer.is_some())
     }
 
     /// The buffer for the host, once no copy uses it.
     pub(super) fn host(&mut self) -> Result<&mut [T], MemError> {
         self.settle()?;
-        self.stager.buffer()
+        self.reserve()?;
+        Ok(self.buffer.as_deref_mut().unwrap_or(&mut []))
     }
 
     /// Hands the buffer to an asynchronous copy queued by `queue` on
@@ -93,11 +109,13 @@ impl<T: Element> Stage<T> {
 
 impl<T: Element> Drop for Stage<T> {
     fn drop(&mut self) {
-        // The buffer goes back to the staging pool only once no copy uses it; when
-        // that cannot be known, it is never reused.
+        // The buffer goes back to the staging pool only once no copy uses
+        // it; when that cannot be known, it is never reused.
         if let Err(error) = self.settle() {
             tracing::error!(%error, "waiting for a staging copy failed; its buffer is retired");
-            self.stager.retire();
+            if let Some(buffer) = self.buffer.take() {
+                std::mem::forget(buffer);
+            }
         }
     }
 }

@@ -14,9 +14,10 @@ use std::ops::Range;
 
 use super::layout::ChunkLayout;
 use super::BatchError;
+use super::stage::Stage;
 use super::staging_threads::StagingThreads;
 use crate::host::{HostArray, HostMemoryKind};
-use crate::host::{STAGING_BYTES_PER_TRANSFER, StagingBuffer, StagingPool};
+use crate::host::{STAGING_BYTES_PER_TRANSFER, StagingPool};
 use crate::ids::{InstanceId, Named};
 use crate::streams::CurrentStream;
 use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
@@ -298,20 +299,15 @@ impl<'a> ChunkStreamer<'a> {
         Ok(layout)
     }
 
-    /// A lazily acquired staging buffer for `label` under `layout`.
-    pub(super) fn stager<T: Element>(&self, layout: &ChunkLayout, label: &str) -> Stager<T> {
+    /// A staging buffer for `label` under `layout`, acquired on first use.
+    pub(super) fn stage<T: Element>(&self, layout: &ChunkLayout, label: &str) -> Stage<T> {
         let element = size_of::<T>();
         let shape = if layout.chunk_elements().saturating_mul(element) <= self.staging_bytes {
             layout.chunk_shape()
         } else {
             vec![(self.staging_bytes / element).max(1)]
         };
-        Stager {
-            pool: self.pool.clone(),
-            label: label.to_owned(),
-            shape,
-            buffer: None,
-        }
+        Stage::new(self.pool.clone(), label.to_owned(), shape)
     }
 }
 
@@ -324,50 +320,6 @@ impl std::fmt::Debug for ChunkStreamer<'_> {
             .field("min_strided_row_bytes", &self.min_strided_row_bytes)
             .field("threads", &self.threads)
             .finish()
-    }
-}
-
-/// A staging buffer acquired from the staging pool on first use and kept after.
-pub(super) struct Stager<T: Element> {
-    pool: StagingPool,
-    label: String,
-    shape: Vec<usize>,
-    buffer: Option<StagingBuffer<T>>,
-}
-
-impl<T: Element> Stager<T> {
-    /// The elements the buffer holds (its shape's product).
-    pub(super) fn len(&self) -> usize {
-        self.shape.iter().fold(1, |len, &d| len.saturating_mul(d))
-    }
-
-    /// The buffer, waiting for one if need be.
-    pub(super) fn buffer(&mut self) -> Result<&mut [T], MemError> {
-        if self.buffer.is_none() {
-            self.buffer = Some(self.pool.acquire(&self.label, &self.shape)?);
-        }
-        Ok(self.buffer.as_deref_mut().unwrap_or(&mut []))
-    }
-
-    /// Acquires the buffer now, waiting for one if need be.
-    pub(super) fn reserve(&mut self) -> Result<(), MemError> {
-        self.buffer().map(drop)
-    }
-
-    /// Gives up the buffer without returning it to the staging pool: for a
-    /// buffer a copy may still be using.
-    pub(super) fn retire(&mut self) {
-        if let Some(buffer) = self.buffer.take() {
-            std::mem::forget(buffer);
-        }
-    }
-
-    /// The buffer, or `None` when getting one would wait.
-    pub(super) fn try_buffer(&mut self) -> Result<Option<&mut [T]>, MemError> {
-        if self.buffer.is_none() {
-            self.buffer = self.pool.try_acquire(&self.label, &self.shape)?;
-        }
-        Ok(self.buffer.as_deref_mut())
     }
 }
 
