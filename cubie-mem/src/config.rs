@@ -84,9 +84,7 @@ impl ManagerConfig {
 
     /// Sets [`spill_directory`](Self::spill_directory): where spill files
     /// go, unless an instance or its owner sets its own directory. It must
-    /// exist: [`validate`](Self::validate) (and so
-    /// [`MemoryManager::try_with_config`](crate::MemoryManager::try_with_config))
-    /// checks it.
+    /// exist: [`validate`](Self::validate) checks it.
     pub fn spill_directory(mut self, directory: impl Into<PathBuf>) -> Self {
         self.spill_directory = Some(directory.into());
         self

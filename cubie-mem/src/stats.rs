@@ -266,8 +266,8 @@ pub struct MemoryStats {
 
 /// Page-locked host memory held now outside the requests' arrays: the
 /// manager's pinned [`HostArray`](crate::HostArray)s and the buffers of
-/// staging pools it made ([`MemoryManager::staging_pool`](crate::MemoryManager::staging_pool),
-/// [`MemoryManager::new_staging_pool`](crate::MemoryManager::new_staging_pool)).
+/// staging pools (its own, and those of
+/// [`StagingPool::for_manager`](crate::StagingPool::for_manager)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HostPinnedStats {

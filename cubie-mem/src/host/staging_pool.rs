@@ -93,7 +93,7 @@ enum Wait {
 /// use cubie_mem::{MemoryManager, SimBackend};
 ///
 /// let mgr = MemoryManager::new(SimBackend::new(1 << 30));
-/// let pool = mgr.new_staging_pool();
+/// let pool = cubie_mem::StagingPool::for_manager(&mgr);
 /// let mut buffer = pool.acquire::<f64>("state", &[4, 100]).unwrap();
 /// buffer[0] = 1.5;
 /// drop(buffer); // back to the pool
@@ -360,17 +360,17 @@ impl<T: Element> fmt::Debug for StagingBuffer<T> {
     }
 }
 
-impl MemoryManager {
-    /// A new staging pool on this manager's backend, bounded by the
-    /// machine's RAM, apart from the manager's own
-    /// ([`staging_pool`](Self::staging_pool), which streamers use unless
-    /// given another).
-    /// Its buffers count in the manager's [statistics](Self::stats) as
-    /// page-locked host memory held for staging.
-    pub fn new_staging_pool(&self) -> StagingPool {
-        let mut pool = StagingPool::new(Arc::clone(self.backend()));
+impl StagingPool {
+    /// A new staging pool on `manager`'s backend, bounded by the machine's
+    /// RAM, apart from the manager's own (which streamers use unless given
+    /// another with [`ChunkStreamer::with_pool`](crate::ChunkStreamer::with_pool)).
+    /// Its buffers count in the manager's
+    /// [statistics](MemoryManager::stats) as page-locked host memory held
+    /// for staging.
+    pub fn for_manager(manager: &MemoryManager) -> StagingPool {
+        let mut pool = StagingPool::new(Arc::clone(manager.backend()));
         if let Some(shared) = Arc::get_mut(&mut pool.shared) {
-            shared.tally = Some(Arc::clone(&self.inner.pinned_host));
+            shared.tally = Some(Arc::clone(&manager.inner.pinned_host));
         }
         pool
     }

@@ -80,7 +80,6 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::MemError;
 use crate::backend::Backend;
 use crate::config::ManagerConfig;
 
@@ -165,27 +164,21 @@ impl MemoryManager {
     /// A manager on `backend` with `config`. A setting that
     /// [`ManagerConfig::validate`] refuses (a spill directory that does not
     /// exist) is reported through `tracing::warn!` here, and is an error
-    /// where it is used (the first array that spills);
-    /// [`try_with_config`](Self::try_with_config) refuses it at once.
-    pub fn with_config(backend: impl Backend, config: ManagerConfig) -> Self {
-        Self::from_shared(Arc::new(backend), config)
-    }
-
-    /// A manager on `backend` with `config`, once [`ManagerConfig::validate`]
-    /// accepts it: a spill directory that does not exist is an error here
-    /// rather than at the first array that spills.
+    /// where it is used (the first array that spills). Call
+    /// `config.validate()?` first to refuse it at once.
     ///
     /// ```
     /// use cubie_mem::{ManagerConfig, MemError, MemoryManager, SimBackend};
     ///
     /// let config = ManagerConfig::default().granule(0).spill_directory("/no/such/spill/dir");
-    /// let error = MemoryManager::try_with_config(SimBackend::new(1 << 30), config).unwrap_err();
+    /// let error = config.validate().unwrap_err();
     /// assert!(matches!(error, MemError::Config { .. }));
     /// assert!(error.to_string().contains("/no/such/spill/dir"));
+    /// let mgr = MemoryManager::with_config(SimBackend::new(1 << 30), ManagerConfig::default());
+    /// # drop(mgr);
     /// ```
-    pub fn try_with_config(backend: impl Backend, config: ManagerConfig) -> Result<Self, MemError> {
-        config.validate()?;
-        Ok(Self::assemble(Arc::new(backend), config))
+    pub fn with_config(backend: impl Backend, config: ManagerConfig) -> Self {
+        Self::from_shared(Arc::new(backend), config)
     }
 
     /// A manager on a shared backend. Managers sharing one backend share its
@@ -225,28 +218,22 @@ impl MemoryManager {
     }
 
     /// The threads that gather and scatter staged chunks for the manager's
-    /// streamers ([`ChunkStreamer::with_staging_threads`](crate::ChunkStreamer::with_staging_threads)
-    /// sets others): [`StagingThreads::default_count`](crate::StagingThreads::default_count)
+    /// streamers: [`StagingThreads::default_count`](crate::StagingThreads::default_count)
     /// of them, started on first use and shared.
-    pub fn staging_threads(&self) -> crate::StagingThreads {
+    pub(crate) fn staging_threads(&self) -> crate::StagingThreads {
         self.inner
             .staging_threads
             .get_or_init(crate::StagingThreads::with_default_count)
             .clone()
     }
 
-    /// The staging pool of the manager's streamers
-    /// ([`ChunkStreamer::with_pool`](crate::ChunkStreamer::with_pool) sets
-    /// another): made on first use and kept for the manager's life, so a
-    /// later batch reuses the page-locked buffers an earlier one made
-    /// instead of page-locking them again (tens of milliseconds for tens
-    /// of megabytes). Its idle buffers are freed by
-    /// [`StagingPool::clear`](crate::StagingPool::clear), and count in the
-    /// manager's [statistics](Self::stats) while held.
-    pub fn staging_pool(&self) -> crate::StagingPool {
+    /// The staging pool of the manager's streamers: made on first use and
+    /// kept for the manager's life, so a later batch reuses the page-locked
+    /// buffers an earlier one made.
+    pub(crate) fn staging_pool(&self) -> crate::StagingPool {
         self.inner
             .staging_pool
-            .get_or_init(|| self.new_staging_pool())
+            .get_or_init(|| crate::StagingPool::for_manager(self))
             .clone()
     }
 
@@ -266,7 +253,7 @@ impl std::fmt::Debug for MemoryManager {
         f.debug_struct("MemoryManager")
             .field("backend", &self.inner.backend.name())
             .field("total", &self.inner.total)
-            .field("instances", &self.instance_count())
+            .field("instances", &self.inner.lock().instances.len())
             .finish()
     }
 }

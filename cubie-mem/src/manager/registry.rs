@@ -83,10 +83,6 @@ impl MemoryManager {
         self.inner.lock().instance(instance.id).map(drop)
     }
 
-    /// Number of registered instances.
-    pub fn instance_count(&self) -> usize {
-        self.inner.lock().instances.len()
-    }
 
     /// The spill settings that apply to `instance`: its own, else its owner's,
     /// else the manager's (`None` where nothing is set at any level, or for

@@ -99,10 +99,6 @@ impl MemoryManager {
         self.inner.lock().limit_mode = mode;
     }
 
-    /// The limit mode.
-    pub fn limit_mode(&self) -> LimitMode {
-        self.inner.lock().limit_mode
-    }
 
     /// The memory the instance's group may use now: the device's free memory
     /// (passive), or `min(sum of caps - bytes allocated, free)` (active).

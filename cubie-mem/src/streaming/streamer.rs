@@ -54,7 +54,7 @@ pub struct ChunkStreamer<'a> {
 
 impl MemoryManager {
     /// A streamer for `instance`'s arrays under `plan`, with the manager's
-    /// staging pool ([`MemoryManager::staging_pool`]; give it another with
+    /// staging pool (give it another with
     /// [`ChunkStreamer::with_pool`]).
     ///
     /// An inconsistent plan is [`MemError::InvalidPlan`]
@@ -113,7 +113,7 @@ impl<'a> ChunkStreamer<'a> {
 
     /// Gathers and scatters staged chunks (pageable and spilled arrays,
     /// rows too narrow for a strided copy) with `threads` (default: the
-    /// manager's, [`MemoryManager::staging_threads`]).
+    /// manager's, shared by its streamers).
     pub fn with_staging_threads(mut self, threads: StagingThreads) -> Self {
         self.threads = Some(threads);
         self

@@ -4,7 +4,7 @@
 
 use cubie_mem::HostMemoryKind;
 use cubie_mem::backend::Backend;
-use cubie_mem::backend::cuda::CudaBackend;
+use cubie_mem::cuda::CudaBackend;
 
 use super::{Fake, manager};
 
@@ -50,7 +50,7 @@ fn a_staging_buffer_reuses_a_block_unfilled_and_a_host_array_still_reads_zeros()
     let solver = mgr
         .register(cubie_mem::Registration::new().on_invalidate(|| {}))
         .unwrap();
-    let pool = mgr.new_staging_pool();
+    let pool = cubie_mem::StagingPool::for_manager(&mgr);
     let mut staged = pool.acquire::<u8>("y", &[8192]).unwrap();
     staged.fill(SENTINEL);
     drop(staged);

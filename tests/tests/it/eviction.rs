@@ -318,5 +318,5 @@ fn begin_work_rejects_owners_of_other_managers() {
         .register(Registration::new().owner(&foreign_owner))
         .unwrap_err();
     assert!(matches!(err, MemError::UnknownOwner { .. }));
-    assert_eq!(mgr.instance_count(), 0);
+    assert_eq!(mgr.stats().instances.len(), 0);
 }

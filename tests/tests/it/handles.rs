@@ -139,7 +139,7 @@ fn dropping_an_instance_releases_everything_it_had() {
     drop(a);
     assert_eq!(x.release_reason(), Some(ReleaseReason::Deregistered));
     assert_eq!(sim.free_bytes(), 1 << 20);
-    assert_eq!(mgr.instance_count(), 1);
+    assert_eq!(mgr.stats().instances.len(), 1);
     assert_eq!(mgr.manual_pool_proportion(), 0.0);
     assert_eq!(mgr.auto_pool_proportion(), 1.0);
 }

@@ -195,7 +195,7 @@ fn page_locked_host_memory_is_counted_apart_from_the_device() {
     let pageable = mgr
         .create_host_array::<f64>([1000], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
-    let pool = mgr.new_staging_pool();
+    let pool = cubie_mem::StagingPool::for_manager(&mgr);
     let staged = pool.acquire::<f32>("state", &[500]).unwrap();
     let stats = mgr.stats();
     assert_eq!(stats.host_pinned.host_arrays, 8_000);

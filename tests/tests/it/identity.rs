@@ -75,7 +75,7 @@ fn a_foreign_owner_is_unknown() {
     ] {
         assert!(matches!(error, MemError::UnknownOwner { .. }), "{error}");
     }
-    assert_eq!(second.instance_count(), 1);
+    assert_eq!(second.stats().instances.len(), 1);
 }
 
 #[test]

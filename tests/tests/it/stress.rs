@@ -194,7 +194,7 @@ fn eight_threads_end_with_an_empty_registry_and_free_memory() {
         "only {served} of {} rounds were served",
         THREADS * ROUNDS
     );
-    assert_eq!(mgr.instance_count(), 0);
+    assert_eq!(mgr.stats().instances.len(), 0);
     assert_eq!(sim.live_allocations(), 0);
     assert_eq!(sim.free_bytes(), free_before);
     assert_eq!(sim.live_events(), 0);
