@@ -298,13 +298,13 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         .map(|i| 1.0 + (i % 7) as f64)
         .collect();
     let rates: Vec<f64> = (0..n).map(|r| 0.5 + (r % 10) as f64 * 0.1).collect();
-    let host_initial = mgr.new_host_array([dims.n_states, n], Some(&initial), &solver)?;
-    let host_rates = mgr.new_host_array([n], Some(&rates), &solver)?;
+    let host_initial = mgr.create_host_array([dims.n_states, n], None, Some(&initial), &solver)?;
+    let host_rates = mgr.create_host_array([n], None, Some(&rates), &solver)?;
     let state_shape = [dims.n_saves, dims.n_states, n];
     let mut host_state = if job.pinned_output {
         mgr.create_host_array::<f64>(state_shape, HostMemoryKind::Pinned, None, &solver)?
     } else {
-        mgr.new_host_array::<f64>(state_shape, None, &solver)?
+        mgr.create_host_array::<f64>(state_shape, None, None, &solver)?
     };
     first.weights.copy_from_host(&WEIGHTS)?;
     println!(

@@ -155,8 +155,7 @@ pub(crate) fn shape_size(
 
 /// A typed array in host memory, in row-major order, holding a whole batch.
 ///
-/// Made by [`MemoryManager::create_host_array`] (or
-/// [`new_host_array`](MemoryManager::new_host_array), which picks the kind).
+/// Made by [`MemoryManager::create_host_array`].
 /// A spilled array's file is unlinked as soon as it is made, so nothing is
 /// left on disk however the process ends; dropping the array unmaps it and
 /// gives its space back.
@@ -344,11 +343,18 @@ impl fmt::Debug for AnyHostArray {
 }
 
 impl MemoryManager {
-    /// A host array of `shape` in `kind` memory for `instance`, holding a
-    /// copy of `like` (which must have exactly as many elements) or zeros.
+    /// A host array of `shape` for `instance`, holding a copy of `like`
+    /// (which must have exactly as many elements) or zeros, in `kind`
+    /// memory (cubie's `create_host_array`). With `None` for the kind, the
+    /// manager picks it: spilled above the instance's spill threshold
+    /// ([`Registration::host_spill_threshold`](crate::Registration::host_spill_threshold),
+    /// else 80% of RAM), else pinned up to
+    /// [`ManagerConfig::pinned_max_bytes`](crate::ManagerConfig::pinned_max_bytes),
+    /// else pageable.
     ///
     /// Pinned memory comes from the backend; spill files go to the
-    /// instance's [`spill_directory`](Self::spill_directory).
+    /// instance's spill directory (its own, its owner's, the manager's,
+    /// else the system's temporary directory).
     ///
     /// ```
     /// use cubie_mem::{HostMemoryKind, MemoryManager, Registration, SimBackend};
@@ -358,18 +364,22 @@ impl MemoryManager {
     /// let data: Vec<f32> = (0..24).map(|i| i as f32).collect();
     /// let host = mgr.create_host_array([2, 3, 4], HostMemoryKind::Pageable, Some(&data), &solver).unwrap();
     /// assert_eq!(host.as_slice(), &data[..]);
-    /// let zeros = mgr.create_host_array::<f64>([5], HostMemoryKind::Pinned, None, &solver).unwrap();
-    /// assert_eq!(zeros.as_slice(), [0.0; 5]);
+    /// let zeros = mgr.create_host_array::<f64>([5], None, None, &solver).unwrap();
+    /// assert_eq!((zeros.as_slice(), zeros.kind()), (&[0.0; 5][..], HostMemoryKind::Pinned));
     /// ```
     pub fn create_host_array<T: Element>(
         &self,
         shape: impl Into<Vec<usize>>,
-        kind: HostMemoryKind,
+        kind: impl Into<Option<HostMemoryKind>>,
         like: Option<&[T]>,
         instance: &Instance,
     ) -> Result<HostArray<T>, MemError> {
         let shape = shape.into();
-        let (len, _) = shape_size(&shape, size_of::<T>())?;
+        let (len, bytes) = shape_size(&shape, size_of::<T>())?;
+        let kind = match kind.into() {
+            Some(kind) => kind,
+            None => self.choose_host_memory_kind(bytes as u64, instance),
+        };
         if let Some(like) = like
             && like.len() != len
         {
@@ -391,20 +401,6 @@ impl MemoryManager {
             array.as_mut_slice().copy_from_slice(like);
         }
         Ok(array)
-    }
-
-    /// A host array whose kind [`choose_host_memory_kind`](Self::choose_host_memory_kind)
-    /// picks (pinned allowed), holding a copy of `like` or zeros.
-    pub fn new_host_array<T: Element>(
-        &self,
-        shape: impl Into<Vec<usize>>,
-        like: Option<&[T]>,
-        instance: &Instance,
-    ) -> Result<HostArray<T>, MemError> {
-        let shape = shape.into();
-        let (_, bytes) = shape_size(&shape, size_of::<T>())?;
-        let kind = self.choose_host_memory_kind(bytes as u64, instance, true);
-        self.create_host_array(shape, kind, like, instance)
     }
 
     /// A zero-filled host array of an element type known at run time.

@@ -36,7 +36,7 @@ impl MemoryManager {
     /// Resolves the instance's setting, its owner's, the manager's, then 80%
     /// of total RAM. Where RAM cannot be measured and nothing is set, arrays
     /// never spill (`u64::MAX`).
-    pub fn host_spill_threshold(&self, instance: &Instance) -> u64 {
+    pub(crate) fn host_spill_threshold(&self, instance: &Instance) -> u64 {
         self.spill_settings(instance)
             .threshold
             .or_else(|| SystemMemory::read().map(|ram| ram.default_spill_threshold()))
@@ -48,7 +48,7 @@ impl MemoryManager {
     /// Resolves the instance's setting, its owner's, the manager's, then the
     /// system temporary directory. The directory must exist: a missing one is
     /// an error (it is not created, so that a typo cannot scatter files).
-    pub fn spill_directory(&self, instance: &Instance) -> Result<PathBuf, MemError> {
+    pub(crate) fn spill_directory(&self, instance: &Instance) -> Result<PathBuf, MemError> {
         self.check_registered(instance)?;
         let directory = self
             .spill_settings(instance)
@@ -61,7 +61,8 @@ impl MemoryManager {
                 operation: "using spill directory",
                 path: directory.display().to_string(),
                 message: "it does not exist or is not a directory; create it, or set another with \
-                          Registration::spill_directory or ManagerConfig::spill_directory"
+                          Registration::spill_directory, Owner::with_spill or \
+                          ManagerConfig::spill_directory"
                     .into(),
             })
         }
@@ -70,33 +71,27 @@ impl MemoryManager {
     /// The kind of host memory for an array of `nbytes` owned by `instance`:
     /// spilled above the spill threshold
     /// ([`host_spill_threshold`](Self::host_spill_threshold)); else pinned
-    /// when `allow_pinned` and `nbytes <= pinned_max_bytes`; else pageable.
-    ///
-    /// ```
-    /// use cubie_mem::{HostMemoryKind, ManagerConfig, MemoryManager, Registration, SimBackend};
-    ///
-    /// let mgr = MemoryManager::with_config(
-    ///     SimBackend::new(1 << 30),
-    ///     ManagerConfig { pinned_max_bytes: 1 << 20, ..Default::default() },
-    /// );
-    /// let solver = mgr.register(Registration::new().host_spill_threshold(1 << 30)).unwrap();
-    /// assert_eq!(mgr.choose_host_memory_kind(1 << 20, &solver, true), HostMemoryKind::Pinned);
-    /// assert_eq!(mgr.choose_host_memory_kind(1 << 20, &solver, false), HostMemoryKind::Pageable);
-    /// assert_eq!(mgr.choose_host_memory_kind(2 << 20, &solver, true), HostMemoryKind::Pageable);
-    /// assert_eq!(mgr.choose_host_memory_kind(2 << 30, &solver, true), HostMemoryKind::Spilled);
-    /// ```
-    pub fn choose_host_memory_kind(
-        &self,
-        nbytes: u64,
-        instance: &Instance,
-        allow_pinned: bool,
-    ) -> HostMemoryKind {
+    /// up to `pinned_max_bytes`; else pageable.
+    pub(crate) fn choose_host_memory_kind(&self, nbytes: u64, instance: &Instance) -> HostMemoryKind {
         if nbytes > self.host_spill_threshold(instance) {
             HostMemoryKind::Spilled
-        } else if allow_pinned && nbytes <= self.config().pinned_max_bytes {
+        } else if nbytes <= self.config().pinned_max_bytes {
             HostMemoryKind::Pinned
         } else {
             HostMemoryKind::Pageable
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{MemoryManager, Registration, SimBackend, SystemMemory};
+
+    #[test]
+    fn the_default_spill_threshold_is_four_fifths_of_ram() {
+        let mgr = MemoryManager::new(SimBackend::new(1 << 30));
+        let solver = mgr.register(Registration::new()).unwrap();
+        let expected = SystemMemory::read().map_or(u64::MAX, |ram| ram.default_spill_threshold());
+        assert_eq!(mgr.host_spill_threshold(&solver), expected);
     }
 }

@@ -6,6 +6,8 @@ use std::sync::{Arc, Weak};
 
 use super::Inner;
 use crate::ids::{InstanceId, OwnerId};
+use crate::SpillSettings;
+use crate::config::check_spill_directory;
 use crate::registration::{AsOwner, sealed};
 
 /// A registered instance. Dropping it deregisters it: its share, group
@@ -78,6 +80,25 @@ impl Owner {
     /// The owner's id (unique in the process).
     pub fn id(&self) -> OwnerId {
         self.id
+    }
+
+    /// Gives the owner spill settings its registrations inherit where
+    /// they set none of their own. A spill directory that is not an
+    /// existing directory is reported through `tracing::warn!` here, and
+    /// is an error when an array would spill there.
+    pub fn with_spill(self, settings: SpillSettings) -> Self {
+        if let Some(directory) = &settings.directory {
+            let setting = format!("the spill directory of {}", self.id);
+            if let Err(error) = check_spill_directory(setting, directory) {
+                tracing::warn!(%error, "an owner's spill directory is unusable");
+            }
+        }
+        if let Some(inner) = self.manager.upgrade()
+            && let Some(owner) = inner.lock().owners.get_mut(&self.id)
+        {
+            owner.spill = settings;
+        }
+        self
     }
 }
 

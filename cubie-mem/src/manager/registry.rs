@@ -1,6 +1,5 @@
 //! Registering instances and owners, and the settings they carry.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::handles::{Instance, Owner};
@@ -44,34 +43,11 @@ impl MemoryManager {
 
     /// A new eviction unit, for registrations that should be evicted (and
     /// served by `allocate_queue`) together without the owner registering
-    /// itself.
+    /// itself. [`Owner::with_spill`] gives it spill settings its
+    /// registrations inherit.
     pub fn new_owner(&self) -> Owner {
-        self.new_owner_with_spill(None, None)
-    }
-
-    /// [`MemoryManager::new_owner`] with spill settings its registrations
-    /// inherit. A spill directory that is not an existing directory is
-    /// reported through `tracing::warn!` here, and is an error when an
-    /// array would spill there.
-    pub fn new_owner_with_spill(
-        &self,
-        host_spill_threshold: Option<u64>,
-        spill_directory: Option<PathBuf>,
-    ) -> Owner {
         let id = OwnerId::fresh();
-        if let Some(directory) = &spill_directory {
-            let setting = format!("the spill directory of {id}");
-            if let Err(error) = check_spill_directory(setting, directory) {
-                tracing::warn!(%error, "an owner's spill directory is unusable");
-            }
-        }
-        self.inner.lock().add_owner(
-            id,
-            SpillSettings {
-                threshold: host_spill_threshold,
-                directory: spill_directory,
-            },
-        );
+        self.inner.lock().add_owner(id, SpillSettings::default());
         Owner {
             id,
             manager: Arc::downgrade(&self.inner),

@@ -100,8 +100,8 @@ fn run() -> Result<(), Box<dyn Error>> {
 
     let initial: Vec<f64> = (0..RUNS).map(initial_state).collect();
     let rates: Vec<f64> = (0..RUNS).map(decay_rate).collect();
-    let mut y = mgr.new_host_array([RUNS], Some(&initial), &solver)?;
-    let k = mgr.new_host_array([RUNS], Some(&rates), &solver)?;
+    let mut y = mgr.create_host_array([RUNS], None, Some(&initial), &solver)?;
+    let k = mgr.create_host_array([RUNS], None, Some(&rates), &solver)?;
 
     // cudarc's handle of the backend's context (device 0's primary
     // context), its module, and the group's stream borrowed as cudarc's.

@@ -41,7 +41,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use cubie_mem::backend::Backend;
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
+use cubie_mem::cuda::{CudaBackend, GroupStream};
 use cubie_mem::timeline::{Activity, Timeline};
 use cubie_mem::{
     ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, ManagerConfig, MemoryManager,
@@ -206,14 +206,14 @@ fn allocation(cuda: &CudaBackend, goals: &mut Goals) -> BenchResult {
     let backend = median(|| {
         let start = Instant::now();
         for _ in 0..PAIRS {
-            let ptr = cuda.alloc_device(bytes, stream)?;
-            cuda.free_device(ptr, bytes, stream)?;
+            let ptr = cuda.alloc_device(bytes, &*stream)?;
+            cuda.free_device(ptr, bytes, &*stream)?;
         }
         let per_pair = start.elapsed() / PAIRS;
-        cuda.synchronize(stream)?;
+        stream.synchronize()?;
         Ok(per_pair)
     })?;
-    cuda.destroy_stream(stream)?;
+    drop(stream);
 
     let mgr = MemoryManager::with_config(cuda.clone(), ManagerConfig::default().granule(0));
     let solver = mgr.register(

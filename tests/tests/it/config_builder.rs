@@ -118,7 +118,10 @@ fn register_refuses_a_spill_directory_that_does_not_exist() {
     let solver = mgr
         .register(Registration::new().spill_directory(dir.path()))
         .unwrap();
-    assert_eq!(mgr.spill_directory(&solver).unwrap(), dir.path());
+    let array = mgr
+        .create_host_array::<u8>([4], HostMemoryKind::Spilled, None, &solver)
+        .unwrap();
+    assert_eq!(array.spill_path().unwrap().parent(), Some(dir.path()));
 }
 
 /// A manager whose configuration spills to `directory`.
@@ -185,11 +188,20 @@ fn an_owner_spill_directory_that_does_not_exist_is_reported_where_it_is_set() {
     let missing = dir.path().join("not-there");
     let (mgr, _) = common::manager(1 << 30, 1 << 30);
     let (owner, logs) =
-        common::capture_logs(|| mgr.new_owner_with_spill(None, Some(missing.clone())));
+        common::capture_logs(|| {
+            mgr.new_owner().with_spill(cubie_mem::SpillSettings {
+                threshold: None,
+                directory: Some(missing.clone()),
+            })
+        });
     assert!(
         logs.contains("WARN") && logs.contains("not-there"),
         "{logs}"
     );
     let solver = mgr.register(Registration::new().owner(&owner)).unwrap();
-    assert!(mgr.spill_directory(&solver).is_err());
+    let spilled = mgr.create_host_array::<u8>([4], HostMemoryKind::Spilled, None, &solver);
+    assert!(
+        matches!(&spilled, Err(MemError::Io { path, .. }) if path.ends_with("not-there")),
+        "{spilled:?}"
+    );
 }

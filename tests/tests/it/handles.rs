@@ -199,7 +199,10 @@ fn spill_settings_resolve_instance_then_owner_then_manager() {
             ..Default::default()
         },
     );
-    let owner = mgr.new_owner_with_spill(Some(200), None);
+    let owner = mgr.new_owner().with_spill(SpillSettings {
+        threshold: Some(200),
+        directory: None,
+    });
     let plain = mgr.register(Registration::new()).unwrap();
     let owned = mgr.register(Registration::new().owner(&owner)).unwrap();
     // A registration's spill directory must exist (the manager's is only

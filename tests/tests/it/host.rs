@@ -296,8 +296,8 @@ fn a_plan_from_the_manager_streams_a_batch_larger_than_the_device() {
     let device_in = response.take::<f64>("in").unwrap();
     let device_out = response.take::<f64>("out").unwrap();
     let data: Vec<f64> = (0..12 * runs).map(|i| i as f64).collect();
-    let host_in = mgr.new_host_array(shape, Some(&data), &solver).unwrap();
-    let mut host_out = mgr.new_host_array::<f64>(shape, None, &solver).unwrap();
+    let host_in = mgr.create_host_array(shape, None, Some(&data), &solver).unwrap();
+    let mut host_out = mgr.create_host_array::<f64>(shape, None, None, &solver).unwrap();
     mgr.chunk_streamer(&solver, response.plan())
         .unwrap()
         .pipeline()
@@ -429,42 +429,36 @@ fn choose_follows_the_rule_and_resolution_order() {
     let own = mgr
         .register(Registration::new().host_spill_threshold(2000))
         .unwrap();
-    let owner = mgr.new_owner_with_spill(Some(3000), None);
+    let owner = mgr.new_owner().with_spill(cubie_mem::SpillSettings {
+        threshold: Some(3000),
+        directory: None,
+    });
     let inherits = mgr.register(Registration::new().owner(&owner)).unwrap();
     let overrides = mgr
         .register(Registration::new().owner(&owner).host_spill_threshold(4000))
         .unwrap();
 
-    assert_eq!(mgr.host_spill_threshold(&plain), 5000);
-    assert_eq!(mgr.host_spill_threshold(&own), 2000);
-    assert_eq!(mgr.host_spill_threshold(&inherits), 3000);
-    assert_eq!(mgr.host_spill_threshold(&overrides), 4000);
-
+    // The kind the manager picks for an array of `bytes` (u8 elements).
+    let kind = |bytes: usize, instance: &cubie_mem::Instance| {
+        mgr.create_host_array::<u8>([bytes], None, None, instance)
+            .unwrap()
+            .kind()
+    };
     use HostMemoryKind::*;
-    assert_eq!(mgr.choose_host_memory_kind(1000, &plain, true), Pinned);
-    assert_eq!(mgr.choose_host_memory_kind(1000, &plain, false), Pageable);
-    assert_eq!(mgr.choose_host_memory_kind(1001, &plain, true), Pageable);
-    assert_eq!(mgr.choose_host_memory_kind(5000, &plain, true), Pageable);
-    assert_eq!(mgr.choose_host_memory_kind(5001, &plain, true), Spilled);
-    assert_eq!(mgr.choose_host_memory_kind(2001, &own, true), Spilled);
-    assert_eq!(mgr.choose_host_memory_kind(3001, &inherits, false), Spilled);
-    assert_eq!(
-        mgr.choose_host_memory_kind(3001, &overrides, false),
-        Pageable
-    );
+    assert_eq!(kind(1000, &plain), Pinned);
+    assert_eq!(kind(1001, &plain), Pageable);
+    assert_eq!(kind(5000, &plain), Pageable);
+    assert_eq!(kind(5001, &plain), Spilled);
+    assert_eq!(kind(2000, &own), Pageable);
+    assert_eq!(kind(2001, &own), Spilled);
+    assert_eq!(kind(3000, &inherits), Pageable);
+    assert_eq!(kind(3001, &inherits), Spilled);
+    assert_eq!(kind(4000, &overrides), Pageable);
+    assert_eq!(kind(4001, &overrides), Spilled);
 }
 
 #[test]
-fn default_threshold_is_four_fifths_of_ram() {
-    let mgr = manager();
-    let solver = solver(&mgr);
-    let expected =
-        cubie_mem::SystemMemory::read().map_or(u64::MAX, |ram| ram.default_spill_threshold());
-    assert_eq!(mgr.host_spill_threshold(&solver), expected);
-}
-
-#[test]
-fn new_host_array_picks_the_kind() {
+fn create_host_array_without_a_kind_picks_it() {
     let mgr = MemoryManager::with_config(
         SimBackend::new(1 << 30),
         ManagerConfig {
@@ -475,9 +469,9 @@ fn new_host_array_picks_the_kind() {
     let solver = mgr
         .register(Registration::new().host_spill_threshold(256))
         .unwrap();
-    let small = mgr.new_host_array::<f64>([8], None, &solver).unwrap();
-    let medium = mgr.new_host_array::<f64>([32], None, &solver).unwrap();
-    let large = mgr.new_host_array::<f64>([33], None, &solver).unwrap();
+    let small = mgr.create_host_array::<f64>([8], None, None, &solver).unwrap();
+    let medium = mgr.create_host_array::<f64>([32], None, None, &solver).unwrap();
+    let large = mgr.create_host_array::<f64>([33], None, None, &solver).unwrap();
     assert_eq!(small.kind(), HostMemoryKind::Pinned);
     assert_eq!(medium.kind(), HostMemoryKind::Pageable);
     assert_eq!(large.kind(), HostMemoryKind::Spilled);

@@ -51,7 +51,6 @@ fn a_foreign_instance_is_unknown_not_a_local_one_of_the_same_number() {
             .create_host_array::<f64>([4], HostMemoryKind::Pageable, None, &foreign)
             .map(drop),
     );
-    unknown(second.spill_directory(&foreign).map(drop));
     assert_eq!(second.proportion(&local), 0.5);
     assert!(second.has_queued(&local));
     assert_eq!(second.stats().instances.len(), 2);

@@ -5,7 +5,7 @@
 //! included). The budgets are those the fake driver's tests hold the
 //! backend to (`tests/tests/fake_driver/budget.rs`).
 
-use cubie_mem::backend::cuda::{CudaBackend, DriverCalls, GroupStream};
+use cubie_mem::cuda::{CudaBackend, DriverCalls, GroupStream};
 use cubie_mem::{ArrayRequest, ChunkPlan, HostMemoryKind, MemoryManager, Registration};
 use cubie_mem_examples::euler_decay::EulerDecay;
 

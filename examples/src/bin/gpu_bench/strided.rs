@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
-use cubie_mem::backend::{Backend, BackendError, StreamHandle, StridedRows};
+use cubie_mem::backend::{Backend, BackendError, Stream, StridedRows};
+use cubie_mem::cuda::{CudaBackend, GroupStream};
 use cubie_mem::timeline::Activity;
 use cubie_mem::{ArrayRequest, ChunkPlan, HostMemoryKind, MemoryManager, Registration};
 use cubie_mem_examples::euler_decay::EulerDecay;
@@ -38,19 +38,19 @@ const CHUNK_RUNS: usize = 64 << 10;
 
 /// How long `queue` and the work it queued on `stream` take.
 fn timed(
-    cuda: &CudaBackend,
-    stream: StreamHandle,
+    stream: &dyn Stream,
     queue: impl FnOnce() -> Result<(), BackendError>,
 ) -> BenchResult<Duration> {
     let start = Instant::now();
     queue()?;
-    cuda.synchronize(stream)?;
+    stream.synchronize()?;
     Ok(start.elapsed())
 }
 
 /// Prints each width's 2D copies against contiguous copies of their bytes.
 pub fn report(cuda: &CudaBackend) -> BenchResult {
     let stream = cuda.create_stream()?;
+    let stream = &*stream;
     let device = cuda.alloc_device(BYTES as u64, stream)?;
     // Rows a row apart: twice the bytes on the host.
     let mut block = cuda.alloc_pinned(2 * BYTES as u64)?;
@@ -67,23 +67,23 @@ pub fn report(cuda: &CudaBackend) -> BenchResult {
         // live and large enough for the rows (`2 * BYTES` and `BYTES`
         // bytes); nothing else touches them, and each copy is waited for.
         let up_2d = median(|| {
-            timed(cuda, stream, || unsafe {
-                cuda.copy_to_device_strided_async(device, 0, host, shape, stream)
+            timed(stream, || unsafe {
+                stream.copy_to_device_strided_async(device, 0, host, shape)
             })
         })?;
         let up = median(|| {
-            timed(cuda, stream, || unsafe {
-                cuda.copy_to_device_async(device, 0, host, bytes, stream)
+            timed(stream, || unsafe {
+                stream.copy_to_device_async(device, 0, host, bytes)
             })
         })?;
         let down_2d = median(|| {
-            timed(cuda, stream, || unsafe {
-                cuda.copy_from_device_strided_async(host, shape, device, 0, stream)
+            timed(stream, || unsafe {
+                stream.copy_from_device_strided_async(host, shape, device, 0)
             })
         })?;
         let down = median(|| {
-            timed(cuda, stream, || unsafe {
-                cuda.copy_from_device_async(host, bytes, device, 0, stream)
+            timed(stream, || unsafe {
+                stream.copy_from_device_async(host, bytes, device, 0)
             })
         })?;
         println!(
@@ -98,8 +98,7 @@ pub fn report(cuda: &CudaBackend) -> BenchResult {
     }
     drop(block);
     cuda.free_device(device, BYTES as u64, stream)?;
-    cuda.synchronize(stream)?;
-    cuda.destroy_stream(stream)?;
+    stream.synchronize()?;
     pipeline(cuda)
 }
 
