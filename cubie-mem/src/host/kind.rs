@@ -37,7 +37,8 @@ impl MemoryManager {
     /// of total RAM. Where RAM cannot be measured and nothing is set, arrays
     /// never spill (`u64::MAX`).
     pub(crate) fn host_spill_threshold(&self, instance: &Instance) -> u64 {
-        self.spill_settings(instance)
+        self.inner
+            .spill_settings(instance.id)
             .threshold
             .or_else(|| SystemMemory::read().map(|ram| ram.default_spill_threshold()))
             .unwrap_or(u64::MAX)
@@ -51,7 +52,8 @@ impl MemoryManager {
     pub(crate) fn spill_directory(&self, instance: &Instance) -> Result<PathBuf, MemError> {
         self.check_registered(instance)?;
         let directory = self
-            .spill_settings(instance)
+            .inner
+            .spill_settings(instance.id)
             .directory
             .unwrap_or_else(std::env::temp_dir);
         if directory.is_dir() {

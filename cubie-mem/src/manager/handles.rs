@@ -29,6 +29,42 @@ impl Instance {
         self.id
     }
 
+    /// Whether the instance has requests queued.
+    pub fn has_queued(&self) -> bool {
+        self.manager.upgrade().is_some_and(|inner| {
+            inner
+                .lock()
+                .instances
+                .get(&self.id)
+                .is_some_and(|i| i.queued.is_some())
+        })
+    }
+
+    /// Bytes (device and pinned) the instance holds: its buffers' bytes,
+    /// as cubie counts them (an array placed in a larger buffer it reused
+    /// holds the whole buffer), what counts against its cap and what
+    /// evicting it releases. The arrays' own sizes are
+    /// [`UsageStats::current_bytes`](crate::stats::UsageStats::current_bytes)
+    /// in the manager's [statistics](crate::MemoryManager::stats).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.manager.upgrade().map_or(0, |inner| {
+            inner
+                .lock()
+                .instances
+                .get(&self.id)
+                .map_or(0, |i| i.held_bytes())
+        })
+    }
+
+    /// The spill settings that apply to the instance: its own, else its
+    /// owner's ([`Owner::with_spill`]), else the manager's (`None` where
+    /// nothing is set at any level).
+    pub fn spill_settings(&self) -> SpillSettings {
+        self.manager
+            .upgrade()
+            .map_or_else(SpillSettings::default, |inner| inner.spill_settings(self.id))
+    }
+
     /// The owner this instance is evicted and served with.
     pub fn owner(&self) -> OwnerId {
         self.owner

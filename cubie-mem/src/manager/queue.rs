@@ -38,15 +38,6 @@ impl MemoryManager {
         Ok(())
     }
 
-    /// Whether `instance` has requests queued (false for an instance this
-    /// manager does not know).
-    pub fn has_queued(&self, instance: &Instance) -> bool {
-        self.inner
-            .lock()
-            .instances
-            .get(&instance.id)
-            .is_some_and(|i| i.queued.is_some())
-    }
 
     /// Serves the trigger's owner within the trigger's stream group: the
     /// group's members of that owner take part, their queued sets are

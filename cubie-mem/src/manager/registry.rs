@@ -60,16 +60,19 @@ impl MemoryManager {
     }
 
 
-    /// The spill settings that apply to `instance`: its own, else its owner's,
-    /// else the manager's (`None` where nothing is set at any level, or for
-    /// an instance this manager does not know).
-    pub fn spill_settings(&self, instance: &Instance) -> SpillSettings {
-        let s = self.inner.lock();
-        let Some(own) = s.instances.get(&instance.id) else {
+}
+
+impl super::Inner {
+    /// The spill settings that apply to `instance`: its own, else its
+    /// owner's, else the manager's (`None` where nothing is set at any
+    /// level, or for an instance this manager does not know).
+    pub(crate) fn spill_settings(&self, instance: InstanceId) -> SpillSettings {
+        let s = self.lock();
+        let Some(own) = s.instances.get(&instance) else {
             return SpillSettings::default();
         };
         let owner = s.owners.get(&own.owner).map(|o| &o.spill);
-        let config = &self.inner.config;
+        let config = &self.config;
         SpillSettings {
             threshold: own
                 .spill

@@ -1,6 +1,5 @@
 //! Statistics and memory queries.
 
-use super::handles::Instance;
 use crate::backend::{BackendResult, MemInfo};
 use crate::host::PinnedUse;
 use crate::stats::{HostPinnedStats, InstanceStats, MemoryStats};
@@ -13,19 +12,6 @@ impl MemoryManager {
         self.inner.backend.mem_info().on(&*self.inner.backend)
     }
 
-    /// Bytes (device and pinned) the instance holds: its buffers' bytes,
-    /// as cubie counts them (an array placed in a larger buffer it reused
-    /// holds the whole buffer), what counts against its cap and what
-    /// evicting it releases. 0 for an instance this manager does not know.
-    /// The arrays' own sizes are [`UsageStats::current_bytes`](crate::stats::UsageStats::current_bytes)
-    /// in the [statistics](Self::stats).
-    pub fn allocated_bytes(&self, instance: &Instance) -> u64 {
-        self.inner
-            .lock()
-            .instances
-            .get(&instance.id)
-            .map_or(0, |i| i.held_bytes())
-    }
 
     /// A snapshot of the statistics.
     pub fn stats(&self) -> MemoryStats {

@@ -12,20 +12,16 @@ fn pattern(round: u8, i: usize) -> u8 {
 
 /// Asynchronous copies of `len` bytes between page-locked blocks and device
 /// memory: an upload on one stream, an event that a second stream waits for,
-/// a download on that stream, and one `synchronize_event` for both copies;
+/// a download on that stream, and one wait for an event for both copies;
 /// then a partial upload and download at an offset on one stream, again
 /// waited for once. No stream is synchronised between the copies.
 fn async_round_trip(backend: &dyn Backend, len: usize) -> TestResult {
-    let streams = (backend.create_stream()?, backend.create_stream()?);
+    let (a, b) = (backend.create_stream()?, backend.create_stream()?);
     let mut source = backend.alloc_pinned(len as u64)?;
     let mut target = backend.alloc_pinned(len as u64)?;
-    let result = async_copies(backend, len, streams, &mut *source, &mut *target);
+    let result = async_copies(backend, len, (&*a, &*b), &mut *source, &mut *target);
     // Whatever happened, no copy may still use the blocks when they drop.
-    let drained = backend
-        .synchronize(streams.0)
-        .and(backend.synchronize(streams.1));
-    backend.destroy_stream(streams.0)?;
-    backend.destroy_stream(streams.1)?;
+    let drained = a.synchronize().and(b.synchronize());
     drop((source, target));
     result?;
     Ok(drained?)
@@ -35,7 +31,7 @@ fn async_round_trip(backend: &dyn Backend, len: usize) -> TestResult {
 fn async_copies(
     backend: &dyn Backend,
     len: usize,
-    (a, b): (StreamHandle, StreamHandle),
+    (a, b): (&dyn Stream, &dyn Stream),
     source: &mut dyn PinnedBlock,
     target: &mut dyn PinnedBlock,
 ) -> TestResult {
@@ -51,17 +47,15 @@ fn async_copies(
     // are not touched until `downloaded` has been waited for (the download is
     // ordered after the upload by `uploaded`), and the caller synchronises
     // the streams before dropping them.
-    unsafe { backend.copy_to_device_async(device, 0, source.bytes().as_ptr(), len, a)? };
-    let uploaded = backend.record_event(a)?;
-    backend.wait_event(b, uploaded)?;
+    unsafe { a.copy_to_device_async(device, 0, source.bytes().as_ptr(), len)? };
+    let uploaded = a.record()?;
+    b.wait(&*uploaded)?;
     // SAFETY: as above.
-    unsafe {
-        backend.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0, b)?;
-    }
-    let downloaded = backend.record_event(b)?;
-    backend.synchronize_event(downloaded)?;
-    assert!(backend.event_complete(uploaded)?);
-    assert!(backend.event_complete(downloaded)?);
+    unsafe { b.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0)? };
+    let downloaded = b.record()?;
+    downloaded.synchronize()?;
+    assert!(uploaded.is_complete()?);
+    assert!(downloaded.is_complete()?);
     let mismatch = (0..len).find(|&i| target.bytes()[i] != pattern(1, i));
     assert_eq!(mismatch, None, "first differing byte of the round trip");
 
@@ -75,11 +69,10 @@ fn async_copies(
     // SAFETY: the ranges lie in the blocks, which are left alone until
     // `done` has been waited for.
     unsafe {
-        backend.copy_to_device_async(device, offset as u64, source.bytes().as_ptr(), window, b)?;
-        backend.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0, b)?;
+        b.copy_to_device_async(device, offset as u64, source.bytes().as_ptr(), window)?;
+        b.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0)?;
     }
-    let done = backend.record_event(b)?;
-    backend.synchronize_event(done)?;
+    b.record()?.synchronize()?;
     let expected: Vec<u8> = (0..len)
         .map(|i| match i.checked_sub(offset) {
             Some(j) if j < window => pattern(2, j),
@@ -88,30 +81,26 @@ fn async_copies(
         .collect();
     assert!(target.bytes() == expected.as_slice(), "the window landed");
 
-    // Out of bounds and unknown handles are refused before anything is queued.
+    // Out of bounds and unknown allocations are refused before anything is
+    // queued.
     // SAFETY: the calls fail their checks, so nothing reads or writes the blocks.
     unsafe {
         assert!(matches!(
-            backend.copy_to_device_async(device, 1, source.bytes().as_ptr(), len, b),
+            b.copy_to_device_async(device, 1, source.bytes().as_ptr(), len),
             Err(BackendError::OutOfBounds { .. })
         ));
         assert!(matches!(
-            backend.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 1, b),
+            b.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 1),
             Err(BackendError::OutOfBounds { .. })
         ));
+        let unknown = DevicePtr(device.0 + len as u64 + 4096);
         assert!(matches!(
-            backend.copy_to_device_async(device, 0, source.bytes().as_ptr(), 8, StreamHandle(9999)),
-            Err(BackendError::UnknownHandle {
-                kind: HandleKind::Stream,
-                ..
-            })
+            b.copy_to_device_async(unknown, 0, source.bytes().as_ptr(), 8),
+            Err(BackendError::UnknownAllocation { ptr, .. }) if ptr == unknown
         ));
     }
 
     backend.free_device(device, len as u64, b)?;
-    for event in [uploaded, downloaded, done] {
-        backend.destroy_event(event)?;
-    }
     Ok(())
 }
 
@@ -139,30 +128,29 @@ fn async_copies_round_trip_through_page_locked_blocks() {
 fn asynchronous_copies_refuse_memory_that_is_not_page_locked() {
     on_device(|cuda| {
         let stream = cuda.create_stream()?;
-        let device = cuda.alloc_device(8192, stream)?;
+        let device = cuda.alloc_device(8192, &*stream)?;
         let pageable = [0u8; 64];
         let block = cuda.alloc_pinned(4096)?;
         // SAFETY: every call is refused before the driver sees it.
         unsafe {
-            let error = cuda
-                .copy_to_device_async(device, 0, pageable.as_ptr(), 64, stream)
+            let error = stream
+                .copy_to_device_async(device, 0, pageable.as_ptr(), 64)
                 .unwrap_err();
             assert!(
                 matches!(error, BackendError::NotPageLocked { len: 64, .. }),
                 "{error}"
             );
             let past_the_end = block.bytes().as_ptr().wrapping_add(4000);
-            let error = cuda
-                .copy_to_device_async(device, 0, past_the_end, 8192, stream)
+            let error = stream
+                .copy_to_device_async(device, 0, past_the_end, 8192)
                 .unwrap_err();
             assert!(
                 matches!(error, BackendError::NotPageLocked { .. }),
                 "{error}"
             );
         }
-        cuda.free_device(device, 8192, stream)?;
-        cuda.synchronize(stream)?;
-        cuda.destroy_stream(stream)?;
+        cuda.free_device(device, 8192, &*stream)?;
+        stream.synchronize()?;
         Ok(())
     });
 }

@@ -4,7 +4,7 @@
 //! that the backend says so (and fails when `CUBIE_REQUIRE_GPU=1`).
 
 use cubie_mem::ChunkPlan;
-use cubie_mem::backend::cuda::{CudaConfig, HostWait};
+use cubie_mem::cuda::{CudaConfig, HostWait};
 
 use super::*;
 

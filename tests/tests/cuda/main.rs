@@ -30,11 +30,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::backend::{
-    Access, Backend, BackendError, DevicePtr, HandleKind, KernelArg, KernelBody, KernelLaunch,
-    PinnedBlock, StreamHandle,
+    Access, Backend, BackendError, DevicePtr, KernelArg, KernelBody, KernelLaunch, PinnedBlock,
+    Stream,
 };
+use cubie_mem::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::{
     ArrayRequest, ArrayResponse, DeviceArray, Element, GpuBuffers, HostMemoryKind, LimitMode,
     ManagerConfig, MemError, MemoryKind, MemoryManager, PinnedArray, Registration, ReleaseReason,

@@ -7,26 +7,27 @@ use super::*;
 fn streams_events_allocation_and_copies_on_the_backend() {
     on_device(|cuda| {
         let (a, b) = (cuda.create_stream()?, cuda.create_stream()?);
-        assert_ne!(a, b);
-        let small = cuda.alloc_device(1000, a)?;
-        let large = cuda.alloc_device(1 << 20, b)?;
+        assert_ne!(a.id(), b.id());
+        let small = cuda.alloc_device(1000, &*a)?;
+        let large = cuda.alloc_device(1 << 20, &*b)?;
         let data: Vec<u8> = (0..1000).map(|i| (i % 251) as u8).collect();
 
-        cuda.copy_to_device(small, 0, &data, a)?;
+        a.copy_to_device(small, 0, &data)?;
         let mut back = vec![0u8; 1000];
-        cuda.copy_from_device(&mut back, small, 0, a)?;
+        a.copy_from_device(&mut back, small, 0)?;
         assert_eq!(back, data);
 
-        cuda.copy_to_device(large, 4096, &data, b)?;
+        b.copy_to_device(large, 4096, &data)?;
         let mut part = vec![0u8; 10];
-        cuda.copy_from_device(&mut part, large, 4096 + 5, b)?;
+        b.copy_from_device(&mut part, large, 4096 + 5)?;
         assert_eq!(part, data[5..15]);
-        // Across streams: the copy on `a` is ordered after `large`'s stream.
-        cuda.copy_from_device(&mut part, large, 4096 + 20, a)?;
+        // Across streams: the caller orders `a` after `b`'s work.
+        a.wait(&*b.record()?)?;
+        a.copy_from_device(&mut part, large, 4096 + 20)?;
         assert_eq!(part, data[20..30]);
 
         assert!(matches!(
-            cuda.copy_to_device(small, 999, &[1, 2], a),
+            a.copy_to_device(small, 999, &[1, 2]),
             Err(BackendError::OutOfBounds {
                 offset: 999,
                 end: 1001,
@@ -35,28 +36,13 @@ fn streams_events_allocation_and_copies_on_the_backend() {
             })
         ));
 
-        let event = cuda.record_event(a)?;
-        cuda.synchronize_event(event)?;
-        assert!(cuda.event_complete(event)?);
-        cuda.destroy_event(event)?;
-        assert!(matches!(
-            cuda.event_complete(event),
-            Err(BackendError::UnknownHandle {
-                kind: HandleKind::Event,
-                ..
-            })
-        ));
-        assert!(matches!(
-            cuda.synchronize_event(event),
-            Err(BackendError::UnknownHandle {
-                kind: HandleKind::Event,
-                ..
-            })
-        ));
+        let event = a.record()?;
+        event.synchronize()?;
+        assert!(event.is_complete()?);
 
         assert!(
             matches!(
-                cuda.free_device(small, 999, a),
+                cuda.free_device(small, 999, &*a),
                 Err(BackendError::OutOfBounds {
                     end: 999,
                     size: 1000,
@@ -65,23 +51,23 @@ fn streams_events_allocation_and_copies_on_the_backend() {
             ),
             "a free of the wrong size is refused"
         );
-        cuda.free_device(small, 1000, a)?;
+        cuda.free_device(small, 1000, &*a)?;
         assert!(
             matches!(
-                cuda.free_device(small, 1000, a),
-                Err(BackendError::UnknownHandle {
-                    kind: HandleKind::Allocation,
-                    ..
-                })
+                cuda.free_device(small, 1000, &*a),
+                Err(BackendError::UnknownAllocation { ptr, .. }) if ptr == small
             ),
             "a double free is refused"
         );
-        assert!(cuda.copy_from_device(&mut part, small, 0, a).is_err());
-        cuda.free_device(large, 1 << 20, a)?;
-        cuda.synchronize(a)?;
+        assert!(matches!(
+            a.copy_from_device(&mut part, small, 0),
+            Err(BackendError::UnknownAllocation { .. })
+        ));
+        cuda.free_device(large, 1 << 20, &*a)?;
+        a.synchronize()?;
 
         let total = cuda.mem_info()?.total;
-        let error = cuda.alloc_device(total, a).unwrap_err();
+        let error = cuda.alloc_device(total, &*a).unwrap_err();
         assert!(error.is_out_of_memory(), "{error}");
         let BackendError::OutOfMemory {
             requested, free, ..
@@ -91,16 +77,33 @@ fn streams_events_allocation_and_copies_on_the_backend() {
         };
         assert_eq!(requested.0, total);
         assert!(free.is_some_and(|free| free.0 < total), "{free:?}");
+        Ok(())
+    });
+}
 
-        cuda.destroy_stream(a)?;
-        cuda.destroy_stream(b)?;
-        assert!(matches!(
-            cuda.synchronize(a),
-            Err(BackendError::UnknownHandle {
-                kind: HandleKind::Stream,
-                ..
-            })
-        ));
+#[test]
+fn a_stream_or_event_of_another_backend_is_refused() {
+    on_device(|cuda| {
+        let sim = SimBackend::new(1 << 20);
+        let foreign = sim.create_stream()?;
+        let unsupported = |result: Result<_, BackendError>, operation: &str| {
+            assert!(
+                matches!(&result, Err(BackendError::Unsupported { operation: o, .. }) if *o == operation),
+                "{result:?}"
+            );
+        };
+        unsupported(cuda.alloc_device(64, &*foreign).map(drop), "allocate");
+        let stream = cuda.create_stream()?;
+        let ptr = cuda.alloc_device(64, &*stream)?;
+        unsupported(cuda.free_device(ptr, 64, &*foreign), "free");
+        unsupported(stream.wait(&*foreign.record()?), "order streams");
+        let other = CudaBackend::new(0)?;
+        unsupported(
+            cuda.alloc_device(64, &*other.create_stream()?).map(drop),
+            "allocate",
+        );
+        cuda.free_device(ptr, 64, &*stream)?;
+        stream.synchronize()?;
         Ok(())
     });
 }
@@ -186,7 +189,7 @@ fn copy_round_trips_for_every_element_type() {
         // that stream (after the arrays' own stream).
         {
             let guard = mgr.bind_stream(&other)?;
-            assert_eq!(guard.stream(), mgr.stream(&other)?);
+            assert_eq!(guard.stream().id(), mgr.stream(&other)?.id());
             let values: Vec<f64> = (0..n).map(|i| i as f64 * 3.0).collect();
             f64s.copy_from_host(&values)?;
             assert_eq!(f64s.to_vec()?, values);
@@ -278,7 +281,7 @@ fn a_buffer_struct_too_large_for_its_share_is_allocated_in_chunks() {
         );
         assert_eq!(buffers.status.shape(), [plan.chunk_length()]);
         assert_eq!(buffers.initial.shape(), [dims.n_states]);
-        assert!(mgr.allocated_bytes(&solver) <= mgr.cap(&solver));
+        assert!(solver.allocated_bytes() <= mgr.cap(&solver));
 
         // Every chunk goes through the same buffers.
         let mut seen = vec![0.0f64; buffers.state.len()];
@@ -433,7 +436,7 @@ fn allocations_show_in_the_backends_pool() {
         let stream = cuda.create_stream()?;
         let before = cuda.pool_usage()?.used;
         let bytes = 96 << 20;
-        let ptr = cuda.alloc_device(bytes, stream)?;
+        let ptr = cuda.alloc_device(bytes, &*stream)?;
         let during = cuda.pool_usage()?;
         assert!(
             during.used >= before + bytes,
@@ -449,10 +452,9 @@ fn allocations_show_in_the_backends_pool() {
             (during.reserved, during.used)
         );
         assert_eq!(reported.largest_free_block, None);
-        cuda.free_device(ptr, bytes, stream)?;
-        cuda.synchronize(stream)?;
+        cuda.free_device(ptr, bytes, &*stream)?;
+        stream.synchronize()?;
         assert!(cuda.pool_usage()?.used <= before);
-        cuda.destroy_stream(stream)?;
         Ok(())
     });
 }
@@ -466,7 +468,7 @@ fn memory_the_pool_holds_idle_is_given_back_for_a_larger_allocation() {
         // Fill the device with 1 GiB blocks, then free them all.
         let mut blocks = Vec::new();
         loop {
-            match cuda.alloc_device(GIB, stream) {
+            match cuda.alloc_device(GIB, &*stream) {
                 Ok(ptr) => blocks.push(ptr),
                 Err(error) if error.is_out_of_memory() => break,
                 Err(error) => return Err(error.into()),
@@ -479,26 +481,25 @@ fn memory_the_pool_holds_idle_is_given_back_for_a_larger_allocation() {
             blocks.len()
         );
         for ptr in blocks {
-            cuda.free_device(ptr, GIB, stream)?;
+            cuda.free_device(ptr, GIB, &*stream)?;
         }
-        cuda.synchronize(stream)?;
+        stream.synchronize()?;
         // The pool holds that memory idle in 1 GiB pieces; one allocation
         // of three quarters of the device needs it back from the driver.
         let large = total / 4 * 3;
-        let ptr = cuda.alloc_device(large, stream)?;
-        cuda.free_device(ptr, large, stream)?;
-        cuda.synchronize(stream)?;
+        let ptr = cuda.alloc_device(large, &*stream)?;
+        cuda.free_device(ptr, large, &*stream)?;
+        stream.synchronize()?;
         cuda.trim_pool(0)?;
-        cuda.destroy_stream(stream)?;
         Ok(())
     });
 }
 
-/// Memory allocated on one stream and used at once on another, with no
-/// synchronisation between: the backend orders the second stream after the
-/// allocation (through the allocation's own event), and the free on the
-/// first stream after the use on the second. On the fake driver a missing
-/// order is a violation that fails every later call.
+/// Memory allocated on one stream and used on another, ordered only by the
+/// caller's events, as the contract asks: the second stream waits for the
+/// allocation, and the free on the first waits for the use on the second.
+/// On the fake driver a missing order is a violation that fails every
+/// later call.
 #[test]
 fn memory_allocated_on_one_stream_is_used_and_freed_across_streams() {
     on_device(|cuda| {
@@ -511,22 +512,21 @@ fn memory_allocated_on_one_stream_is_used_and_freed_across_streams() {
             .iter_mut()
             .enumerate()
             .for_each(|(i, byte)| *byte = (i % 253) as u8);
-        let device = cuda.alloc_device(len as u64, a)?;
+        let device = cuda.alloc_device(len as u64, &*a)?;
+        b.wait(&*a.record()?)?;
         // SAFETY: the blocks are page-locked blocks of this backend, left
-        // alone until `done` fired; the download follows the upload on `b`.
+        // alone until `b` was synchronised; the download follows the upload
+        // on `b`.
         unsafe {
-            cuda.copy_to_device_async(device, 0, source.bytes().as_ptr(), len, b)?;
-            cuda.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0, b)?;
+            b.copy_to_device_async(device, 0, source.bytes().as_ptr(), len)?;
+            b.copy_from_device_async(target.bytes_mut().as_mut_ptr(), len, device, 0)?;
         }
-        // Freed on `a` while `b` may still be copying: the free waits.
-        cuda.free_device(device, len as u64, a)?;
-        let done = cuda.record_event(b)?;
-        cuda.synchronize_event(done)?;
-        cuda.synchronize(a)?;
+        // Freed on `a` while `b` may still be copying: `a` waits for it.
+        a.wait(&*b.record()?)?;
+        cuda.free_device(device, len as u64, &*a)?;
+        b.synchronize()?;
+        a.synchronize()?;
         assert!(source.bytes() == target.bytes(), "the round trip held");
-        cuda.destroy_event(done)?;
-        cuda.destroy_stream(a)?;
-        cuda.destroy_stream(b)?;
         Ok(())
     });
 }

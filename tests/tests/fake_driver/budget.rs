@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
+use cubie_mem::cuda::{CudaBackend, GroupStream};
 use cubie_mem::{ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Instance, Registration};
 use cubie_mem_examples::euler_decay::EulerDecay;
 

@@ -8,10 +8,8 @@ use std::ffi::{c_int, c_uint};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cubie_mem::backend::cuda::{
-    CudaBackend, CudaConfig, GroupStream, HostWait, LaunchDims, PtxModule,
-};
 use cubie_mem::backend::{Backend, BackendError};
+use cubie_mem::cuda::{CudaBackend, CudaConfig, GroupStream, HostWait, LaunchDims, PtxModule};
 use cubie_mem::{
     ArrayRequest, DeviceArray, DeviceSet, DeviceSetBuffers, GpuBuffers, HostMemoryKind, LimitMode,
     ManagerConfig, MemError, Registration, Throughput,
@@ -281,15 +279,12 @@ impl Driver {
     }
 }
 
-/// An allocation on `cuda`, which records an ordering event, and its free.
+/// An allocation on `cuda`, an event after it waited for, and its free.
 fn allocate_and_free(cuda: &CudaBackend) {
     let stream = cuda.create_stream().unwrap();
-    let ptr = cuda.alloc_device(4096, stream).unwrap();
-    let event = cuda.record_event(stream).unwrap();
-    cuda.synchronize_event(event).unwrap();
-    cuda.destroy_event(event).unwrap();
-    cuda.free_device(ptr, 4096, stream).unwrap();
-    cuda.destroy_stream(stream).unwrap();
+    let ptr = cuda.alloc_device(4096, &*stream).unwrap();
+    stream.record().unwrap().synchronize().unwrap();
+    cuda.free_device(ptr, 4096, &*stream).unwrap();
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
+use cubie_mem::cuda::{CudaBackend, GroupStream};
 use cubie_mem::{ArrayRequest, DeviceArray, Instance, MemoryManager, Registration};
 use cubie_mem_examples::euler_decay::EULER_DECAY_PTX;
 use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};

@@ -13,7 +13,7 @@
 //! - PTX the driver cannot load is reported with what to do.
 
 use cubie_mem::backend::Backend;
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
+use cubie_mem::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::{ArrayRequest, MemError, Registration};
 use cubie_mem_examples::euler_decay::EULER_DECAY_PTX;
 use serde_json::Value;
@@ -45,12 +45,12 @@ fn no_groups_allocation_waits_for_another_groups_free() {
     let (a, b) = (cuda.create_stream().unwrap(), cuda.create_stream().unwrap());
     let log = tempfile::NamedTempFile::new().unwrap();
     fake.command(&format!("log={}", log.path().display()));
-    let freed = cuda.alloc_device(2 * MIB, a).unwrap();
-    cuda.free_device(freed, 2 * MIB, a).unwrap();
+    let freed = cuda.alloc_device(2 * MIB, &*a).unwrap();
+    cuda.free_device(freed, 2 * MIB, &*a).unwrap();
     // The free has not run (in the fake's lazy mode): the driver's default
     // would hand its bytes to b's allocation by making b wait for it (and
     // for all of a's work); the backend's pool grows instead.
-    let taken = cuda.alloc_device(2 * MIB, b).unwrap();
+    let taken = cuda.alloc_device(2 * MIB, &*b).unwrap();
     fake.command("log=");
     let text = std::fs::read_to_string(log.path()).unwrap();
     let (free_stream, free_seq, _) = logged(&text, "free")[0].clone();
@@ -63,9 +63,9 @@ fn no_groups_allocation_waits_for_another_groups_free() {
         !waits,
         "b's allocation is ordered after a's free (clock {clock})"
     );
-    cuda.free_device(taken, 2 * MIB, b).unwrap();
-    cuda.synchronize(a).unwrap();
-    cuda.synchronize(b).unwrap();
+    cuda.free_device(taken, 2 * MIB, &*b).unwrap();
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
     fake.assert_clean();
 }
 
@@ -77,14 +77,14 @@ fn an_allocation_scattered_idle_blocks_cannot_serve_trims_the_pool_and_retries()
     let stream = cuda.create_stream().unwrap();
     let free = cuda.mem_info().unwrap().free;
     assert_eq!(free % (2 * MIB), 0, "the fake's free memory is in granules");
-    let filler = cuda.alloc_device(free - 8 * MIB, stream).unwrap();
+    let filler = cuda.alloc_device(free - 8 * MIB, &*stream).unwrap();
     let blocks: Vec<_> = (0..4)
-        .map(|_| cuda.alloc_device(2 * MIB, stream).unwrap())
+        .map(|_| cuda.alloc_device(2 * MIB, &*stream).unwrap())
         .collect();
     for &block in &blocks {
-        cuda.free_device(block, 2 * MIB, stream).unwrap();
+        cuda.free_device(block, 2 * MIB, &*stream).unwrap();
     }
-    cuda.synchronize(stream).unwrap();
+    stream.synchronize().unwrap();
     // 8 MiB idle in four 2 MiB segments, none left on the device.
     let usage = cuda.pool_usage().unwrap();
     assert_eq!(usage.idle(), 8 * MIB);
@@ -92,16 +92,16 @@ fn an_allocation_scattered_idle_blocks_cannot_serve_trims_the_pool_and_retries()
         fake.calls("cuMemAllocFromPoolAsync"),
         fake.calls("cuMemPoolTrimTo"),
     );
-    let large = cuda.alloc_device(4 * MIB, stream).unwrap();
+    let large = cuda.alloc_device(4 * MIB, &*stream).unwrap();
     assert_eq!(
         fake.calls("cuMemAllocFromPoolAsync") - tries,
         2,
         "a first try and the retry"
     );
     assert_eq!(fake.calls("cuMemPoolTrimTo") - trims, 1);
-    cuda.free_device(large, 4 * MIB, stream).unwrap();
-    cuda.free_device(filler, free - 8 * MIB, stream).unwrap();
-    cuda.synchronize(stream).unwrap();
+    cuda.free_device(large, 4 * MIB, &*stream).unwrap();
+    cuda.free_device(filler, free - 8 * MIB, &*stream).unwrap();
+    stream.synchronize().unwrap();
     fake.assert_clean();
 }
 
@@ -113,7 +113,7 @@ fn a_module_loads_after_a_batch_that_filled_the_device() {
     // Another owner's memory leaves 40 MiB of the device to the batch.
     let other = cuda.create_stream().unwrap();
     let resident = cuda.mem_info().unwrap().free - 40 * MIB;
-    let kept = cuda.alloc_device(resident, other).unwrap();
+    let kept = cuda.alloc_device(resident, &*other).unwrap();
     let mgr = manager(&cuda);
     let solver = mgr
         .register(Registration::new().on_invalidate(|| {}))
@@ -149,8 +149,8 @@ fn a_module_loads_after_a_batch_that_filled_the_device() {
     assert_eq!(fake.calls("cuMemPoolTrimTo") - trims, 1);
     module.function("euler_decay").unwrap();
     drop(module);
-    cuda.free_device(kept, resident, other).unwrap();
-    cuda.synchronize(other).unwrap();
+    cuda.free_device(kept, resident, &*other).unwrap();
+    other.synchronize().unwrap();
     fake.assert_clean();
 }
 
@@ -401,10 +401,10 @@ fn a_kernel_needing_local_memory_launches_after_a_batch_that_filled_the_device()
     // goes, and the pool keeps it idle (release threshold u64::MAX).
     let other = cuda.create_stream().unwrap();
     let resident = cuda.mem_info().unwrap().free - 150 * MIB;
-    let kept = cuda.alloc_device(resident, other).unwrap();
-    let batch = cuda.alloc_device(140 * MIB, other).unwrap();
-    cuda.free_device(batch, 140 * MIB, other).unwrap();
-    cuda.synchronize(other).unwrap();
+    let kept = cuda.alloc_device(resident, &*other).unwrap();
+    let batch = cuda.alloc_device(140 * MIB, &*other).unwrap();
+    cuda.free_device(batch, 140 * MIB, &*other).unwrap();
+    other.synchronize().unwrap();
     assert!(cuda.driver_mem_info().unwrap().free < 132 * MIB);
     let stream = GroupStream::of(&mgr, &solver).unwrap();
     let view = stream.view(&y).unwrap();
@@ -430,7 +430,7 @@ fn a_kernel_needing_local_memory_launches_after_a_batch_that_filled_the_device()
     );
     assert_eq!(fake.calls("cuMemPoolTrimTo") - trims, 1);
     drop(view);
-    cuda.free_device(kept, resident, other).unwrap();
-    cuda.synchronize(other).unwrap();
+    cuda.free_device(kept, resident, &*other).unwrap();
+    other.synchronize().unwrap();
     fake.assert_clean();
 }

@@ -29,7 +29,7 @@ mod strided;
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::{Mutex, MutexGuard};
 
-use cubie_mem::backend::cuda::CudaBackend;
+use cubie_mem::cuda::CudaBackend;
 use cubie_mem::{ManagerConfig, MemoryManager};
 
 #[path = "../cuda_errors/mod.rs"]
@@ -186,7 +186,7 @@ fn set_kernels<B: cubie_mem::GpuBuffers>(
     buffers: &cubie_mem::DeviceSetBuffers<'_, B>,
 ) -> (
     Vec<cubie_mem_examples::euler_decay::EulerDecay>,
-    Vec<cubie_mem::backend::cuda::GroupStream>,
+    Vec<cubie_mem::cuda::GroupStream>,
 ) {
     let kernels = set_backends(set)
         .iter()
@@ -197,7 +197,7 @@ fn set_kernels<B: cubie_mem::GpuBuffers>(
         .iter()
         .map(|share| {
             let manager = &set.managers()[share.device()];
-            cubie_mem::backend::cuda::GroupStream::of(manager, share.instance()).unwrap()
+            cubie_mem::cuda::GroupStream::of(manager, share.instance()).unwrap()
         })
         .collect();
     (kernels, streams)

@@ -2,8 +2,8 @@
 //! backend's API, is caught by the fake driver; afterwards every call fails
 //! with the sticky 700, which the backend reports as a lost context.
 
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::backend::{Backend, BackendError};
+use cubie_mem::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::{MemError, Registration};
 use cubie_mem_examples::euler_decay::EULER_DECAY_PTX;
 
@@ -45,7 +45,7 @@ fn memory_used_on_a_stream_not_ordered_after_its_allocation_is_caught() {
         .unwrap();
     let stream = GroupStream::of(&mgr, &solver).unwrap();
     let other = cuda.create_stream().unwrap();
-    let ptr = cuda.alloc_device(1024 * 8, other).unwrap();
+    let ptr = cuda.alloc_device(1024 * 8, &*other).unwrap();
     let error = launch_on_raw_address(&cuda, &stream, ptr.0, 1024).unwrap_err();
     assert!(
         matches!(
@@ -77,8 +77,9 @@ fn memory_used_after_its_stream_ordered_free_is_caught() {
         .register(Registration::new().on_invalidate(|| {}))
         .unwrap();
     let stream = GroupStream::of(&mgr, &solver).unwrap();
-    let ptr = cuda.alloc_device(1024 * 8, stream.handle()).unwrap();
-    cuda.free_device(ptr, 1024 * 8, stream.handle()).unwrap();
+    let group = mgr.stream(&solver).unwrap();
+    let ptr = cuda.alloc_device(1024 * 8, &*group).unwrap();
+    cuda.free_device(ptr, 1024 * 8, &*group).unwrap();
     launch_on_raw_address(&cuda, &stream, ptr.0, 1024).unwrap_err();
     fake.assert_caught("after its stream-ordered free");
 }
@@ -89,16 +90,15 @@ fn page_locked_memory_written_by_two_unordered_copies_is_caught() {
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
     let (a, b) = (cuda.create_stream().unwrap(), cuda.create_stream().unwrap());
-    let device = cuda.alloc_device(4096, a).unwrap();
-    cuda.copy_to_device(device, 0, &[7u8; 4096], a).unwrap();
+    let device = cuda.alloc_device(4096, &*a).unwrap();
+    a.copy_to_device(device, 0, &[7u8; 4096]).unwrap();
     let mut block = cuda.alloc_pinned(4096).unwrap();
     let target = block.bytes_mut().as_mut_ptr();
     // SAFETY: deliberately unsound: two downloads into the same page-locked
     // bytes on streams that nothing orders.
     let second = unsafe {
-        cuda.copy_from_device_async(target, 4096, device, 0, a)
-            .unwrap();
-        cuda.copy_from_device_async(target, 4096, device, 0, b)
+        a.copy_from_device_async(target, 4096, device, 0).unwrap();
+        b.copy_from_device_async(target, 4096, device, 0)
     };
     assert!(second.is_err(), "the second copy is refused");
     fake.assert_caught("in flight");
@@ -111,8 +111,8 @@ fn a_failed_free_at_teardown_leaves_the_pool_instead_of_destroying_it_under_memo
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
     let stream = cuda.create_stream().unwrap();
-    let _leftover = cuda.alloc_device(1 << 20, stream).unwrap();
+    let _leftover = cuda.alloc_device(1 << 20, &*stream).unwrap();
     fake.command("fail=cuMemFree_v2:1");
-    drop(cuda);
+    drop((stream, cuda));
     fake.assert_clean();
 }

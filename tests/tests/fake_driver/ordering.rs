@@ -1,10 +1,10 @@
 //! What the backend does on its own (teardown, modules, the retry after
-//! running out of memory, ordering across streams) never commits a misuse,
-//! even where a GPU would rarely show it; events are reused; memory lands
-//! on the device it was asked of.
+//! running out of memory) never commits a misuse, even where a GPU would
+//! rarely show it; events are reused; memory lands on the device it was
+//! asked of.
 
 use cubie_mem::backend::Backend;
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
+use cubie_mem::cuda::{CudaBackend, GroupStream, LaunchDims, PtxModule};
 use cubie_mem::{ArrayRequest, Registration};
 use cubie_mem_examples::euler_decay::EULER_DECAY_PTX;
 
@@ -17,16 +17,16 @@ fn teardown_waits_for_work_queued_on_a_destroyed_stream() {
     let cuda = CudaBackend::new(0).unwrap();
     let stream = cuda.create_stream().unwrap();
     let len = 1 << 20;
-    let device = cuda.alloc_device(len, stream).unwrap();
+    let device = cuda.alloc_device(len, &*stream).unwrap();
     let source = cuda.alloc_pinned(len).unwrap();
     // SAFETY: the block outlives the copy: the backend's teardown below
     // waits for the whole context before anything is freed.
     unsafe {
-        cuda.copy_to_device_async(device, 0, source.bytes().as_ptr(), len as usize, stream)
+        stream
+            .copy_to_device_async(device, 0, source.bytes().as_ptr(), len as usize)
             .unwrap();
     }
-    cuda.destroy_stream(stream).unwrap();
-    drop(cuda);
+    drop((stream, cuda));
     fake.assert_clean();
     drop(source);
 }
@@ -68,15 +68,14 @@ fn an_allocation_retried_after_running_out_reclaims_frees_of_destroyed_streams()
     let cuda = CudaBackend::new(0).unwrap();
     let large = cuda.mem_info().unwrap().free / 4 * 3;
     let first = cuda.create_stream().unwrap();
-    let ptr = cuda.alloc_device(large, first).unwrap();
-    cuda.free_device(ptr, large, first).unwrap();
+    let ptr = cuda.alloc_device(large, &*first).unwrap();
+    cuda.free_device(ptr, large, &*first).unwrap();
     // Not synchronised: the free is still queued when its stream goes.
-    cuda.destroy_stream(first).unwrap();
+    drop(first);
     let second = cuda.create_stream().unwrap();
-    let again = cuda.alloc_device(large, second).unwrap();
-    cuda.free_device(again, large, second).unwrap();
-    cuda.synchronize(second).unwrap();
-    cuda.destroy_stream(second).unwrap();
+    let again = cuda.alloc_device(large, &*second).unwrap();
+    cuda.free_device(again, large, &*second).unwrap();
+    second.synchronize().unwrap();
     fake.assert_clean();
 }
 
@@ -86,27 +85,24 @@ fn ordering_across_streams_reuses_its_events() {
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
     let (a, b) = (cuda.create_stream().unwrap(), cuda.create_stream().unwrap());
-    let device = cuda.alloc_device(4096, a).unwrap();
+    let device = cuda.alloc_device(4096, &*a).unwrap();
+    b.wait(&*a.record().unwrap()).unwrap();
     let mut back = [0u8; 64];
-    cuda.copy_from_device(&mut back, device, 0, b).unwrap();
+    b.copy_from_device(&mut back, device, 0).unwrap();
     let created = fake.calls("cuEventCreate");
     for round in 0..200 {
-        let stream = if round % 2 == 0 { a } else { b };
-        cuda.copy_to_device(device, 0, &[round as u8; 64], stream)
-            .unwrap();
-        let event = cuda.record_event(stream).unwrap();
-        cuda.wait_event(if stream == a { b } else { a }, event)
-            .unwrap();
-        cuda.destroy_event(event).unwrap();
+        let (on, next) = if round % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        on.copy_to_device(device, 0, &[round as u8; 64]).unwrap();
+        next.wait(&*on.record().unwrap()).unwrap();
     }
     let more = fake.calls("cuEventCreate") - created;
     assert!(
         more <= 2,
-        "400 orderings across streams created {more} new events"
+        "200 orderings across streams created {more} new events"
     );
-    cuda.copy_from_device(&mut back, device, 0, a).unwrap();
+    a.copy_from_device(&mut back, device, 0).unwrap();
     assert_eq!(back, [199u8; 64]);
-    cuda.free_device(device, 4096, a).unwrap();
+    cuda.free_device(device, 4096, &*a).unwrap();
     fake.assert_clean();
 }
 

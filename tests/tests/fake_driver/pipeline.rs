@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use cubie_mem::backend::cuda::{CudaBackend, DeviceView, GroupStream};
+use cubie_mem::cuda::{CudaBackend, DeviceView, GroupStream};
 use cubie_mem::{
     ArrayRequest, ChunkPlan, ChunkTarget, DeviceArray, HostMemoryKind, MemError, MemoryKind,
     PinnedArray, Registration,

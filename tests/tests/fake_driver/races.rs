@@ -13,7 +13,7 @@
 //! would hide the latter, its upload waiting for that download, so one
 //! test has none.
 
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream, LaunchDims, PtxFunction, PtxModule};
+use cubie_mem::cuda::{CudaBackend, GroupStream, LaunchDims, PtxFunction, PtxModule};
 use cubie_mem::{ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, MemError, Registration};
 use cubie_mem_examples::euler_decay::EulerDecay;
 

@@ -6,8 +6,8 @@
 //! directly; and figures the driver must not see are refused before it is
 //! called.
 
-use cubie_mem::backend::cuda::{CudaBackend, GroupStream};
 use cubie_mem::backend::{Backend, BackendError, StridedRows};
+use cubie_mem::cuda::{CudaBackend, GroupStream};
 use cubie_mem::{
     ArrayRequest, ChunkPlan, DeviceArray, DeviceSet, GpuBuffers, HostMemoryKind, ManagerConfig,
     Registration, Throughput,
@@ -99,13 +99,13 @@ fn strided_copies_the_driver_must_not_see_are_refused_before_it_is_called() {
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
     let stream = cuda.create_stream().unwrap();
-    let ptr = cuda.alloc_device(4096, stream).unwrap();
+    let ptr = cuda.alloc_device(4096, &*stream).unwrap();
     let block = cuda.alloc_pinned(4096).unwrap();
     let src = block.bytes().as_ptr();
     let calls = fake.calls("cuMemcpy2DAsync_v2");
     let copy = |rows: StridedRows, offset: u64, src: *const u8| {
         // SAFETY: nothing is queued (each is refused); the block outlives it.
-        unsafe { cuda.copy_to_device_strided_async(ptr, offset, src, rows, stream) }
+        unsafe { stream.copy_to_device_strided_async(ptr, offset, src, rows) }
     };
     let error = copy(StridedRows::new(64, 4, 32, 64), 0, src).unwrap_err();
     assert!(matches!(error, BackendError::BadStride { .. }), "{error}");
@@ -129,9 +129,8 @@ fn strided_copies_the_driver_must_not_see_are_refused_before_it_is_called() {
         calls,
         "the driver saw none"
     );
-    cuda.free_device(ptr, 4096, stream).unwrap();
-    cuda.synchronize(stream).unwrap();
-    cuda.destroy_stream(stream).unwrap();
+    cuda.free_device(ptr, 4096, &*stream).unwrap();
+    stream.synchronize().unwrap();
 }
 
 pub struct Dims {

@@ -15,7 +15,7 @@ fn an_instance_without_an_invalidate_hook_cannot_queue() {
         .queue_request(&i, [("x", ArrayRequest::of::<f32>([4]))])
         .unwrap_err();
     assert!(matches!(err, MemError::NoInvalidateHook { .. }), "{err}");
-    assert!(!mgr.has_queued(&i));
+    assert!(!i.has_queued());
 }
 
 #[test]
@@ -63,7 +63,7 @@ fn a_batch_that_fits_is_one_chunk_at_full_shape() {
     let state = r.take::<f64>("state").unwrap();
     assert_eq!(state.len(), 3000);
     assert_eq!(sim.free_bytes(), (1 << 20) - 3000 * 8 - 12);
-    assert!(!mgr.has_queued(&i), "served requests leave the queue");
+    assert!(!i.has_queued(), "served requests leave the queue");
 }
 
 #[test]
@@ -136,7 +136,7 @@ fn total_runs_is_the_largest_among_requests_and_must_match_chunk_axes() {
         "{err}"
     );
     assert!(
-        mgr.has_queued(&i),
+        i.has_queued(),
         "a failed allocation leaves the queue as it was"
     );
 
@@ -222,9 +222,9 @@ fn participants_are_the_triggers_owner_in_the_triggers_group() {
         re.is_empty(),
         "the owner's member in another group is not served"
     );
-    assert!(!mgr.has_queued(&a) && !mgr.has_queued(&partner));
-    assert!(mgr.has_queued(&stranger) && mgr.has_queued(&elsewhere));
-    assert_eq!(mgr.allocated_bytes(&stranger), 0);
+    assert!(!a.has_queued() && !partner.has_queued());
+    assert!(stranger.has_queued() && elsewhere.has_queued());
+    assert_eq!(stranger.allocated_bytes(), 0);
 
     // The stranger's set waits for its own trigger, with its own run count.
     let r = mgr.allocate_queue_for(&stranger).unwrap();
@@ -337,7 +337,7 @@ fn memory_the_participants_hold_counts_as_free_and_is_replaced() {
         1,
         "the buffer was kept, not reallocated"
     );
-    assert_eq!(mgr.allocated_bytes(&a), 600);
+    assert_eq!(a.allocated_bytes(), 600);
 
     // Another shape in the same buffer is a new array: old handles report it.
     mgr.queue_request(&a, [("x", runs_request(8, 70))]).unwrap();
@@ -468,7 +468,7 @@ fn planner_errors_reach_the_caller_with_figures() {
         ),
         "{err}"
     );
-    assert!(mgr.has_queued(&a));
+    assert!(a.has_queued());
 }
 
 #[test]

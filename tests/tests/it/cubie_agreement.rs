@@ -164,6 +164,6 @@ fn a_reused_larger_buffer_is_held_whole() {
         .take::<f64>("x")
         .unwrap();
     assert_eq!(x.nbytes(), 800_000);
-    assert_eq!(mgr.allocated_bytes(&solver), 80_000_000);
+    assert_eq!(solver.allocated_bytes(), 80_000_000);
     assert_eq!(sim.free_bytes(), GIB - 80_000_000);
 }

@@ -71,7 +71,7 @@ fn an_idle_owner_is_evicted_to_fit_a_batch_whole() {
         ),
         "{err}"
     );
-    assert_eq!(sc.mgr.allocated_bytes(&sc.idle), 0);
+    assert_eq!(sc.idle.allocated_bytes(), 0);
     assert_eq!(sc.sim.free_bytes(), 400);
     assert_eq!(sc.mgr.stats().total.evictions, 1);
 }

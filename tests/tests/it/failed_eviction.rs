@@ -66,15 +66,15 @@ impl Scene {
     /// once checked that the call changed nothing.
     fn fails(&self, requests: Vec<(&str, ArrayRequest)>) -> MemError {
         let free = self.sim.free_bytes();
-        let held = self.mgr.allocated_bytes(&self.idle);
+        let held = self.idle.allocated_bytes();
         self.mgr.queue_request(&self.requester, requests).unwrap();
         let error = self.mgr.allocate_queue(&self.requester).unwrap_err();
         assert_eq!(self.invalidated.get(), 0, "no one evicted: {error}");
         assert!(self.held.is_valid(), "{error}");
-        assert_eq!(self.mgr.allocated_bytes(&self.idle), held);
+        assert_eq!(self.idle.allocated_bytes(), held);
         assert_eq!(self.sim.free_bytes(), free);
         assert_eq!(self.mgr.stats().total.evictions, 0);
-        assert!(self.mgr.has_queued(&self.requester));
+        assert!(self.requester.has_queued());
         error
     }
 }

@@ -73,7 +73,7 @@ fn every_allocation_of_a_call_can_fail_cleanly() {
         assert_eq!(sim.live_allocations(), 0);
         assert!(inbox.take().is_empty(), "no hook runs on failure");
         assert!(
-            mgr.has_queued(&a) && mgr.has_queued(&b),
+            a.has_queued() && b.has_queued(),
             "the queue is left as it was"
         );
         assert_eq!(mgr.stats().total.current_count, 0);
@@ -140,9 +140,9 @@ fn a_failed_call_leaves_a_reused_buffer_intact() {
     assert_eq!(x.shape(), [2, 10]);
     assert_eq!(sim.free_bytes(), free_before);
     assert_eq!(sim.live_allocations(), 2);
-    assert_eq!(mgr.allocated_bytes(&a), 320);
+    assert_eq!(a.allocated_bytes(), 320);
     assert_eq!(invalidated.get(), 0);
-    assert!(mgr.has_queued(&a));
+    assert!(a.has_queued());
     let stats = mgr.stats().total;
     assert_eq!((stats.current_count, stats.current_bytes), (2, 320));
 
@@ -161,7 +161,7 @@ fn a_failed_call_leaves_a_reused_buffer_intact() {
         "x keeps its 160-byte buffer"
     );
     assert_eq!(
-        mgr.allocated_bytes(&a),
+        a.allocated_bytes(),
         160 + 320,
         "a holds x's whole buffer"
     );
@@ -182,12 +182,12 @@ fn a_failure_while_growing_leaves_the_old_arrays_and_no_leak() {
     assert!(mgr.allocate_queue(&a).is_err());
     assert_eq!(sim.live_allocations(), 2, "the new x was freed again");
     assert_eq!(sim.free_bytes(), (1 << 20) - 160);
-    assert_eq!(mgr.allocated_bytes(&a), 160);
+    assert_eq!(a.allocated_bytes(), 160);
     assert!(x.is_valid() && y.is_valid());
     assert_eq!(x.to_vec().unwrap(), vec![7.0; 10]);
     sim.set_fail_allocations_after(None);
     mgr.allocate_queue(&a).unwrap();
-    assert_eq!(mgr.allocated_bytes(&a), 320);
+    assert_eq!(a.allocated_bytes(), 320);
     assert_eq!(sim.live_allocations(), 2);
     assert!(!x.is_valid());
 }

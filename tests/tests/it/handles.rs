@@ -221,28 +221,28 @@ fn spill_settings_resolve_instance_then_owner_then_manager() {
         .unwrap();
     let child = mgr.register(Registration::new().owner(&parent)).unwrap();
     assert_eq!(
-        mgr.spill_settings(&plain),
+        plain.spill_settings(),
         SpillSettings {
             threshold: Some(300),
             directory: Some("/manager".into())
         }
     );
     assert_eq!(
-        mgr.spill_settings(&owned),
+        owned.spill_settings(),
         SpillSettings {
             threshold: Some(200),
             directory: Some("/manager".into())
         }
     );
     assert_eq!(
-        mgr.spill_settings(&own),
+        own.spill_settings(),
         SpillSettings {
             threshold: Some(100),
             directory: Some(own_dir.path().to_path_buf())
         }
     );
     assert_eq!(
-        mgr.spill_settings(&child).threshold,
+        child.spill_settings().threshold,
         Some(50),
         "inherited from the owning instance"
     );

@@ -35,7 +35,7 @@ fn an_instance_holds_the_buffer_its_smaller_array_reuses() {
         .unwrap();
     assert_eq!((x.nbytes(), x.capacity_bytes()), (40, 800));
     assert_eq!(sim.free_bytes(), (1 << 20) - 800);
-    assert_eq!(mgr.allocated_bytes(&solver), 800, "the buffer is held");
+    assert_eq!(solver.allocated_bytes(), 800, "the buffer is held");
     let stats = mgr.stats();
     for usage in [
         stats.total,
@@ -75,7 +75,7 @@ fn the_caps_count_the_buffer_in_active_mode() {
     mgr.queue_request(&solver, [("x", ArrayRequest::of::<u8>([1_000]))])
         .unwrap();
     mgr.allocate_queue(&solver).unwrap();
-    assert_eq!(mgr.allocated_bytes(&solver), 4_000_000);
+    assert_eq!(solver.allocated_bytes(), 4_000_000);
     // H = 5,000,000 - 4,000,000: the cap no longer sees 3,999,000 bytes
     // the device still gives the instance.
     assert_eq!(mgr.available_memory(&solver).unwrap(), 1_000_000);
@@ -106,9 +106,9 @@ fn evicting_an_owner_releases_the_buffers_it_holds() {
     )
     .unwrap();
     mgr.allocate_queue(&batch).unwrap();
-    assert_eq!(mgr.allocated_bytes(&old), 0, "evicted");
+    assert_eq!(old.allocated_bytes(), 0, "evicted");
     assert_eq!(
-        mgr.allocated_bytes(&recent),
+        recent.allocated_bytes(),
         100_000,
         "its bytes were not needed"
     );

@@ -133,11 +133,11 @@ fn a_call_that_freed_a_predecessor_and_failed_leaves_consistent_figures() {
     let error = mgr.allocate_queue(&solver).unwrap_err();
     assert!(error.is_out_of_memory(), "{error}");
     assert_eq!(old.release_reason(), Some(ReleaseReason::Replaced));
-    assert_eq!(mgr.allocated_bytes(&solver), 0);
+    assert_eq!(solver.allocated_bytes(), 0);
     let stats = mgr.stats().total;
     assert_eq!((stats.current_bytes, stats.current_count), (0, 0));
     assert_eq!(sim.free_bytes(), 1000);
-    assert!(mgr.has_queued(&solver));
+    assert!(solver.has_queued());
     sim.set_fail_allocations_after(None);
     let x = mgr
         .allocate_queue_for(&solver)
@@ -165,7 +165,7 @@ fn with_room_for_both_a_failed_call_keeps_the_predecessor() {
     sim.set_fail_allocations_after(Some(0));
     assert!(mgr.allocate_queue(&solver).is_err());
     assert!(old.is_valid());
-    assert_eq!(mgr.allocated_bytes(&solver), 400);
+    assert_eq!(solver.allocated_bytes(), 400);
 }
 
 /// The out-of-memory error's `idle_held` counts what eviction could release

@@ -99,7 +99,7 @@ fn depth_two_halves_the_chunk_and_gives_each_set_its_own_buffers() {
     let usage = mgr.stats().instances[0].usage;
     assert_eq!((usage.device_bytes, usage.pinned_bytes), (3328, 200));
     assert_eq!(usage.current_count, 5);
-    assert_eq!(mgr.allocated_bytes(&solver), 3528);
+    assert_eq!(solver.allocated_bytes(), 3528);
     assert_eq!(FREE - sim.free_bytes(), 3328);
 }
 
@@ -258,7 +258,7 @@ fn freeing_a_label_frees_every_set() {
     assert_eq!(mgr.stats().instances[0].usage.device_bytes, 128);
     mgr.free_all();
     assert_eq!(sim.live_allocations(), 0);
-    assert_eq!(mgr.allocated_bytes(&solver), 0);
+    assert_eq!(solver.allocated_bytes(), 0);
 }
 
 #[test]
@@ -291,7 +291,7 @@ fn a_failed_deeper_allocation_leaves_every_set_as_it_was() {
             stats_before.current_count
         )
     );
-    assert!(mgr.has_queued(&solver), "the queue is left as it was");
+    assert!(solver.has_queued(), "the queue is left as it was");
 
     sim.set_fail_allocations_after(None);
     let response = mgr.allocate_queue_for(&solver).unwrap();

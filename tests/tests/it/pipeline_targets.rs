@@ -307,7 +307,7 @@ fn allocated_of_one_set_derefs_and_release_frees_its_arrays() {
     allocated.release(&mgr, &solver).unwrap();
     assert_eq!(state.release_reason(), Some(ReleaseReason::Freed));
     assert_eq!(sim.live_allocations(), 0);
-    assert_eq!(mgr.allocated_bytes(&solver), 0);
+    assert_eq!(solver.allocated_bytes(), 0);
 }
 
 #[test]

@@ -35,7 +35,7 @@ fn a_small_array_in_a_reused_buffer_is_its_own_size() {
     assert_eq!((x.len(), x.shape(), x.nbytes()), (10, &[10][..], 40));
     assert_eq!(x.capacity_bytes(), 800);
     assert_eq!(
-        mgr.allocated_bytes(&solver),
+        solver.allocated_bytes(),
         800,
         "the instance holds the buffer"
     );
@@ -88,7 +88,7 @@ fn a_smaller_pinned_array_in_a_reused_block_reports_its_own_bytes() {
     };
     mgr.queue_request(&solver, [("p", request(10))]).unwrap();
     mgr.allocate_queue_for(&solver).unwrap();
-    assert_eq!(mgr.allocated_bytes(&solver), 80_000);
+    assert_eq!(solver.allocated_bytes(), 80_000);
     mgr.queue_request(&solver, [("p", request(1))]).unwrap();
     let p = mgr
         .allocate_queue_for(&solver)
@@ -97,7 +97,7 @@ fn a_smaller_pinned_array_in_a_reused_block_reports_its_own_bytes() {
         .unwrap();
     assert_eq!((p.nbytes(), p.capacity_bytes()), (8_000, 80_000));
     assert_eq!(p.read().unwrap().len(), 1000);
-    assert_eq!(mgr.allocated_bytes(&solver), 80_000, "the block is held");
+    assert_eq!(solver.allocated_bytes(), 80_000, "the block is held");
     assert_eq!(mgr.stats().total.pinned_bytes, 8_000);
     assert_eq!(mgr.stats().total.held_pinned_bytes, 80_000);
 }

@@ -175,7 +175,7 @@ fn evicted_owners_hear_of_it_even_when_the_call_then_fails() {
         "the invalidate hook ran although the call failed"
     );
     assert_eq!(x.release_reason(), Some(ReleaseReason::Evicted));
-    assert!(mgr.has_queued(&b));
+    assert!(b.has_queued());
     assert!(
         logs.contains("evicted an idle owner") && logs.contains("'cache'"),
         "{logs}"
@@ -245,7 +245,7 @@ fn a_panicking_hook_skips_no_other_hook_and_loses_no_response() {
         logs.contains("'trigger'") && logs.contains("ready hook failure"),
         "{logs}"
     );
-    assert_eq!(mgr.allocated_bytes(&trigger), 800, "the commit stands");
+    assert_eq!(trigger.allocated_bytes(), 800, "the commit stands");
 }
 
 #[test]
@@ -261,7 +261,7 @@ fn an_enormous_batch_on_a_full_device_is_an_error_not_an_overflow() {
         matches!(error, MemError::SingleRunTooLarge { depth: 1, .. }),
         "{error}"
     );
-    assert!(mgr.has_queued(&a));
+    assert!(a.has_queued());
 }
 
 #[test]
@@ -310,7 +310,7 @@ fn a_batch_the_host_cannot_hold_is_out_of_memory_with_the_queue_kept() {
         mgr.queue_request(&a, [("huge", request)]).unwrap();
         let error = mgr.allocate_queue(&a).unwrap_err();
         assert!(error.is_out_of_memory(), "{kind:?}: {error}");
-        assert!(mgr.has_queued(&a));
+        assert!(a.has_queued());
     }
     assert_eq!(sim.live_allocations(), 0);
 }
@@ -364,10 +364,10 @@ mod extreme_figures {
                 Ok(response) => {
                     let covered = (response.chunks as u128) * (response.chunk_length as u128);
                     prop_assert!(covered >= response.plan().total_runs() as u128);
-                    prop_assert!(!mgr.has_queued(&a));
+                    prop_assert!(!a.has_queued());
                 }
                 Err(error) => {
-                    prop_assert!(mgr.has_queued(&a), "{}", error);
+                    prop_assert!(a.has_queued(), "{}", error);
                     prop_assert_eq!(sim.live_allocations(), 0);
                 }
             }

@@ -55,7 +55,7 @@ fn change_stream_group_moves_the_instance_and_its_queue() {
     let r = mgr.allocate_queue_for(&b).unwrap();
     assert_eq!(r.chunks, 1);
     assert!(
-        !mgr.has_queued(&a),
+        !a.has_queued(),
         "a's requests moved with it and were served with b's group"
     );
 }

@@ -108,7 +108,7 @@ fn use_arrays(
             let _ = mgr.free(instance, "status");
         }
         if let Some(old) = kept.first() {
-            let _ = mgr.allocated_bytes(old);
+            let _ = old.allocated_bytes();
         }
         assert!(guard.iter().all(|&v| v == 0 || v == 3));
     }
