@@ -18,11 +18,8 @@ pub enum LimitMode {
 /// Default largest pinned host array: 1 GiB.
 pub(crate) const DEFAULT_PINNED_MAX_BYTES: u64 = 1 << 30;
 
-/// Settings of a [`MemoryManager`](crate::MemoryManager).
-///
-/// Change a setting with its chainable setter, as with a
-/// [`Registration`](crate::Registration); the struct-update form works too,
-/// and gives the same value:
+/// Settings of a [`MemoryManager`](crate::MemoryManager), changed by
+/// chainable setters or struct update:
 ///
 /// ```
 /// use cubie_mem::{LimitMode, ManagerConfig};
@@ -40,11 +37,9 @@ pub struct ManagerConfig {
     pub limit_mode: LimitMode,
     /// Host arrays up to this size may be pinned (default 1 GiB).
     pub pinned_max_bytes: u64,
-    /// Host arrays above this size spill to a file; `None` resolves per
-    /// instance, then owner, then 80% of total RAM.
+    /// Host arrays above this size spill to a file; `None`: 80% of total RAM.
     pub host_spill_threshold: Option<u64>,
-    /// Where spill files go; `None` resolves per instance, then owner, then the
-    /// system temporary directory.
+    /// Where spill files go; `None`: the system temporary directory.
     pub spill_directory: Option<PathBuf>,
 }
 
@@ -52,10 +47,8 @@ impl ManagerConfig {
     /// The default [`pinned_max_bytes`](Self::pinned_max_bytes): 1 GiB.
     pub const DEFAULT_PINNED_MAX_BYTES: u64 = DEFAULT_PINNED_MAX_BYTES;
 
-    /// Sets [`allocation_granule_bytes`](Self::allocation_granule_bytes):
-    /// the memory always left free, below which nothing is allocated
-    /// (default 32 MiB). `granule(0)` lets a small (simulated) device use
-    /// all of its free memory.
+    /// Sets [`allocation_granule_bytes`](Self::allocation_granule_bytes).
+    /// `granule(0)` lets a small device use all of its free memory.
     pub fn granule(mut self, bytes: u64) -> Self {
         self.allocation_granule_bytes = bytes;
         self
@@ -67,34 +60,28 @@ impl ManagerConfig {
         self
     }
 
-    /// Sets [`pinned_max_bytes`](Self::pinned_max_bytes): host arrays up to
-    /// this size may be pinned (default 1 GiB).
+    /// Sets [`pinned_max_bytes`](Self::pinned_max_bytes).
     pub fn pinned_max_bytes(mut self, bytes: u64) -> Self {
         self.pinned_max_bytes = bytes;
         self
     }
 
-    /// Sets [`host_spill_threshold`](Self::host_spill_threshold): host
-    /// arrays above this size spill to a file, unless an instance or its
-    /// owner sets its own threshold.
+    /// Sets [`host_spill_threshold`](Self::host_spill_threshold), unless an
+    /// instance or its owner sets its own.
     pub fn host_spill_threshold(mut self, bytes: u64) -> Self {
         self.host_spill_threshold = Some(bytes);
         self
     }
 
-    /// Sets [`spill_directory`](Self::spill_directory): where spill files
-    /// go, unless an instance or its owner sets its own directory. It must
-    /// exist: [`validate`](Self::validate) checks it.
+    /// Sets [`spill_directory`](Self::spill_directory), unless an instance
+    /// or its owner sets its own. It must exist.
     pub fn spill_directory(mut self, directory: impl Into<PathBuf>) -> Self {
         self.spill_directory = Some(directory.into());
         self
     }
 
-    /// Checks the settings that can be wrong before they are used: the
-    /// [`spill_directory`](Self::spill_directory), when set, must be an
-    /// existing directory (it is never created, so that a typo cannot
-    /// scatter files). A missing one is [`MemError::Config`] naming the
-    /// setting and the path, here rather than at the first spilled array.
+    /// Checks that the [`spill_directory`](Self::spill_directory), when set,
+    /// exists: it is never created, so that a typo cannot scatter files.
     ///
     /// ```
     /// use cubie_mem::{ManagerConfig, MemError};
@@ -125,10 +112,8 @@ impl Default for ManagerConfig {
     }
 }
 
-/// `Ok` when `directory`, the spill directory `setting` names (the call
-/// that set it), exists and is a directory; else [`MemError::Config`]
-/// naming the setting, the path and what to do. Spill directories are never
-/// created, so that a typo cannot scatter files.
+/// `Ok` when the spill directory `directory` exists; else
+/// [`MemError::Config`] naming `setting` and the path.
 pub(crate) fn check_spill_directory(setting: String, directory: &Path) -> Result<(), MemError> {
     let problem = match std::fs::metadata(directory) {
         Ok(meta) if meta.is_dir() => return Ok(()),
@@ -146,9 +131,8 @@ pub(crate) fn check_spill_directory(setting: String, directory: &Path) -> Result
     })
 }
 
-/// Parses a byte size: a number with an optional unit, binary (`KiB`, `MiB`,
-/// `GiB`, `TiB`) or decimal (`B`, `kB`, `MB`, `GB`, `TB`), case-insensitive,
-/// with optional spaces and a fractional part (`1.5GiB`).
+/// Parses a byte size: a number with an optional binary or decimal unit,
+/// case-insensitive (`1.5GiB`, `2 GB`).
 ///
 /// ```
 /// use cubie_mem::parse_size;

@@ -1,25 +1,13 @@
 //! Element types: the runtime tag of what a buffer holds ([`DType`]) and the
 //! Rust types a typed handle may hold ([`Element`]).
 //!
-//! The built-in tags cover the scalars of batch solvers' kernels, half
-//! precision and complex numbers (their [`Element`] impls behind the
-//! features `half` and `num-complex`); a user's own `#[repr(C)]`
-//! `bytemuck::Pod` struct opts in with one line, its tag made by
-//! [`DType::of`].
-//!
-//! Allocations are sized from the request's tag, typed access from
-//! `size_of::<T>()`, so the two must agree: every read of `T::DTYPE` in the
-//! crate goes through [`dtype_of`], which refuses at compile time an
-//! `Element` whose tag does not describe its layout.
+//! The guide page [element types](crate::guide::element_types) has the rules.
+//! Every read of `T::DTYPE` goes through [`dtype_of`], which checks it.
 
 use std::fmt;
 
-/// Runtime tag of an element type, carried by every [`ArrayRequest`](crate::ArrayRequest):
-/// what the manager needs to know of an element (its size, alignment and
-/// name) without knowing the Rust type.
-///
-/// The built-in tags are [`DType::ALL`]; [`DType::Custom`] describes a
-/// user's own plain-old-data type. Non-exhaustive: built-in tags may be added.
+/// The runtime tag of an element type: its name, size and alignment.
+/// Every [`ArrayRequest`](crate::ArrayRequest) carries one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum DType {
@@ -37,24 +25,15 @@ pub enum DType {
     I64,
     /// 64-bit unsigned integer.
     U64,
-    /// 16-bit IEEE half-precision float (`half::f16`, an [`Element`] with
-    /// the feature `half`).
+    /// 16-bit IEEE half-precision float (`half::f16`, feature `half`).
     F16,
-    /// 16-bit brain float (`half::bf16`, an [`Element`] with the feature
-    /// `half`).
+    /// 16-bit brain float (`half::bf16`, feature `half`).
     BF16,
-    /// Complex number of two `f32`, real part first
-    /// (`num_complex::Complex<f32>`, an [`Element`] with the feature
-    /// `num-complex`).
+    /// Complex `f32`, real part first (feature `num-complex`).
     ComplexF32,
-    /// Complex number of two `f64`, real part first
-    /// (`num_complex::Complex<f64>`, an [`Element`] with the feature
-    /// `num-complex`).
+    /// Complex `f64`, real part first (feature `num-complex`).
     ComplexF64,
-    /// A user's own plain-old-data type, made by [`DType::of`] (which is
-    /// the only way to make one, so the figures are those of a real type).
-    /// Two types described with the same name, size and alignment are one
-    /// element type to the manager.
+    /// A user's own plain-old-data type, made only by [`DType::of`].
     #[non_exhaustive]
     Custom {
         /// The name the type was described with (in errors and `Display`).
@@ -67,9 +46,7 @@ pub enum DType {
 }
 
 impl DType {
-    /// Every built-in element type, in declaration order. The tags of the
-    /// half-precision and complex types exist whether or not the features
-    /// that make those types [`Element`]s are on; custom types are not listed.
+    /// Every built-in element type, in declaration order.
     pub const ALL: [DType; 11] = [
         DType::F32,
         DType::F64,
@@ -85,50 +62,13 @@ impl DType {
     ];
 
     /// The largest alignment an element type may have, in bytes: that of
-    /// host blocks (pageable and simulated memory); page-locked memory,
-    /// spill files and device allocations are aligned further.
+    /// host blocks.
     pub const MAX_ALIGN: usize = 64;
 
-    /// The tag of a user's own plain-old-data type `T`, named `name`: its
-    /// size and alignment are `T`'s. It makes `T` an element type in one
-    /// line:
-    ///
-    /// ```
-    /// use cubie_mem::{DType, Element};
-    ///
-    /// #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
-    /// #[repr(C)]
-    /// struct State {
-    ///     y: f64,
-    ///     dy: f64,
-    /// }
-    ///
-    /// impl Element for State {
-    ///     const DTYPE: DType = DType::of::<Self>("State");
-    /// }
-    ///
-    /// assert_eq!(State::DTYPE.size_bytes(), 16);
-    /// assert_eq!(State::DTYPE.align_bytes(), 8);
-    /// assert_eq!(State::DTYPE.to_string(), "State");
-    /// ```
-    ///
-    /// A zero-sized `T`, or one aligned to more than [`DType::MAX_ALIGN`]
-    /// bytes, is refused at compile time (memory is not aligned for it):
-    ///
-    /// ```compile_fail,E0080
-    /// use cubie_mem::{DType, Element};
-    ///
-    /// #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
-    /// #[repr(C, align(128))]
-    /// struct Wide([u8; 128]);
-    ///
-    /// impl Element for Wide {
-    ///     // error: an element type may be aligned to at most 64 bytes
-    ///     const DTYPE: DType = DType::of::<Self>("Wide");
-    /// }
-    ///
-    /// let _ = Wide::DTYPE;
-    /// ```
+    /// The tag of a user's own plain-old-data type `T`, named `name`.
+    /// A zero-sized `T`, or one aligned above [`DType::MAX_ALIGN`], fails to
+    /// build. Examples are on the guide page
+    /// [element types](crate::guide::element_types).
     pub const fn of<T: bytemuck::Pod>(name: &'static str) -> DType {
         const {
             assert!(
@@ -161,8 +101,7 @@ impl DType {
         }
     }
 
-    /// Alignment of one element in bytes (that of the Rust type on this
-    /// target: `f64`'s is 4 on some 32-bit targets).
+    /// Alignment of one element in bytes, that of the Rust type on this target.
     pub const fn align_bytes(self) -> usize {
         match self {
             DType::U8 => align_of::<u8>(),
@@ -177,8 +116,7 @@ impl DType {
         }
     }
 
-    /// The Rust name of the element type (`"f32"`, `"Complex<f64>"`, ...),
-    /// or the name a custom type was described with.
+    /// The Rust name (`"f32"`, `"Complex<f64>"`), or a custom type's name.
     pub const fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -206,42 +144,11 @@ impl fmt::Display for DType {
     }
 }
 
-/// A type a device or pinned buffer may hold: one of the built-in scalars,
-/// `half::f16`/`half::bf16` (feature `half`),
-/// `num_complex::Complex<f32>`/`Complex<f64>` (feature `num-complex`), or a
-/// `#[repr(C)]` struct of your own that derives `bytemuck::Pod`, opted in
-/// with [`DType::of`]:
+/// A type a device or pinned buffer may hold: a built-in scalar, or your own
+/// `#[repr(C)]` `bytemuck::Pod` struct tagged by [`DType::of`].
 ///
-/// ```
-/// # use cubie_mem::{DType, Element};
-/// # #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
-/// # #[repr(C)]
-/// # struct State { y: f64, dy: f64 }
-/// impl Element for State {
-///     const DTYPE: DType = DType::of::<Self>("State");
-/// }
-/// ```
-///
-/// `bytemuck::Pod` guarantees that any bit pattern is a valid value, so
-/// buffers can be copied byte-wise to and from the device. `DTYPE` must
-/// describe `Self` (its size and alignment): an impl whose tag does not
-/// fails to build where the crate uses it (a post-monomorphisation error,
-/// which `cargo build` and `cargo test` report, `cargo check` does not):
-///
-/// ```compile_fail,E0080
-/// use cubie_mem::{ArrayRequest, DType, Element};
-///
-/// #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
-/// #[repr(C)]
-/// struct Celsius(f32);
-///
-/// impl Element for Celsius {
-///     const DTYPE: DType = DType::F64; // 8 bytes, but a Celsius has 4
-/// }
-///
-/// // error: `Element::DTYPE` does not describe the type
-/// let request = ArrayRequest::of::<Celsius>([10]);
-/// ```
+/// `DTYPE` must describe `Self`, or the crate's uses fail to build.
+/// See the guide page [element types](crate::guide::element_types).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a cubie-mem element type",
     label = "unsupported element type",
@@ -257,11 +164,8 @@ pub trait Element: bytemuck::Pod + Send + Sync + fmt::Debug + PartialEq + 'stati
     const DTYPE: DType;
 }
 
-/// `T::DTYPE`, checked at compile time against `T`'s layout: an [`Element`]
-/// impl whose tag has another size or alignment than `T` (allocations are
-/// sized by the tag, typed access by `size_of::<T>()`) fails to build where
-/// this is called, as `bytemuck::must_cast` does. The crate reads `T::DTYPE`
-/// through this only.
+/// `T::DTYPE`, checked at compile time against `T`'s size and alignment.
+/// The crate reads `T::DTYPE` through this only.
 pub(crate) const fn dtype_of<T: Element>() -> DType {
     const {
         assert!(
@@ -280,8 +184,8 @@ mod sealed {
     impl Sealed for f64 {}
 }
 
-/// The floating-point element types (f32, f64), for solver structs generic
-/// over their precision. Sealed: `Element` is open, the precisions are not.
+/// The floating-point element types (f32, f64), for code generic over its
+/// precision. Sealed.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a floating-point precision",
     label = "not f32 or f64",

@@ -19,6 +19,9 @@ pub mod memory_manager {}
 #[doc = include_str!("../docs/array-request.md")]
 pub mod array_request {}
 
+#[doc = include_str!("../docs/element-types.md")]
+pub mod element_types {}
+
 #[doc = include_str!("../docs/planner.md")]
 pub mod planner {}
 
@@ -46,6 +49,9 @@ pub mod kernels {}
 #[doc = include_str!("../docs/devices.md")]
 pub mod devices {}
 
+#[doc = include_str!("../docs/device-split.md")]
+pub mod device_split {}
+
 #[doc = include_str!("../docs/device-model.md")]
 pub mod device_model {}
 
@@ -54,6 +60,9 @@ pub mod logging {}
 
 #[doc = include_str!("../docs/clusters.md")]
 pub mod clusters {}
+
+#[doc = include_str!("../docs/launchers.md")]
+pub mod launchers {}
 
 #[doc = include_str!("../docs/from-cubie.md")]
 pub mod from_cubie {}

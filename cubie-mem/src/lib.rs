@@ -54,6 +54,8 @@ mod block;
 mod buffers;
 mod bytes;
 mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod default;
 mod devices;
 mod dtype;

@@ -1,19 +1,6 @@
 //! The chunk planner: a pure function from request sizes and a memory budget
-//! to a chunk plan.
-//!
-//! The manager calls it after gathering the queue and evicting idle owners,
-//! but it needs no manager: a caller can ask "how would this batch be chunked
-//! with X bytes free?" directly.
-//!
-//! ```
-//! use cubie_mem::{plan, ArrayRequest, DType};
-//!
-//! let requests = [("state", ArrayRequest::new(DType::F64, [100, 4, 10_000]).total_runs(10_000))];
-//! let budget = plan::Budget::passive(8 << 20).with_granule(0);
-//! let p = plan::plan(requests.iter().map(|(l, r)| (*l, r)), &budget).unwrap();
-//! assert!(p.chunks() > 1);
-//! assert_eq!(p.iter_chunks().map(|c| c.len()).sum::<usize>(), 10_000);
-//! ```
+//! to a chunk plan. It needs no manager.
+//! The rules and examples are on the guide page [planner](crate::guide::planner).
 
 use crate::{ArrayRequest, Bytes, MemError};
 
@@ -22,15 +9,13 @@ pub use limit::Limit;
 /// Percentage of the available memory withheld against fragmentation.
 pub const FRAGMENTATION_RESERVE_PERCENT: u64 = 2;
 
-/// Default allocation granule: memory below which nothing is allocated, and
-/// which is always left free.
+/// Default allocation granule: memory always left free.
 pub const DEFAULT_ALLOCATION_GRANULE: u64 = 32 << 20;
 
 /// A request larger than this multiple of free memory logs a warning.
 pub const OVERSIZE_WARNING_FACTOR: u64 = 20;
 
-/// The byte totals of a set of requests, the batch's run count and its
-/// pipeline depth.
+/// The byte totals of a set of requests, its run count and pipeline depth.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchSizes {
     /// The batch's run count: the largest `total_runs` among the requests (at least 1).
@@ -39,17 +24,14 @@ pub struct BatchSizes {
     pub chunkable_bytes: u64,
     /// Bytes of the unchunkable requests (`U`).
     pub unchunkable_bytes: u64,
-    /// The pipeline depth `d`: the largest depth among the chunkable requests
-    /// (1 when there are none). A chunked plan shares the chunkable budget
-    /// among `d` buffer sets.
+    /// The pipeline depth `d`: the largest among the chunkable requests (1
+    /// when there are none).
     pub depth: usize,
 }
 
 impl BatchSizes {
-    /// Measures requests, checking that each is valid and that every
-    /// chunkable request has the batch's run count on its chunk axis. The
-    /// depth is the largest among the chunkable requests: an unchunkable
-    /// array has one buffer for every set, so its depth does not count.
+    /// Measures requests, checking each and that every chunkable one has the
+    /// batch's run count on its chunk axis.
     pub fn measure<'a>(
         requests: impl IntoIterator<Item = (&'a str, &'a ArrayRequest)> + Clone,
     ) -> Result<Self, MemError> {
@@ -104,8 +86,7 @@ impl BatchSizes {
         Ok(sizes)
     }
 
-    /// All bytes requested (`R = C + U`), saturating at `u64::MAX` for
-    /// hand-made sizes ([`measure`](Self::measure) rejects sums that overflow).
+    /// All bytes requested (`R = C + U`), saturating.
     pub fn total_bytes(&self) -> u64 {
         self.chunkable_bytes.saturating_add(self.unchunkable_bytes)
     }
@@ -128,8 +109,7 @@ impl BatchSizes {
         Ok(())
     }
 
-    /// The plan of one chunk of every run, with the budget's
-    /// `(allocatable, withheld)` figures.
+    /// The plan of one chunk of every run.
     fn one_chunk(&self, (allocatable, withheld): (u64, u64)) -> ChunkPlan {
         ChunkPlan {
             total_runs: self.total_runs,
@@ -148,11 +128,9 @@ impl BatchSizes {
 /// The memory a plan may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
-    /// Free device memory plus what the participants already hold and will
-    /// replace (`Fe`).
+    /// Free device memory plus what the batch replaces (`Fe`).
     pub effective_free: u64,
-    /// In active limit mode, what the group's caps still allow (`H`); `None`
-    /// in passive mode.
+    /// In active limit mode, what the group's caps still allow (`H`).
     pub cap_headroom: Option<u64>,
     /// Memory always left free, and below which nothing is allocated.
     pub granule: u64,
@@ -191,9 +169,7 @@ impl Budget {
     }
 
     /// `(allocatable, withheld)`: `alloc = min(A - floor(0.02 A), Fe - granule)`.
-    ///
-    /// A batch of `R` bytes fits in one chunk when `R < alloc`; an error when
-    /// `Fe` is below the granule (nothing can be allocated).
+    /// An error when `Fe` is below the granule.
     pub fn allocatable(&self) -> Result<(u64, u64), MemError> {
         if self.effective_free < self.granule {
             return Err(MemError::BelowGranule {
@@ -207,8 +183,7 @@ impl Budget {
         Ok((alloc, self.limit() - alloc))
     }
 
-    /// The two bounds of `alloc`: `A - floor(0.02 A)` (the fragmentation
-    /// reserve withheld) and `Fe - granule` (0 below the granule).
+    /// The two bounds of `alloc`: `A - floor(0.02 A)` and `Fe - granule`.
     fn bounds(&self) -> (u64, u64) {
         let limit = self.limit();
         let reserve = (u128::from(limit) * u128::from(FRAGMENTATION_RESERVE_PERCENT) / 100) as u64;
@@ -218,14 +193,9 @@ impl Budget {
         )
     }
 
-    /// The physical shortage that idle owners must release before a batch of
-    /// `requested` bytes is planned: `R - Fe + 1` bytes (saturating) when
-    /// `R >= Fe`.
-    ///
-    /// `None` when nothing is requested, when the batch is below `Fe`, or in
-    /// active mode when `R >= H`: the caps forbid the batch whatever is
-    /// released, so nothing is evicted for it. A batch with
-    /// `alloc <= R < Fe` evicts nothing and is chunked.
+    /// The bytes idle owners must release before a batch of `requested`
+    /// bytes is planned: `R - Fe + 1` when `R >= Fe`. `None` when nothing
+    /// needs evicting, or when the caps forbid the batch anyway.
     pub fn shortfall(&self, requested: u64) -> Option<u64> {
         let caps_forbid = self.cap_headroom.is_some_and(|h| requested >= h);
         if requested == 0 || requested < self.effective_free || caps_forbid {
@@ -235,16 +205,9 @@ impl Budget {
     }
 }
 
-/// Plans a batch from measured sizes and a budget.
-///
-/// `R == 0` gives one chunk before any other check (even on a full device).
-/// `R < alloc` gives one chunk (one buffer set). Otherwise the run axis is
-/// split evenly so that the chunkable bytes of one chunk in each of the `d`
-/// buffer sets, plus the unchunkable bytes, fit in `alloc`:
-/// `max_chunk = floor(total_runs * (alloc - U) / (d * C))`, in exact integer
-/// arithmetic. Hand-made sizes with 0 runs or depth 0 are an error. A plan
-/// of several chunks names what bounded its chunk length
-/// ([`ChunkPlan::limited_by`]).
+/// Plans a batch from measured sizes and a budget: one chunk when it fits,
+/// else an even split of the run axis. The rules are on the guide page
+/// [planner](crate::guide::planner).
 pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, MemError> {
     #[cfg(test)]
     attempts::count();
@@ -307,14 +270,9 @@ pub fn plan_chunks(sizes: &BatchSizes, budget: &Budget) -> Result<ChunkPlan, Mem
     Ok(plan)
 }
 
-/// The plan of a remembered partition: `chunks` chunks of `chunk_length`
-/// runs, when that partition covers the batch
-/// (`ceil(total_runs / chunks) == chunk_length`; the chunk count capped at
-/// the run count), with the budget's figures and the buffer sets of the
-/// batch's depth that fit. It comes before planning, as in cubie: a
-/// notary's arrays laid out for the partition stay valid whatever the
-/// budget would give now (a batch that then does not fit fails to
-/// allocate). `None` when the partition does not cover the batch.
+/// The plan of a remembered partition, when it covers the batch
+/// (`ceil(total_runs / chunks) == chunk_length`); else `None`. It comes
+/// before planning, so arrays laid out for it stay valid.
 pub(crate) fn plan_partition(
     sizes: &BatchSizes,
     budget: &Budget,
@@ -337,9 +295,7 @@ pub(crate) fn plan_partition(
     plan.validate().ok().map(|()| plan.sets_for(sizes.depth))
 }
 
-/// Measures `requests` and plans them against `budget`. An error that
-/// the unchunkable arrays do not fit names them, each with why it is
-/// unchunkable.
+/// Measures `requests` and plans them against `budget`.
 pub fn plan<'a>(
     requests: impl IntoIterator<Item = (&'a str, &'a ArrayRequest)> + Clone,
     budget: &Budget,
@@ -348,8 +304,7 @@ pub fn plan<'a>(
     plan_chunks(&sizes, budget).map_err(|error| name_unchunkable(error, requests, sizes.total_runs))
 }
 
-/// `error` with the unchunkable arrays among `requests` named, when it is
-/// [`MemError::AllUnchunkable`] or [`MemError::UnchunkableTooLarge`].
+/// `error` with the unchunkable arrays among `requests` named.
 pub(crate) fn name_unchunkable<'a>(
     mut error: MemError,
     requests: impl IntoIterator<Item = (&'a str, &'a ArrayRequest)>,

@@ -7,20 +7,14 @@ use std::fmt;
 use crate::MemError;
 use crate::ids::InstanceId;
 
-/// The auto pool never shrinks below this fraction of device memory while it
-/// has members.
+/// The auto pool's smallest fraction of device memory while it has members.
 pub const MIN_AUTOPOOL_SIZE: f64 = 0.05;
 
-/// Tolerance for sums of proportions, so that `0.1 + 0.2 + 0.7` fills the
-/// manual pool exactly instead of overflowing by one rounding error.
+/// Tolerance for sums of proportions, so that `0.1 + 0.2 + 0.7` fills the pool.
 const EPSILON: f64 = 1e-9;
 
-/// A proportion of device memory as messages and logs print it: six
-/// significant digits with trailing zeros trimmed (`0.3`, `0.03` for
-/// `1 - 0.97`), in scientific notation below 0.001 (`1e-6`), `0` for
-/// either zero (never `-0`). A value that would round to 1 without being 1
-/// prints in full (`1.000000001`, `0.9999999999`), so that no figure
-/// seems to sit on the bound it misses.
+/// A proportion as messages print it: six significant digits, trimmed
+/// (`0.3`, `1e-6`). A value that would round to 1 without being 1 prints in full.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Proportion(pub(crate) f64);
 
@@ -51,8 +45,7 @@ impl fmt::Display for Proportion {
     }
 }
 
-/// `number` without the trailing zeros of its fraction (and without a
-/// trailing point).
+/// `number` without the trailing zeros of its fraction.
 fn trim_zeros(number: &str) -> &str {
     if number.contains('.') {
         number.trim_end_matches('0').trim_end_matches('.')
@@ -71,9 +64,8 @@ pub(crate) enum ShareWarning {
 /// Which pool (manual or auto) an instance is in, and each one's proportion.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Shares {
-    /// The manual pool in the order its members joined it (a member whose
-    /// proportion is set again joins it anew, at the end), the order its
-    /// proportions are summed in, as in cubie: float sums depend on it.
+    /// The manual pool in the order its members joined it, the order its
+    /// proportions are summed in: float sums depend on it.
     manual: Vec<(InstanceId, f64)>,
     auto: BTreeSet<InstanceId>,
 }
@@ -87,8 +79,7 @@ fn check_proportion(proportion: f64) -> Result<(), MemError> {
 }
 
 impl Shares {
-    /// Sum of the manual pool's proportions: `0.0` for an empty pool (a
-    /// float `sum()` of nothing is `-0.0`).
+    /// Sum of the manual pool's proportions (`0.0`, not `-0.0`, when empty).
     pub(crate) fn manual_sum(&self) -> f64 {
         self.manual.iter().fold(0.0, |sum, &(_, p)| sum + p)
     }
@@ -185,8 +176,7 @@ impl Shares {
             .then(|| self.auto_sum() / self.auto.len() as f64)
     }
 
-    /// Moves `id` (from either pool) to the manual pool with `proportion`; on
-    /// error nothing changes.
+    /// Moves `id` to the manual pool with `proportion`; on error nothing changes.
     pub(crate) fn set_manual(
         &mut self,
         id: InstanceId,

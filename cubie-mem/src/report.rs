@@ -1,7 +1,6 @@
-//! Who holds a device's memory, and what would make a request fit: the
-//! report an out-of-memory error carries ([`FitReport`], from
-//! [`MemError::fit_report`](crate::MemError::fit_report)) and the same
-//! figures without an error ([`MemoryManager::memory_report`](crate::MemoryManager::memory_report)).
+//! Who holds a device's memory, and what would make a request fit
+//! ([`FitReport`]), as an out-of-memory error carries it or
+//! [`MemoryManager::memory_report`](crate::MemoryManager::memory_report) gives it.
 //!
 //! ```
 //! use cubie_mem::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
@@ -24,18 +23,15 @@ use crate::backend::{MemInfo, PoolUsage};
 use crate::pools::Proportion;
 use crate::stats::HostPinnedStats;
 
-/// What an owner holding memory is doing, which decides whether it can
-/// give memory back.
+/// What an owner holding memory is doing: whether it can give memory back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OwnerState {
     /// No work in flight: eviction may take its memory.
     Idle,
-    /// Work begun and not finished, or not yet seen done on the device:
-    /// never evicted.
+    /// Work in flight: never evicted.
     Busy,
-    /// The owner of the request the report is about: never evicted for
-    /// its own batch.
+    /// The owner of the request: never evicted for its own batch.
     Requesting,
 }
 
@@ -49,8 +45,7 @@ impl fmt::Display for OwnerState {
     }
 }
 
-/// One owner (the unit of eviction) and what its registrations hold: the
-/// buffers' bytes, device and pinned.
+/// One owner, the unit of eviction, and what its registrations hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OwnerUsage {
@@ -68,8 +63,7 @@ pub struct OwnerUsage {
     pub pinned_bytes: u64,
 }
 
-/// One line: `'solver' (owner 3), group default, busy: 600 B device, 0 B
-/// pinned (instances 'solver', 'outputs')`.
+/// One line: `'solver' (owner 3), group default, busy: 600 B device, ...`.
 impl fmt::Display for OwnerUsage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -85,11 +79,8 @@ impl fmt::Display for OwnerUsage {
     }
 }
 
-/// Who holds a device's memory: every owner of the manager holding any,
-/// busy or idle (largest first), the device's free and total memory, its
-/// device pool's reserved and used bytes and the largest block one
-/// allocation could get (where the backend knows them), and the
-/// page-locked host memory of the manager's host arrays and staging pools.
+/// Who holds a device's memory: every owner holding any (largest first), the
+/// device's free and total memory, its pool, and page-locked host memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MemoryReport {
@@ -121,8 +112,7 @@ impl MemoryReport {
             .fold(0u64, |sum, h| sum.saturating_add(h.device_bytes))
     }
 
-    /// Device memory neither free nor held by this manager's owners: other
-    /// processes, other managers, the driver.
+    /// Device memory neither free nor held by this manager's owners.
     pub fn elsewhere_bytes(&self) -> u64 {
         self.device
             .total
@@ -131,8 +121,7 @@ impl MemoryReport {
     }
 }
 
-/// Several lines: the device, its device pool, each owner, what is held
-/// elsewhere, and the page-locked host memory.
+/// Several lines: the device, its pool, each owner, and what is elsewhere.
 impl fmt::Display for MemoryReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -174,29 +163,26 @@ impl fmt::Display for MemoryReport {
     }
 }
 
-/// The one change that would make a request fit, as an error's report
-/// names it.
+/// The one change that would make a request fit.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Fix {
-    /// Give the stream group's instances a proportion of at least
-    /// `proportion` (`set_manual_proportion`), or use `LimitMode::Passive`.
+    /// Give the group's instances at least `proportion`, or use
+    /// `LimitMode::Passive`.
     RaiseProportion {
         /// The group held to its caps.
         group: String,
         /// The proportion its members need together.
         proportion: f64,
     },
-    /// Release arrays the requesting owner holds outside this batch
-    /// (`free`, `Allocated::release`).
+    /// Release arrays the requesting owner holds outside this batch.
     ReleaseOwn {
         /// The registration holding them.
         instance: String,
         /// The device bytes it holds.
         bytes: u64,
     },
-    /// Free the arrays of an idle owner (eviction chose fewer owners: it
-    /// releases only what the batch lacks of the free memory).
+    /// Free the arrays of an idle owner that eviction did not choose.
     FreeIdle {
         /// The owner.
         owner: String,
@@ -225,19 +211,16 @@ pub enum Fix {
         /// The bytes lacking.
         bytes: u64,
     },
-    /// Ask for at most this many bytes in one allocation (the device's
-    /// largest free block), or for smaller per-run arrays.
+    /// Ask for at most this many bytes in one allocation.
     Shrink {
         /// The most one allocation can get.
         bytes: u64,
     },
-    /// Call again: the device refused memory its figures show free
-    /// (another process took it meanwhile, or a fault).
+    /// Call again: the device refused memory its figures show free.
     Retry,
 }
 
-/// A phrase that follows "it would fit if you": `free the arrays of idle
-/// 'cache' (owner 4), which holds 40.00 MiB`.
+/// A phrase that follows "it would fit if you".
 impl fmt::Display for Fix {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -285,23 +268,20 @@ impl fmt::Display for Fix {
     }
 }
 
-/// What an error that says a request does not fit knows: who holds the
-/// device's memory, the bytes the request lacks, and the one change that
-/// would make it fit. Its `Display` prints the fix and the owners.
+/// What an out-of-memory error knows: who holds the memory, the bytes
+/// lacking, and the one change that would make the request fit.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct FitReport {
     /// Who holds the memory, when the request failed.
     pub memory: MemoryReport,
-    /// Bytes of free device memory the request lacks (0 when the figures
-    /// allow it and the device refused all the same).
+    /// Bytes of free device memory the request lacks.
     pub lacking: u64,
     /// The one change that would make the request fit.
     pub fix: Fix,
 }
 
-/// A byte count in its binary unit alone (`600.00 MiB`, `12 B`), for
-/// summary lines.
+/// A byte count in its binary unit alone (`600.00 MiB`).
 fn short(bytes: u64) -> String {
     let text = Bytes(bytes).to_string();
     match text.split_once(" (") {
@@ -314,9 +294,7 @@ fn short(bytes: u64) -> String {
 const SUMMARY_OWNERS: usize = 4;
 
 impl FitReport {
-    /// One line for an error's message: the largest owners with their
-    /// state and device bytes, what is held elsewhere, the device pool's
-    /// reserved and used bytes, and the fix.
+    /// One line for an error's message: the largest owners and the fix.
     pub fn summary(&self) -> String {
         let memory = &self.memory;
         let mut parts: Vec<String> = memory

@@ -12,8 +12,7 @@ pub enum MemoryKind {
     Pinned,
 }
 
-/// The default chunk axis: the run axis of cubie's 3-D output layout
-/// `[time, variable, run]`.
+/// The default chunk axis: the run axis of `[time, variable, run]`.
 pub(crate) const DEFAULT_CHUNK_AXIS: usize = 2;
 
 /// A description of one array an instance needs.
@@ -40,8 +39,8 @@ pub struct ArrayRequest {
 }
 
 impl ArrayRequest {
-    /// The chunk axis a request has unless told otherwise: axis 2, the run
-    /// axis of cubie's 3-D `[time, variable, run]` layout.
+    /// The chunk axis unless told otherwise: 2, the run axis of
+    /// `[time, variable, run]`.
     pub const DEFAULT_CHUNK_AXIS: usize = DEFAULT_CHUNK_AXIS;
 
     /// A device array of `dtype` with `shape`, chunked along axis 2, for one run.
@@ -86,19 +85,9 @@ impl ArrayRequest {
         self
     }
 
-    /// Sets the pipeline depth: the number of chunks in flight that the chunk
-    /// pipeline overlaps, each in its own set of device buffers (default 1,
-    /// at least 1, checked when queued).
-    ///
-    /// Depth 2 overlaps the uploads and downloads with compute when the inputs
-    /// and outputs are separate arrays (chunk k computes in one set while the
-    /// other set is filled and emptied); depth 3 is needed when an array is
-    /// both read and written, so that the upload of chunk k+1 and the
-    /// download of chunk k-1 each have a set of their own. With depth `d > 1`
-    /// the planner shares the chunkable budget among `d` sets (chunks are
-    /// about `d` times shorter) and the manager allocates `d` buffers per
-    /// chunkable array; an unchunkable array is allocated once. The batch's
-    /// depth is the largest depth among its chunkable requests.
+    /// Sets the pipeline depth: the chunks in flight, each in its own buffer
+    /// set (default 1). Depth 2 overlaps copies with compute; an array both
+    /// read and written needs 3. The chunkable budget is shared among the sets.
     ///
     /// ```
     /// use cubie_mem::ArrayRequest;
@@ -148,24 +137,21 @@ impl ArrayRequest {
         self.total_runs
     }
 
-    /// Whether the planner may split this array: not flagged unchunkable, a
-    /// non-empty shape, a chunk axis inside the shape, and that axis longer than 1.
+    /// Whether the planner may split this array: a chunk axis inside the
+    /// shape, longer than 1, and not flagged unchunkable.
     pub fn is_chunkable(&self) -> bool {
         self.chunk_axis_in_use().is_some()
     }
 
-    /// The chunk axis when it has length 0 and the request is not flagged
-    /// unchunkable: a run-count mismatch, not an array of zero runs.
+    /// The chunk axis when it has length 0: a run-count mismatch.
     pub(crate) fn empty_chunk_axis(&self) -> Option<usize> {
         let axis = self.chunk_axis.filter(|_| !self.unchunkable)?;
         (self.shape.get(axis) == Some(&0)).then_some(axis)
     }
 
-    /// The axis that holds the batch's runs, which its arrays remember and
-    /// chunk pipelines bind along by default: the chunk axis, unless the
-    /// request is flagged unchunkable or the axis lies beyond its shape.
-    /// Unlike [`chunk_axis_in_use`](Self::chunk_axis_in_use) it is kept for
-    /// an axis of one run.
+    /// The axis that holds the batch's runs, which pipelines bind along by
+    /// default. Unlike [`chunk_axis_in_use`](Self::chunk_axis_in_use), kept
+    /// for an axis of one run.
     pub fn run_axis(&self) -> Option<usize> {
         self.chunk_axis
             .filter(|&axis| !self.unchunkable && axis < self.shape.len())
@@ -183,10 +169,8 @@ impl ArrayRequest {
         }
     }
 
-    /// The chunk axis, when it is the only reason a request of a batch of
-    /// several runs is unchunkable: not flagged unchunkable, but the axis
-    /// lies beyond the shape (a 2-D array left on the default axis
-    /// [`ArrayRequest::DEFAULT_CHUNK_AXIS`], cubie's 3-D layout, say).
+    /// The chunk axis, when lying beyond the shape is the only reason the
+    /// request is unchunkable (a 2-D array on the default axis, say).
     pub fn axis_out_of_range(&self) -> Option<usize> {
         let axis = self.chunk_axis?;
         (!self.unchunkable && self.total_runs > 1 && axis >= self.shape.len()).then_some(axis)
@@ -235,8 +219,8 @@ impl ArrayRequest {
             .map(move |(i, &d)| if Some(i) == axis { chunk_length } else { d })
     }
 
-    /// Checks what can be checked of a request on its own: `total_runs >= 1`,
-    /// a pipeline depth of at least 1, and a byte size that fits in 64 bits.
+    /// Checks a request on its own: runs and depth at least 1, and a byte
+    /// size within 64 bits.
     pub fn validate(&self, label: &str) -> Result<(), MemError> {
         self.check_runs(label)?;
         self.check_depth(label)?;
@@ -280,14 +264,11 @@ impl ArrayRequest {
     }
 }
 
-/// Labelled requests in insertion order; inserting an existing label replaces
-/// its request in place.
+/// Labelled requests in insertion order; an existing label is replaced in place.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestSet {
-    /// Labels as boxed strings, a word smaller than `String`: a solver's
-    /// set of eight requests stays under the 1 KiB at which glibc's
-    /// allocator treats an allocation as large (and first consolidates
-    /// every small block freed since), once per set queued.
+    /// Labels as boxed strings, a word smaller than `String`, so a set of
+    /// eight stays under glibc's 1 KiB large-allocation threshold.
     entries: Vec<(Box<str>, ArrayRequest)>,
 }
 
@@ -340,9 +321,8 @@ impl RequestSet {
         self.entries.iter().map(|(l, _)| &**l)
     }
 
-    /// A set of `requests` whose labels are distinct; the first label
-    /// given twice is the error (a caller naming a label twice in one call
-    /// means two arrays, not one replacing the other).
+    /// A set of `requests` whose labels are distinct; the first label given
+    /// twice is the error.
     pub(crate) fn from_distinct<L: Into<String>>(
         requests: impl IntoIterator<Item = (L, ArrayRequest)>,
     ) -> Result<Self, String> {

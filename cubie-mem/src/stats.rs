@@ -1,6 +1,5 @@
-//! Usage statistics, in the manner of torch's `memory_stats` and RMM's
-//! statistics adaptor: current and peak bytes and counts, and event counters,
-//! per instance, per stream group and in total.
+//! Usage statistics: current and peak bytes, counts and event counters, per
+//! instance, per stream group and in total.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -10,22 +9,18 @@ use crate::ids::InstanceId;
 use crate::pools::Proportion;
 use crate::{Bytes, LimitMode, MemoryKind};
 
-/// Counters for one scope (an instance, a group, or the whole manager).
-/// Every counter saturates instead of overflowing.
+/// Saturating counters for one scope: an instance, a group, or the manager.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct UsageStats {
-    /// Bytes in use now, device and pinned: the arrays' own sizes (an
-    /// array in a larger buffer it reused counts its own bytes), as
-    /// PyTorch's "allocated".
+    /// Bytes in use now, device and pinned: the arrays' own sizes.
     pub current_bytes: u64,
     /// Device bytes in use now (the arrays' own sizes).
     pub device_bytes: u64,
     /// Pinned bytes in use now (the arrays' own sizes).
     pub pinned_bytes: u64,
-    /// Bytes held now, device and pinned: the buffers' bytes, what the
-    /// device (or the page-locked host memory) gives up for these arrays,
-    /// as PyTorch's "reserved". What caps, budgets and eviction count.
+    /// Bytes held now, device and pinned: the buffers' bytes, which caps,
+    /// budgets and eviction count.
     pub held_bytes: u64,
     /// Device bytes held now (the buffers' bytes).
     pub held_device_bytes: u64,
@@ -92,10 +87,8 @@ impl UsageStats {
         }
     }
 
-    /// A buffer of `held` bytes freed and allocated again at once for a new
-    /// array (reused in place): one free and one allocation; the bytes in
-    /// use go from the old array's own size to the new one's, the bytes
-    /// held and the count are unchanged.
+    /// A buffer of `held` bytes reused in place for a new array: one free
+    /// and one allocation, with the bytes held unchanged.
     pub(crate) fn reused(&mut self, before: u64, after: u64, held: u64, kind: MemoryKind) {
         self.freed(before, held, kind, false);
         self.allocated(after, held, kind);
@@ -160,9 +153,7 @@ pub(crate) fn counted(n: u64, noun: &str) -> String {
     format!("{} {noun}{}", Count(n), if n == 1 { "" } else { "s" })
 }
 
-/// One line: the bytes in use now (device, pinned: the arrays' own
-/// sizes), the bytes their buffers hold, the peak in use, the arrays held
-/// now and at the peak, and the event counters.
+/// One line: bytes in use, held and at the peak, arrays, and the counters.
 ///
 /// ```
 /// use cubie_mem::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
@@ -226,9 +217,7 @@ impl InstanceStats {
 }
 
 /// One line: the instance's name, group, share and cap, then its
-/// [usage](UsageStats): `rk45-outputs (group integrators): share 25%, cap
-/// 268435456 B (256.00 MiB); device ...`. The cap is a limit only in active
-/// limit mode.
+/// [usage](UsageStats).
 impl fmt::Display for InstanceStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -259,15 +248,12 @@ pub struct MemoryStats {
     pub groups: BTreeMap<String, UsageStats>,
     /// Figures per registered instance, by id.
     pub instances: Vec<InstanceStats>,
-    /// Page-locked host memory of the manager's host arrays and staging
-    /// pools (apart from the arrays of requests, in `total`).
+    /// Page-locked host memory of host arrays and staging pools.
     pub host_pinned: HostPinnedStats,
 }
 
-/// Page-locked host memory held now outside the requests' arrays: the
-/// manager's pinned [`HostArray`](crate::HostArray)s and the buffers of
-/// staging pools (its own, and those of
-/// [`StagingPool::for_manager`](crate::StagingPool::for_manager)).
+/// Page-locked host memory held outside the requests' arrays: pinned
+/// [`HostArray`](crate::HostArray)s and staging buffers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HostPinnedStats {
@@ -291,12 +277,8 @@ impl MemoryStats {
     }
 }
 
-/// A [`MemoryStats`] snapshot printed as a table: device and pinned MiB in
-/// use (the arrays' own sizes) and held (their buffers' bytes, as PyTorch
-/// shows allocated and reserved), the peak held, array counts and event
-/// counters per instance, group and in total, then the page-locked host
-/// memory of host arrays and staging buffers. Caps appear only in active
-/// limit mode, where they are limits.
+/// A [`MemoryStats`] snapshot printed as a table, per instance, group and
+/// in total.
 pub struct MemoryReport<'a> {
     stats: &'a MemoryStats,
 }

@@ -1,15 +1,9 @@
 //! Timelines of device work: what ran when, on which engine and stream,
-//! exportable in the Chrome trace event format that Perfetto
-//! (<https://ui.perfetto.dev>) and `chrome://tracing` open.
+//! exportable as a Chrome trace for Perfetto (<https://ui.perfetto.dev>).
 //!
-//! The simulated device records one on its modelled clock
-//! ([`SimBackend::timeline`](crate::SimBackend::timeline)). Its memory is
-//! bounded: it keeps the most recent spans, up to a capacity
-//! ([`DEFAULT_TIMELINE_CAPACITY`] unless set with
-//! [`SimBackend::with_timeline_capacity`](crate::SimBackend::with_timeline_capacity)),
-//! and counts the ones it dropped ([`Timeline::dropped_spans`], and
-//! `otherData.dropped_spans` in the trace). Its figures (busy times,
-//! makespan) still cover every span recorded, dropped ones included.
+//! A timeline keeps the most recent spans up to a capacity; its figures
+//! cover every span. The guide page
+//! [device model](crate::guide::device_model) shows how to read one.
 //!
 //! ```
 //! use cubie_mem::backend::Backend;
@@ -34,9 +28,7 @@ use serde_json::{Value, json};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Activity {
-    /// The host's own work for the device (`host`): gathering chunks into
-    /// staging buffers, scattering them out, reading and writing spill
-    /// files.
+    /// The host's own work for the device (`host`): staging and spill files.
     HostStaging,
     /// A copy from host to device memory (`h2d`).
     HostToDevice,
@@ -44,11 +36,9 @@ pub enum Activity {
     DeviceToHost,
     /// A kernel (`kernel`).
     Kernel,
-    /// The host page-locking memory (`pagelock`): an allocation of
-    /// page-locked memory, on the host's track.
+    /// The host page-locking memory (`pagelock`).
     PageLock,
-    /// The host touching fresh memory for the first time (`firsttouch`):
-    /// a new spill file's pages faulted in, on the host's track.
+    /// The host faulting in a new spill file's pages (`firsttouch`).
     FirstTouch,
     /// A stream-ordered allocation (`alloc`).
     Alloc,
@@ -69,8 +59,7 @@ impl Activity {
         Activity::Free,
     ];
 
-    /// The Chrome trace category: `host`, `h2d`, `d2h`, `kernel`,
-    /// `pagelock`, `firsttouch`, `alloc` or `free`.
+    /// The Chrome trace category, such as `h2d` or `kernel`.
     pub fn category(self) -> &'static str {
         match self {
             Activity::HostStaging => "host",
@@ -98,9 +87,8 @@ impl Activity {
         }
     }
 
-    /// The trace track (`tid`) the activity is drawn on: one per engine
-    /// (the host's work, staging and page-locking, its own), and one for
-    /// the allocator.
+    /// The trace track (`tid`) the activity is drawn on: one per engine, and
+    /// one for the allocator.
     fn track(self) -> (u64, &'static str) {
         match self {
             Activity::HostStaging | Activity::PageLock | Activity::FirstTouch => {
@@ -114,8 +102,7 @@ impl Activity {
     }
 }
 
-/// One piece of device work with its start and end, in nanoseconds of the
-/// device's clock.
+/// One piece of device work, timed in nanoseconds of the device's clock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Span {
     /// What it was.
@@ -124,8 +111,7 @@ pub struct Span {
     pub name: String,
     /// The stream it was ordered on (the backend's handle number).
     pub stream: u64,
-    /// Bytes moved, allocated or freed; for a kernel, the bytes of the
-    /// arrays it was given (each its own size), on both backends.
+    /// Bytes moved, allocated or freed; for a kernel, those of its arrays.
     pub bytes: u64,
     /// Start, in nanoseconds.
     pub start_ns: u64,
@@ -140,12 +126,10 @@ impl Span {
     }
 }
 
-/// How many spans a timeline keeps by default: the most recent 131,072
-/// (about 10 MiB), enough for the whole of most runs.
+/// How many spans a timeline keeps by default: 131,072 (about 10 MiB).
 pub const DEFAULT_TIMELINE_CAPACITY: usize = 1 << 17;
 
-/// Figures over every span recorded, kept as spans come, so that they
-/// survive the spans a bounded log drops.
+/// Figures over every span recorded, dropped ones included.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Totals {
     busy_ns: [u64; Activity::ALL.len()],
@@ -168,9 +152,7 @@ impl Totals {
     }
 }
 
-/// The spans of device work, in the order they were issued (the most
-/// recent ones, when a bounded log dropped older spans), with figures over
-/// every span recorded.
+/// The spans of device work in issue order, with figures over every span.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timeline {
     spans: Vec<Span>,
@@ -184,14 +166,12 @@ impl Timeline {
         &self.spans
     }
 
-    /// How many older spans were dropped to keep the timeline within its
-    /// capacity (they still count in the figures).
+    /// How many older spans were dropped to keep within capacity.
     pub fn dropped_spans(&self) -> u64 {
         self.dropped
     }
 
-    /// From the start of the first span to the end of the last, in
-    /// nanoseconds (0 when empty).
+    /// From the start of the first span to the end of the last, in ns.
     pub fn makespan_ns(&self) -> u64 {
         match (self.totals.first_start_ns, self.totals.last_end_ns) {
             (Some(start), Some(end)) => end.saturating_sub(start),
@@ -204,10 +184,7 @@ impl Timeline {
         self.totals.busy_ns[activity.index()]
     }
 
-    /// The busy time of the busiest engine (the host, its staging work,
-    /// page-locking and first touches together; host-to-device;
-    /// device-to-host; or compute): the least any schedule of this work
-    /// could take.
+    /// The busy time of the busiest engine: the least any schedule could take.
     pub fn busiest_engine_ns(&self) -> u64 {
         [
             self.host_busy_ns(),
@@ -220,18 +197,15 @@ impl Timeline {
         .unwrap_or(0)
     }
 
-    /// The host's busy time: its staging work, its page-locking and its
-    /// first touches of fresh memory.
+    /// The host's busy time: staging, page-locking and first touches.
     pub fn host_busy_ns(&self) -> u64 {
         self.busy_ns(Activity::HostStaging)
             .saturating_add(self.busy_ns(Activity::PageLock))
             .saturating_add(self.busy_ns(Activity::FirstTouch))
     }
 
-    /// The timeline as a Chrome trace: an object with `traceEvents`, one
-    /// `"ph": "X"` event per span kept (`ts` and `dur` in microseconds, `cat`
-    /// the activity's category, one `tid` per engine) and `"ph": "M"` events
-    /// naming the process and its tracks, and `otherData.dropped_spans`.
+    /// The timeline as a Chrome trace: one `"ph": "X"` event per span kept,
+    /// one track per engine.
     pub fn to_chrome_trace(&self) -> Value {
         json!({
             "traceEvents": self.chrome_events(1, "cubie-mem device"),
@@ -241,8 +215,7 @@ impl Timeline {
     }
 
     /// The events of [`to_chrome_trace`](Self::to_chrome_trace) as process
-    /// `pid` named `process`: several devices' timelines in one trace
-    /// (see [`DeviceSetReport`](crate::DeviceSetReport)).
+    /// `pid`: for several devices in one trace.
     pub fn chrome_events(&self, pid: u64, process: &str) -> Vec<Value> {
         let mut events = vec![json!({
             "ph": "M", "name": "process_name", "pid": pid, "tid": 0,
@@ -281,8 +254,7 @@ impl Timeline {
     }
 }
 
-/// A bounded record of spans: the most recent ones up to a capacity, the
-/// count of those dropped, and figures over all of them.
+/// A bounded record of spans, with figures over all of them.
 #[derive(Clone, Debug)]
 pub(crate) struct SpanLog {
     spans: VecDeque<Span>,
@@ -329,8 +301,7 @@ impl SpanLog {
         }
     }
 
-    /// Counts `spans` more spans as dropped (the CUDA recorder dropped
-    /// them before timing them).
+    /// Counts `spans` more spans as dropped.
     #[cfg(feature = "cuda")]
     pub(crate) fn note_dropped(&mut self, spans: u64) {
         self.dropped = self.dropped.saturating_add(spans);

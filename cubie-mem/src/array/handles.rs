@@ -96,8 +96,7 @@ impl<T: Element> Handle<T> {
         }
     }
 
-    /// Checks that `count` elements from `offset` lie inside the array; the
-    /// error's byte figures saturate instead of overflowing.
+    /// Checks that `count` elements from `offset` lie inside the array.
     fn check_range(&self, offset: usize, count: usize) -> Result<(), MemError> {
         let len = self.len();
         let element = size_of::<T>() as u64;
@@ -140,9 +139,7 @@ macro_rules! common_accessors {
             self.inner.slot.shape()
         }
 
-        /// The axis that holds the batch's runs (the request's chunk axis),
-        /// which chunk pipelines bind along unless told otherwise; `None`
-        /// for an unchunkable array.
+        /// The axis that holds the batch's runs; `None` when unchunkable.
         pub fn chunk_axis(&self) -> Option<usize> {
             self.inner.slot.chunk_axis()
         }
@@ -157,15 +154,13 @@ macro_rules! common_accessors {
             self.len() == 0
         }
 
-        /// Bytes of the array's elements: its own size, also when it
-        /// lives in a larger buffer it reused.
+        /// Bytes of the array's elements, even in a larger reused buffer.
         pub fn nbytes(&self) -> u64 {
             self.inner.slot.bytes()
         }
 
         /// Bytes of the buffer holding the array: [`nbytes`](Self::nbytes),
-        /// or more when the array reuses a larger buffer of its label
-        /// (device memory is not given back between allocations that fit).
+        /// or more in a larger reused buffer.
         pub fn capacity_bytes(&self) -> u64 {
             self.inner.slot.capacity()
         }
@@ -202,17 +197,14 @@ macro_rules! common_accessors {
             self.inner.read_at(offset, dst)
         }
 
-        /// The array's contents as a vector; an error (not an abort) when the
-        /// host cannot hold it.
+        /// The array's contents as a vector; an error when the host cannot hold it.
         pub fn to_vec(&self) -> Result<Vec<T>, MemError> {
             self.inner.to_vec()
         }
     };
 }
 
-/// A typed array in device memory.
-///
-/// Cloning gives another handle to the same memory.
+/// A typed array in device memory. A clone is another handle to it.
 pub struct DeviceArray<T: Element> {
     inner: Handle<T>,
 }
@@ -239,8 +231,7 @@ impl<T: Element> DeviceArray<T> {
         &self.inner.slot
     }
 
-    /// The device memory, kept allocated while the result lives (a release
-    /// meanwhile frees it when the last reference to it is dropped).
+    /// The device memory, kept allocated while the result lives.
     pub(crate) fn device_memory(&self) -> Result<Arc<DeviceMemory>, MemError> {
         match self.inner.slot.memory()? {
             Memory::Device(memory) => Ok(memory),
@@ -252,18 +243,14 @@ impl<T: Element> DeviceArray<T> {
         }
     }
 
-    /// Calls `f` with the device address (for kernel launches). The memory
-    /// stays allocated until `f` returns even if the manager frees or evicts
-    /// the array meanwhile (it is then freed when `f` returns). `f` may call
-    /// the manager.
+    /// Calls `f` with the device address, for kernel launches. The memory
+    /// stays allocated until `f` returns; `f` may call the manager.
     pub fn with_device_ptr<R>(&self, f: impl FnOnce(DevicePtr) -> R) -> Result<R, MemError> {
         self.device_memory().map(|memory| f(memory.ptr()))
     }
 }
 
-/// A typed array in page-locked host memory.
-///
-/// Cloning gives another handle to the same memory.
+/// A typed array in page-locked host memory. A clone is another handle to it.
 pub struct PinnedArray<T: Element> {
     inner: Handle<T>,
 }
@@ -303,9 +290,7 @@ impl<T: Element> PinnedArray<T> {
     }
 
     /// Borrows the elements. The memory stays allocated while the guard
-    /// lives, even if the manager frees or evicts the array meanwhile, and
-    /// the manager never waits for the guard: it may be held across calls
-    /// into the manager.
+    /// lives, and the manager never waits for it.
     pub fn read(&self) -> Result<PinnedRef<'_, T>, MemError> {
         Ok(PinnedRef {
             guard: self.pinned_memory()?.read_arc(),

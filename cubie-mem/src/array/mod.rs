@@ -1,16 +1,9 @@
 //! Typed handles to allocated memory, and the response that delivers them.
 //!
-//! The manager owns every allocation (a slot); handles are shared views of
-//! it. When the manager frees, evicts or replaces an allocation, every handle
-//! to it stops working: each later use returns [`MemError::Released`](crate::MemError::Released),
-//! never touching freed memory.
-//!
-//! Releasing never waits for a handle. An access in progress (a copy, a
-//! [`DeviceArray::with_device_ptr`] closure, a [`PinnedRef`] or [`PinnedMut`]
-//! guard) holds the memory itself, so the memory is freed when the last such
-//! access ends; until then it is not counted as released. This is also how
-//! an asynchronous copy will keep its pinned block until its completion
-//! event fires.
+//! The manager owns every allocation (a slot); handles are shared views.
+//! Once it is released, each use of a handle returns
+//! [`MemError::Released`](crate::MemError::Released). Releasing never waits:
+//! an access in progress holds the memory until it ends.
 
 mod handles;
 pub(crate) mod queued;

@@ -1,7 +1,6 @@
-//! Asynchronous copies between page-locked host memory and a device
-//! array's memory, queued on a stream and returned at once: what the chunk
-//! pipeline's staged and direct copies and a [`PendingCopy`](crate::PendingCopy)
-//! queue. The caller keeps the host memory untouched until the copy is done.
+//! Asynchronous copies between page-locked host memory and device memory,
+//! queued on a stream: the chunk pipeline's and a
+//! [`PendingCopy`](crate::PendingCopy)'s.
 
 use std::ptr::NonNull;
 
@@ -58,8 +57,7 @@ pub(crate) unsafe fn queue_download<T: Element>(
     .for_array(&**stream.backend(), label)
 }
 
-/// Queues a strided copy of the host rows from `src` into `device` (from
-/// its first element).
+/// Queues a strided copy of the host rows from `src` into `device`.
 ///
 /// # Safety
 ///
@@ -82,8 +80,7 @@ pub(crate) unsafe fn queue_upload_strided<T: Element>(
     .for_array(&**stream.backend(), label)
 }
 
-/// Queues a strided copy of `device` (from its first element) into the
-/// host rows from `dst`.
+/// Queues a strided copy of `device` into the host rows from `dst`.
 ///
 /// # Safety
 ///

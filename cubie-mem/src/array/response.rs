@@ -11,18 +11,8 @@ use super::slot::Slot;
 use crate::ChunkPlan;
 use crate::{Element, MemError, MemoryKind};
 
-/// What `allocate_queue` delivers to each participant: its arrays, allocated
-/// at their chunked shapes, and the chunk plan they were laid out for.
-///
-/// Participants that queued nothing receive a response with no arrays and the
-/// same `chunks` and `chunk_length`. The default (empty) response has one
-/// chunk of one run, and one buffer set.
-///
-/// With a pipeline depth above 1 the response holds
-/// [`buffer_sets`](Self::buffer_sets) sets: each
-/// chunkable array has a buffer of its own in every set
-/// ([`take_set`](Self::take_set)), and an unchunkable array is one buffer
-/// that every set can take.
+/// What `allocate_queue` delivers to each participant: its arrays at their
+/// chunked shapes, and the chunk plan they were laid out for.
 #[derive(Clone)]
 pub struct ArrayResponse {
     /// Number of chunks the batch is split into.
@@ -39,18 +29,14 @@ pub struct ArrayResponse {
     taken: Vec<SmallVec<[bool; 2]>>,
 }
 
-/// An array's buffers in a response, one per set: a chunkable array's own
-/// buffer in each, an unchunkable array's one buffer in every one (inline
-/// for up to two sets).
+/// An array's buffers in a response, one per set (inline for up to two).
 pub(crate) type SetSlots = SmallVec<[Arc<Slot>; 2]>;
 
-/// The arrays of a response, in request order. Shared: a batch that keeps
-/// every buffer an instance holds hands the list of its last response out
-/// again, one reference count per response rather than one per buffer.
+/// The arrays of a response, in request order, shared with later responses
+/// that keep every buffer.
 pub(crate) type ResponseArrays = Arc<[SetSlots]>;
 
-/// The buffers of an array in a response of `buffer_sets` sets, from its
-/// buffers as placed (one per set, or one for every set).
+/// The buffers of an array in a response of `buffer_sets` sets.
 pub(crate) fn per_set<T>(buffers: &[T], buffer_sets: usize) -> impl Iterator<Item = &T> {
     let (shared, sets) = match buffers {
         [one] => (Some(one), buffer_sets.max(1)),
@@ -79,15 +65,12 @@ impl ArrayResponse {
         }
     }
 
-    /// The chunk plan the arrays were laid out for, with the byte figures
-    /// it was made from (hand it to
-    /// [`chunk_streamer`](crate::MemoryManager::chunk_streamer)).
+    /// The chunk plan the arrays were laid out for.
     pub fn plan(&self) -> &ChunkPlan {
         &self.plan
     }
 
-    /// Number of buffer sets (chunks in flight): each chunkable array has
-    /// this many buffers, sets `0..buffer_sets()`.
+    /// Number of buffer sets (chunks in flight).
     pub fn buffer_sets(&self) -> usize {
         self.plan.buffer_sets
     }
@@ -121,8 +104,7 @@ impl ArrayResponse {
         self.untaken(array).next().map(|slot| &**slot.label())
     }
 
-    /// Every buffer not yet taken, weakly: what a typed view of the
-    /// response (an [`Allocated`](crate::Allocated)) gives back on release.
+    /// Every buffer not yet taken, weakly, for release.
     pub(crate) fn untaken_slots(&self) -> Vec<std::sync::Weak<Slot>> {
         let mut slots: Vec<std::sync::Weak<Slot>> = Vec::new();
         for slot in (0..self.arrays().len()).flat_map(|array| self.untaken(array)) {
@@ -136,23 +118,19 @@ impl ArrayResponse {
         slots
     }
 
-    /// Sets the shapes of the arrays, by label, at once (cheaper than one
-    /// insertion each).
+    /// Sets the shapes of the arrays, by label, at once.
     pub(crate) fn set_shapes(&mut self, shapes: Vec<(String, Vec<usize>)>) {
         self.chunked_shapes = shapes.into_iter().collect();
     }
 
-    /// Sets the arrays (each with a buffer per set, as [`per_set`] lists
-    /// them), their shapes going into [`chunked_shapes`](Self::chunked_shapes)
-    /// with [`set_shapes`](Self::set_shapes).
+    /// Sets the arrays, each with a buffer per set ([`per_set`]).
     pub(crate) fn set_arrays(&mut self, arrays: ResponseArrays) {
         self.arrays = Some(arrays);
         self.taken.clear();
     }
 
-    /// Takes the device array under `label` (of set 0); an unknown label, a
-    /// label already taken, or a different element type or memory kind is an
-    /// error.
+    /// Takes the device array under `label`, of set 0. An unknown label, one
+    /// already taken, or another type is an error.
     pub fn take<T: Element>(&mut self, label: &str) -> Result<DeviceArray<T>, MemError> {
         self.take_set::<T>(label, 0)
     }
@@ -162,11 +140,8 @@ impl ArrayResponse {
         self.take_pinned_set::<T>(label, 0)
     }
 
-    /// Takes buffer set `set`'s device array under `label`: a chunkable
-    /// array's own buffer in that set, or for an unchunkable array a handle
-    /// to its one buffer (each set can take it once). A set at or past
-    /// [`buffer_sets`](Self::buffer_sets) is [`MemError::SetOutOfRange`];
-    /// otherwise the errors of [`take`](Self::take).
+    /// Takes buffer set `set`'s device array under `label`. An unchunkable
+    /// array is one buffer that each set can take once.
     ///
     /// ```
     /// use cubie_mem::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
@@ -224,8 +199,7 @@ impl ArrayResponse {
         (0..self.arrays().len()).filter_map(|array| self.label_of(array))
     }
 
-    /// Whether the response holds no arrays (a notary's response, or every
-    /// set of every array taken).
+    /// Whether the response holds no arrays (left).
     pub fn is_empty(&self) -> bool {
         self.labels().next().is_none()
     }

@@ -1,10 +1,6 @@
-//! One allocation, shared by the manager and every handle to it.
-//!
-//! A slot is either live, holding its [`Memory`], or released with a
-//! [`ReleaseReason`]. The memory itself is reference-counted: an access
-//! clones it out of the slot (under the slot's short lock) and drops it when
-//! done, so the manager can release a slot at any moment without waiting:
-//! the memory is freed when the last reference to it goes.
+//! One allocation, shared by the manager and every handle to it: live, with
+//! its [`Memory`], or released with a [`ReleaseReason`]. The memory is freed
+//! when the last reference to it goes.
 
 use std::sync::Arc;
 
@@ -17,9 +13,7 @@ use crate::resource::{DeviceMemory, OwnedStream, PinnedMemory};
 use crate::streams::current_stream_for;
 use crate::{DType, MemError, MemoryKind};
 
-/// An array's shape, inline for up to four dimensions (an array's handles
-/// and the manager read it often, and a separate allocation would cost a
-/// cache miss each time).
+/// An array's shape, inline for up to four dimensions.
 pub(crate) type Shape = smallvec::SmallVec<[usize; 4]>;
 
 /// The memory of a live slot. Cloning it keeps the memory alive.
@@ -45,34 +39,27 @@ pub(crate) enum Release {
     AlreadyReleased,
 }
 
-/// One allocation: its description and its memory.
-///
-/// `repr(C)` keeps the fields placing a batch reads of every held array
-/// (kind, sizes, type, shape) first, next to the reference counts: with
-/// thousands of arrays held, each further cache line of a slot read is a
-/// cache miss per array and call.
+/// One allocation: its description and its memory. `repr(C)` keeps the
+/// fields read most often in the first cache line.
 #[repr(C)]
 pub(crate) struct Slot {
     kind: MemoryKind,
     /// The array's own bytes: its shape's elements times the element size.
     bytes: u64,
-    /// The bytes of the buffer holding it: its own, or more for a larger
-    /// buffer reused.
+    /// The bytes of the buffer holding it.
     capacity: u64,
     dtype: DType,
     shape: Shape,
     label: Arc<str>,
     /// The owner of the instance holding it.
     owner: OwnerId,
-    /// The axis holding the runs, from the request; `None` when the
-    /// array holds no runs (unchunkable).
+    /// The axis holding the runs; `None` when unchunkable.
     chunk_axis: Option<usize>,
     backend: Arc<dyn Backend>,
     state: Mutex<SlotState>,
 }
 
-/// The bytes of an array of `shape` and `dtype`, saturating (a buffer that
-/// large could never have been allocated).
+/// The bytes of an array of `shape` and `dtype`, saturating.
 fn own_bytes(dtype: DType, shape: &[usize]) -> u64 {
     shape.iter().fold(dtype.size_bytes() as u64, |bytes, &d| {
         bytes.saturating_mul(d as u64)
@@ -121,10 +108,8 @@ impl Slot {
         }))
     }
 
-    /// A new slot taking over this slot's memory for a new type and shape
-    /// (a buffer at least as large, reused: the new array is its own size,
-    /// the buffer keeps its capacity); this slot's handles then report
-    /// `Replaced`. A released slot yields a released slot.
+    /// A new slot taking over this slot's memory for a new type and shape;
+    /// this slot's handles then report `Replaced`.
     pub(crate) fn reuse(&self, dtype: DType, shape: Shape, chunk_axis: Option<usize>) -> Arc<Slot> {
         let previous = std::mem::replace(
             &mut *self.state.lock(),
@@ -144,8 +129,7 @@ impl Slot {
         })
     }
 
-    /// Gives this slot a new type and shape in place: only for a slot no
-    /// handle refers to (the caller holds it uniquely).
+    /// Gives this slot a new type and shape in place (no handle refers to it).
     pub(crate) fn reshape(&mut self, dtype: DType, shape: &[usize], chunk_axis: Option<usize>) {
         self.dtype = dtype;
         self.shape = Shape::from_slice(shape);
@@ -170,8 +154,7 @@ impl Slot {
         }
     }
 
-    /// Whether releasing the slot now would free its memory at once: it is
-    /// live and no access holds it (a snapshot, under the slot's lock).
+    /// Whether releasing the slot now would free its memory at once.
     pub(crate) fn frees_on_release(&self) -> bool {
         match &*self.state.lock() {
             SlotState::Live(Memory::Device(memory)) => Arc::strong_count(memory) == 1,
@@ -188,25 +171,21 @@ impl Slot {
         }
     }
 
-    /// Orders the free and later copies of device memory on `stream` (the
-    /// instance moved group, or the group got a new stream).
+    /// Orders the free and later copies of device memory on `stream`.
     pub(crate) fn set_stream(&self, stream: &Arc<OwnedStream>) {
         if let SlotState::Live(Memory::Device(memory)) = &*self.state.lock() {
             memory.set_group_stream(stream);
         }
     }
 
-    /// The stream work on `memory` is queued on (the thread's current
-    /// stream when one is bound for this backend, else the group's), with
-    /// that work ordered after the memory's last use.
+    /// The stream work on `memory` is queued on, ordered after its last use.
     pub(crate) fn use_stream(&self, memory: &DeviceMemory) -> Result<Arc<OwnedStream>, MemError> {
         let stream = self.work_stream(memory);
         memory.use_on(&stream)?;
         Ok(stream)
     }
 
-    /// The stream work on `memory` goes to: the thread's current stream
-    /// when one is bound for this backend, else the group's.
+    /// The stream work on `memory` goes to: the current one, else the group's.
     pub(crate) fn work_stream(&self, memory: &DeviceMemory) -> Arc<OwnedStream> {
         self.current_stream()
             .unwrap_or_else(|| memory.group_stream())
@@ -230,14 +209,12 @@ impl Slot {
         &self.label
     }
 
-    /// The array's own bytes (not the buffer's, when it reuses a larger
-    /// one): what is reported, passed to kernels and counted.
+    /// The array's own bytes, not its buffer's.
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 
-    /// The bytes of the buffer holding the array: what a later array of
-    /// the label can reuse.
+    /// The bytes of the buffer holding the array, reusable by its label.
     pub(crate) fn capacity(&self) -> u64 {
         self.capacity
     }

@@ -6,7 +6,7 @@
 //! one stream runs in order; work on two streams is ordered only by an
 //! event recorded on one and waited for on the other. The backend does not
 //! order anything by itself: its caller orders its streams (the manager's
-//! owning layer, `crate::resource`, does, for every allocation it holds).
+//! owning layer does, for every allocation it holds).
 
 use std::any::Any;
 

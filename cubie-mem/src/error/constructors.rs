@@ -15,11 +15,8 @@ impl MemError {
         MemError::Backend { backend, error }
     }
 
-    /// Who held the device's memory and the one change that would have
-    /// made the request fit, for an error that says a request does not fit
-    /// (`OutOfMemory`, `AllUnchunkable`, `UnchunkableTooLarge`,
-    /// `SingleRunTooLarge`, `BelowGranule`, `CapLimited`) made by the
-    /// manager; `None` for other errors and the planner's own.
+    /// Who held the memory and the one change that would make the request
+    /// fit, for the manager's out-of-memory errors; else `None`.
     pub fn fit_report(&self) -> Option<&crate::report::FitReport> {
         match self {
             MemError::OutOfMemory { report, .. }
@@ -32,8 +29,7 @@ impl MemError {
         }
     }
 
-    /// The error with `report` filled in, when it is one that says a
-    /// request does not fit; others unchanged.
+    /// The error with `report` filled in, when it says a request does not fit.
     pub(crate) fn with_fit_report(mut self, filled: crate::report::FitReport) -> Self {
         match &mut self {
             MemError::OutOfMemory { report, .. }
@@ -47,8 +43,7 @@ impl MemError {
         self
     }
 
-    /// Whether the error says a request does not fit (the errors
-    /// [`fit_report`](Self::fit_report) is for).
+    /// Whether the error says a request does not fit.
     pub(crate) fn is_fit_error(&self) -> bool {
         matches!(
             self,

@@ -1,5 +1,4 @@
-//! Parts of the error messages: which array a shape error is about, and the
-//! hints that depend on the figures.
+//! Parts of the error messages that depend on the figures.
 
 /// Which array of a host-device pair an error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,11 +33,7 @@ fn entries(n: usize) -> String {
     format!("{n} entr{}", if n == 1 { "y" } else { "ies" })
 }
 
-/// What is wrong with the shape, and the fix, for `ChunkShapeMismatch`:
-/// the host array's axis bound against the batch's runs, or the device
-/// array against one chunk; `runs_axis` is another axis of the array that
-/// has the runs (the batch's, or one chunk's), where the caller likely
-/// meant to bind.
+/// What is wrong with the shape, and the fix, for `ChunkShapeMismatch`.
 pub(super) fn shape_problem(
     side: ArraySide,
     found: &[usize],
@@ -108,8 +103,7 @@ pub(super) fn depth_fix(depth: usize) -> &'static str {
     }
 }
 
-/// The summary of a request that does not fit, when the manager filled
-/// its report: `; device held by 'a' (owner 1) busy 600.00 MiB, ...`.
+/// The summary of a request that does not fit, from its report.
 pub(super) fn fit_hint(report: &Option<Box<crate::report::FitReport>>) -> String {
     report
         .as_ref()

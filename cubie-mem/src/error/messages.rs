@@ -1,7 +1,4 @@
-//! Messages too long to sit in the error enum's attributes: the VRAM share
-//! errors (proportions printed with [`Proportion`], so that a share of
-//! `1e-6` and an empty manual pool's `0` read as they are), and the planner's
-//! errors for figures given by hand, and the longest of the others.
+//! Messages too long to sit in the error enum's attributes.
 
 use crate::Bytes;
 use crate::plan::split::Skip;
@@ -71,8 +68,7 @@ pub(super) fn out_of_memory(
     )
 }
 
-/// `MemError::NoDeviceTakesPart`: each device's reason, then the fixes
-/// those reasons call for.
+/// `MemError::NoDeviceTakesPart`: each device's reason, then the fixes.
 pub(super) fn no_device_takes_part(reasons: &[Skip]) -> String {
     if reasons.is_empty() {
         return "a batch cannot be split across a set of no devices: give the set at least one \

@@ -1,7 +1,5 @@
-//! The one error type of the crate.
-//!
-//! Every message says what was asked, what was available, and what the caller
-//! can change. Byte figures are printed exactly and in binary units.
+//! The one error type of the crate. Every message says what was asked, what
+//! was available, and what the caller can change.
 
 use crate::pools::Proportion;
 use crate::{Bytes, DType};
@@ -181,8 +179,7 @@ pub enum MemError {
         requested: Bytes,
         /// Device free memory at the time.
         free: Bytes,
-        /// Device bytes held by idle owners that could be evicted for this
-        /// batch (the requester's own owner is never evicted for it).
+        /// Device bytes held by idle owners that could be evicted for it.
         idle_held: Bytes,
         /// The limit that applied (free memory, or the group's caps in active mode).
         limit: Bytes,
@@ -212,8 +209,7 @@ pub enum MemError {
         held: Bytes,
         /// What the plan may allocate under the caps.
         allowed: Bytes,
-        /// The least the batch needs: unchunkable bytes and one run per
-        /// buffer set.
+        /// The least the batch needs: unchunkable bytes and one run per set.
         needed: Bytes,
         /// Free device memory, with what the requesters hold.
         free: Bytes,
@@ -377,8 +373,7 @@ pub enum MemError {
         shape: Vec<usize>,
     },
 
-    /// A host or device array whose shape does not fit the chunk plan: a host array holds
-    /// the whole batch on the axis bound, a device array one chunk (the chunked shape).
+    /// A host or device array whose shape does not fit the chunk plan.
     #[error("{side} array {} has shape {found:?}: {}", side.naming(label), shape_problem(*side, found, expected, *axis, *total_runs, *chunk_length, *runs_axis))]
     ChunkShapeMismatch {
         /// The device array's label.
@@ -395,8 +390,7 @@ pub enum MemError {
         total_runs: usize,
         /// The plan's chunk length.
         chunk_length: usize,
-        /// Another axis of the array that matches the plan (the host array's run
-        /// count, the device array's chunk length): likely the axis meant.
+        /// Another axis of the array that matches the plan: likely the one meant.
         runs_axis: Option<usize>,
     },
 

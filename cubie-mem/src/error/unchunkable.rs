@@ -1,13 +1,10 @@
-//! Which arrays of a batch the planner could not split, and why: named by
-//! [`MemError::AllUnchunkable`](super::MemError::AllUnchunkable) and
-//! [`MemError::UnchunkableTooLarge`](super::MemError::UnchunkableTooLarge).
+//! Which arrays of a batch the planner could not split, and why.
 
 use std::fmt;
 
 use crate::{ArrayRequest, Bytes};
 
-/// An array of a batch that the planner could not split along the run
-/// axis, with its size and the reason.
+/// An array the planner could not split, with its size and the reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnchunkableArray {
     /// The request's label.
@@ -24,17 +21,14 @@ pub struct UnchunkableArray {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum UnchunkableReason {
-    /// Flagged unchunkable (`ArrayRequest::unchunkable`,
-    /// `#[buffer(unchunkable)]`): meant to be whole in every chunk.
+    /// Flagged unchunkable: meant to be whole in every chunk.
     Flagged,
     /// No chunk axis (`ArrayRequest::chunk_axis(None)`).
     NoChunkAxis,
     /// An empty shape: a scalar has no axis to split.
     EmptyShape,
-    /// The chunk axis lies beyond the shape: a request of `rank`
-    /// dimensions left on `axis` (the default axis 2 is cubie's 3-D
-    /// layout). `runs_axis`: the one axis of the shape with the batch's
-    /// run count, where the runs likely lie.
+    /// The chunk axis lies beyond the shape. `runs_axis` is the axis with the
+    /// batch's run count, where the runs likely lie.
     AxisBeyondShape {
         /// The chunk axis set.
         axis: usize,
@@ -51,8 +45,7 @@ pub enum UnchunkableReason {
 }
 
 impl UnchunkableArray {
-    /// Describes `request` under `label` when the planner cannot split it,
-    /// in a batch of `total_runs` runs; `None` for a chunkable request.
+    /// Describes `request` when the planner cannot split it; else `None`.
     pub(crate) fn of(label: &str, request: &ArrayRequest, total_runs: usize) -> Option<Self> {
         if request.is_chunkable() {
             return None;
@@ -85,8 +78,7 @@ impl UnchunkableArray {
         })
     }
 
-    /// The unchunkable arrays among `requests`, in a batch of `total_runs`
-    /// runs, largest first (request order among equals).
+    /// The unchunkable arrays among `requests`, largest first.
     pub(crate) fn among<'a>(
         requests: impl IntoIterator<Item = (&'a str, &'a ArrayRequest)>,
         total_runs: usize,
@@ -144,8 +136,7 @@ impl fmt::Display for UnchunkableReason {
     }
 }
 
-/// The hint that names the unchunkable arrays, for the errors that carry
-/// them: `; unchunkable: 'a' (...) is flagged unchunkable, ...`.
+/// The hint that names the unchunkable arrays.
 pub(super) fn unchunkable_hint(arrays: &[UnchunkableArray]) -> String {
     if arrays.is_empty() {
         return String::new();

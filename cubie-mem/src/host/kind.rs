@@ -74,7 +74,11 @@ impl MemoryManager {
     /// spilled above the spill threshold
     /// ([`host_spill_threshold`](Self::host_spill_threshold)); else pinned
     /// up to `pinned_max_bytes`; else pageable.
-    pub(crate) fn choose_host_memory_kind(&self, nbytes: u64, instance: &Instance) -> HostMemoryKind {
+    pub(crate) fn choose_host_memory_kind(
+        &self,
+        nbytes: u64,
+        instance: &Instance,
+    ) -> HostMemoryKind {
         if nbytes > self.host_spill_threshold(instance) {
             HostMemoryKind::Spilled
         } else if nbytes <= self.config().pinned_max_bytes {

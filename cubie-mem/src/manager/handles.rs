@@ -5,9 +5,9 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 
 use super::Inner;
-use crate::ids::{InstanceId, OwnerId};
 use crate::SpillSettings;
 use crate::config::check_spill_directory;
+use crate::ids::{InstanceId, OwnerId};
 use crate::registration::{AsOwner, sealed};
 
 /// A registered instance. Dropping it deregisters it: its share, group
@@ -62,7 +62,9 @@ impl Instance {
     pub fn spill_settings(&self) -> SpillSettings {
         self.manager
             .upgrade()
-            .map_or_else(SpillSettings::default, |inner| inner.spill_settings(self.id))
+            .map_or_else(SpillSettings::default, |inner| {
+                inner.spill_settings(self.id)
+            })
     }
 
     /// The owner this instance is evicted and served with.

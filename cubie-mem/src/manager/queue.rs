@@ -38,7 +38,6 @@ impl MemoryManager {
         Ok(())
     }
 
-
     /// Serves the trigger's owner within the trigger's stream group: the
     /// group's members of that owner take part, their queued sets are
     /// planned together and allocated all or nothing, and each participant's

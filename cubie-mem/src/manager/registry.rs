@@ -58,8 +58,6 @@ impl MemoryManager {
     pub(crate) fn check_registered(&self, instance: &Instance) -> Result<(), MemError> {
         self.inner.lock().instance(instance.id).map(drop)
     }
-
-
 }
 
 impl super::Inner {

@@ -99,7 +99,6 @@ impl MemoryManager {
         self.inner.lock().limit_mode = mode;
     }
 
-
     /// The memory the instance's group may use now: the device's free memory
     /// (passive), or `min(sum of caps - bytes allocated, free)` (active).
     pub fn available_memory(&self, instance: &Instance) -> Result<u64, MemError> {

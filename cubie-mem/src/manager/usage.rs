@@ -12,7 +12,6 @@ impl MemoryManager {
         self.inner.backend.mem_info().on(&*self.inner.backend)
     }
 
-
     /// A snapshot of the statistics.
     pub fn stats(&self) -> MemoryStats {
         let device = self.inner.backend.mem_info().unwrap_or(MemInfo {

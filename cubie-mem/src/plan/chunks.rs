@@ -1,5 +1,4 @@
-//! What the planner gives: [`ChunkPlan`], how a batch is split, and the one
-//! way to walk it, its chunks, each with its index and runs.
+//! What the planner gives: [`ChunkPlan`], and its chunks in order.
 
 use std::fmt;
 use std::ops::Range;
@@ -15,8 +14,7 @@ use crate::stats::{Count, counted};
 pub struct Chunk {
     /// The chunk's index, from 0.
     pub index: usize,
-    /// The runs of the batch it covers; the last chunk may have fewer than
-    /// the chunk length.
+    /// The runs of the batch it covers; the last chunk may be shorter.
     pub runs: Range<usize>,
 }
 
@@ -38,8 +36,7 @@ pub struct Chunks {
     plan: ChunkPlan,
     next: usize,
     end: usize,
-    /// Added to every chunk's runs: where the plan's runs start in a larger
-    /// batch (a device's share of a batch split across devices).
+    /// Added to every chunk's runs: where the plan starts in a larger batch.
     first_run: usize,
 }
 
@@ -53,8 +50,7 @@ impl Chunks {
         })
     }
 
-    /// The chunks `range` of these (indices of the plan), or `None` when
-    /// the range is not within them.
+    /// The chunks `range` of these, or `None` when it is out of range.
     pub(crate) fn within(mut self, range: std::ops::Range<usize>) -> Option<Chunks> {
         if range.start > range.end || range.start < self.next || range.end > self.end {
             return None;
@@ -103,15 +99,6 @@ impl ExactSizeIterator for Chunks {}
 
 impl ChunkPlan {
     /// The plan's chunks with their run ranges.
-    ///
-    /// ```
-    /// use cubie_mem::ChunkPlan;
-    ///
-    /// let plan = ChunkPlan::new(10, 3, 4)?;
-    /// let runs: Vec<_> = plan.iter_chunks().map(|c| c.runs).collect();
-    /// assert_eq!(runs, [0..4, 4..8, 8..10]);
-    /// # Ok::<(), cubie_mem::MemError>(())
-    /// ```
     pub fn iter_chunks(&self) -> Chunks {
         Chunks {
             plan: *self,
@@ -132,13 +119,9 @@ impl ChunkPlan {
     }
 }
 
-/// How a batch is split along its run axis: made by the planner (the
-/// manager's responses carry it), or by hand with [`ChunkPlan::new`] for
-/// streaming without the manager. Every plan is consistent
-/// ([`validate`](Self::validate) holds); its figures are read through its
-/// methods.
-///
-/// The default is the plan of an empty response: one chunk of one run.
+/// How a batch is split along its run axis: made by the planner, or by hand
+/// with [`ChunkPlan::new`]. Every plan is [valid](Self::validate).
+/// The default is one chunk of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkPlan {
     /// Runs in the whole batch.
@@ -155,11 +138,7 @@ pub struct ChunkPlan {
     pub(crate) allocatable: u64,
     /// Bytes withheld as reserve (fragmentation share and granule).
     pub(crate) withheld: u64,
-    /// Buffer sets the manager allocates for every chunkable array, one per
-    /// chunk in flight: 1 for a single chunk, else `min(d, chunks)` for the
-    /// batch's pipeline depth `d` (for a reused partition, fewer when that
-    /// many would not fit). Unchunkable arrays have one buffer, shared by
-    /// every set.
+    /// Buffer sets per chunkable array, one per chunk in flight.
     pub(crate) buffer_sets: usize,
     /// What bounded the chunk length of a split plan (see [`Limit`]).
     pub(crate) limited_by: Option<Limit>,
@@ -181,10 +160,8 @@ impl Default for ChunkPlan {
     }
 }
 
-/// One line a user can print: the runs, the chunks and their length, the
-/// buffer sets, for a plan the planner made the bytes it could allocate,
-/// and for a split plan what [limited](ChunkPlan::limited_by) the chunk
-/// length. Counts have thousands separators.
+/// One line to print: runs, chunks, buffer sets, and for a planned split the
+/// bytes allocatable and what [limited](ChunkPlan::limited_by) it.
 ///
 /// ```
 /// use cubie_mem::plan::{self, Budget};
@@ -227,15 +204,15 @@ impl fmt::Display for ChunkPlan {
 }
 
 impl ChunkPlan {
-    /// A plan of `total_runs` runs in `chunks` chunks of `chunk_length` runs
-    /// (the last may be shorter), one buffer set and no byte figures: for
-    /// streaming a batch the manager did not plan. Inconsistent figures are
-    /// [`MemError::InvalidPlan`], saying why (see [`validate`](Self::validate)).
+    /// A plan of `total_runs` runs in `chunks` chunks of `chunk_length`, one
+    /// buffer set: for streaming a batch the manager did not plan.
     ///
     /// ```
     /// use cubie_mem::{ChunkPlan, MemError};
     ///
     /// let plan = ChunkPlan::new(10, 3, 4)?;
+    /// let runs: Vec<_> = plan.iter_chunks().map(|c| c.runs).collect();
+    /// assert_eq!(runs, [0..4, 4..8, 8..10]);
     /// assert_eq!(plan.chunk_runs(2), Some(8..10));
     /// assert!(matches!(ChunkPlan::new(10, 2, 4), Err(MemError::InvalidPlan { .. })));
     /// # Ok::<(), MemError>(())
@@ -250,8 +227,7 @@ impl ChunkPlan {
         plan.validate().map(|()| plan)
     }
 
-    /// This plan with `sets` buffer sets (chunks in flight), between 1 and
-    /// the chunk count.
+    /// This plan with `sets` buffer sets, between 1 and the chunk count.
     pub fn with_buffer_sets(self, sets: usize) -> Result<Self, MemError> {
         let plan = ChunkPlan {
             buffer_sets: sets,
@@ -295,27 +271,19 @@ impl ChunkPlan {
         self.withheld
     }
 
-    /// Buffer sets the manager allocates for every chunkable array, one per
-    /// chunk in flight (see the field's rule in the planner's docs).
+    /// Buffer sets per chunkable array, one per chunk in flight.
     pub fn buffer_sets(&self) -> usize {
         self.buffer_sets
     }
 
-    /// What bounded the chunk length, for a plan the planner split into
-    /// several chunks: the free memory, the caps, the fragmentation
-    /// reserve, the allocation granule, the pipeline depth, or a reused
-    /// partition ([`Limit`]). `None` for a batch in one chunk and for a
-    /// plan made by hand ([`ChunkPlan::new`]).
+    /// What bounded the chunk length of a planned split ([`Limit`]).
+    /// `None` for one chunk and for a plan made by hand.
     pub fn limited_by(&self) -> Option<Limit> {
         self.limited_by
     }
 
-    /// Checks that the plan's figures are consistent: at least one run, one
-    /// chunk and one run per chunk; the chunks cover every run
-    /// (`chunks * chunk_length >= total_runs`); neither the chunk count
-    /// nor the chunk length exceeds the run count; and there are between 1
-    /// and `chunks` buffer sets. A reused partition may end with empty chunks
-    /// (10 runs in 6 chunks of 2) and is valid.
+    /// Checks that the figures are consistent: the chunks cover every run,
+    /// neither count exceeds the run count, and there are 1 to `chunks` sets.
     ///
     /// ```
     /// use cubie_mem::{ChunkPlan, MemError};
@@ -365,8 +333,7 @@ impl ChunkPlan {
         self.chunks > 1
     }
 
-    /// The runs of chunk `index`, or `None` past the last chunk. Chunks
-    /// past the batch's end (possible for a reused partition) are empty.
+    /// The runs of chunk `index`, or `None` past the last chunk.
     pub fn chunk_runs(&self, index: usize) -> Option<Range<usize>> {
         (index < self.chunks).then(|| self.runs_of(index))
     }
@@ -382,8 +349,7 @@ impl ChunkPlan {
         request.chunked_shape(self.chunk_length)
     }
 
-    /// Bytes allocated for a request under this plan, saturating at
-    /// `u64::MAX`.
+    /// Bytes allocated for a request under this plan, saturating.
     pub fn chunked_bytes(&self, request: &ArrayRequest) -> u64 {
         let to_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         request
@@ -392,14 +358,8 @@ impl ChunkPlan {
             .saturating_mul(to_u64(request.dtype().size_bytes()))
     }
 
-    /// This plan with the partition `(chunk_length, chunks)` instead, when
-    /// that partition covers the batch (`ceil(total_runs / chunks) == chunk_length`)
-    /// and is at least as fine as this plan's. The chunk count is capped at
-    /// the run count (only a partition of one-run chunks can exceed it), and
-    /// the buffer sets at the new chunk count: no more sets than this plan's,
-    /// each of chunks no longer than this plan's, so they fit where this
-    /// plan's sets did, and the plan stays [valid](Self::validate). A
-    /// different partition of several chunks is
+    /// This plan with the partition `(chunk_length, chunks)` instead, when it
+    /// covers the batch and is at least as fine as this plan's. It is then
     /// [limited by](Self::limited_by) [`Limit::ReusedPartition`].
     pub fn with_partition(&self, chunk_length: usize, chunks: usize) -> Option<ChunkPlan> {
         let covers = chunks > 0 && self.total_runs.div_ceil(chunks) == chunk_length;

@@ -1,21 +1,12 @@
-//! Which limit decided a plan's split: [`Limit`], computed by the planner
-//! from the same figures it planned with.
+//! Which limit decided a plan's split: [`Limit`].
 
 use std::fmt;
 
 use super::{BatchSizes, Budget};
 
-/// What bounded the chunk length of a plan split into several chunks: the
-/// figure to change for longer (and fewer) chunks. Read it with
-/// [`ChunkPlan::limited_by`](crate::ChunkPlan::limited_by); it prints as a
-/// short phrase for messages (`instance caps`).
-///
-/// The planner allocates at most
-/// `alloc = min(A - floor(0.02 * A), Fe - granule)`, where `A` is the free
-/// memory `Fe` (passive) or `min(Fe, H)` under the caps (active), and
-/// shares `alloc` less the unchunkable bytes among the pipeline's buffer
-/// sets. The limit is the term that set `alloc`, or the depth when one
-/// buffer set would have held the whole batch.
+/// What bounded the chunk length of a plan of several chunks: the figure to
+/// change for fewer chunks. Read it with
+/// [`ChunkPlan::limited_by`](crate::ChunkPlan::limited_by).
 ///
 /// ```
 /// use cubie_mem::plan::{self, Budget, Limit};
@@ -35,26 +26,21 @@ use super::{BatchSizes, Budget};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Limit {
-    /// The device's free memory (with what the batch replaces and what
-    /// eviction released, `Fe`): free device memory, or run a smaller batch.
+    /// The device's free memory (`Fe`): free memory, or run a smaller batch.
     FreeMemory,
-    /// The caps of the stream group's instances in active limit mode
-    /// (`H < Fe`): give the instances a larger proportion, or use
+    /// The group's caps in active limit mode: raise the proportions, or use
     /// `LimitMode::Passive`.
     Caps,
-    /// The fragmentation reserve: the batch fits the memory available but
-    /// not once 2% of it is withheld, so it runs in a few chunks.
+    /// The fragmentation reserve: the batch fits only without the 2% withheld.
     Reserve,
-    /// The allocation granule, always left free (`Fe - granule` is below
-    /// the reserve's bound): lower `ManagerConfig::allocation_granule_bytes`.
+    /// The allocation granule, always left free: lower
+    /// `ManagerConfig::allocation_granule_bytes`.
     Granule,
-    /// The pipeline depth: one buffer set would hold the whole batch, but
-    /// the depth's sets share the budget: lower the requests'
+    /// The pipeline depth: one buffer set would hold the batch; lower
     /// `pipeline_depth`.
     PipelineDepth,
-    /// Not planned: the partition remembered for the owner, reused because
-    /// an instance that queued nothing holds arrays laid out for it (or a
-    /// partition given to [`ChunkPlan::with_partition`](crate::ChunkPlan::with_partition)).
+    /// Not planned: a remembered partition, reused for arrays laid out for it
+    /// (or given to [`ChunkPlan::with_partition`](crate::ChunkPlan::with_partition)).
     ReusedPartition,
 }
 

@@ -1,42 +1,9 @@
 //! The split of a batch across devices: one contiguous range of runs per
-//! device, in device order, so that the devices finish together.
+//! device, in proportion to its throughput ([`Weight`]), so that the devices
+//! finish together. Memory decides only whether a device takes part.
 //!
-//! A streamed chunk pipeline's time is set by its engines' throughput, not
-//! by its memory (memory only sets the chunk length), so the runs are
-//! shared in proportion to each device's [`Weight`], its throughput for
-//! the batch ([`weights`] derives them from engine rates). Memory decides
-//! only whether a device takes part: it must hold the batch's unchunkable
-//! arrays and one run in each buffer set beside them, as its own planner
-//! ([`plan_chunks`](super::plan_chunks)) requires. A split in proportion to
-//! free memory would be wrong: two equal devices with 1 GiB and 3 GiB free
-//! would take 0.75 of one device's time instead of 0.5.
-//!
-//! The arithmetic is exact (integers, 128-bit intermediates, largest
-//! remainders with ties to the lower device index): every run is in exactly
-//! one range, each device's share is within one run of its exact share,
-//! and the same figures always give the same split.
-//!
-//! ```
-//! use cubie_mem::plan::BatchSizes;
-//! use cubie_mem::plan::split::{DeviceCapacity, Skip, Weight, split};
-//!
-//! // 1000 runs of 1 KiB each, 64 KiB of unchunkable arrays.
-//! let sizes = BatchSizes {
-//!     total_runs: 1000,
-//!     chunkable_bytes: 1000 << 10,
-//!     unchunkable_bytes: 64 << 10,
-//!     depth: 2,
-//! };
-//! let devices = [
-//!     DeviceCapacity { allocatable: 1 << 30, weight: Weight(2) },
-//!     DeviceCapacity { allocatable: 3 << 30, weight: Weight(1) },
-//!     DeviceCapacity { allocatable: 32 << 10, weight: Weight(1) }, // below the unchunkable arrays
-//! ];
-//! let split = split(&sizes, &devices)?;
-//! assert_eq!(split.ranges(), [0..667, 667..1000, 1000..1000]);
-//! assert!(matches!(split.skip(2), Some(Skip::CannotHoldUnchunkable { .. })));
-//! # Ok::<(), cubie_mem::MemError>(())
-//! ```
+//! The rules and examples are on the guide page
+//! [the split across devices](crate::guide::device_split).
 
 use std::cmp::Reverse;
 use std::fmt;
@@ -52,26 +19,21 @@ mod tests;
 
 pub use rates::{Workload, weights};
 
-/// A device's throughput for a batch, relative to the other devices' of the
-/// split: a device of weight 2 takes twice the runs of one of weight 1.
-/// Only the ratios matter; weight 0 gives a device no runs
-/// ([`Skip::ZeroWeight`]).
+/// A device's throughput relative to the others': weight 2 takes twice the
+/// runs of weight 1, and weight 0 takes none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Weight(pub u64);
 
 impl Weight {
-    /// The weight of every device when their throughputs are unknown or
-    /// equal.
+    /// The weight of every device when throughputs are unknown or equal.
     pub const EQUAL: Weight = Weight(1);
 }
 
-/// One device as the split sees it: what it can allocate and what it can
-/// do.
+/// One device as the split sees it: what it can allocate and do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DeviceCapacity {
-    /// Bytes the device's planner may allocate for the batch: the first
-    /// figure of its [`Budget::allocatable`](super::Budget::allocatable)
-    /// (0 when its free memory is below the granule).
+    /// Bytes the device's planner may allocate for the batch
+    /// ([`Budget::allocatable`](super::Budget::allocatable)).
     pub allocatable: u64,
     /// Its throughput for the batch, relative to the other devices'.
     pub weight: Weight,
@@ -80,17 +42,14 @@ pub struct DeviceCapacity {
 /// Why a device takes no part in a batch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Skip {
-    /// The device cannot hold one run in each buffer set beside the
-    /// unchunkable arrays.
+    /// The device cannot hold one run per buffer set beside the unchunkable arrays.
     CannotHoldOneRun {
-        /// Bytes it needs: the unchunkable arrays and one run's chunkable
-        /// bytes (rounded up) in each buffer set.
+        /// Bytes it needs: the unchunkable arrays and one run per buffer set.
         needed: Bytes,
         /// Bytes it can allocate.
         allocatable: Bytes,
     },
-    /// The device cannot hold the batch's unchunkable arrays with room to
-    /// spare for a run.
+    /// The device cannot hold the unchunkable arrays with room for a run.
     CannotHoldUnchunkable {
         /// Bytes of the unchunkable arrays.
         unchunkable: Bytes,
@@ -101,8 +60,7 @@ pub enum Skip {
     ZeroWeight,
 }
 
-/// `cannot hold one run: needs 2048 B (2.00 KiB), can allocate 1000 B`, and
-/// the like.
+/// `cannot hold one run: needs 2048 B (2.00 KiB), can allocate 1000 B`.
 impl fmt::Display for Skip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -128,8 +86,7 @@ impl fmt::Display for Skip {
 }
 
 /// A batch split across devices: one contiguous range of runs per device,
-/// in device order, covering every run once; a device with no runs says
-/// why ([`skip`](Self::skip)).
+/// covering every run once.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Split {
     ranges: Vec<Range<usize>>,
@@ -137,8 +94,7 @@ pub struct Split {
 }
 
 impl Split {
-    /// Each device's runs, in device order: contiguous, covering
-    /// `0..total_runs` once. A device that takes no part has an empty range.
+    /// Each device's runs, in device order; empty for a device left out.
     pub fn ranges(&self) -> &[Range<usize>] {
         &self.ranges
     }
@@ -148,8 +104,7 @@ impl Split {
         self.ranges.get(device).cloned()
     }
 
-    /// Why device `device` takes no part; `None` when it takes part (or
-    /// past the last device).
+    /// Why device `device` takes no part; `None` when it takes part.
     pub fn skip(&self, device: usize) -> Option<&Skip> {
         self.skipped.get(device).and_then(Option::as_ref)
     }
@@ -174,8 +129,7 @@ impl Split {
     }
 }
 
-/// One line per device: `device 0: runs 0..667 (667 runs)`, or
-/// `device 2: no runs: cannot hold the unchunkable arrays: ...`.
+/// One line per device: `device 0: runs 0..667 (667 runs)`.
 impl fmt::Display for Split {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (device, runs) in self.ranges.iter().enumerate() {
@@ -195,25 +149,9 @@ impl fmt::Display for Split {
     }
 }
 
-/// Splits the batch of `sizes` across `devices`: one contiguous range per
-/// device, in device order, in proportion to the weights of the devices
-/// that take part.
-///
-/// A device takes part when it can hold the batch's unchunkable arrays and
-/// one run in each of the batch's buffer sets beside them (the rule of
-/// [`plan_chunks`](super::plan_chunks), so that its planner can plan any
-/// share it gets), and its weight is above 0; the others get an empty
-/// range and a [`Skip`]. Device `i` among the participants gets
-/// `floor(total_runs * w_i / W)` runs (`W` the participants' total weight),
-/// and the runs left over (fewer than the participants) go one each to the
-/// largest remainders, ties to the lower index: each share is within one
-/// run of `total_runs * w_i / W`.
-///
-/// One device alone takes every run, whatever its memory and weight, so
-/// that its own planner plans (or refuses) the batch exactly as without a
-/// split. Errors: [`MemError::NoDeviceTakesPart`] when no device (or none
-/// at all) can take part, naming each one's reason; [`MemError::ZeroRuns`]
-/// and [`MemError::ZeroDepth`] for hand-made sizes, as the planner's.
+/// Splits the batch of `sizes` across `devices`, in proportion to the
+/// weights of the devices that take part. The others get an empty range and
+/// a [`Skip`]. [`MemError::NoDeviceTakesPart`] when none can.
 pub fn split(sizes: &BatchSizes, devices: &[DeviceCapacity]) -> Result<Split, MemError> {
     sizes.check_plannable()?;
     if devices.len() == 1 {
@@ -275,13 +213,8 @@ pub fn split(sizes: &BatchSizes, devices: &[DeviceCapacity]) -> Result<Split, Me
     Ok(Split { ranges, skipped })
 }
 
-/// Why a device that can allocate `allocatable` bytes cannot take part in
-/// the batch of `sizes`, or `None` when it can: the planner's rule
-/// ([`plan_chunks`](super::plan_chunks)). An empty batch, and a batch
-/// below `allocatable`, fit in one chunk; otherwise the device must hold
-/// more than the unchunkable bytes `U`, and the room beside them must hold
-/// one run in each of the `d` buffer sets:
-/// `total_runs * (allocatable - U) >= d * C`.
+/// Why a device that can allocate `allocatable` bytes cannot take part, by
+/// the planner's rule: `total_runs * (allocatable - U) >= d * C`.
 fn skip_reason(sizes: &BatchSizes, allocatable: u64) -> Option<Skip> {
     let unchunkable = sizes.unchunkable_bytes;
     let total = sizes.total_bytes();

@@ -1,5 +1,4 @@
-//! Reading a [`Shard`] from the launchers' environment variables (the rules
-//! are [`Shard::from_vars`]'s documentation).
+//! Reading a [`Shard`] from the launchers' environment variables.
 
 use super::{Launcher, Shard, ShardError};
 use crate::MemError;
@@ -33,8 +32,7 @@ const SLURM_STEP: [&str; 3] = ["SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_
 /// PMIx's one variable of the kind.
 const PMIX_RANK: &str = "PMIX_RANK";
 
-/// The launcher variables that are set, each read once (an empty value
-/// counts as unset).
+/// The launcher variables that are set (empty counts as unset).
 struct Vars(Vec<(&'static str, String)>);
 
 impl Vars {
@@ -76,8 +74,7 @@ impl Vars {
         }
     }
 
-    /// `name` as a whole number, `None` when unset; an error about the
-    /// variables `family` when it is not a number.
+    /// `name` as a whole number, `None` when unset.
     fn number(
         &self,
         name: &'static str,
@@ -98,8 +95,7 @@ impl Vars {
             .transpose()
     }
 
-    /// `name` as a whole number; an error when it is unset, saying that
-    /// `launcher` always sets it.
+    /// `name` as a whole number; an error when it is unset.
     fn required(
         &self,
         name: &'static str,
@@ -129,8 +125,7 @@ impl Vars {
             .map_err(|reason| self.error(names, reason))
     }
 
-    /// An error unless `PMIX_RANK`, when set, is the rank of `shard`, read
-    /// from the variables `family`.
+    /// An error unless `PMIX_RANK`, when set, is the rank of `shard`.
     fn pmix_agrees(&self, shard: &Shard, family: &[&'static str]) -> Result<(), MemError> {
         let both: Vec<&'static str> = family.iter().copied().chain([PMIX_RANK]).collect();
         match self.number(PMIX_RANK, &both)? {
@@ -268,9 +263,7 @@ fn slurm_local_size(vars: &Vars, size_name: &'static str, size: usize) -> Result
     }
 }
 
-/// A Slurm list of tasks per node, `4(x2),3`: (tasks, nodes) for each
-/// entry, in node order; `None` when it is not one (or repeats a count 0
-/// times).
+/// A Slurm list of tasks per node, `4(x2),3`, as (tasks, nodes) entries.
 pub(super) fn tasks_per_node(list: &str) -> Option<Vec<(usize, usize)>> {
     list.split(',')
         .map(|entry| {

@@ -1,6 +1,4 @@
-//! Why a process could not be placed in its job: [`ShardError`], the
-//! reason a [`MemError::Shard`](crate::MemError::Shard) carries beside the
-//! variables it read.
+//! Why a process could not be placed in its job: [`ShardError`].
 
 use super::{Launcher, Shard};
 
@@ -26,10 +24,8 @@ fn task_count(total: Option<usize>) -> String {
 }
 
 /// Why a launcher's variables, or the figures given to [`Shard::new`],
-/// place no job: the `reason` of a [`MemError::Shard`](crate::MemError::Shard),
-/// whose `variables` hold the variables read, with their values. Each
-/// variant names the variables and figures at fault and its message says
-/// the fix.
+/// place no job: the `reason` of a [`MemError::Shard`](crate::MemError::Shard).
+/// Its message says the fix.
 ///
 /// ```
 /// use cubie_mem::{Launcher, MemError, Shard, ShardError};
@@ -106,8 +102,7 @@ pub enum ShardError {
         launcher: Launcher,
     },
 
-    /// Open MPI's and Hydra's variables both set, describing different
-    /// shards.
+    /// Open MPI's and Hydra's variables describe different shards.
     #[error(
         "Open MPI's variables say {open_mpi} but Hydra's say {hydra}, and nothing says which \
          launcher started this process; unset the other one's"
@@ -144,8 +139,7 @@ pub enum ShardError {
     )]
     PmixRankAlone,
 
-    /// `PMI_RANK` or `PMI_SIZE` without Hydra's local variables: which
-    /// processes share the node is not known.
+    /// `PMI_RANK` or `PMI_SIZE` without Hydra's local variables.
     #[error(
         "PMI_RANK and PMI_SIZE without MPI_LOCALRANKID and MPI_LOCALNRANKS (which Hydra's \
          mpiexec sets beside them) do not say which processes share this node, and so which \
@@ -154,8 +148,7 @@ pub enum ShardError {
     )]
     PmiWithoutLocalRanks,
 
-    /// `SLURM_PROCID` without a step's variables, in a job of several
-    /// tasks: a batch script, not a process `srun` started.
+    /// `SLURM_PROCID` in a batch script of several tasks, not under `srun`.
     #[error(
         "SLURM_PROCID is set but none of SLURM_STEP_ID, SLURM_STEPID, SLURM_STEP_NUM_TASKS is, \
          as in a batch script, whose job has {tasks} tasks: this one process would take \

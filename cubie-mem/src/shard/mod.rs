@@ -1,12 +1,8 @@
-//! This process's place in a job of several processes: its rank, the job's
-//! size, and the same two figures among the processes of its node, read
-//! from the launcher that started it (Slurm's `srun`, Open MPI's `mpirun`,
-//! MPICH's or Intel MPI's Hydra `mpiexec`), or one process when none did.
+//! This process's place in a job: its rank and the job's size, overall and
+//! on its node, read from the launcher that started it.
 //!
-//! cubie-mem has no engine of its own across nodes: the launcher is the
-//! engine. Each process takes one contiguous range of a batch's runs
-//! ([`Shard::runs`]) and the devices of its node that its local rank picks
-//! ([`Shard::devices`]); nothing is shared between processes.
+//! The launcher is the engine across nodes: processes share nothing.
+//! The rules are on the guide page [launchers](crate::guide::launchers).
 
 mod env;
 mod error;
@@ -26,15 +22,11 @@ use crate::MemError;
 pub enum Launcher {
     /// No launcher's variables were set: one process, rank 0 of 1.
     Single,
-    /// Slurm's `srun` (`SLURM_PROCID`, `SLURM_STEP_NUM_TASKS` or
-    /// `SLURM_NTASKS`, `SLURM_LOCALID`, and the tasks per node).
+    /// Slurm's `srun` (`SLURM_PROCID` and the step's figures).
     Slurm,
-    /// Open MPI's `mpirun` or `mpiexec` (`OMPI_COMM_WORLD_RANK`, `_SIZE`,
-    /// `_LOCAL_RANK`, `_LOCAL_SIZE`).
+    /// Open MPI's `mpirun` or `mpiexec` (`OMPI_COMM_WORLD_*`).
     OpenMpi,
-    /// The Hydra process manager of MPICH and Intel MPI, `mpiexec` or
-    /// `mpirun` (`PMI_RANK`, `PMI_SIZE`, `MPI_LOCALRANKID`,
-    /// `MPI_LOCALNRANKS`).
+    /// Hydra, the `mpiexec` of MPICH and Intel MPI (`PMI_*`, `MPI_LOCAL*`).
     Hydra,
     /// Figures given to [`Shard::new`].
     Manual,
@@ -52,16 +44,10 @@ impl fmt::Display for Launcher {
     }
 }
 
-/// One process's part of a job: its rank among `size` processes, its
-/// local rank among the `local_size` processes of its node, and the
-/// launcher these came from.
+/// One process's part of a job: its rank among `size` processes, its local
+/// rank among the `local_size` on its node, and the launcher.
 ///
 /// Always consistent: `rank < size`, `local_rank < local_size <= size`.
-/// [`runs`](Self::runs) gives the process its contiguous range of a
-/// batch's runs, so that the ranks together cover every run exactly once;
-/// [`devices`](Self::devices) gives it the devices of its node to run them
-/// on. Ranks share nothing: each has its own managers, host arrays and
-/// output.
 ///
 /// ```
 /// use cubie_mem::{Launcher, Shard};
@@ -87,12 +73,8 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// A shard from figures the caller knows (from an MPI library, or a
-    /// distributed engine that numbers its tasks), checked like a
-    /// launcher's: an error unless `rank < size` and
-    /// `local_rank < local_size <= size` ([`MemError::Shard`] whose
-    /// `variables` are the arguments by name, and whose
-    /// [`ShardError`] says which figure is at fault).
+    /// A shard from figures the caller knows, such as an MPI library's.
+    /// Inconsistent figures are a [`MemError::Shard`].
     pub fn new(
         rank: usize,
         size: usize,
@@ -123,65 +105,27 @@ impl Shard {
         }
     }
 
-    /// This process's shard, read from its environment: see
-    /// [`from_vars`](Self::from_vars), which this calls with the process's
-    /// environment variables (a value that is not Unicode is read lossily,
-    /// and then refused as a number).
+    /// This process's shard, read from its environment by
+    /// [`from_vars`](Self::from_vars).
     pub fn from_env() -> Result<Shard, MemError> {
         Shard::from_vars(|name| {
             std::env::var_os(name).map(|value| value.to_string_lossy().into_owned())
         })
     }
 
-    /// The shard that the variables `lookup` returns describe (`lookup`
-    /// gives a variable's value, or `None` when it is unset; an empty value
-    /// counts as unset).
+    /// The shard the variables `lookup` returns describe (`None`: unset).
     ///
-    /// The launcher that started the process is read, in this order:
-    ///
-    /// 1. Open MPI (`OMPI_COMM_WORLD_RANK`, `_SIZE`, `_LOCAL_RANK`,
-    ///    `_LOCAL_SIZE`), then Hydra (`PMI_RANK`, `PMI_SIZE`,
-    ///    `MPI_LOCALRANKID`, `MPI_LOCALNRANKS`, recognised by the last two).
-    ///    An MPI launcher run inside a Slurm job leaves the job's Slurm
-    ///    variables (and those of the `srun` that started its daemons) to
-    ///    its ranks, so beside an MPI launcher's variables Slurm's are not
-    ///    read. Open MPI's and Hydra's together must agree: nothing says
-    ///    which one started the process.
-    /// 2. Slurm, recognised by `SLURM_PROCID`: the rank; the size from
-    ///    `SLURM_STEP_NUM_TASKS` (the step's, set by `srun`), else
-    ///    `SLURM_NTASKS`; the local rank from `SLURM_LOCALID`; the local
-    ///    size from the entry of the node `SLURM_NODEID` in
-    ///    `SLURM_STEP_TASKS_PER_NODE`, else `SLURM_TASKS_PER_NODE` (lists
-    ///    like `4(x2),3`: two nodes of 4 tasks, then one of 3; their sum
-    ///    must be the size), else `SLURM_NTASKS_PER_NODE`. A batch script
-    ///    also sees `SLURM_PROCID=0`, but no `SLURM_STEP_ID` or
-    ///    `SLURM_STEP_NUM_TASKS`: there, a job of several tasks is an error
-    ///    (the program was meant to be started with `srun`), and a job of
-    ///    one task is one process.
-    /// 3. PMIx puts only the rank in the environment (`PMIX_RANK`); the
-    ///    sizes are in its library alone. Beside Open MPI's or Slurm's
-    ///    variables (`mpirun` and `srun --mpi=pmix` set it) it must agree
-    ///    with their rank; beside Hydra's it is not read (Hydra does not set
-    ///    it: an `srun` that started Hydra's proxies does); alone it is an
-    ///    error that says how to build the shard with [`Shard::new`].
-    ///    `PMI_RANK` and `PMI_SIZE` without Hydra's local variables are
-    ///    likewise not enough alone, and not read beside Slurm's.
-    /// 4. None of these: [`Shard::single`].
-    ///
-    /// A variable that is not a whole number, a missing one that its
-    /// launcher always sets, figures that contradict each other (`rank >=
-    /// size`, `local rank >= local size`, `local size > size`), and two
-    /// launchers that disagree are a [`MemError::Shard`] that names the
-    /// variables with their values, its [`ShardError`] saying which
-    /// failure it is.
+    /// Open MPI and Hydra are read first, then Slurm, then PMIx; with none,
+    /// [`Shard::single`]. Bad or contradictory figures are a
+    /// [`MemError::Shard`]. The exact rules are on the guide page
+    /// [launchers](crate::guide::launchers).
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Shard, MemError> {
         let shard = env::read(lookup)?;
         tracing::debug!(%shard, "placed this process in its job");
         Ok(shard)
     }
 
-    /// `Ok` with the shard when the figures are consistent, else what is
-    /// wrong with them.
+    /// The shard when the figures are consistent, else what is wrong.
     fn checked(
         rank: usize,
         size: usize,
@@ -228,8 +172,7 @@ impl Shard {
         self.size
     }
 
-    /// This process's rank among the processes on its node,
-    /// `0..local_size`: what picks its devices.
+    /// This process's rank on its node, `0..local_size`: it picks the devices.
     pub fn local_rank(&self) -> usize {
         self.local_rank
     }
@@ -244,28 +187,15 @@ impl Shard {
         self.launcher
     }
 
-    /// This rank's runs of a batch of `total_runs`: the ranks split the
-    /// runs into `size` contiguous ranges in rank order, whose lengths
-    /// differ by at most one (the first `total_runs % size` ranks take one
-    /// more), so every run belongs to exactly one rank. A rank past the
-    /// runs (more ranks than runs) gets an empty range at the end. Exact
-    /// for every `total_runs`.
+    /// This rank's contiguous range of `total_runs` runs. The ranks' ranges
+    /// cover every run once; their lengths differ by at most one.
     pub fn runs(&self, total_runs: usize) -> Range<usize> {
         even_part(total_runs, self.size, self.rank)
     }
 
-    /// The devices this rank uses among the `visible` devices of its node
-    /// (`0..visible` in the order of `CUDA_VISIBLE_DEVICES`), chosen by its
-    /// local rank:
-    ///
-    /// - as many devices as ranks on the node, or more: the devices are
-    ///   split into `local_size` contiguous blocks whose sizes differ by at
-    ///   most one, as runs are ([`runs`](Self::runs)), and the rank takes
-    ///   block `local_rank`. A rank alone on its node takes every device,
-    ///   and with as many ranks as devices each takes one;
-    /// - more ranks than devices: ranks share devices round-robin, the rank
-    ///   taking device `local_rank % visible`;
-    /// - no device visible: an empty range.
+    /// The devices this rank uses among the `visible` devices of its node:
+    /// a contiguous block per local rank, or one shared device round-robin
+    /// when ranks outnumber devices.
     pub fn devices(&self, visible: usize) -> Range<usize> {
         if visible == 0 {
             0..0
@@ -288,10 +218,8 @@ impl fmt::Display for Shard {
     }
 }
 
-/// Part `index` of `total` items split into `parts` contiguous ranges in
-/// order, the first `total % parts` one longer than the others. `parts` is
-/// at least 1 and `index` below it (a shard's figures, checked when it was
-/// made).
+/// Part `index` of `total` items split into `parts` contiguous ranges, the
+/// first `total % parts` one longer.
 fn even_part(total: usize, parts: usize, index: usize) -> Range<usize> {
     let (base, extra) = (total / parts, total % parts);
     // No overflow: index * base <= (parts - 1) * base <= total - base, and

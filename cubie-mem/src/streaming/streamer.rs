@@ -12,8 +12,8 @@
 
 use std::ops::Range;
 
-use super::layout::ChunkLayout;
 use super::BatchError;
+use super::layout::ChunkLayout;
 use super::stage::Stage;
 use super::staging_threads::StagingThreads;
 use crate::host::{HostArray, HostMemoryKind};
@@ -351,4 +351,3 @@ pub(super) fn direct_range<T: Element>(
         HostMemoryKind::Pageable | HostMemoryKind::Spilled => None,
     }
 }
-

@@ -139,19 +139,31 @@ impl<P: Precision> Results<P> {
         let runs = d.runs;
         Ok(Results {
             state: mgr.create_host_array([d.saves, d.state_rows, runs], None, None, holder)?,
-            observables: mgr.create_host_array([d.saves, d.observables, runs], None, None, holder)?,
+            observables: mgr.create_host_array(
+                [d.saves, d.observables, runs],
+                None,
+                None,
+                holder,
+            )?,
             state_summaries: mgr.create_host_array(
-                [d.summaries, d.state_summary_rows, runs], None,
+                [d.summaries, d.state_summary_rows, runs],
+                None,
                 None,
                 holder,
             )?,
             observable_summaries: mgr.create_host_array(
-                [d.summaries, d.observable_summary_rows, runs], None,
+                [d.summaries, d.observable_summary_rows, runs],
+                None,
                 None,
                 holder,
             )?,
             status_codes: mgr.create_host_array([runs], None, None, holder)?,
-            iteration_counters: mgr.create_host_array([d.saves, N_COUNTERS, runs], None, None, holder)?,
+            iteration_counters: mgr.create_host_array(
+                [d.saves, N_COUNTERS, runs],
+                None,
+                None,
+                holder,
+            )?,
         })
     }
 }
@@ -264,8 +276,10 @@ pub fn run<P: Real>(job: &Job, kernel: &impl SolverKernel<P>) -> Result<Outcome,
             .driver_coefficients
             .copy_from_host(&data.drivers)?;
     }
-    let initial = mgr.create_host_array([N_STATES, job.runs], None, Some(&data.initial), &holder)?;
-    let parameters = mgr.create_host_array([N_PARAMS, job.runs], None, Some(&data.parameters), &holder)?;
+    let initial =
+        mgr.create_host_array([N_STATES, job.runs], None, Some(&data.initial), &holder)?;
+    let parameters =
+        mgr.create_host_array([N_PARAMS, job.runs], None, Some(&data.parameters), &holder)?;
     let mut out = Results::<P>::new(&mgr, &holder, &dims)?;
 
     let started = Instant::now();

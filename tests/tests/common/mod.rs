@@ -274,7 +274,10 @@ impl Stream for LoggedStream {
     ) -> Result<(), BackendError> {
         self.note(format!("up strided {} x {}", rows.rows, rows.row_bytes));
         // SAFETY: the caller's guarantees pass through unchanged.
-        unsafe { self.stream.copy_to_device_strided_async(dst, offset, src, rows) }
+        unsafe {
+            self.stream
+                .copy_to_device_strided_async(dst, offset, src, rows)
+        }
     }
     unsafe fn copy_from_device_strided_async(
         &self,
@@ -285,7 +288,10 @@ impl Stream for LoggedStream {
     ) -> Result<(), BackendError> {
         self.note(format!("down strided {} x {}", rows.rows, rows.row_bytes));
         // SAFETY: the caller's guarantees pass through unchanged.
-        unsafe { self.stream.copy_from_device_strided_async(dst, rows, src, offset) }
+        unsafe {
+            self.stream
+                .copy_from_device_strided_async(dst, rows, src, offset)
+        }
     }
     fn as_any(&self) -> &dyn std::any::Any {
         self.stream.as_any()

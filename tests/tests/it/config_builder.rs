@@ -187,13 +187,12 @@ fn an_owner_spill_directory_that_does_not_exist_is_reported_where_it_is_set() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("not-there");
     let (mgr, _) = common::manager(1 << 30, 1 << 30);
-    let (owner, logs) =
-        common::capture_logs(|| {
-            mgr.new_owner().with_spill(cubie_mem::SpillSettings {
-                threshold: None,
-                directory: Some(missing.clone()),
-            })
-        });
+    let (owner, logs) = common::capture_logs(|| {
+        mgr.new_owner().with_spill(cubie_mem::SpillSettings {
+            threshold: None,
+            directory: Some(missing.clone()),
+        })
+    });
     assert!(
         logs.contains("WARN") && logs.contains("not-there"),
         "{logs}"

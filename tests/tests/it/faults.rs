@@ -160,11 +160,7 @@ fn a_failed_call_leaves_a_reused_buffer_intact() {
         (80, 160),
         "x keeps its 160-byte buffer"
     );
-    assert_eq!(
-        a.allocated_bytes(),
-        160 + 320,
-        "a holds x's whole buffer"
-    );
+    assert_eq!(a.allocated_bytes(), 160 + 320, "a holds x's whole buffer");
 }
 
 #[test]

@@ -296,8 +296,12 @@ fn a_plan_from_the_manager_streams_a_batch_larger_than_the_device() {
     let device_in = response.take::<f64>("in").unwrap();
     let device_out = response.take::<f64>("out").unwrap();
     let data: Vec<f64> = (0..12 * runs).map(|i| i as f64).collect();
-    let host_in = mgr.create_host_array(shape, None, Some(&data), &solver).unwrap();
-    let mut host_out = mgr.create_host_array::<f64>(shape, None, None, &solver).unwrap();
+    let host_in = mgr
+        .create_host_array(shape, None, Some(&data), &solver)
+        .unwrap();
+    let mut host_out = mgr
+        .create_host_array::<f64>(shape, None, None, &solver)
+        .unwrap();
     mgr.chunk_streamer(&solver, response.plan())
         .unwrap()
         .pipeline()
@@ -469,9 +473,15 @@ fn create_host_array_without_a_kind_picks_it() {
     let solver = mgr
         .register(Registration::new().host_spill_threshold(256))
         .unwrap();
-    let small = mgr.create_host_array::<f64>([8], None, None, &solver).unwrap();
-    let medium = mgr.create_host_array::<f64>([32], None, None, &solver).unwrap();
-    let large = mgr.create_host_array::<f64>([33], None, None, &solver).unwrap();
+    let small = mgr
+        .create_host_array::<f64>([8], None, None, &solver)
+        .unwrap();
+    let medium = mgr
+        .create_host_array::<f64>([32], None, None, &solver)
+        .unwrap();
+    let large = mgr
+        .create_host_array::<f64>([33], None, None, &solver)
+        .unwrap();
     assert_eq!(small.kind(), HostMemoryKind::Pinned);
     assert_eq!(medium.kind(), HostMemoryKind::Pageable);
     assert_eq!(large.kind(), HostMemoryKind::Spilled);

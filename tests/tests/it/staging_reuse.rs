@@ -52,11 +52,7 @@ fn a_second_batch_reuses_the_first_batchs_staging_buffers() {
         sim.timeline()
     };
     let first = batch(&mut host);
-    let pool = mgr
-        .chunk_streamer(&solver, &plan)
-        .unwrap()
-        .pool()
-        .clone();
+    let pool = mgr.chunk_streamer(&solver, &plan).unwrap().pool().clone();
     let allocations = pool.pinned_allocations();
     // An inout binding stages both ways: two buffers each way, 1,600
     // bytes each, page-locked once.

@@ -97,8 +97,10 @@ fn nested_guards_order_work_on_the_innermost_stream_and_unbind_in_turn() {
         .unwrap();
     let x = allocate_f64(&mgr, &solver, "x", runs_request(8, 4));
     let own = mgr.stream(&solver).unwrap().id();
-    let (outer_stream, inner_stream) =
-        (mgr.stream(&outer).unwrap().id(), mgr.stream(&inner).unwrap().id());
+    let (outer_stream, inner_stream) = (
+        mgr.stream(&outer).unwrap().id(),
+        mgr.stream(&inner).unwrap().id(),
+    );
     assert!(own != outer_stream && own != inner_stream && outer_stream != inner_stream);
 
     let from = sim.timeline().spans().len();

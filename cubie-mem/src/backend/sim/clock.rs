@@ -1,15 +1,8 @@
 //! The simulated device's clock: when each piece of work runs.
 //!
-//! The engines (host-to-device copies, device-to-host copies, compute, and
-//! the host's own staging work) each run one operation at a time, in the
-//! order they were issued. A stream orders its own work; events order work
-//! across streams. An operation starts once the host has issued it, its
-//! stream's earlier work is done and its engine is free. The host's clock
-//! advances when the host works (gathers, scatters, spill I/O, at the host
-//! bandwidth times the staging threads' lanes) and when it waits (a blocking copy, a synchronisation, an
-//! event wait, a poll), so an event has fired once the host's clock has
-//! passed its time. Everything is integer nanoseconds: the model is
-//! deterministic.
+//! Four engines each run one operation at a time. An operation starts once
+//! it is issued, its stream's earlier work is done and its engine is free.
+//! Times are integer nanoseconds, so the model is deterministic.
 
 use rustc_hash::FxHashMap;
 use std::time::Duration;
@@ -18,53 +11,32 @@ use crate::backend::error::LONGEST_OPERATION_NS;
 use crate::backend::{BackendError, EngineRates};
 use crate::timeline::{Activity, Span, SpanLog, Timeline};
 
-/// The default bandwidth of each copy direction, bytes per second: about
-/// that of a PCIe Gen5 x16 link.
+/// The default bandwidth of each copy direction: about PCIe Gen5 x16.
 pub(crate) const DEFAULT_COPY_BANDWIDTH: u64 = 50_000_000_000;
 
-/// The default bandwidth of the host's own work on host memory (gather,
-/// scatter, spill I/O through the page cache), bytes per second: a memcpy
-/// of large blocks measured on a 2-core cloud machine (10 to 15 GB/s).
+/// The default bandwidth of the host's own work: a large memcpy on a small
+/// cloud machine.
 pub(crate) const DEFAULT_HOST_BANDWIDTH: u64 = 12_000_000_000;
 
-/// The default bandwidth of a copy from or into pageable memory, bytes per
-/// second: the driver stages it through page-locked buffers with the CPU,
-/// so it moves at about the host's memcpy speed.
+/// The default bandwidth of a pageable copy: about the host's memcpy speed.
 pub(crate) const DEFAULT_PAGEABLE_BANDWIDTH: u64 = 12_000_000_000;
 
-/// The default cost of each row of a strided (2D) copy beyond its bytes'
-/// time at the copy bandwidth, in picoseconds: 2.5 ns. A `cudaMemcpy2D` of
-/// 1,048,576 rows of one byte took about 2.6 ms on an NVIDIA GPU against
-/// about 0.03 ms for one contiguous copy of the same bytes (ROCm
-/// rocm-systems pull request 6910, comparing `hipMemcpy2D`'s narrow rows
-/// with CUDA's): (2.6 - 0.03) ms / 1,048,576 rows is 2.45 ns a row. At
-/// 50 GB/s a row of 125 bytes then moves at half the bandwidth, one of
-/// 1 KiB at 89% of it.
+/// The default cost of each row of a strided copy, in picoseconds: 2.5 ns,
+/// as measured (the guide's device model gives the source).
 pub(crate) const DEFAULT_STRIDED_ROW_PS: u64 = 2_500;
 
-/// The default rate at which the host page-locks memory (`cuMemHostAlloc`,
-/// `cudaHostAlloc`), bytes per second: 4.45 GB/s, 44.5 MB in about 10 ms
-/// as measured on a PCIe Gen4 node with a recent driver (the kernel zeroes
-/// the pages, pins them and maps them for the device's DMA). An older
-/// published measurement found 512 MB in 61 ms (8.4 GB/s, Barracuda10,
-/// University of Virginia's "Memory Allocation Overhead" of
-/// `cudaMallocHost`); the slower figure is the one a node with an IOMMU
-/// sees.
+/// The default rate at which the host page-locks memory: 4.45 GB/s, as
+/// measured on a PCIe Gen4 node.
 pub(crate) const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = 4_450_000_000;
 
-/// The default rate at which the host touches fresh host memory for the
-/// first time, bytes per second: 4 GB/s, one 4 KiB page a microsecond (a
-/// minor page fault's median, 1.01 µs, measured with `rdtsc` on Linux 6.6
-/// on an 11th-generation Core i7; the kernel allocates and zeroes the
-/// page). A warm write moves at the host bandwidth, three times as fast.
+/// The default rate of the host's first touch of fresh memory: 4 GB/s, one
+/// 4 KiB page (a minor fault) a microsecond.
 pub(crate) const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = 4_000_000_000;
 
-/// The default compute speed, in percent of the kernels' declared
-/// durations: a kernel takes the time its launch declares.
+/// The default compute speed, in percent of the kernels' declared times.
 pub(crate) const DEFAULT_COMPUTE_PERCENT: u32 = 100;
 
-/// The modelled time of one poll of an event the host's clock has not
-/// reached: a poll is a driver call, and a loop of them lets time pass.
+/// The modelled time of one poll of an event the host's clock has not reached.
 pub(crate) const POLL_NS: u64 = 1_000;
 
 /// A resource that runs one operation at a time.
@@ -104,8 +76,7 @@ pub(super) struct DeviceClock {
     page_lock_bandwidth: u64,
     /// Bytes per second the host touches fresh memory (at least 1).
     first_touch_bandwidth: u64,
-    /// Compute speed in percent of the kernels' declared durations (at
-    /// least 1).
+    /// Compute speed in percent of the kernels' declared times (at least 1).
     compute_percent: u32,
     /// Picoseconds each row of a strided copy costs beyond its bytes.
     strided_row_ps: u64,
@@ -145,8 +116,7 @@ impl DeviceClock {
         self.pageable_bandwidth = bytes_per_second.max(1);
     }
 
-    /// Sets the rate the host page-locks memory at (0 counts as 1,
-    /// `u64::MAX` as instantaneous).
+    /// Sets the rate the host page-locks memory at (`u64::MAX`: instantaneous).
     pub(super) fn set_page_lock_bandwidth(&mut self, bytes_per_second: u64) {
         self.page_lock_bandwidth = bytes_per_second.max(1);
     }
@@ -161,14 +131,12 @@ impl DeviceClock {
         self.strided_row_ps = picoseconds;
     }
 
-    /// Sets the compute speed in percent of the kernels' declared
-    /// durations (0 counts as 1).
+    /// Sets the compute speed in percent (0 counts as 1).
     pub(super) fn set_compute_speed(&mut self, percent: u32) {
         self.compute_percent = percent.max(1);
     }
 
-    /// The engines' rates, as [`Backend::engine_rates`](crate::backend::Backend::engine_rates)
-    /// reports them.
+    /// The engines' rates, for [`Backend::engine_rates`](crate::backend::Backend::engine_rates).
     pub(super) fn rates(&self) -> EngineRates {
         let [host_to_device, device_to_host] = self.bandwidth;
         EngineRates::new(
@@ -179,10 +147,8 @@ impl DeviceClock {
         )
     }
 
-    /// How long a kernel declared at `declared` (its time at 100%) takes at
-    /// the compute speed: `declared * 100 / percent`, rounded up to the
-    /// nanosecond, [`Duration::MAX`] past its range (which the clock then
-    /// refuses as an overflow).
+    /// How long a kernel declared at `declared` takes at the compute speed,
+    /// rounded up; [`Duration::MAX`] past its range.
     pub(super) fn kernel_duration(&self, declared: Duration) -> Duration {
         let ns = (declared.as_nanos() * 100).div_ceil(u128::from(self.compute_percent));
         // The remainder is below 10^9: the cast is exact.
@@ -210,8 +176,7 @@ impl DeviceClock {
         self.timeline.clear();
     }
 
-    /// How long a copy of `bytes` between page-locked and device memory
-    /// takes on `engine` (the host's work at its bandwidth), rounded up.
+    /// How long a copy of `bytes` takes on `engine`, rounded up.
     pub(super) fn copy_ns(&self, engine: Engine, bytes: u64) -> u64 {
         let bandwidth = match engine {
             Engine::HostToDevice => self.bandwidth[0],
@@ -222,10 +187,8 @@ impl DeviceClock {
         transfer_ns(bytes, bandwidth)
     }
 
-    /// How long a strided copy of `rows` rows holding `bytes` in all takes
-    /// on `engine`: its bytes at the engine's bandwidth plus each row's
-    /// cost, both rounded up; `u64::MAX` past the range (which the clock
-    /// then refuses).
+    /// How long a strided copy of `rows` rows and `bytes` takes on `engine`:
+    /// its bytes' time plus each row's cost.
     pub(super) fn strided_copy_ns(&self, engine: Engine, bytes: u64, rows: u64) -> u64 {
         let per_rows = (u128::from(rows) * u128::from(self.strided_row_ps)).div_ceil(1_000);
         u64::try_from(per_rows)
@@ -241,10 +204,8 @@ impl DeviceClock {
             .max(transfer_ns(bytes, self.pageable_bandwidth))
     }
 
-    /// The host works on `bytes` of host memory (`name`) with `lanes`
-    /// threads at once (at least 1): it is busy, and its clock advances,
-    /// for bytes / (lanes x host bandwidth). Work that would take the clock
-    /// past its range is refused.
+    /// The host works on `bytes` with `lanes` threads: its clock advances
+    /// by bytes / (lanes x host bandwidth).
     pub(super) fn host_work(
         &mut self,
         name: String,
@@ -256,8 +217,7 @@ impl DeviceClock {
         self.host_busy(name, bytes, duration, Activity::HostStaging)
     }
 
-    /// The host touches `bytes` of fresh memory for the first time: it is
-    /// busy, and its clock advances, for bytes / first-touch bandwidth.
+    /// The host touches `bytes` of fresh memory for the first time.
     pub(super) fn first_touch(&mut self, name: String, bytes: u64) -> Result<(), BackendError> {
         let duration = transfer_ns(bytes, self.first_touch_bandwidth);
         self.host_busy(name, bytes, duration, Activity::FirstTouch)
@@ -292,9 +252,8 @@ impl DeviceClock {
         Ok(())
     }
 
-    /// How long page-locking `bytes` takes the host, refused when it would
-    /// take the clock past its range. Asked before the allocation changes
-    /// anything; [`page_lock`](Self::page_lock) then places it.
+    /// How long page-locking `bytes` takes the host; refused past the
+    /// clock's range. [`page_lock`](Self::page_lock) then places it.
     pub(super) fn page_lock_time(&self, bytes: u64) -> Result<u64, BackendError> {
         let duration = match self.page_lock_bandwidth {
             u64::MAX => 0,
@@ -309,9 +268,7 @@ impl DeviceClock {
         Ok(duration)
     }
 
-    /// The host page-locks `bytes` for `duration` (from
-    /// [`page_lock_time`](Self::page_lock_time)): it is busy, and its clock
-    /// advances.
+    /// The host page-locks `bytes` for `duration`.
     pub(super) fn page_lock(&mut self, name: String, bytes: u64, duration: u64) {
         if duration == 0 {
             return;
@@ -346,11 +303,8 @@ impl DeviceClock {
             .max(self.engine_free_ns[engine as usize])
     }
 
-    /// Checks that work of `duration` queued now on `engine` and `stream`
-    /// takes at most [`LONGEST_OPERATION_NS`] and would end within the
-    /// clock's range: the clock never saturates, so every time it records
-    /// is exact, and one operation cannot exhaust it. Asked before the
-    /// work changes anything.
+    /// Checks that work of `duration` takes at most [`LONGEST_OPERATION_NS`]
+    /// and ends within the clock's range, so every time recorded is exact.
     pub(super) fn fits(
         &self,
         operation: &'static str,

@@ -1,6 +1,4 @@
-//! Weights from engine rates: a streamed pipeline's time per run is its
-//! slowest engine's, and a device's weight is the inverse of that time,
-//! compared exactly.
+//! Weights from engine rates: the inverse of a device's time per run.
 
 use std::cmp::Ordering;
 use std::time::Duration;
@@ -12,60 +10,26 @@ use crate::backend::EngineRates;
 /// device `k` times slower gets `2^62 / k`, exactly when `k` divides it.
 const FASTEST: u64 = 1 << 62;
 
-/// Nanoseconds per second, over the 100 of a percentage: a kernel of `t` ns
-/// at speed `p`% takes `t * 100 / p` ns, which is `t / (p * 10^7)` s.
+/// Nanoseconds per second over 100: `t` ns at speed `p`% is `t / (p * 10^7)` s.
 const SECOND_PER_PERCENT_NS: u64 = 10_000_000;
 
-/// The work of one run of a batch on a device, for weighing devices by
-/// their throughput ([`weights`]). It may be that of any fixed number of
-/// runs instead (a chunk, the whole batch): only the ratios between
-/// devices matter.
-///
-/// ```
-/// use std::time::Duration;
-/// use cubie_mem::plan::split::Workload;
-///
-/// let work = Workload {
-///     upload_bytes: 4096,
-///     download_bytes: 1024,
-///     compute: Duration::from_micros(3),
-///     ..Default::default()
-/// };
-/// assert_eq!(work.host_bytes, 0); // page-locked host arrays: nothing staged
-/// ```
+/// The work of one run on a device, for weighing devices by throughput
+/// ([`weights`]). Only the ratios between devices matter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Workload {
     /// Bytes copied host to device.
     pub upload_bytes: u64,
     /// Bytes copied device to host.
     pub download_bytes: u64,
-    /// Bytes the host gathers into staging buffers and scatters out of them
-    /// on its own engine (0 when nothing is staged).
+    /// Bytes the host stages (gathers and scatters); 0 when nothing is staged.
     pub host_bytes: u64,
-    /// The kernels' time at 100% compute speed, as their launches declare
-    /// it; counted to the nanosecond, at most `u64::MAX` ns.
+    /// The kernels' time at 100% compute speed.
     pub compute: Duration,
 }
 
 impl Workload {
     /// The steady-state time of this work in a streamed pipeline on a
-    /// device of `rates`: the slowest of its engines (upload, download, the
-    /// host's staging, compute), each running beside the others; rounded
-    /// up to the nanosecond, at most `u64::MAX` ns.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use cubie_mem::backend::EngineRates;
-    /// use cubie_mem::plan::split::Workload;
-    ///
-    /// let rates = EngineRates::new(1_000_000_000, 1_000_000_000, 1_000_000_000, 200);
-    /// let work = Workload {
-    ///     upload_bytes: 3000,
-    ///     compute: Duration::from_micros(10),
-    ///     ..Default::default()
-    /// };
-    /// assert_eq!(work.time_on(&rates), Duration::from_micros(5)); // compute, at 200%
-    /// ```
+    /// device of `rates`: that of its slowest engine.
     pub fn time_on(&self, rates: &EngineRates) -> Duration {
         let time = self.slowest_engine(rates);
         // A time's denominator is at least 1 and its numerator below 2^64;
@@ -91,30 +55,10 @@ impl Workload {
     }
 }
 
-/// Each device's weight for `workload`: the inverse of its time per run
-/// ([`Workload::time_on`]), so that the devices of a split finish
-/// together. The fastest device gets `Weight(2^62)` and a device `k` times
-/// slower `floor(2^62 / k)`, computed exactly from the exact times:
-/// identical devices get equal weights, and a device exactly half as fast
-/// exactly half the weight. A device over `2^62` times slower than the
-/// fastest gets 0 (and no runs).
-///
-/// When a device's rates are unknown (`None`: a CUDA device), the devices
-/// cannot be compared, and every one gets [`Weight::EQUAL`]; so do all
-/// devices for empty work.
-///
-/// ```
-/// use std::time::Duration;
-/// use cubie_mem::SimBackend;
-/// use cubie_mem::backend::Backend;
-/// use cubie_mem::plan::split::{Workload, weights};
-///
-/// let fast = SimBackend::new(1 << 30).with_compute_speed(200);
-/// let slow = SimBackend::new(1 << 30);
-/// let work = Workload { compute: Duration::from_micros(10), ..Default::default() };
-/// let w = weights(&work, &[fast.engine_rates(), slow.engine_rates()]);
-/// assert_eq!(w[0].0, 2 * w[1].0);
-/// ```
+/// Each device's weight for `workload`: the inverse of its time per run,
+/// exactly. With any rates unknown (`None`), every device gets
+/// [`Weight::EQUAL`]. See the guide page
+/// [the split across devices](crate::guide::device_split).
 pub fn weights(workload: &Workload, rates: &[Option<EngineRates>]) -> Vec<Weight> {
     let times: Option<Vec<Seconds>> = rates
         .iter()
