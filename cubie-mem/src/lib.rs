@@ -1,18 +1,13 @@
 //! cubie-mem: a GPU memory manager for batch numerical solvers.
 //!
-//! Solver instances register with a [`MemoryManager`], each with a share of
-//! device memory and a stream group. They queue [`ArrayRequest`]s; the
-//! manager budgets them against the memory available, splits the batch into
-//! chunks along the run axis when it does not fit ([`plan`]), evicts idle
-//! owners under pressure, and allocates stream-ordered on the group's stream.
-//! Typed [`DeviceArray`]s and [`PinnedArray`]s come back in an
-//! [`ArrayResponse`].
+//! Solver instances register with a [`MemoryManager`]. They queue
+//! [`ArrayRequest`]s, and the manager budgets them against the memory
+//! available. A batch that does not fit is split into chunks ([`plan`]).
+//! Typed arrays come back in an [`ArrayResponse`].
 //!
 //! Without a GPU everything runs on [`SimBackend`], a device held in host
-//! memory (the default). The CUDA backend is behind the feature `cuda`.
-//!
-//! The library logs its decisions (plans, evictions, placements) through
-//! `tracing`: [`guide::logging`] shows how to see them with `RUST_LOG`.
+//! memory. The CUDA backend is behind the feature `cuda`. Decisions are
+//! logged through `tracing` ([`guide::logging`]).
 //!
 //! ```
 //! use cubie_mem::{ArrayRequest, DType, ManagerConfig, MemoryManager, Registration, SimBackend};
@@ -30,20 +25,18 @@
 //!
 //! # Where names live
 //!
-//! Every item has one path. What solver code names is at the crate root:
-//! the manager and its handles, registrations, requests and responses,
-//! device, pinned and host arrays, chunk plans and streaming, buffer
-//! structs, host kernels, errors, the simulated device, and several
-//! devices ([`DeviceSet`]) and ranks of a launcher ([`Shard`]). Five modules
-//! hold the rest, and nothing in them is re-exported: [`backend`] (the
-//! device contract in detail, for backend authors and direct device work,
-//! and the CUDA backend), [`plan`] (the chunk planner on its own, and the
-//! split of a batch across devices, [`plan::split`]),
-//! [`stats`] (the statistics types), [`report`] (who holds the memory, and
-//! what would make a request fit), [`timeline`] (the device's timeline)
-//! and [`guide`] (the user guide). Constants live beside what they
-//! configure, as associated constants (`ArrayRequest::DEFAULT_CHUNK_AXIS`,
-//! `Registration::DEFAULT_STREAM_GROUP`, `SimBackend::POISON`, ...).
+//! Every item has one path. What solver code names is at the crate root.
+//! The public modules hold the rest, with nothing re-exported:
+//!
+//! - [`backend`]: the device contract, for backend authors;
+//! - `cuda` (feature `cuda`): kernel libraries on the manager's memory;
+//! - [`plan`]: the chunk planner, and the split across devices;
+//! - [`stats`] and [`report`]: usage statistics, and who holds the memory;
+//! - [`timeline`]: the device's timeline;
+//! - [`guide`]: the user guide.
+//!
+//! Constants are associated constants of what they configure
+//! (`ArrayRequest::DEFAULT_CHUNK_AXIS`, `SimBackend::POISON`).
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -95,7 +88,7 @@ pub use host::{
 };
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs, KernelArray};
-pub use manager::{Instance, MemoryManager, Owner, PendingRequests, Work};
+pub use manager::{Instance, MemoryManager, Owner, Work};
 pub use plan::Limit;
 pub use plan::chunks::{Chunk, ChunkPlan, Chunks};
 pub use plan::split::{Skip, Weight, Workload};

@@ -94,6 +94,46 @@ pub struct MemoryReport {
     pub device_pool: Option<PoolUsage>,
     /// Page-locked host memory of host arrays and staging buffers.
     pub host_pinned: HostPinnedStats,
+    /// The request sets waiting in the queue, in the order queued: what no
+    /// `allocate_queue` has served yet. A set whose
+    /// [`passed_over`](PendingRequests::passed_over) is above 0 waits while
+    /// other owners of its group are served: only an `allocate_queue` of
+    /// an instance of its own owner serves it (register the instance with
+    /// `.owner(&x)` to be served with `x`).
+    ///
+    /// ```
+    /// use cubie_mem::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
+    ///
+    /// let mgr = MemoryManager::with_config(SimBackend::new(1 << 30), ManagerConfig::default().granule(0));
+    /// let solver = mgr.register(Registration::new().name("solver").on_invalidate(|| {})).unwrap();
+    /// // Forgot `.owner(&solver)`: an owner of its own.
+    /// let outputs = mgr.register(Registration::new().name("outputs").on_invalidate(|| {})).unwrap();
+    /// mgr.queue_request(&outputs, [("state", ArrayRequest::of::<f64>([4, 2, 100]).total_runs(100))]).unwrap();
+    /// mgr.allocate_queue(&solver).unwrap(); // serves the solver's owner only: warns
+    /// let pending = mgr.memory_report().pending;
+    /// assert_eq!(pending.len(), 1);
+    /// assert_eq!((pending[0].labels.as_slice(), pending[0].passed_over), (&["state".to_owned()][..], 1));
+    /// ```
+    pub pending: Vec<PendingRequests>,
+}
+
+/// A request set waiting in the queue for an `allocate_queue` of its
+/// owner: in [`MemoryReport::pending`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingRequests {
+    /// The instance that queued, with its name when set.
+    pub instance: String,
+    /// Its owner: only `allocate_queue` of an instance of this owner
+    /// serves the set.
+    pub owner: String,
+    /// The stream group it waits in.
+    pub group: String,
+    /// The labels queued, in the order given.
+    pub labels: Vec<String>,
+    /// How many `allocate_queue` calls in its group served another owner
+    /// (or nothing) while it waited. Above 0 for a holder registered
+    /// without `.owner(..)` of the instance whose calls serve the others.
+    pub passed_over: usize,
 }
 
 impl MemoryReport {

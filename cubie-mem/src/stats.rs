@@ -270,19 +270,6 @@ impl HostPinnedStats {
     }
 }
 
-impl MemoryStats {
-    /// A printable table of this snapshot.
-    pub fn report(&self) -> MemoryReport<'_> {
-        MemoryReport { stats: self }
-    }
-}
-
-/// A [`MemoryStats`] snapshot printed as a table, per instance, group and
-/// in total.
-pub struct MemoryReport<'a> {
-    stats: &'a MemoryStats,
-}
-
 fn mib(bytes: u64) -> String {
     format!("{:.2}", bytes as f64 / (1u64 << 20) as f64)
 }
@@ -319,9 +306,10 @@ fn row(scope: String, u: &UsageStats) -> [String; 12] {
     ]
 }
 
-impl fmt::Display for MemoryReport<'_> {
+/// The snapshot as a table, per instance, group and in total.
+impl fmt::Display for MemoryStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = self.stats;
+        let s = self;
         writeln!(
             f,
             "{} device: {} total, {} free; limit mode {:?}",
@@ -447,7 +435,7 @@ mod tests {
 
     #[test]
     fn report_is_a_table_with_distinct_headers_and_names() {
-        let text = stats(LimitMode::Passive).report().to_string();
+        let text = stats(LimitMode::Passive).to_string();
         let header = text.lines().nth(1).unwrap();
         let mut columns: Vec<&str> = header
             .split("  ")
@@ -474,7 +462,7 @@ mod tests {
 
     #[test]
     fn active_mode_shows_caps() {
-        let text = stats(LimitMode::Active).report().to_string();
+        let text = stats(LimitMode::Active).to_string();
         assert!(text.contains("rk45-outputs (default, cap 4096.00 MiB)"));
     }
 }

@@ -463,7 +463,7 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         timeline.dropped_spans(),
     );
     println!();
-    println!("{}", stats.report());
+    println!("{stats}");
 
     if let Some(path) = host_state.spill_path() {
         println!(

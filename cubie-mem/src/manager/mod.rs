@@ -84,7 +84,6 @@ use crate::backend::Backend;
 use crate::config::ManagerConfig;
 
 pub use handles::{Instance, Owner};
-pub use pending::PendingRequests;
 pub use work::Work;
 
 use state::State;

@@ -9,61 +9,22 @@
 //! turn), so the manager warns once per queued set the first time a call
 //! in its group passes it over, warns when an instance is dropped with
 //! requests never served, and lists what waits in
-//! [`MemoryManager::pending_requests`].
+//! [`MemoryReport::pending`](crate::report::MemoryReport::pending).
 
 use super::batch::Queued;
 use super::state::State;
-use crate::MemoryManager;
 use crate::ids::{InstanceId, OwnerId};
+use crate::report::PendingRequests;
 
-/// A request set waiting in the queue for an `allocate_queue` of its
-/// owner: from [`MemoryManager::pending_requests`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PendingRequests {
-    /// The instance that queued, with its name when set.
-    pub instance: String,
-    /// Its owner: only `allocate_queue` of an instance of this owner
-    /// serves the set.
-    pub owner: String,
-    /// The stream group it waits in.
-    pub group: String,
-    /// The labels queued, in the order given.
-    pub labels: Vec<String>,
-    /// How many `allocate_queue` calls in its group served another owner
-    /// (or nothing) while it waited. Above 0 for a holder registered
-    /// without `.owner(..)` of the instance whose calls serve the others.
-    pub passed_over: usize,
-}
-
-impl MemoryManager {
-    /// Every request set waiting in the queue, in the order queued: what
-    /// no `allocate_queue` has served yet. A set whose
-    /// [`passed_over`](PendingRequests::passed_over) is above 0 waits while
-    /// other owners of its group are served: only an `allocate_queue` of
-    /// an instance of its own owner serves it (register the instance with
-    /// `.owner(&x)` to be served with `x`).
-    ///
-    /// ```
-    /// use cubie_mem::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
-    ///
-    /// let mgr = MemoryManager::with_config(SimBackend::new(1 << 30), ManagerConfig::default().granule(0));
-    /// let solver = mgr.register(Registration::new().name("solver").on_invalidate(|| {})).unwrap();
-    /// // Forgot `.owner(&solver)`: an owner of its own.
-    /// let outputs = mgr.register(Registration::new().name("outputs").on_invalidate(|| {})).unwrap();
-    /// mgr.queue_request(&outputs, [("state", ArrayRequest::of::<f64>([4, 2, 100]).total_runs(100))]).unwrap();
-    /// mgr.allocate_queue(&solver).unwrap(); // serves the solver's owner only: warns
-    /// let pending = mgr.pending_requests();
-    /// assert_eq!(pending.len(), 1);
-    /// assert_eq!((pending[0].labels.as_slice(), pending[0].passed_over), (&["state".to_owned()][..], 1));
-    /// ```
-    pub fn pending_requests(&self) -> Vec<PendingRequests> {
-        let s = self.inner.lock();
+impl super::Inner {
+    /// Every request set waiting in the queue, in the order queued.
+    pub(super) fn pending_requests(s: &State) -> Vec<PendingRequests> {
         let mut queued: Vec<(u64, PendingRequests)> = s
             .instances
             .iter()
             .filter_map(|(&id, instance)| {
                 let queued = instance.queued.as_ref()?;
-                Some((queued.order, describe(&s, id, instance.owner, queued)))
+                Some((queued.order, describe(s, id, instance.owner, queued)))
             })
             .collect();
         queued.sort_by_key(|(order, _)| *order);
@@ -117,7 +78,7 @@ pub(super) fn note_passed_over(s: &mut State, group: &str, owner: OwnerId, trigg
             "{} queued [{labels}] in stream group '{group}', and allocate_queue of {} served its owner {} \
              without it: only allocate_queue of an instance of {} serves it, and its ready hook fires \
              then; register it with .owner(..) of {} to be served with it \
-             (MemoryManager::pending_requests lists what waits)",
+             (MemoryManager::memory_report().pending lists what waits)",
             s.named(id),
             s.named(trigger),
             s.named_owner(owner),

@@ -105,6 +105,7 @@ impl Inner {
                 host_arrays: self.pinned_host.bytes(PinnedUse::HostArray),
                 staging: self.pinned_host.bytes(PinnedUse::Staging),
             },
+            pending: Inner::pending_requests(s),
         }
     }
 

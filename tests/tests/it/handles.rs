@@ -181,7 +181,7 @@ fn statistics_track_current_peak_and_events() {
     // x (800 bytes) stays; z runs in 10 chunks of 10 runs: 8000 bytes.
     assert_eq!(stats.total.current_bytes, 800 + 8000);
     assert_eq!(stats.total.peak_bytes, 800 + 8000);
-    let table = stats.report().to_string();
+    let table = stats.to_string();
     assert!(
         table.contains("group g") && table.contains("total"),
         "{table}"

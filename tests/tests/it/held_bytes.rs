@@ -54,7 +54,7 @@ fn an_instance_holds_the_buffer_its_smaller_array_reuses() {
         );
         assert_eq!(usage.peak_held_bytes, 800);
     }
-    let table = stats.report().to_string();
+    let table = stats.to_string();
     let total = table.lines().find(|l| l.starts_with("total")).unwrap();
     let cells: Vec<&str> = total.split_whitespace().collect();
     assert_eq!(&cells[1..3], ["0.00", "0.00"], "MiB, rounded: {table}");
@@ -205,7 +205,7 @@ fn page_locked_host_memory_is_counted_apart_from_the_device() {
         stats.host_pinned
     );
     assert_eq!(stats.total.held_bytes, 0, "no device memory");
-    let table = stats.report().to_string();
+    let table = stats.to_string();
     assert!(
         table.contains("page-locked host memory: 0.01 MiB of host arrays"),
         "{table}"

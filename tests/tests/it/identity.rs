@@ -115,7 +115,7 @@ fn names_show_in_stats_reports_errors_and_tracing() {
     let stats = mgr.stats();
     let names: Vec<_> = stats.instances.iter().map(|i| i.name.as_deref()).collect();
     assert_eq!(names, [Some("rk45-outputs"), Some("cache"), Some("solver")]);
-    let report = stats.report().to_string();
+    let report = stats.to_string();
     assert!(report.contains("solver (default)"), "{report}");
     assert!(!report.contains("instance "), "names replace ids: {report}");
 }
@@ -140,7 +140,7 @@ fn the_report_splits_device_and_pinned_and_shows_caps_only_in_active_mode() {
     mgr.allocate_queue(&a).unwrap();
     let total = mgr.stats().total;
     assert_eq!((total.device_bytes, total.pinned_bytes), (3 << 20, 1 << 20));
-    let passive = mgr.stats().report().to_string();
+    let passive = mgr.stats().to_string();
     let header: Vec<&str> = passive
         .lines()
         .nth(1)
@@ -157,7 +157,7 @@ fn the_report_splits_device_and_pinned_and_shows_caps_only_in_active_mode() {
     assert!(row.contains("3.00") && row.contains("1.00"), "{passive}");
     assert!(!passive.contains("cap"), "{passive}");
     mgr.set_limit_mode(LimitMode::Active);
-    assert!(mgr.stats().report().to_string().contains("cap 512.00 MiB"));
+    assert!(mgr.stats().to_string().contains("cap 512.00 MiB"));
 }
 
 #[test]

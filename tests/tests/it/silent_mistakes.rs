@@ -4,9 +4,10 @@
 //! dims, and the guide's types at the crate root.
 
 use crate::common::{Inbox, capture_logs, manager, queuing, runs_request};
+use cubie_mem::report::PendingRequests;
 use cubie_mem::{
-    ArrayRequest, ArraySide, Bytes, ChunkPlan, HostMemoryKind, MemError, PendingRequests,
-    Registration, UnchunkableArray, UnchunkableReason,
+    ArrayRequest, ArraySide, Bytes, ChunkPlan, HostMemoryKind, MemError, Registration,
+    UnchunkableArray, UnchunkableReason,
 };
 
 #[test]
@@ -57,7 +58,7 @@ fn a_holder_without_the_owner_is_warned_about_and_listed_as_pending() {
             && logs.contains(".owner(..)"),
         "{logs}"
     );
-    let pending = mgr.pending_requests();
+    let pending = mgr.memory_report().pending;
     assert_eq!(pending.len(), 1);
     let PendingRequests {
         instance,
@@ -74,12 +75,12 @@ fn a_holder_without_the_owner_is_warned_about_and_listed_as_pending() {
     // A second call passes it over again, without warning again.
     let (_, logs) = capture_logs(|| mgr.allocate_queue(&solver).unwrap());
     assert!(!logs.contains("WARN"), "{logs}");
-    assert_eq!(mgr.pending_requests()[0].passed_over, 2);
+    assert_eq!(mgr.memory_report().pending[0].passed_over, 2);
 
     // Its own owner's call serves it; nothing waits any more.
     mgr.allocate_queue(&outputs).unwrap();
     assert_eq!(outputs_inbox.take().len(), 1);
-    assert!(mgr.pending_requests().is_empty());
+    assert!(mgr.memory_report().pending.is_empty());
 }
 
 #[test]
@@ -93,7 +94,7 @@ fn an_instance_dropped_with_requests_never_served_is_warned_about() {
         logs.contains("WARN") && logs.contains("'stray'") && logs.contains("never served"),
         "{logs}"
     );
-    assert!(mgr.pending_requests().is_empty());
+    assert!(mgr.memory_report().pending.is_empty());
 }
 
 #[test]
@@ -120,7 +121,7 @@ fn a_label_given_twice_in_one_call_is_refused_and_changes_nothing() {
         }
     );
     // The earlier queue is as it was.
-    let pending = mgr.pending_requests();
+    let pending = mgr.memory_report().pending;
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].labels, ["kept"]);
 }
@@ -179,7 +180,7 @@ fn unchunkable_arrays_that_do_not_fit_are_named_with_their_reasons() {
         ]
     );
     // The failed call left the queue as it was.
-    assert_eq!(mgr.pending_requests()[0].labels.len(), 4);
+    assert_eq!(mgr.memory_report().pending[0].labels.len(), 4);
 
     // All unchunkable: the same list, with no chunk axis and one run named.
     mgr.queue_request(
