@@ -152,13 +152,13 @@ impl ArrayRequest {
     /// The axis that holds the batch's runs, which pipelines bind along by
     /// default. Unlike [`chunk_axis_in_use`](Self::chunk_axis_in_use), kept
     /// for an axis of one run.
-    pub fn run_axis(&self) -> Option<usize> {
+    pub(crate) fn run_axis(&self) -> Option<usize> {
         self.chunk_axis
             .filter(|&axis| !self.unchunkable && axis < self.shape.len())
     }
 
     /// The axis the planner splits, when the request is chunkable.
-    pub fn chunk_axis_in_use(&self) -> Option<usize> {
+    pub(crate) fn chunk_axis_in_use(&self) -> Option<usize> {
         if self.unchunkable {
             return None;
         }
@@ -171,7 +171,7 @@ impl ArrayRequest {
 
     /// The chunk axis, when lying beyond the shape is the only reason the
     /// request is unchunkable (a 2-D array on the default axis, say).
-    pub fn axis_out_of_range(&self) -> Option<usize> {
+    pub(crate) fn axis_out_of_range(&self) -> Option<usize> {
         let axis = self.chunk_axis?;
         (!self.unchunkable && self.total_runs > 1 && axis >= self.shape.len()).then_some(axis)
     }

@@ -301,7 +301,7 @@ proptest! {
         let request = ArrayRequest::new(dtype, shape.clone()).chunk_axis(axis);
         let chunk_length = chunk_length.max(1);
         let plan = ChunkPlan::new(chunk_length, 1, chunk_length).unwrap();
-        let in_use = request.chunk_axis_in_use();
+        let in_use = request.axis().filter(|_| request.is_chunkable());
         let exact = shape
             .iter()
             .enumerate()
