@@ -12,23 +12,21 @@ use super::{DeviceView, GroupStream};
 use crate::backend::BackendError;
 use crate::{CurrentStream, MemError, MemoryManager};
 
-impl MemoryManager {
-    /// Binds `stream`, a stream of the `cudarc` crate, as this thread's
-    /// current stream until the guard drops (as
-    /// [`bind_cuda_stream`](Self::bind_cuda_stream) binds it); the guard
-    /// keeps the stream alive. Refused, binding nothing, for a stream of
-    /// another context than the manager's CUDA backend and for cudarc's
-    /// per-thread default stream. Feature `cudarc`.
-    pub fn bind_cudarc_stream(
-        &self,
-        stream: &Arc<cudarc::driver::CudaStream>,
-    ) -> Result<CurrentStream, MemError> {
-        let keep: Box<dyn std::any::Any + Send + Sync> = Box::new(Arc::clone(stream));
-        // SAFETY: the binding holds the stream (cudarc destroys it when
-        // the last reference to it drops, never before), even if the guard is
-        // forgotten.
-        unsafe { self.bind_adopted(stream.cu_stream().cast(), Some(keep)) }
-    }
+/// Binds `stream`, a stream of the `cudarc` crate, as this thread's current
+/// stream on `manager` until the guard drops (as
+/// [`bind_raw_stream`](super::bind_raw_stream) binds it); the guard keeps
+/// the stream alive. Refused, binding nothing, for a stream of another
+/// context than the manager's CUDA backend and for cudarc's per-thread
+/// default stream. Feature `cudarc`.
+pub fn bind_cudarc_stream(
+    manager: &MemoryManager,
+    stream: &Arc<cudarc::driver::CudaStream>,
+) -> Result<CurrentStream, MemError> {
+    let keep: Box<dyn std::any::Any + Send + Sync> = Box::new(Arc::clone(stream));
+    // SAFETY: the binding holds the stream (cudarc destroys it when the
+    // last reference to it drops, never before), even if the guard is
+    // forgotten.
+    unsafe { super::external::bind_adopted(manager, stream.cu_stream().cast(), Some(keep)) }
 }
 
 impl GroupStream {

@@ -20,65 +20,66 @@ use crate::{MemError, MemoryManager};
 /// What binding a stream of another library is called in errors.
 const BIND: &str = "bind an external stream";
 
-impl MemoryManager {
-    /// Binds `raw`, a `CUstream` of another library (Numba's, PyTorch's,
-    /// your own), as this thread's current stream until the guard drops,
-    /// as [`bind_stream`](Self::bind_stream) does for a group's stream:
-    /// device allocations made by the manager and copies through array
-    /// handles inside the scope are ordered on it, and the free of an
-    /// array allocated there waits for its work (an event). The manager
-    /// never destroys the stream and never touches it after the guard
-    /// dropped. The backend must be a [`CudaBackend`](super::CudaBackend);
-    /// refused, binding nothing, for a stream of another context (another
-    /// device's) and for the default streams.
-    ///
-    /// # Safety
-    ///
-    /// `raw` is a live stream, and stays so until the guard dropped: a
-    /// guard kept alive by [`std::mem::forget`] keeps the binding forever.
-    /// (A stream destroyed earlier is used by the driver after its end.)
-    pub unsafe fn bind_cuda_stream(&self, raw: *mut c_void) -> Result<CurrentStream, MemError> {
-        // SAFETY: the caller's promise.
-        unsafe { self.bind_adopted(raw, None) }
-    }
+/// Binds `raw`, a `CUstream` of another library (Numba's, PyTorch's,
+/// your own), as this thread's current stream on `manager` until the guard
+/// drops, as [`MemoryManager::bind_stream`] does for a group's stream:
+/// device allocations made by the manager and copies through array handles
+/// inside the scope are ordered on it, and the free of an array allocated
+/// there waits for its work (an event). The manager never destroys the
+/// stream and never touches it after the guard dropped. The backend must be
+/// a [`CudaBackend`](super::CudaBackend); refused, binding nothing, for a
+/// stream of another context (another device's) and for the default
+/// streams.
+///
+/// # Safety
+///
+/// `raw` is a live stream, and stays so until the guard dropped: a guard
+/// kept alive by [`std::mem::forget`] keeps the binding forever. (A stream
+/// destroyed earlier is used by the driver after its end.)
+pub unsafe fn bind_raw_stream(
+    manager: &MemoryManager,
+    raw: *mut c_void,
+) -> Result<CurrentStream, MemError> {
+    // SAFETY: the caller's promise.
+    unsafe { bind_adopted(manager, raw, None) }
+}
 
-    /// Adopts `raw` on the manager's CUDA backend and binds it; `keep`
-    /// keeps it alive while bound.
-    ///
-    /// # Safety
-    ///
-    /// As for [`MemoryManager::bind_cuda_stream`].
-    pub(super) unsafe fn bind_adopted(
-        &self,
-        raw: *mut c_void,
-        keep: Option<Box<dyn std::any::Any + Send + Sync>>,
-    ) -> Result<CurrentStream, MemError> {
-        let backend = self.backend();
-        let cuda = cuda_backend(&**backend, BIND)?;
-        // SAFETY: the caller's promise: live until the binding ends, after
-        // which the manager queues nothing on it.
-        let stream = unsafe { cuda.adopt_stream(raw)? };
-        Ok(CurrentStream::bind(OwnedStream::external(
-            backend, stream, keep,
-        )))
-    }
+/// Adopts `raw` on `manager`'s CUDA backend and binds it; `keep` keeps it
+/// alive while bound.
+///
+/// # Safety
+///
+/// As for [`bind_raw_stream`].
+pub(super) unsafe fn bind_adopted(
+    manager: &MemoryManager,
+    raw: *mut c_void,
+    keep: Option<Box<dyn std::any::Any + Send + Sync>>,
+) -> Result<CurrentStream, MemError> {
+    let backend = manager.backend();
+    let cuda = cuda_backend(&**backend, BIND)?;
+    // SAFETY: the caller's promise: live until the binding ends, after
+    // which the manager queues nothing on it.
+    let stream = unsafe { cuda.adopt_stream(raw)? };
+    Ok(CurrentStream::bind(OwnedStream::external(
+        backend, stream, keep,
+    )))
+}
 
-    /// Runs `f` with `stream`, a stream of the `cust` crate, bound as this
-    /// thread's current stream (as [`bind_cuda_stream`](Self::bind_cuda_stream)
-    /// binds it; the binding ends when `f` returns or panics, while the
-    /// stream is borrowed). Refused, running nothing, for a stream of
-    /// another context than the manager's CUDA backend. Feature `cust`.
-    #[cfg(feature = "cust")]
-    pub fn with_cust_stream<R>(
-        &self,
-        stream: &cust::stream::Stream,
-        f: impl FnOnce(&CurrentStream) -> R,
-    ) -> Result<R, MemError> {
-        // SAFETY: the stream is borrowed for longer than the guard, which
-        // drops here (or while unwinding), never forgotten.
-        let guard = unsafe { self.bind_adopted(stream.as_inner().cast(), None)? };
-        Ok(f(&guard))
-    }
+/// Runs `f` with `stream`, a stream of the `cust` crate, bound as this
+/// thread's current stream on `manager` (as [`bind_raw_stream`] binds it;
+/// the binding ends when `f` returns or panics, while the stream is
+/// borrowed). Refused, running nothing, for a stream of another context
+/// than the manager's CUDA backend. Feature `cust`.
+#[cfg(feature = "cust")]
+pub fn with_cust_stream<R>(
+    manager: &MemoryManager,
+    stream: &cust::stream::Stream,
+    f: impl FnOnce(&CurrentStream) -> R,
+) -> Result<R, MemError> {
+    // SAFETY: the stream is borrowed for longer than the guard, which
+    // drops here (or while unwinding), never forgotten.
+    let guard = unsafe { bind_adopted(manager, stream.as_inner().cast(), None)? };
+    Ok(f(&guard))
 }
 
 impl CurrentStream {
@@ -88,8 +89,8 @@ impl CurrentStream {
     /// library through [`raw_stream`](GroupStream::raw_stream) and
     /// [`DeviceView::device_address`](super::DeviceView::device_address)),
     /// ordered with the manager's work there: a group's stream, or another
-    /// library's bound with [`MemoryManager::bind_cuda_stream`],
-    /// `with_cust_stream` or `bind_cudarc_stream`. It borrows the guard, so
+    /// library's bound with [`bind_raw_stream`], `with_cust_stream` or
+    /// `bind_cudarc_stream`. It borrows the guard, so
     /// nothing taken from it outlives the binding. Refused when the stream
     /// is not a CUDA backend's.
     pub fn cuda_stream(&self) -> Result<BoundStream<'_>, MemError> {

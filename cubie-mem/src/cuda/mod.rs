@@ -48,7 +48,7 @@
 //!   them on a stream group's [`GroupStream`] with a [`LaunchBuilder`],
 //!   passing the arrays as [`DeviceView`]s and scalars by type. Streams of
 //!   other libraries bind as the current stream
-//!   ([`MemoryManager::bind_cuda_stream`](crate::MemoryManager::bind_cuda_stream)).
+//!   ([`bind_raw_stream`]).
 //!
 //! Without a device (or driver), [`CudaBackend::new`] fails with
 //! [`MemError::NoDevice`](crate::MemError::NoDevice) naming the cause. The
@@ -83,6 +83,8 @@ pub use crate::backend::cuda::{
     CudaBackend, CudaConfig, DriverCalls, HostWait, LaunchDims, PtxFunction, PtxModule,
 };
 #[cfg(feature = "cudarc")]
-pub use cudarc_stream::CudarcStream;
-pub use external::BoundStream;
+pub use cudarc_stream::{CudarcStream, bind_cudarc_stream};
+#[cfg(feature = "cust")]
+pub use external::with_cust_stream;
+pub use external::{BoundStream, bind_raw_stream};
 pub use interop::{DeviceView, GroupStream, LaunchArg, LaunchBuilder};

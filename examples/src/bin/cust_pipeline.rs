@@ -162,7 +162,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         };
         y_in.as_mut_slice()[..end - first].copy_from_slice(&initial[first..end]);
         k_in.as_mut_slice()[..end - first].copy_from_slice(&rates[first..end]);
-        let (uploads, download) = mgr.with_cust_stream(stream, |guard| {
+        let (uploads, download) = cubie_mem::cuda::with_cust_stream(&mgr, stream, |guard| {
             // Queued on cust's stream, the current stream: the uploads ...
             let y_up = set.y.upload_async(y_in).map_err(copy_error)?;
             let k_up = set.k.upload_async(k_in).map_err(copy_error)?;

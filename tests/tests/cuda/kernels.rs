@@ -363,7 +363,7 @@ fn arrays_allocated_and_uploaded_on_a_bound_external_stream_serve_its_kernels() 
         // handle as any CUstream of the device's primary context is.
         let theirs = GroupStream::of(&mgr, &library)?;
         // SAFETY: `theirs` keeps the stream alive past the guard.
-        let guard = unsafe { mgr.bind_cuda_stream(theirs.raw_stream())? };
+        let guard = unsafe { cubie_mem::cuda::bind_raw_stream(&mgr, theirs.raw_stream())? };
         let (y, k) = euler_arrays(&mgr, &solver)?;
         drop(guard);
         let kernel = EulerDecay::load(&cuda)?;
@@ -374,7 +374,8 @@ fn arrays_allocated_and_uploaded_on_a_bound_external_stream_serve_its_kernels() 
         // Read on the solver's stream, ordered after the kernels.
         assert_matches_host(&y.to_vec()?, steps);
         // SAFETY: the null stream is refused before any driver call.
-        let error = unsafe { mgr.bind_cuda_stream(std::ptr::null_mut()) }.unwrap_err();
+        let error =
+            unsafe { cubie_mem::cuda::bind_raw_stream(&mgr, std::ptr::null_mut()) }.unwrap_err();
         let reason = refusal(&error, "bind an external stream");
         assert!(reason.contains("is a default stream"), "{reason}");
         Ok(())

@@ -41,7 +41,7 @@ fn a_cudarc_stream_bound_as_current_takes_the_managers_work() {
     let stream = context.new_stream().unwrap();
     let log = tempfile::NamedTempFile::new().unwrap();
     fake.command(&format!("log={}", log.path().display()));
-    let guard = mgr.bind_cudarc_stream(&stream).unwrap();
+    let guard = cubie_mem::cuda::bind_cudarc_stream(&mgr, &stream).unwrap();
     let y = allocate(&mgr, &solver, "y");
     y.copy_from_host(&[2.0; RUNS]).unwrap();
     drop(guard);
@@ -133,7 +133,7 @@ fn cudarc_launches_on_its_bound_stream_over_views_taken_from_the_guard() {
     let log = tempfile::NamedTempFile::new().unwrap();
     fake.command(&format!("log={}", log.path().display()));
     {
-        let guard = mgr.bind_cudarc_stream(&theirs).unwrap();
+        let guard = cubie_mem::cuda::bind_cudarc_stream(&mgr, &theirs).unwrap();
         let bound = guard.cuda_stream().unwrap();
         assert_eq!(bound.raw_stream(), theirs.cu_stream().cast());
         // The views order cudarc's stream after the uploads on the group's.

@@ -129,7 +129,7 @@ fn copies_and_an_allocation_inside_an_external_guard_are_ordered_on_its_stream()
     fake.command(&format!("log={}", log.path().display()));
     x.copy_from_host(&[1.0; 1024]).unwrap();
     // SAFETY: the stream outlives the guard, which is dropped below.
-    let guard = unsafe { mgr.bind_cuda_stream(external) }.unwrap();
+    let guard = unsafe { cubie_mem::cuda::bind_raw_stream(&mgr, external) }.unwrap();
     x.copy_from_host(&[2.0; 1024]).unwrap();
     let y = allocate(&mgr, &solver, "y");
     y.copy_from_host(&[3.0; 1024]).unwrap();
@@ -179,7 +179,7 @@ fn a_free_after_an_external_guard_is_ordered_after_its_streams_work() {
     let log = tempfile::NamedTempFile::new().unwrap();
     fake.command(&format!("log={}", log.path().display()));
     // SAFETY: the stream outlives the guard, which is dropped below.
-    let guard = unsafe { mgr.bind_cuda_stream(external) }.unwrap();
+    let guard = unsafe { cubie_mem::cuda::bind_raw_stream(&mgr, external) }.unwrap();
     let y = allocate(&mgr, &solver, "y");
     y.copy_from_host(&[3.0; 1024]).unwrap();
     drop(guard);
@@ -214,7 +214,7 @@ fn an_external_stream_destroyed_after_its_guard_leaves_nothing_dangling() {
     let external = driver.stream_on(&cuda);
     let y = {
         // SAFETY: the stream outlives the guard, which drops in this block.
-        let _guard = unsafe { mgr.bind_cuda_stream(external) }.unwrap();
+        let _guard = unsafe { cubie_mem::cuda::bind_raw_stream(&mgr, external) }.unwrap();
         x.copy_from_host(&[4.0; 1024]).unwrap();
         allocate(&mgr, &solver, "y")
     };
@@ -246,7 +246,7 @@ fn a_stream_of_another_context_or_a_default_stream_is_refused() {
     let mgr = manager(&cuda);
     let foreign = driver.stream_on(&other);
     // SAFETY: a live stream (of another context: refused before any use).
-    let error = unsafe { mgr.bind_cuda_stream(foreign) }.unwrap_err();
+    let error = unsafe { cubie_mem::cuda::bind_raw_stream(&mgr, foreign) }.unwrap_err();
     let reason = refusal(&error, "bind an external stream");
     assert!(
         reason.contains("not to this backend's") && reason.contains("device 0"),
@@ -254,7 +254,7 @@ fn a_stream_of_another_context_or_a_default_stream_is_refused() {
     );
     for default in [ptr::null_mut(), 1 as Handle, 2 as Handle] {
         // SAFETY: the default streams are refused before any driver call.
-        let error = unsafe { mgr.bind_cuda_stream(default) }.unwrap_err();
+        let error = unsafe { cubie_mem::cuda::bind_raw_stream(&mgr, default) }.unwrap_err();
         let reason = refusal(&error, "bind an external stream");
         assert!(reason.contains("is a default stream"), "{reason}");
     }
