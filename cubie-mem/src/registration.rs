@@ -69,7 +69,7 @@ impl<F: ?Sized> Hook<F> {
 
 /// Where host arrays spill to a file, and above what size: an instance's
 /// or owner's own settings, or those that apply to an instance
-/// ([`MemoryManager::spill_settings`](crate::MemoryManager::spill_settings)).
+/// ([`Instance::spill_settings`](crate::Instance::spill_settings)).
 /// `None` where nothing is set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpillSettings {
