@@ -26,10 +26,10 @@
 //! # Where names live
 //!
 //! Every item has one path. What solver code names is at the crate root.
-//! The public modules hold the rest, with nothing re-exported:
+//! The public modules hold the rest, which the root does not re-export:
 //!
 //! - [`backend`]: the device contract, for backend authors;
-//! - `cuda` (feature `cuda`): kernel libraries on the manager's memory;
+//! - `cuda` (feature `cuda`): the CUDA backend, and your kernels on its memory;
 //! - [`plan`]: the chunk planner, and the split across devices;
 //! - [`stats`] and [`report`]: usage statistics, and who holds the memory;
 //! - [`timeline`]: the device's timeline;

@@ -94,12 +94,8 @@ pub struct MemoryReport {
     pub device_pool: Option<PoolUsage>,
     /// Page-locked host memory of host arrays and staging buffers.
     pub host_pinned: HostPinnedStats,
-    /// The request sets waiting in the queue, in the order queued: what no
-    /// `allocate_queue` has served yet. A set whose
-    /// [`passed_over`](PendingRequests::passed_over) is above 0 waits while
-    /// other owners of its group are served: only an `allocate_queue` of
-    /// an instance of its own owner serves it (register the instance with
-    /// `.owner(&x)` to be served with `x`).
+    /// The request sets waiting in the queue, in the order queued. Only an
+    /// `allocate_queue` of the set's own owner serves it.
     ///
     /// ```
     /// use cubie_mem::{ArrayRequest, ManagerConfig, MemoryManager, Registration, SimBackend};
@@ -117,22 +113,19 @@ pub struct MemoryReport {
     pub pending: Vec<PendingRequests>,
 }
 
-/// A request set waiting in the queue for an `allocate_queue` of its
-/// owner: in [`MemoryReport::pending`].
+/// A request set waiting in the queue ([`MemoryReport::pending`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingRequests {
     /// The instance that queued, with its name when set.
     pub instance: String,
-    /// Its owner: only `allocate_queue` of an instance of this owner
-    /// serves the set.
+    /// Its owner, whose `allocate_queue` serves the set.
     pub owner: String,
     /// The stream group it waits in.
     pub group: String,
     /// The labels queued, in the order given.
     pub labels: Vec<String>,
     /// How many `allocate_queue` calls in its group served another owner
-    /// (or nothing) while it waited. Above 0 for a holder registered
-    /// without `.owner(..)` of the instance whose calls serve the others.
+    /// while it waited: above 0 when `.owner(..)` was likely forgotten.
     pub passed_over: usize,
 }
 

@@ -1,6 +1,5 @@
-//! [`BackendError`]: what a backend reports, with the figures it knows and no
-//! more; the manager turns it into a [`MemError`] with the array's label and
-//! its own figures.
+//! [`BackendError`]: what a backend reports; the manager turns it into a
+//! [`MemError`] with the array's label.
 
 use std::fmt;
 
@@ -8,10 +7,7 @@ use super::DevicePtr;
 use crate::{Bytes, MemError};
 
 /// The longest one operation may take on the simulated device's clock:
-/// 2^50 ns, about 13 days. Longer is a figure no device takes, and refused
-/// ([`BackendError::ClockOverflow`]), so that one bad figure cannot bring
-/// the clock to the end of its range (more than 16,000 operations this
-/// long still fit after one): the device stays usable.
+/// 2^50 ns, about 13 days. Longer is refused ([`BackendError::ClockOverflow`]).
 pub(crate) const LONGEST_OPERATION_NS: u64 = 1 << 50;
 
 /// Which memory ran out.
@@ -78,9 +74,8 @@ pub enum BackendError {
         message: String,
     },
 
-    /// An earlier failure left the device context unusable (a fault in a
-    /// kernel, say): the driver fails every later call the same way, and
-    /// only a new process can use the device again.
+    /// An earlier failure left the device context unusable; only a new
+    /// process can use the device again.
     #[error(
         "{operation} failed: the device context is unusable since {during} failed with {message} \
          (code {code}); every later call fails the same way: restart the process"
@@ -96,8 +91,7 @@ pub enum BackendError {
         message: String,
     },
 
-    /// A device address that is not a live allocation of this backend
-    /// (freed already, or another backend's).
+    /// A device address that is not a live allocation of this backend.
     #[error("{operation}: no live allocation of this backend starts at {ptr}")]
     UnknownAllocation {
         /// What was being done.
@@ -119,8 +113,8 @@ pub enum BackendError {
         size: u64,
     },
 
-    /// Two operations on different streams touched the same memory, one of
-    /// them writing, with no event ordering the later after the earlier.
+    /// Two streams touched the same memory, one writing, with no event
+    /// ordering them.
     #[error(
         "stream hazard: {operation} on stream {accessed_on} touches {memory}, {earlier} on stream {earlier_on} \
          with no event between; record an event after the earlier work and make stream {accessed_on} wait for it"
@@ -138,11 +132,8 @@ pub enum BackendError {
         earlier_on: u64,
     },
 
-    /// The host read or wrote page-locked memory that an asynchronous copy
-    /// it has not seen done still writes (or, for a host write, still
-    /// reads): on a GPU it would read stale bytes or corrupt the copy. A
-    /// simulated device reports it at its next call, as a GPU reports
-    /// asynchronous errors.
+    /// The host touched page-locked memory that an unfinished asynchronous
+    /// copy still uses. Reported at the next call.
     #[error(
         "host {access} of the page-locked host block at {address:#x} while it is {copy} on stream \
          {stream}; wait for an event recorded after the copy (or synchronise the stream) first"
@@ -174,12 +165,9 @@ pub enum BackendError {
         len: usize,
     },
 
-    /// Work whose modelled time does not fit the simulated device's clock:
-    /// longer than one operation may take
-    /// ([`SimBackend::LONGEST_OPERATION`](crate::SimBackend::LONGEST_OPERATION),
-    /// about 13 days), or ending past the clock's range (`u64::MAX`
-    /// nanoseconds, about 584 years from its start). Refused before
-    /// anything changes: the device keeps working.
+    /// Work whose modelled time does not fit the simulated device's clock
+    /// ([`SimBackend::LONGEST_OPERATION`](crate::SimBackend::LONGEST_OPERATION)).
+    /// Refused before anything changes.
     #[error(
         "{operation}: {} ns of modelled time starting at {start_ns} ns does not fit the \
          simulated clock: one operation takes at most {} ns (about 13 days), and all work \
@@ -197,8 +185,7 @@ pub enum BackendError {
         duration: std::time::Duration,
     },
 
-    /// A strided copy's figures do not describe rows that can be copied: a
-    /// pitch smaller than a row, or an extent past the address range.
+    /// A strided copy's figures do not describe rows that can be copied.
     #[error("{operation}: {rows}: {reason}")]
     BadStride {
         /// What was being done.
@@ -225,9 +212,7 @@ impl BackendError {
         matches!(self, BackendError::OutOfMemory { .. })
     }
 
-    /// The [`MemError`] for this failure while working on the array `label`
-    /// of backend `backend`: out of memory and hazards name the array, the
-    /// rest keep the backend's own message.
+    /// The [`MemError`] for this failure while working on the array `label`.
     pub(crate) fn for_array(self, backend: &'static str, label: &str) -> MemError {
         match self {
             BackendError::OutOfMemory {

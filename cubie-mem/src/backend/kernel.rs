@@ -39,17 +39,14 @@ pub struct KernelArg {
     pub access: Access,
 }
 
-/// The body of a host kernel: called once with the bytes of every argument,
-/// in the launch's order.
+/// The body of a host kernel: called with the bytes of every argument.
 pub type HostKernelFn<'a> = dyn FnMut(&mut [&mut [u8]]) + Send + 'a;
 
 /// What a launch runs.
 #[non_exhaustive]
 pub enum KernelBody<'a> {
     /// Work the host does over the arguments' bytes, standing in for a GPU
-    /// kernel: the simulated device runs it when the launch is queued and
-    /// times it at `duration` on its compute engine. Device backends report
-    /// it unsupported.
+    /// kernel. Device backends report it unsupported.
     Host {
         /// The modelled time the kernel takes on the device.
         duration: Duration,

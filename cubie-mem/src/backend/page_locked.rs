@@ -1,22 +1,11 @@
 //! The host address ranges of a backend's live page-locked blocks, and of
-//! the backends whose blocks it accepts too: the devices of one set, whose
-//! page-locked allocations are portable (`CU_MEMHOSTALLOC_PORTABLE`), so
-//! that one host array serves every device's asynchronous copies.
+//! the peers whose blocks it accepts.
 //!
-//! Each range keeps the pointer its block was allocated at
-//! ([`PinnedBlock::base`](super::PinnedBlock::base), taken from the owning
-//! allocation without going through a reference, as `Vec::as_mut_ptr` is).
-//! A backend that writes into a block after the call that queued the copy
-//! has returned (the simulated device lands a download when the host has
-//! seen it done) goes through that pointer, never through the address the
-//! copy was given, which may come from a borrow that has ended since.
-//!
-//! Aliasing: between the call that queues an asynchronous copy and the
-//! moment the host sees it done, the copy's contract gives its bytes to the
-//! backend, so no reference to them is alive in the host's code; the
-//! backend's write through the block's pointer is then the only access.
-//! Reads during the call itself go through the caller's pointer, which the
-//! contract makes valid for that long.
+//! Each range keeps its block's base pointer
+//! ([`PinnedBlock::base`](super::PinnedBlock::base)). A backend that writes
+//! into a block after the queuing call returned goes through that pointer,
+//! never through the address the copy was given. Until the host sees the
+//! copy done, the bytes belong to the backend, so that write is the only access.
 
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
@@ -59,8 +48,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The pointer to `start..end` when `ranges` hold it inside one range,
-/// derived from that block's base pointer.
+/// The pointer to `start..end`, from the base of the range holding it.
 fn pointer_in(ranges: &Ranges, start: u64, end: u64) -> Option<NonNull<u8>> {
     let ranges = lock(ranges);
     let (&block_start, block) = ranges.range(..=start).next_back()?;
@@ -113,9 +101,7 @@ impl PageLockedRanges {
     }
 
     /// The `len` bytes at `address`, through the base pointer of the live
-    /// block of this backend or of a peer that holds them all (see the
-    /// module's docs for when a backend may dereference it); else
-    /// [`BackendError::NotPageLocked`].
+    /// block holding them; else [`BackendError::NotPageLocked`].
     pub(crate) fn pointer(
         &self,
         operation: &'static str,

@@ -1,24 +1,17 @@
 //! Streams and events as objects a backend hands out: each releases itself
-//! when its last reference drops, so nothing is looked up by handle and
-//! nothing can be used after it was released.
+//! when its last reference drops, so none can be used after release.
 //!
-//! A stream carries the work queued on it: copies, waits, events. Work on
-//! one stream runs in order; work on two streams is ordered only by an
-//! event recorded on one and waited for on the other. The backend does not
-//! order anything by itself: its caller orders its streams (the manager's
-//! owning layer does, for every allocation it holds).
+//! Work on one stream runs in order; work on two streams is ordered only by
+//! events. The backend orders nothing itself: its caller does.
 
 use std::any::Any;
 
 use super::{BackendError, DevicePtr, StridedRows};
 
 /// A stream of a backend (CUDA `CUstream`, never the null stream). Dropping
-/// the last reference destroys it without waiting: its queued work still
-/// runs, and stays ordered before work that waited for its events.
+/// the last reference destroys it without waiting for its work.
 pub trait Stream: Send + Sync {
-    /// A number naming the stream in timelines, hazards and logs; two
-    /// streams with one number are one device stream (an external stream
-    /// bound twice).
+    /// A number naming the stream in timelines, hazards and logs.
     fn id(&self) -> u64;
 
     /// Blocks until all work queued on the stream completed.
@@ -27,14 +20,12 @@ pub trait Stream: Send + Sync {
     /// Records an event after the work queued so far.
     fn record(&self) -> Result<Box<dyn Event>, BackendError>;
 
-    /// Makes work queued after this call wait until the work before
-    /// `event` completed (`cuStreamWaitEvent`). An event of another device
-    /// is refused.
+    /// Makes later work wait for the work before `event`
+    /// (`cuStreamWaitEvent`).
     fn wait(&self, event: &dyn Event) -> Result<(), BackendError>;
 
-    /// Copies the pageable slice `src` into device memory at `dst + offset`
-    /// after the work queued so far; returns once `src` may be reused (the
-    /// host waits for the copy).
+    /// Copies the pageable slice `src` into device memory at `dst + offset`;
+    /// returns once `src` may be reused.
     fn copy_to_device(&self, dst: DevicePtr, offset: u64, src: &[u8]) -> Result<(), BackendError>;
 
     /// Copies device memory at `src + offset` into the pageable slice `dst`
@@ -47,12 +38,9 @@ pub trait Stream: Send + Sync {
     ) -> Result<(), BackendError>;
 
     /// Queues a copy of the `len` page-locked bytes at `src` into device
-    /// memory at `dst + offset`, and returns at once (`cuMemcpyHtoDAsync`).
-    /// Record an event after it to know when it is done.
-    ///
-    /// Host memory that is not a [`PinnedBlock`](super::PinnedBlock) of this
-    /// backend is refused with [`BackendError::NotPageLocked`] before
-    /// anything is queued.
+    /// memory at `dst + offset` (`cuMemcpyHtoDAsync`). Memory that is not a
+    /// [`PinnedBlock`](super::PinnedBlock) of this backend is
+    /// [`BackendError::NotPageLocked`].
     ///
     /// # Safety
     ///
@@ -69,9 +57,7 @@ pub trait Stream: Send + Sync {
     ) -> Result<(), BackendError>;
 
     /// Queues a copy of device memory at `src + offset` into the `len`
-    /// page-locked bytes at `dst`, and returns at once
-    /// (`cuMemcpyDtoHAsync`); refused as
-    /// [`copy_to_device_async`](Self::copy_to_device_async) is.
+    /// page-locked bytes at `dst` (`cuMemcpyDtoHAsync`).
     ///
     /// # Safety
     ///
@@ -85,17 +71,9 @@ pub trait Stream: Send + Sync {
         offset: u64,
     ) -> Result<(), BackendError>;
 
-    /// Queues a strided copy of page-locked host rows into device memory,
-    /// and returns at once (`cuMemcpy2DAsync`): `rows.rows` rows of
-    /// `rows.row_bytes` bytes, the first at `src` and each `rows.host_pitch`
-    /// bytes after the last, into device memory from `dst + offset`,
-    /// `rows.device_pitch` bytes apart. The copy engine moves them, with no
-    /// staging and no host work.
-    ///
-    /// Refused before anything is queued: figures that do not describe rows
-    /// ([`BackendError::BadStride`]), device rows outside the allocation
-    /// ([`BackendError::OutOfBounds`]), host rows that are not page-locked
-    /// memory of this backend ([`BackendError::NotPageLocked`]).
+    /// Queues a strided copy of page-locked host rows from `src` into device
+    /// memory from `dst + offset` (`cuMemcpy2DAsync`), with no staging.
+    /// Bad figures are refused before anything is queued.
     ///
     /// # Safety
     ///
@@ -109,10 +87,8 @@ pub trait Stream: Send + Sync {
         rows: StridedRows,
     ) -> Result<(), BackendError>;
 
-    /// Queues a strided copy of device memory from `src + offset`,
-    /// `rows.device_pitch` bytes apart, into page-locked host rows from
-    /// `dst`, `rows.host_pitch` bytes apart, and returns at once; refused as
-    /// [`copy_to_device_strided_async`](Self::copy_to_device_strided_async) is.
+    /// Queues a strided copy of device memory from `src + offset` into
+    /// page-locked host rows from `dst`.
     ///
     /// # Safety
     ///
@@ -126,9 +102,7 @@ pub trait Stream: Send + Sync {
         offset: u64,
     ) -> Result<(), BackendError>;
 
-    /// The stream as its backend's own type, so that the backend recognises
-    /// its streams when they come back (an allocation, a launch, a wait). A
-    /// decorator returns the stream it wraps.
+    /// The stream as its backend's own type; a decorator returns the one it wraps.
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -138,8 +112,7 @@ impl std::fmt::Debug for dyn Stream {
     }
 }
 
-/// An event recorded on a [`Stream`] (CUDA `CUevent`); released when
-/// dropped.
+/// An event recorded on a [`Stream`] (CUDA `CUevent`); released when dropped.
 pub trait Event: Send + Sync {
     /// Whether the work before the event completed (does not block).
     fn is_complete(&self) -> Result<bool, BackendError>;
@@ -152,8 +125,7 @@ pub trait Event: Send + Sync {
     fn as_any(&self) -> &dyn Any;
 }
 
-/// `stream` as the backend's own type `S`, or [`BackendError::Unsupported`]
-/// naming `operation` when it belongs to another backend.
+/// `stream` as the backend's own type `S`, or [`BackendError::Unsupported`].
 pub(crate) fn own<'a, S: 'static>(
     any: &'a dyn Any,
     operation: &'static str,

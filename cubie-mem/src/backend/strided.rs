@@ -1,27 +1,15 @@
-//! The shape of a strided (2D) asynchronous copy between page-locked host
-//! memory and device memory ([`Backend::copy_to_device_strided_async`],
-//! [`Backend::copy_from_device_strided_async`]), as `cuMemcpy2DAsync`
-//! takes it: rows of contiguous bytes, a pitch apart on each side.
-//!
-//! A chunk of a host array chunked along any axis is such a region:
-//! `outer` rows of `runs x inner` elements, `axis_length x inner` elements
-//! apart in the host array and packed in the device array.
-//!
-//! [`Backend::copy_to_device_strided_async`]: super::Backend::copy_to_device_strided_async
-//! [`Backend::copy_from_device_strided_async`]: super::Backend::copy_from_device_strided_async
+//! The shape of a strided (2D) asynchronous copy, as `cuMemcpy2DAsync` takes
+//! it: rows of contiguous bytes, a pitch apart on each side. A chunk of a
+//! host array along any axis is such a region.
 
 use std::fmt;
 use std::ops::Range;
 
 use super::BackendError;
 
-/// `rows` rows of `row_bytes` contiguous bytes, `host_pitch` bytes apart
-/// (start to start) in host memory and `device_pitch` bytes apart in device
-/// memory.
-///
-/// Each pitch must be at least `row_bytes`, so that rows do not overlap;
-/// a copy of 0 rows or of empty rows moves nothing. A backend checks the
-/// figures before anything is queued ([`StridedRows::check`]).
+/// `rows` rows of `row_bytes` contiguous bytes, `host_pitch` bytes apart on
+/// the host and `device_pitch` on the device. Each pitch is at least
+/// `row_bytes`.
 ///
 /// ```
 /// use cubie_mem::backend::StridedRows;
@@ -39,11 +27,9 @@ pub struct StridedRows {
     pub row_bytes: usize,
     /// The number of rows.
     pub rows: usize,
-    /// Bytes from the start of one row to the start of the next in host
-    /// memory (at least `row_bytes`).
+    /// Bytes from one row's start to the next in host memory.
     pub host_pitch: usize,
-    /// Bytes from the start of one row to the start of the next in device
-    /// memory (at least `row_bytes`).
+    /// Bytes from one row's start to the next in device memory.
     pub device_pitch: u64,
 }
 
@@ -57,8 +43,7 @@ impl fmt::Display for StridedRows {
     }
 }
 
-/// `rows` rows of `row_bytes`, `pitch` apart: from the first row's start to
-/// the last row's end; `None` when it overflows.
+/// The span of `rows` rows of `row_bytes`, `pitch` apart; `None` on overflow.
 fn span(row_bytes: u64, rows: u64, pitch: u64) -> Option<u64> {
     match rows.checked_sub(1) {
         None => Some(0),
@@ -67,8 +52,7 @@ fn span(row_bytes: u64, rows: u64, pitch: u64) -> Option<u64> {
 }
 
 impl StridedRows {
-    /// `rows` rows of `row_bytes`, `host_pitch` bytes apart on the host and
-    /// `device_pitch` on the device.
+    /// `rows` rows of `row_bytes`, with the two pitches.
     pub fn new(row_bytes: usize, rows: usize, host_pitch: usize, device_pitch: u64) -> Self {
         StridedRows {
             row_bytes,
@@ -78,14 +62,12 @@ impl StridedRows {
         }
     }
 
-    /// The bytes the copy moves, `rows x row_bytes`; `None` when it
-    /// overflows.
+    /// The bytes the copy moves; `None` on overflow.
     pub fn bytes(&self) -> Option<u64> {
         (self.row_bytes as u64).checked_mul(self.rows as u64)
     }
 
-    /// The host bytes from the first row's start to the last row's end;
-    /// `None` when it overflows.
+    /// The host bytes from the first row's start to the last's end.
     pub fn host_span(&self) -> Option<usize> {
         let span = span(
             self.row_bytes as u64,
@@ -95,16 +77,13 @@ impl StridedRows {
         usize::try_from(span).ok()
     }
 
-    /// The device bytes from the first row's start to the last row's end;
-    /// `None` when it overflows.
+    /// The device bytes from the first row's start to the last's end.
     pub fn device_span(&self) -> Option<u64> {
         span(self.row_bytes as u64, self.rows as u64, self.device_pitch)
     }
 
-    /// Checks the figures for `operation`: each pitch at least the row's
-    /// bytes, and the bytes moved and both spans within range. Returns the
-    /// bytes moved; [`BackendError::BadStride`] says what is wrong and what
-    /// to change.
+    /// Checks the figures for `operation` and returns the bytes moved, or
+    /// [`BackendError::BadStride`].
     pub fn check(&self, operation: &'static str) -> Result<u64, BackendError> {
         let bad = |reason: &'static str| BackendError::BadStride {
             operation,
@@ -130,9 +109,7 @@ impl StridedRows {
         Ok(bytes)
     }
 
-    /// The host byte ranges of the rows from host address `start`, rows
-    /// that touch merged (a pitch equal to the row: one range), with the
-    /// number of rows each holds. Call after [`check`](Self::check).
+    /// The host byte ranges of the rows from `start`, touching rows merged.
     pub(crate) fn host_ranges(&self, start: u64) -> Vec<(Range<u64>, usize)> {
         ranges(
             start,
@@ -149,9 +126,7 @@ impl StridedRows {
     }
 }
 
-/// The byte ranges of `rows` rows of `row_bytes`, `pitch` apart from
-/// `start`: one range when the rows touch, else one per row; with the rows
-/// each holds. Saturates (the caller checked the span).
+/// The byte ranges of `rows` rows of `row_bytes`, `pitch` apart from `start`.
 fn ranges(start: u64, pitch: u64, row_bytes: u64, rows: usize) -> Vec<(Range<u64>, usize)> {
     if rows == 0 || row_bytes == 0 {
         return Vec::new();

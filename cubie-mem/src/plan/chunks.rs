@@ -164,7 +164,7 @@ impl Default for ChunkPlan {
 /// bytes allocatable and what [limited](ChunkPlan::limited_by) it.
 ///
 /// ```
-/// use cubie_mem::plan::{self, Budget};
+/// use cubie_mem::plan::{self, Budget, Limit};
 /// use cubie_mem::{ArrayRequest, ChunkPlan};
 ///
 /// let plan = ChunkPlan::new(300_000, 11, 27_273)?.with_buffer_sets(2)?;
@@ -173,6 +173,7 @@ impl Default for ChunkPlan {
 /// // 32000 B of runs; the caps leave 10000 B of 10 MB free.
 /// let request = ArrayRequest::of::<f64>([4, 1000]).chunk_axis(1).total_runs(1000);
 /// let capped = plan::plan([("state", &request)], &Budget::active(10_000_000, 10_000).with_granule(0))?;
+/// assert_eq!(capped.limited_by(), Some(Limit::Caps));
 /// assert_eq!(
 ///     capped.to_string(),
 ///     "1,000 runs in 4 chunks of 250, 1 buffer set, 9800 B (9.57 KiB) allocatable \
@@ -384,11 +385,8 @@ impl ChunkPlan {
 }
 
 impl ChunkPlan {
-    /// This plan with the buffer sets a pipeline of `depth` gets on its
-    /// partition: `min(depth, chunks)`, lowered to what its figures fit
-    /// (`sets * C * chunk_length <= total_runs * (allocatable - U)`, exactly),
-    /// and never below 1 nor below the sets it has (which fit already).
-    /// One chunk has one set.
+    /// This plan with the buffer sets a pipeline of `depth` gets:
+    /// `min(depth, chunks)`, lowered to what fits, never below the sets it has.
     pub(crate) fn sets_for(self, depth: usize) -> ChunkPlan {
         let wanted = depth.min(self.chunks).max(1);
         let per_set = u128::from(self.chunkable_bytes) * self.chunk_length as u128;

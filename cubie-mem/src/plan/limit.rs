@@ -6,23 +6,8 @@ use super::{BatchSizes, Budget};
 
 /// What bounded the chunk length of a plan of several chunks: the figure to
 /// change for fewer chunks. Read it with
-/// [`ChunkPlan::limited_by`](crate::ChunkPlan::limited_by).
-///
-/// ```
-/// use cubie_mem::plan::{self, Budget, Limit};
-/// use cubie_mem::ArrayRequest;
-///
-/// let requests = [("state", ArrayRequest::of::<f64>([4, 1000]).chunk_axis(1).total_runs(1000))];
-/// let requests = || requests.iter().map(|(l, r)| (*l, r));
-/// // 32000 B of runs: 10 MB free, but the caps leave 10000 B.
-/// let capped = plan::plan(requests(), &Budget::active(10_000_000, 10_000).with_granule(0))?;
-/// assert_eq!(capped.limited_by(), Some(Limit::Caps));
-/// assert_eq!(Limit::Caps.to_string(), "instance caps");
-/// // A batch in one chunk was limited by nothing.
-/// let whole = plan::plan(requests(), &Budget::passive(10_000_000).with_granule(0))?;
-/// assert_eq!(whole.limited_by(), None);
-/// # Ok::<(), cubie_mem::MemError>(())
-/// ```
+/// [`ChunkPlan::limited_by`](crate::ChunkPlan::limited_by) (its `Display`
+/// shows an example).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Limit {

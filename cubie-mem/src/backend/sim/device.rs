@@ -40,9 +40,7 @@ pub(super) enum HostTarget<'a> {
 
 impl SimState {
     /// Checks and performs a copy of `src` into device memory at `dst +
-    /// offset` on `stream` (bounds, hazards, data, time); `pinned` is the
-    /// page-locked range an asynchronous copy reads (none: pageable, the
-    /// host waits). Returns when it ends.
+    /// offset` on `stream`. Returns when it ends.
     pub(super) fn copy_in(
         &mut self,
         operation: &'static str,
@@ -76,9 +74,7 @@ impl SimState {
     }
 
     /// Checks and performs a copy of device memory at `src + offset` on
-    /// `stream` into `dst`, as [`SimState::copy_in`] does: into pageable
-    /// memory at once (the host waits), into page-locked memory when the
-    /// host sees the copy done.
+    /// `stream` into `dst`, as [`SimState::copy_in`] does.
     pub(super) fn copy_out(
         &mut self,
         operation: &'static str,
@@ -129,9 +125,7 @@ impl Backend for SimBackend {
         })
     }
 
-    /// The pool: live allocations and the freed blocks it keeps; one
-    /// allocation can get all of the free memory (the pool gives back
-    /// blocks to make room).
+    /// The pool: live allocations and the freed blocks it keeps.
     fn pool_usage(&self) -> Option<PoolUsage> {
         let s = self.state();
         let used = s.device_bytes;
@@ -222,8 +216,7 @@ impl Backend for SimBackend {
         self.state().check_page_locked("", ptr.addr(), len).is_ok()
     }
 
-    /// Times the host's work on its own engine at the host bandwidth times
-    /// its lanes: the host's clock advances by it.
+    /// Times the host's work on its own engine; the host's clock advances.
     fn host_work(&self, work: HostWork, bytes: u64, lanes: usize) {
         let mut s = self.state();
         let lanes = lanes.max(1);

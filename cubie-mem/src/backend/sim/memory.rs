@@ -1,11 +1,6 @@
-//! Simulated device memory, as strict as the GPU's: fresh memory reads as
-//! poison until written, and freed memory stays in a pool (as with
-//! `cuMemFreeAsync`), from which a later allocation gets it back as fresh
-//! memory: CUDA leaves its contents undefined, so it reads as poison too.
-//!
-//! Poison costs nothing up front: a block records which byte ranges were
-//! written, and a read fills the rest with [`POISON`] (0xFF bytes: NaN as a
-//! float, -1 as a signed integer).
+//! Simulated device memory, as strict as the GPU's: fresh memory, and memory
+//! back from the pool, reads as [`POISON`] until written. A block records
+//! which byte ranges were written.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -135,9 +130,8 @@ impl DeviceBlock {
 }
 
 impl DeviceBlock {
-    /// The first `len` bytes (at most the block's), for a kernel to work on
-    /// in place: bytes never written are filled with [`POISON`] first, so
-    /// the kernel sees what a GPU's fresh memory would hold.
+    /// The first `len` bytes, for a kernel to work on in place; bytes never
+    /// written are filled with [`POISON`] first.
     pub(super) fn bytes_mut(&mut self, len: u64) -> &mut [u8] {
         let len = len.min(self.len);
         for gap in self.written.gaps(0..len) {
@@ -176,9 +170,7 @@ impl Pool {
         self.blocks.insert((block.capacity(), address), block);
     }
 
-    /// The smallest pooled block of at least `bytes`, with its address, in
-    /// use for `bytes` now as fresh memory: nothing counts as written, and
-    /// it reads as poison until written again.
+    /// The smallest pooled block of at least `bytes`, as fresh memory.
     pub(super) fn take(&mut self, bytes: u64) -> Option<(u64, DeviceBlock)> {
         let key = *self.blocks.range((bytes, 0)..).next()?.0;
         let mut block = self.blocks.remove(&key)?;
@@ -189,8 +181,7 @@ impl Pool {
         Some((address, block))
     }
 
-    /// Releases pooled blocks, largest first, until at most `keep` bytes
-    /// remain (memory pressure).
+    /// Releases pooled blocks, largest first, until at most `keep` bytes remain.
     pub(super) fn trim(&mut self, keep: u64) {
         while self.bytes > keep {
             let Some((_, block)) = self.blocks.pop_last() else {

@@ -1,21 +1,10 @@
 //! What the simulated device knows to be ordered, so that it can report the
 //! stream hazards a GPU would turn into wrong results.
 //!
-//! Every operation queued on a stream gets the next position on that stream.
-//! Each stream, event and the host carry a vector clock: for every stream,
-//! the last position known to be done before them. A stream learns of other
-//! streams' work through the events it waits for, and of everything the host
-//! has waited for (synchronise, event wait, a blocking copy, an event polled
-//! complete) when it is given new work. An access to a byte range whose last
-//! write (or, for page-locked blocks, a copy still in flight) is on another
-//! stream and not covered by the accessing stream's clock is a hazard; so is
-//! a write to bytes another stream read since their last write, unordered.
-//!
-//! Destroying a stream is not a wait: its work still runs, and what it
-//! touched stays in use until the host has seen that work done. Once it has
-//! (or nothing the stream did is remembered any more), the stream is retired
-//! from every clock, so that the state follows the live streams and events,
-//! not all that ever existed.
+//! Each stream, event and the host carry a vector clock: per stream, the
+//! last position known done before them. An access to bytes last written on
+//! another stream, not covered by the accessing stream's clock, is a hazard.
+//! A destroyed stream is retired once the host has seen its work done.
 
 use std::ops::Range;
 
@@ -66,29 +55,23 @@ struct StreamState {
 #[derive(Default)]
 pub(super) struct Ordering {
     streams: FxHashMap<u64, StreamState>,
-    /// Destroyed streams whose last work the host has not seen, by their
-    /// last position.
+    /// Destroyed streams whose last work the host has not seen.
     retiring: FxHashMap<u64, u64>,
     events: FxHashMap<u64, VectorClock>,
     host: VectorClock,
     device: FxHashMap<u64, Accesses>,
-    /// Per stream, the allocations whose accesses may name it: retiring a
-    /// stream visits those alone.
+    /// Per stream, the allocations whose accesses may name it.
     touched: FxHashMap<u64, Touched>,
     /// Page-locked uses in flight.
     pinned: PinnedUses,
-    /// How many retiring streams make a sweep for those no access names
-    /// (twice as many as the last sweep left): a sweep reads every
-    /// remembered access, so each costs as much as the retiring it waited for.
+    /// How many retiring streams make a sweep for those no access names.
     sweep_at: usize,
 }
 
 /// The fewest retiring streams that make a sweep.
 const SWEEP_FLOOR: usize = 16;
 
-/// The allocations a stream accessed, pruned to the live ones each time
-/// they double, so that a long-lived stream's list follows the live
-/// allocations, not all it ever touched.
+/// The allocations a stream accessed, pruned to the live ones as they double.
 #[derive(Default)]
 struct Touched {
     allocations: FxHashSet<u64>,
@@ -141,8 +124,7 @@ impl Ordering {
         }
     }
 
-    /// Checks an access by `at` to `range` of the allocation at `ptr` against
-    /// the last writes of those bytes and, for a write, the reads since.
+    /// Checks an access by `at` to `range` of the allocation at `ptr`.
     pub(super) fn check_device(
         &self,
         operation: &'static str,
@@ -172,8 +154,7 @@ impl Ordering {
         Ok(())
     }
 
-    /// Records that `at` wrote `range` of the allocation at `ptr` (`what`:
-    /// "written by a copy", ...).
+    /// Records that `at` wrote `range` of the allocation at `ptr`.
     pub(super) fn wrote_device(
         &mut self,
         at: Stamp,
@@ -207,8 +188,8 @@ impl Ordering {
         }
     }
 
-    /// Checks an asynchronous copy by `at` from (`writes_host` false) or into
-    /// the page-locked bytes `bytes` against the copies still in flight.
+    /// Checks an asynchronous copy by `at` of page-locked `bytes` against
+    /// the copies in flight.
     pub(super) fn check_pinned(
         &self,
         operation: &'static str,
@@ -239,9 +220,7 @@ impl Ordering {
         self.pinned.push(at, bytes, landing);
     }
 
-    /// Checks that the host may read (or, `writes`, write) the page-locked
-    /// `bytes` now: no copy it has not seen done writes them (or touches
-    /// them at all).
+    /// Checks that the host may read (or write) the page-locked `bytes` now.
     pub(super) fn check_host_access(
         &self,
         bytes: &Range<u64>,
@@ -259,8 +238,7 @@ impl Ordering {
         }
     }
 
-    /// Forgets the copies from or into `bytes` (a page-locked block freed);
-    /// whether any was still in flight.
+    /// Forgets the copies of `bytes`; whether any was still in flight.
     pub(super) fn forget_pinned(&mut self, bytes: &Range<u64>) -> bool {
         let forgot = self.pinned.forget(bytes);
         if forgot {
@@ -269,9 +247,8 @@ impl Ordering {
         forgot
     }
 
-    /// Drops the page-locked uses on the `advanced` streams that the host
-    /// now knows are done; the data of the downloads among them, to land in
-    /// host memory in the order they were queued.
+    /// Drops the page-locked uses the host now knows are done; returns the
+    /// downloads among them, to land.
     fn retire_pinned(&mut self, advanced: &[u64]) -> Vec<Landing> {
         let mut landed = Vec::new();
         for &stream in advanced {
@@ -321,9 +298,7 @@ impl Ordering {
         self.host_learned(&advanced)
     }
 
-    /// What follows the host learning more of the `advanced` streams (and
-    /// of no other): their page-locked uses now done retire, and so do
-    /// those of them that are destroyed with all their work seen done.
+    /// What follows the host learning more of the `advanced` streams.
     fn host_learned(&mut self, advanced: &[u64]) -> Vec<Landing> {
         let landings = self.retire_pinned(advanced);
         for &stream in advanced {
@@ -357,8 +332,7 @@ impl Ordering {
         }
     }
 
-    /// Retires the destroyed streams that no remembered access names any
-    /// more, in one pass over the accesses.
+    /// Retires the destroyed streams that no remembered access names.
     fn retire_unreferenced(&mut self) {
         if !self.retiring.is_empty() {
             let retiring = &self.retiring;
@@ -381,9 +355,7 @@ impl Ordering {
         self.sweep_at = self.retiring.len().saturating_mul(2);
     }
 
-    /// Forgets a destroyed stream everywhere: the host has seen its work done
-    /// (its writes are then ordered before everything), or nothing it did is
-    /// remembered.
+    /// Forgets a destroyed stream everywhere.
     fn retire(&mut self, stream: u64) {
         self.retiring.remove(&stream);
         self.host.forget(stream);

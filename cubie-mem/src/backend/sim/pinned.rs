@@ -1,12 +1,6 @@
-//! Page-locked blocks of the simulated device, which know their device so
-//! that the host's reads and writes of them can be checked against the
-//! copies in flight, as a GPU would punish them: a download's data lands
-//! only when the host has seen the copy done, so reading its destination
-//! earlier reads stale bytes, and writing an upload's source while it runs
-//! corrupts it. Such an access is reported by the device's next call.
-//!
-//! The device keeps the address range of every live block, so that an
-//! asynchronous copy can refuse host memory that is not one of them.
+//! Page-locked blocks of the simulated device. The host's reads and writes
+//! of them are checked against the copies in flight, as a GPU would punish
+//! them; a conflict is reported by the device's next call.
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex, Weak};
@@ -18,8 +12,7 @@ use crate::block::HostBlock;
 /// A page-locked block of a simulated device.
 pub(super) struct SimPinnedBlock {
     block: HostBlock,
-    /// Its device, kept while the block lives: its drop must unregister
-    /// it, and tell the devices copying it, whenever it comes.
+    /// Its device, kept while the block lives, to unregister it on drop.
     device: Arc<Mutex<SimState>>,
 }
 
@@ -44,10 +37,7 @@ impl SimPinnedBlock {
         start..start.saturating_add(self.block.bytes().len() as u64)
     }
 
-    /// Checks a host access to the whole block against the copies in
-    /// flight, of its device and of the devices that accept its blocks; a
-    /// conflict is remembered for the next call of the device whose copy
-    /// it is.
+    /// Checks a host access to the whole block against the copies in flight.
     fn check(&self, writes: bool) {
         let range = self.range();
         self.for_each_device(|state, _| {
@@ -58,9 +48,7 @@ impl SimPinnedBlock {
         });
     }
 
-    /// Runs `visit` on the state of the block's device (`true`: its own),
-    /// then on that of each device that accepts its blocks, one lock at a
-    /// time.
+    /// Runs `visit` on the state of the block's device, then of its peers.
     fn for_each_device(&self, mut visit: impl FnMut(&mut SimState, bool)) {
         let copiers = {
             let mut state = self.device.lock().unwrap_or_else(|p| p.into_inner());
@@ -76,21 +64,18 @@ impl SimPinnedBlock {
 // SAFETY: the base pointer is the host block's, which upholds the
 // contract; the checks below only report accesses.
 unsafe impl PinnedBlock for SimPinnedBlock {
-    /// The block's first byte, unchecked: taking the address touches none
-    /// of the bytes.
+    /// The block's first byte, unchecked.
     fn base(&self) -> std::ptr::NonNull<u8> {
         self.block.base()
     }
 
-    /// The block's bytes; reading them while a copy into them is in flight
-    /// is reported (they hold what was there before the copy).
+    /// The block's bytes; reading them while a copy into them runs is reported.
     fn bytes(&self) -> &[u8] {
         self.check(false);
         self.block.bytes()
     }
 
-    /// The block's bytes, writable; writing them while a copy from or into
-    /// them is in flight is reported.
+    /// The block's bytes, writable; writing them while a copy runs is reported.
     fn bytes_mut(&mut self) -> &mut [u8] {
         self.check(true);
         self.block.bytes_mut()
@@ -98,9 +83,7 @@ unsafe impl PinnedBlock for SimPinnedBlock {
 }
 
 impl Drop for SimPinnedBlock {
-    /// Unregisters the block; freeing it while a copy from or into it is in
-    /// flight is reported (the copy's data is dropped, never written into
-    /// freed memory).
+    /// Unregisters the block; freeing it while a copy runs is reported.
     fn drop(&mut self) {
         let range = self.range();
         self.for_each_device(|state, own| {
@@ -122,9 +105,7 @@ impl Drop for SimPinnedBlock {
 }
 
 impl SimState {
-    /// Checks that `address..address + len` lies in one live page-locked
-    /// block of this device or of a device of its set, for an asynchronous
-    /// copy.
+    /// Checks that `address..address + len` lies in one live page-locked block.
     pub(super) fn check_page_locked(
         &self,
         operation: &'static str,
@@ -136,9 +117,7 @@ impl SimState {
         Ok(start..start.saturating_add(len as u64))
     }
 
-    /// Writes the data of downloads the host has now seen done into their
-    /// page-locked blocks (still registered: a freed block's copies were
-    /// dropped with it), through each block's own pointer.
+    /// Writes the data of downloads the host has now seen done.
     pub(super) fn land(&mut self, landings: Vec<super::stamp::Landing>) {
         for landing in landings {
             let len = landing.data.len();

@@ -1,8 +1,5 @@
-//! The copies from and into page-locked host bytes that the host has not
-//! seen done, kept twice: by stream, in the order queued (the host learns
-//! of a stream's work in that order), and by byte range, downloads apart
-//! from uploads, so that a check reads only the ranges near its bytes and
-//! an upload only the downloads, however many copies are in flight.
+//! The copies of page-locked host bytes that the host has not seen done,
+//! kept by stream and by byte range, so that a check reads only nearby ranges.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -54,15 +51,13 @@ pub(super) struct PinnedUses {
     by_stream: FxHashMap<u64, Vec<PinnedUse>>,
     /// Uploads and downloads, each by (first byte, end).
     by_range: [BTreeMap<(u64, u64), RangeUses>; 2],
-    /// The longest use since none was in flight: a use overlapping some
-    /// bytes starts at most this far before them.
+    /// The longest use since none was in flight.
     longest: u64,
     next_sequence: u64,
 }
 
 impl PinnedUses {
-    /// Records a copy by `at` from or into `bytes`; a copy into them
-    /// (`landing`) writes its data when the host sees it done.
+    /// Records a copy by `at` from or into `bytes`.
     pub(super) fn push(&mut self, at: Stamp, bytes: Range<u64>, landing: Option<Vec<u8>>) {
         let sequence = self.next_sequence;
         self.next_sequence = self.next_sequence.saturating_add(1);
@@ -91,8 +86,7 @@ impl PinnedUses {
             .filter_map(|&(sequence, stream)| self.find(stream, sequence))
     }
 
-    /// The earliest queued use overlapping `bytes` (only the downloads, or
-    /// all).
+    /// The earliest queued use overlapping `bytes`.
     pub(super) fn first_overlapping(
         &self,
         bytes: &Range<u64>,
@@ -105,8 +99,7 @@ impl PinnedUses {
         self.find(stream, sequence)
     }
 
-    /// Removes the uses overlapping `bytes` (their block freed); whether
-    /// there were any.
+    /// Removes the uses overlapping `bytes`; whether there were any.
     pub(super) fn forget(&mut self, bytes: &Range<u64>) -> bool {
         let freed: Vec<(u64, u64)> = self
             .overlapping(bytes, false)
@@ -128,9 +121,8 @@ impl PinnedUses {
         !freed.is_empty()
     }
 
-    /// Removes the uses of `stream` at the positions `done` says the host
-    /// has seen done (they lead: a stream's uses are in position order);
-    /// the downloads among them are added to `landed`, with their sequence.
+    /// Removes the uses of `stream` the host has seen done; the downloads
+    /// among them go to `landed`.
     pub(super) fn retire_done(
         &mut self,
         stream: u64,

@@ -1,11 +1,6 @@
 //! Who last wrote each byte range of one device allocation, and who read it
-//! since: what a stream hazard is judged against, per byte range as CUDA's
-//! semantics and compute-sanitizer's racecheck have it, so that two streams
-//! working on disjoint parts of one buffer never conflict.
-//!
-//! The ranges are kept sorted, disjoint and covering the whole allocation
-//! (its allocation is the first write), and neighbours with the same history
-//! are merged, so that the list stays as short as the accesses are varied.
+//! since: what a stream hazard is judged against, per byte range, so that
+//! streams working on disjoint parts of one buffer never conflict.
 
 use std::ops::Range;
 
@@ -110,8 +105,7 @@ impl Accesses {
         self.merge_all(inside);
     }
 
-    /// Merges neighbours with the same history among the segments at
-    /// `indices` and the one either side.
+    /// Merges neighbours with the same history around the segments at `indices`.
     fn merge_all(&mut self, indices: Range<usize>) {
         let mut index = indices.start.saturating_sub(1);
         let mut last = indices.end;
@@ -124,8 +118,7 @@ impl Accesses {
         }
     }
 
-    /// Merges segment `index` with the next when their histories agree;
-    /// whether it did.
+    /// Merges segment `index` with the next when their histories agree.
     fn merge_with_next(&mut self, index: usize) -> bool {
         let same = match (self.0.get(index), self.0.get(index + 1)) {
             (Some(a), Some(b)) => a.write == b.write && a.what == b.what && a.reads == b.reads,
@@ -145,8 +138,7 @@ impl Accesses {
         })
     }
 
-    /// Forgets `stream`, whose every operation the host has seen done: its
-    /// writes become ordered before everything, its reads go.
+    /// Forgets `stream`, whose every operation the host has seen done.
     pub(super) fn retire(&mut self, stream: u64) {
         for segment in &mut self.0 {
             if segment.write.stream == stream {

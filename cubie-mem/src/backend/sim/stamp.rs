@@ -1,7 +1,5 @@
-//! Where an operation sits in its stream ([`Stamp`]) and the bytes a copy
-//! from the device writes into page-locked memory once the host sees it done
-//! ([`Landing`]): what the ordering state, the per-range accesses and the
-//! page-locked uses in flight all record.
+//! Where an operation sits in its stream ([`Stamp`]), and the bytes a
+//! download writes once the host sees it done ([`Landing`]).
 
 /// One operation, where it sits in its stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -11,8 +9,7 @@ pub(super) struct Stamp {
 }
 
 impl Stamp {
-    /// What everything is ordered after: work of a retired stream, which the
-    /// host has seen done (stream numbers start at 1).
+    /// What everything is ordered after: work of a retired stream.
     pub(super) const SEEN: Stamp = Stamp {
         stream: 0,
         position: 0,

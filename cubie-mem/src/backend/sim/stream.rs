@@ -8,10 +8,8 @@ use super::SimBackend;
 use super::device::HostTarget;
 use crate::backend::{BackendError, DevicePtr, Event, Stream, StridedRows, own};
 
-/// A stream of the simulated device. Dropping it forgets the stream without
-/// waiting for it (`cuStreamDestroy`): its queued work still runs, and what
-/// it touches stays in use until the host has seen that work done (through
-/// an event recorded on it, or a stream that waited for one).
+/// A stream of the simulated device. Dropping it does not wait for its
+/// work, as `cuStreamDestroy` does not.
 pub(super) struct SimStream {
     id: u64,
     device: SimBackend,
@@ -36,8 +34,7 @@ impl SimBackend {
         }))
     }
 
-    /// The model's number of `stream`, refused when it is not a stream of
-    /// this device.
+    /// The model's number of `stream`, if it is a stream of this device.
     pub(super) fn stream_id(
         &self,
         stream: &dyn Stream,
@@ -124,9 +121,7 @@ impl Stream for SimStream {
     }
 
     /// Checks that `src..src + len` is a page-locked block of this device;
-    /// the device memory gets the bytes now (a kernel queued after the
-    /// copy reads them at once), and the block belongs to the copy until the
-    /// host sees it done.
+    /// the device memory gets the bytes now.
     unsafe fn copy_to_device_async(
         &self,
         dst: DevicePtr,
@@ -164,11 +159,8 @@ impl Stream for SimStream {
             .map(drop)
     }
 
-    /// Checks every row of host memory from `src` is page-locked memory of
-    /// this device (or of a peer it accepts) and every device row lies in
-    /// the allocation, per row like a contiguous copy; the device memory
-    /// gets the bytes now, and the rows belong to the copy until the host
-    /// sees it done. Timed as its bytes plus a cost per row.
+    /// Checks each row as a contiguous copy; the device memory gets the
+    /// bytes now.
     unsafe fn copy_to_device_strided_async(
         &self,
         dst: DevicePtr,
@@ -210,8 +202,7 @@ impl Drop for SimStream {
 }
 
 impl Event for SimEvent {
-    /// Whether the event fired; a poll that finds it pending lets a poll's
-    /// time pass on the host's clock, so that a polling loop ends.
+    /// Whether the event fired; a pending poll lets time pass on the host.
     fn is_complete(&self) -> Result<bool, BackendError> {
         let mut s = self.device.call()?;
         let fired = !s.hold_completions && s.clock.event_fired(self.id);

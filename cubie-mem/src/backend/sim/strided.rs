@@ -1,10 +1,5 @@
-//! Strided (2D) asynchronous copies on the simulated device, checked as
-//! strictly as contiguous ones, row by row: every row's host bytes must lie
-//! in a live page-locked block, every row's device bytes in the allocation;
-//! hazards are checked and recorded per row on both sides (rows that touch
-//! count as one range), a download's rows land when the host has seen the
-//! copy done, and the host touching a row in flight is reported. The copy
-//! takes its bytes' time at the copy bandwidth plus a cost per row
+//! Strided (2D) asynchronous copies on the simulated device, checked row by
+//! row as strictly as contiguous ones, and timed with a cost per row
 //! ([`DeviceClock::strided_copy_ns`](super::clock::DeviceClock::strided_copy_ns)).
 
 use std::ops::Range;
@@ -16,8 +11,7 @@ use crate::Bytes;
 use crate::backend::{BackendError, DevicePtr, StridedRows};
 use crate::timeline::Activity;
 
-/// A strided copy whose figures were checked: its bytes, and the byte
-/// ranges of its rows on each side with the rows each holds.
+/// A strided copy whose figures were checked.
 struct Checked {
     bytes: u64,
     host: Vec<(Range<u64>, usize)>,
@@ -25,10 +19,7 @@ struct Checked {
 }
 
 impl SimState {
-    /// Checks everything a strided copy on `engine` needs before anything
-    /// changes: the stream, the figures, the clock's range, the device rows
-    /// inside the allocation at `ptr`, and each host row from `host`
-    /// page-locked.
+    /// Checks everything a strided copy on `engine` needs before anything changes.
     #[allow(clippy::too_many_arguments)]
     fn check_strided(
         &mut self,
@@ -99,9 +90,7 @@ impl SimState {
     }
 
     /// Checks and performs a strided copy of the page-locked rows from
-    /// `src` into device memory from `dst + offset` on `stream`: the device
-    /// gets the bytes now, and the rows belong to the copy until the host
-    /// sees it done.
+    /// `src` into device memory from `dst + offset` on `stream`.
     ///
     /// # Safety
     ///
@@ -149,8 +138,7 @@ impl SimState {
     }
 
     /// Checks and performs a strided copy of device memory from `src +
-    /// offset` into the page-locked rows from `dst` on `stream`: the data is
-    /// taken now and lands in each row when the host sees the copy done.
+    /// offset` into the page-locked rows from `dst` on `stream`.
     pub(super) fn copy_out_strided(
         &mut self,
         dst: *mut u8,
