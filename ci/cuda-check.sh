@@ -138,8 +138,8 @@ cp "$root/$device_memory" "$mutant/$device_memory"
 schedule=cubie-mem/src/streaming/schedule.rs
 waits=(
     'computed before an upload|s/\n *self\.after_previous_use\(chunk\.index, stream, \|e\| &e\.computed\)\?;//g'
-    'uploaded before a kernel|s/uploaded\.order\(self\.compute\)\?;/let _ = uploaded;/g'
-    'downloaded before a kernel|s/\n *self\.after_previous_use\(chunk\.index, self\.compute, \|e\| &e\.downloaded\)\?;//g'
+    'uploaded before a kernel|s/uploaded\.order\(&self\.compute\)\?;/let _ = uploaded;/g'
+    'downloaded before a kernel|s/\n *self\.after_previous_use\(chunk\.index, &self\.compute, \|e\| &e\.downloaded\)\?;//g'
     'computed before a download|s/computed\.order\(stream\)\?;/let _ = computed;/g'
 )
 for wait in "${waits[@]}"; do
