@@ -36,5 +36,5 @@ MIRIFLAGS="$MIRIFLAGS -Zmiri-tree-borrows -Zmiri-ignore-leaks" \
     miri -p cubie-mem --lib -- streaming::staging_threads
 
 echo "== miri: the integration tests of copies, handles, staging and pipelines"
-miri -p cubie-mem-tests --test it -- async_copy:: strided_dma:: handles:: staging:: \
+miri -p cubie-mem-tests --test it -- async_copy:: strided_dma:: handles:: \
     host_pipeline:: pipeline_targets:: ndarray_views:: deferred_scatters:: hostile_inputs::

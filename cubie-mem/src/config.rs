@@ -3,7 +3,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::MemError;
+use crate::{Bytes, MemError};
 
 /// How the memory available to a stream group is limited.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -131,80 +131,23 @@ pub(crate) fn check_spill_directory(setting: String, directory: &Path) -> Result
     })
 }
 
-/// Parses a byte size: a number with an optional binary or decimal unit,
-/// case-insensitive (`1.5GiB`, `2 GB`).
-///
-/// ```
-/// use cubie_mem::parse_size;
-///
-/// assert_eq!(parse_size("512MiB"), Some(512 << 20));
-/// assert_eq!(parse_size("2 GB"), Some(2_000_000_000));
-/// assert_eq!(parse_size("4096"), Some(4096));
-/// assert_eq!(parse_size("lots"), None);
-/// ```
-pub fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kib" | "k" => 1 << 10,
-        "mib" | "m" => 1 << 20,
-        "gib" | "g" => 1 << 30,
-        "tib" | "t" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        _ => return None,
-    };
-    if number.is_empty() {
-        return None;
-    }
-    if let Ok(whole) = number.parse::<u64>() {
-        return whole.checked_mul(multiplier);
-    }
-    let value: f64 = number.parse().ok()?;
-    let bytes = (value * multiplier as f64).floor();
-    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
-}
-
 /// Reads a size from environment variable `name`; `Ok(None)` when unset.
 pub(crate) fn size_from_env(name: &str) -> Result<Option<u64>, MemError> {
     match std::env::var(name) {
-        Ok(value) => parse_size(&value)
-            .map(Some)
-            .ok_or_else(|| MemError::Config {
+        Ok(value) => match value.parse::<Bytes>() {
+            Ok(Bytes(bytes)) => Ok(Some(bytes)),
+            Err(MemError::Config { reason, .. }) => Err(MemError::Config {
                 name: name.to_owned(),
                 value,
-                reason: "expected a byte size such as 8GiB, 512MiB, 2GB or 1048576".into(),
+                reason,
             }),
+            Err(other) => Err(other),
+        },
         Err(std::env::VarError::NotPresent) => Ok(None),
         Err(std::env::VarError::NotUnicode(raw)) => Err(MemError::Config {
             name: name.to_owned(),
             value: raw.to_string_lossy().into_owned(),
             reason: "not valid UTF-8".into(),
         }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("0"), Some(0));
-        assert_eq!(parse_size("1KiB"), Some(1024));
-        assert_eq!(parse_size("1.5 gib"), Some(3 << 29));
-        assert_eq!(parse_size("8GiB"), Some(8 << 30));
-        assert_eq!(parse_size("3kB"), Some(3000));
-        assert_eq!(parse_size(""), None);
-        assert_eq!(parse_size("MiB"), None);
-        assert_eq!(parse_size("-1"), None);
-        assert_eq!(parse_size("12 parsecs"), None);
-        assert_eq!(parse_size("99999999999999999999"), None);
     }
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 use crate::backend::Backend;
 use crate::backend::sim::SimBackend;
 use crate::config::size_from_env;
-use crate::{ManagerConfig, MemError, MemoryManager};
+use crate::{MemError, MemoryManager};
 
 impl SimBackend {
     /// Environment variable overriding the simulated device's total memory
@@ -39,10 +39,7 @@ static DEFAULT: OnceLock<Result<MemoryManager, MemError>> = OnceLock::new();
 /// every later call.
 pub fn default_memmgr() -> Result<&'static MemoryManager, MemError> {
     DEFAULT
-        .get_or_init(|| {
-            default_backend()
-                .map(|backend| MemoryManager::from_shared(backend, ManagerConfig::default()))
-        })
+        .get_or_init(|| default_backend().map(MemoryManager::new))
         .as_ref()
         .map_err(Clone::clone)
 }

@@ -77,24 +77,22 @@ pub use array::{ArrayResponse, DeviceArray, PinnedArray, PinnedMut, PinnedRef, R
 pub use backend::sim::SimBackend;
 pub use buffers::{Allocated, GpuBuffers, SingleBufferSet};
 pub use bytes::Bytes;
-pub use config::{LimitMode, ManagerConfig, parse_size};
+pub use config::{LimitMode, ManagerConfig};
 pub use default::default_memmgr;
 pub use devices::{DevicePortion, DeviceSet, DeviceSetBuffers, DeviceSetReport, Throughput};
 pub use dtype::{DType, Element, Precision};
 pub use error::{ArraySide, MemError, UnchunkableArray, UnchunkableReason};
 pub use host::{
-    AnyHostArray, AsyncCopyError, HostArray, HostMemoryKind, PendingCopy, StagingBuffer,
-    StagingKey, StagingPool, SystemMemory,
+    AnyHostArray, AsyncCopyError, HostArray, HostMemoryKind, PendingCopy, StagingPool, SystemMemory,
 };
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs, KernelArray};
-pub use manager::{Instance, MemoryManager, Owner, Work};
-pub use plan::Limit;
+pub use manager::{Instance, MemoryManager, Owner, StreamToBind, Work};
 pub use plan::chunks::{Chunk, ChunkPlan, Chunks};
 pub use plan::split::{Skip, Weight, Workload};
 pub use pools::MIN_AUTOPOOL_SIZE;
 pub use registration::{AsOwner, Registration, SpillSettings};
-pub use request::{ArrayRequest, IntoRequests, MemoryKind, RequestSet};
+pub use request::{ArrayRequest, MemoryKind, RequestSet};
 pub use shard::{Launcher, Shard, ShardError};
 pub use streaming::{
     BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer, ChunkTarget, DeviceSetError,

@@ -7,13 +7,13 @@ use crate::{ArrayRequest, Bytes, MemError};
 pub use limit::Limit;
 
 /// Percentage of the available memory withheld against fragmentation.
-pub const FRAGMENTATION_RESERVE_PERCENT: u64 = 2;
+pub(crate) const FRAGMENTATION_RESERVE_PERCENT: u64 = 2;
 
 /// Default allocation granule: memory always left free.
-pub const DEFAULT_ALLOCATION_GRANULE: u64 = 32 << 20;
+pub(crate) const DEFAULT_ALLOCATION_GRANULE: u64 = 32 << 20;
 
 /// A request larger than this multiple of free memory logs a warning.
-pub const OVERSIZE_WARNING_FACTOR: u64 = 20;
+pub(crate) const OVERSIZE_WARNING_FACTOR: u64 = 20;
 
 /// The byte totals of a set of requests, its run count and pipeline depth.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +122,126 @@ impl BatchSizes {
             buffer_sets: 1,
             limited_by: None,
         }
+    }
+}
+
+/// The figures of one request set that a batch's [`BatchSizes`] add up,
+/// taken once when the set is queued, as its requests are validated:
+/// measuring a batch of such sets then reads no request again. A batch
+/// whose figures could make [`BatchSizes::measure`] fail (a run count that
+/// differs, a sum that overflows, an empty chunk axis) is measured in
+/// full, for that error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SetSizes {
+    /// The largest `total_runs` among its requests (at least 1).
+    runs: usize,
+    /// Bytes of its chunkable requests.
+    chunkable: u64,
+    /// Bytes of its unchunkable requests.
+    unchunkable: u64,
+    /// The largest pipeline depth among its chunkable requests (at least 1).
+    depth: usize,
+    /// The shortest chunk axis among its chunkable requests (`usize::MAX`
+    /// without one), which the batch's run count must equal.
+    shortest: usize,
+    /// The longest chunk axis among its chunkable requests (0 without one).
+    longest: usize,
+    /// Whether every request is valid, none has an empty chunk axis and no
+    /// sum overflows: else only a full measure tells the error.
+    plain: bool,
+    /// Whether a request is unchunkable only by a chunk axis beyond its
+    /// shape (a warning names it).
+    misaxed: bool,
+}
+
+impl Default for SetSizes {
+    fn default() -> Self {
+        SetSizes {
+            runs: 1,
+            chunkable: 0,
+            unchunkable: 0,
+            depth: 1,
+            shortest: usize::MAX,
+            longest: 0,
+            plain: true,
+            misaxed: false,
+        }
+    }
+}
+
+impl SetSizes {
+    /// The figures of `requests`.
+    #[cfg(test)]
+    pub(crate) fn of<'a>(requests: impl IntoIterator<Item = &'a ArrayRequest>) -> Self {
+        let mut sizes = SetSizes::default();
+        for request in requests {
+            sizes.add(request);
+        }
+        sizes
+    }
+
+    /// Adds `request`'s figures; returns whether it is valid
+    /// ([`ArrayRequest::validate`]).
+    pub(crate) fn add(&mut self, request: &ArrayRequest) -> bool {
+        let bytes = match request.byte_size() {
+            Some(bytes) if request.runs() > 0 && request.depth() > 0 => bytes,
+            _ => {
+                self.plain = false;
+                return false;
+            }
+        };
+        self.runs = self.runs.max(request.runs());
+        let sum = match request.chunk_axis_in_use() {
+            Some(axis) => {
+                let length = request.shape().get(axis).copied().unwrap_or(0);
+                self.shortest = self.shortest.min(length);
+                self.longest = self.longest.max(length);
+                self.depth = self.depth.max(request.depth());
+                &mut self.chunkable
+            }
+            None => {
+                self.plain &= request.empty_chunk_axis().is_none();
+                self.misaxed |= request.axis_out_of_range().is_some();
+                &mut self.unchunkable
+            }
+        };
+        match sum.checked_add(bytes) {
+            Some(total) => *sum = total,
+            None => self.plain = false,
+        }
+        true
+    }
+
+    /// Whether a request of the set warns of its chunk axis.
+    pub(crate) fn misaxed(&self) -> bool {
+        self.misaxed
+    }
+
+    /// The sizes of a batch of `sets`, as [`BatchSizes::measure`] gives
+    /// them from their requests; `None` when that measure could fail (it
+    /// then tells the error).
+    pub(crate) fn batch<'a>(
+        sets: impl Iterator<Item = &'a SetSizes> + Clone,
+    ) -> Option<BatchSizes> {
+        let total_runs = sets.clone().fold(1, |runs, set| runs.max(set.runs));
+        let mut sizes = BatchSizes {
+            total_runs,
+            chunkable_bytes: 0,
+            unchunkable_bytes: 0,
+            depth: 1,
+        };
+        for set in sets {
+            let chunked = set.shortest <= set.longest;
+            let runs_match = !chunked || (set.shortest == total_runs && set.longest == total_runs);
+            if !set.plain || !runs_match {
+                return None;
+            }
+            sizes.chunkable_bytes = sizes.chunkable_bytes.checked_add(set.chunkable)?;
+            sizes.unchunkable_bytes = sizes.unchunkable_bytes.checked_add(set.unchunkable)?;
+            sizes.depth = sizes.depth.max(set.depth);
+        }
+        sizes.chunkable_bytes.checked_add(sizes.unchunkable_bytes)?;
+        Some(sizes)
     }
 }
 

@@ -100,20 +100,79 @@ pub const fn str_eq(a: &str, b: &str) -> bool {
     true
 }
 
-/// Whether a label of `a` is also one of `b`, at compile time.
-pub const fn labels_overlap(a: &[&str], b: &[&str]) -> bool {
+/// The first label of `a` that is also one of `b`, at compile time.
+pub const fn shared_label<'a>(a: &[&'a str], b: &[&str]) -> Option<&'a str> {
     let mut i = 0;
     while i < a.len() {
         let mut j = 0;
         while j < b.len() {
             if str_eq(a[i], b[j]) {
-                return true;
+                return Some(a[i]);
             }
             j += 1;
         }
         i += 1;
     }
-    false
+    None
+}
+
+/// A message assembled at compile time, so that a check across parts
+/// names the label, groups or axes it found (`panic!("{}", message.as_str())`
+/// in a constant). Text past [`ConstMessage::CAPACITY`] bytes is dropped.
+pub struct ConstMessage {
+    bytes: [u8; ConstMessage::CAPACITY],
+    len: usize,
+}
+
+impl ConstMessage {
+    /// The most bytes a message holds.
+    pub const CAPACITY: usize = 1024;
+
+    /// An empty message.
+    pub const fn new() -> Self {
+        ConstMessage {
+            bytes: [0; ConstMessage::CAPACITY],
+            len: 0,
+        }
+    }
+
+    /// The message with `text` appended.
+    pub const fn push(mut self, text: &str) -> Self {
+        let text = text.as_bytes();
+        let mut index = 0;
+        while index < text.len() && self.len < ConstMessage::CAPACITY {
+            self.bytes[self.len] = text[index];
+            self.len += 1;
+            index += 1;
+        }
+        self
+    }
+
+    /// The text, up to the last whole character that fit.
+    pub const fn as_str(&self) -> &str {
+        let (written, _) = self.bytes.split_at(self.len);
+        match core::str::from_utf8(written) {
+            Ok(text) => text,
+            Err(error) => match core::str::from_utf8(written.split_at(error.valid_up_to()).0) {
+                Ok(text) => text,
+                Err(_) => "",
+            },
+        }
+    }
+}
+
+impl Default for ConstMessage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A run axis as a message names it (`?` where no buffer is chunked).
+pub const fn axis_name(axis: Option<&str>) -> &str {
+    match axis {
+        Some(axis) => axis,
+        None => "?",
+    }
 }
 
 /// Whether two run axes can be one: equal, or either unknown (no chunked
@@ -146,6 +205,13 @@ pub fn with_pipeline_depth(requests: crate::RequestSet, depth: usize) -> crate::
         .collect()
 }
 
+/// `requests` declared by a buffer struct of stream group `group`, so that
+/// queueing them for an instance of another group is refused.
+pub fn in_stream_group(mut requests: crate::RequestSet, group: &'static str) -> crate::RequestSet {
+    requests.declare_group(group);
+    requests
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,10 +220,27 @@ mod tests {
     fn labels_concatenate_at_compile_time_and_compare() {
         const ALL: &[&str] = Labels::as_slice(&Labels::concat(&[&["a", "b"], &[], &["c"]]));
         assert_eq!(ALL, ["a", "b", "c"]);
-        assert!(labels_overlap(&["a", "b"], &["x", "b"]));
-        assert!(!labels_overlap(&["a"], &["ab"]));
+        assert_eq!(shared_label(&["a", "b"], &["x", "b"]), Some("b"));
+        assert_eq!(shared_label(&["a"], &["ab"]), None);
         assert!(str_eq("runs", "runs") && !str_eq("runs", "run"));
         assert!(same_run_axis(Some("n"), None) && !same_run_axis(Some("n"), Some("m")));
         assert_eq!(first_run_axis(&[None, Some("n"), Some("m")]), Some("n"));
+        assert_eq!(
+            (axis_name(Some("n_runs")), axis_name(None)),
+            ("n_runs", "?")
+        );
+    }
+
+    #[test]
+    fn a_message_is_assembled_at_compile_time_and_cut_at_a_character() {
+        const MESSAGE: ConstMessage = ConstMessage::new()
+            .push("share the label '")
+            .push("state")
+            .push("'");
+        assert_eq!(MESSAGE.as_str(), "share the label 'state'");
+        let long = "é".repeat(ConstMessage::CAPACITY);
+        let cut = ConstMessage::new().push("x").push(&long);
+        assert_eq!(cut.as_str().len(), ConstMessage::CAPACITY - 1);
+        assert!(cut.as_str().ends_with('é'));
     }
 }

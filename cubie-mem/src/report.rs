@@ -16,12 +16,13 @@
 //! # Ok::<(), cubie_mem::MemError>(())
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::Bytes;
 use crate::backend::{MemInfo, PoolUsage};
 use crate::pools::Proportion;
-use crate::stats::HostPinnedStats;
+use crate::stats::{HostPinnedStats, InstanceStats, UsageStats, UsageTable};
+use crate::{Bytes, LimitMode};
 
 /// What an owner holding memory is doing: whether it can give memory back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,15 +80,25 @@ impl fmt::Display for OwnerUsage {
     }
 }
 
-/// Who holds a device's memory: every owner holding any (largest first), the
-/// device's free and total memory, its pool, and page-locked host memory.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Who holds a device's memory and how it was used: every owner holding any
+/// (largest first), the device's free and total memory, its pool,
+/// page-locked host memory, the queue, and the usage counters per instance,
+/// stream group and in total.
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct MemoryReport {
     /// The backend's name.
     pub backend: &'static str,
     /// The device's free and total memory.
     pub device: MemInfo,
+    /// The limit mode.
+    pub limit_mode: LimitMode,
+    /// Counters over the manager's whole life.
+    pub total: UsageStats,
+    /// Counters per stream group.
+    pub groups: BTreeMap<String, UsageStats>,
+    /// Figures per registered instance, by id.
+    pub instances: Vec<InstanceStats>,
     /// The owners holding memory, the most device bytes first.
     pub owners: Vec<OwnerUsage>,
     /// The backend's device pool, where it reports one.
@@ -154,15 +165,17 @@ impl MemoryReport {
     }
 }
 
-/// Several lines: the device, its pool, each owner, and what is elsewhere.
+/// Several lines: the device, its pool, each owner, what is elsewhere, the
+/// usage counters as a table, and page-locked host memory.
 impl fmt::Display for MemoryReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} device: {} total, {} free",
+            "{} device: {} total, {} free; limit mode {:?}",
             self.backend,
             Bytes(self.device.total),
-            Bytes(self.device.free)
+            Bytes(self.device.free),
+            self.limit_mode
         )?;
         if let Some(pool) = self.device_pool {
             write!(
@@ -187,6 +200,13 @@ impl fmt::Display for MemoryReport {
             "  held elsewhere (other processes, managers, the driver): {}",
             Bytes(self.elsewhere_bytes())
         )?;
+        UsageTable {
+            limit_mode: self.limit_mode,
+            instances: &self.instances,
+            groups: &self.groups,
+            total: &self.total,
+        }
+        .fmt(f)?;
         write!(
             f,
             "page-locked host memory: {} in host arrays, {} in staging buffers",

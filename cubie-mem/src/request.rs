@@ -27,15 +27,44 @@ pub(crate) const DEFAULT_CHUNK_AXIS: usize = 2;
 /// let status = ArrayRequest::of::<i32>([1000]).memory(MemoryKind::Pinned).chunk_axis(0);
 /// assert_eq!(status.axis(), Some(0));
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+// Kept small, so that a set of eight with their labels stays under glibc's
+// 1 KiB large-allocation threshold (an allocation above it consolidates the
+// allocator's free lists first): the shape is a boxed slice, and the chunk
+// axis a number beside flags.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ArrayRequest {
     dtype: DType,
-    shape: Vec<usize>,
-    memory: MemoryKind,
-    chunk_axis: Option<usize>,
-    unchunkable: bool,
+    shape: Box<[usize]>,
+    /// The chunk axis when `has_chunk_axis` is set, else 0 (so that equal
+    /// requests compare and hash equal).
+    chunk_axis: usize,
     total_runs: usize,
     depth: usize,
+    /// The stream group of the buffer struct that declared the request
+    /// (`#[derive(GpuBuffers)]` sets it): queueing it for an instance of
+    /// another group is refused.
+    declared_group: Option<&'static str>,
+    memory: MemoryKind,
+    has_chunk_axis: bool,
+    unchunkable: bool,
+    /// Whether the planner splits the array along `chunk_axis`, kept in
+    /// step with the fields it follows from (`with_chunkability`).
+    chunkable: bool,
+}
+
+impl std::fmt::Debug for ArrayRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrayRequest")
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("memory", &self.memory)
+            .field("chunk_axis", &self.axis())
+            .field("unchunkable", &self.unchunkable)
+            .field("total_runs", &self.total_runs)
+            .field("depth", &self.depth)
+            .field("declared_group", &self.declared_group)
+            .finish()
+    }
 }
 
 impl ArrayRequest {
@@ -47,13 +76,26 @@ impl ArrayRequest {
     pub fn new(dtype: DType, shape: impl Into<Vec<usize>>) -> Self {
         ArrayRequest {
             dtype,
-            shape: shape.into(),
-            memory: MemoryKind::Device,
-            chunk_axis: Some(DEFAULT_CHUNK_AXIS),
-            unchunkable: false,
+            shape: shape.into().into_boxed_slice(),
+            chunk_axis: DEFAULT_CHUNK_AXIS,
             total_runs: 1,
             depth: 1,
+            declared_group: None,
+            memory: MemoryKind::Device,
+            has_chunk_axis: true,
+            unchunkable: false,
+            chunkable: false,
         }
+        .with_chunkability()
+    }
+
+    /// This request with `chunkable` set from the fields it follows from: a chunk axis inside the shape, longer than 1, and not flagged
+    /// unchunkable.
+    fn with_chunkability(mut self) -> Self {
+        self.chunkable = !self.unchunkable
+            && self.has_chunk_axis
+            && self.shape.get(self.chunk_axis).is_some_and(|&len| len > 1);
+        self
     }
 
     /// [`ArrayRequest::new`] with the element type taken from `T`.
@@ -69,14 +111,16 @@ impl ArrayRequest {
 
     /// Sets the axis along which the batch is split; `None` means no axis.
     pub fn chunk_axis(mut self, axis: impl Into<Option<usize>>) -> Self {
-        self.chunk_axis = axis.into();
-        self
+        let axis = axis.into();
+        self.has_chunk_axis = axis.is_some();
+        self.chunk_axis = axis.unwrap_or(0);
+        self.with_chunkability()
     }
 
     /// Marks the array as never split (allocated whole in every chunk).
     pub fn unchunkable(mut self) -> Self {
         self.unchunkable = true;
-        self
+        self.with_chunkability()
     }
 
     /// Sets the number of runs in the batch (validated to be at least 1 when queued).
@@ -107,6 +151,11 @@ impl ArrayRequest {
         self.depth
     }
 
+    /// The stream group of the buffer struct that declared the request.
+    pub(crate) fn declared_group(&self) -> Option<&'static str> {
+        self.declared_group
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
@@ -124,7 +173,7 @@ impl ArrayRequest {
 
     /// The chunk axis, if any.
     pub fn axis(&self) -> Option<usize> {
-        self.chunk_axis
+        self.has_chunk_axis.then_some(self.chunk_axis)
     }
 
     /// Whether the request was flagged unchunkable.
@@ -139,13 +188,14 @@ impl ArrayRequest {
 
     /// Whether the planner may split this array: a chunk axis inside the
     /// shape, longer than 1, and not flagged unchunkable.
+    #[inline]
     pub fn is_chunkable(&self) -> bool {
-        self.chunk_axis_in_use().is_some()
+        self.chunkable
     }
 
     /// The chunk axis when it has length 0: a run-count mismatch.
     pub(crate) fn empty_chunk_axis(&self) -> Option<usize> {
-        let axis = self.chunk_axis.filter(|_| !self.unchunkable)?;
+        let axis = self.axis().filter(|_| !self.unchunkable)?;
         (self.shape.get(axis) == Some(&0)).then_some(axis)
     }
 
@@ -153,26 +203,20 @@ impl ArrayRequest {
     /// default. Unlike [`chunk_axis_in_use`](Self::chunk_axis_in_use), kept
     /// for an axis of one run.
     pub(crate) fn run_axis(&self) -> Option<usize> {
-        self.chunk_axis
+        self.axis()
             .filter(|&axis| !self.unchunkable && axis < self.shape.len())
     }
 
     /// The axis the planner splits, when the request is chunkable.
+    #[inline]
     pub(crate) fn chunk_axis_in_use(&self) -> Option<usize> {
-        if self.unchunkable {
-            return None;
-        }
-        let axis = self.chunk_axis?;
-        match self.shape.get(axis) {
-            Some(&len) if len > 1 => Some(axis),
-            _ => None,
-        }
+        self.chunkable.then_some(self.chunk_axis)
     }
 
     /// The chunk axis, when lying beyond the shape is the only reason the
     /// request is unchunkable (a 2-D array on the default axis, say).
     pub(crate) fn axis_out_of_range(&self) -> Option<usize> {
-        let axis = self.chunk_axis?;
+        let axis = self.axis()?;
         (!self.unchunkable && self.total_runs > 1 && axis >= self.shape.len()).then_some(axis)
     }
 
@@ -185,14 +229,24 @@ impl ArrayRequest {
 
     /// Size in bytes of the full array.
     pub fn nbytes(&self) -> Result<u64, MemError> {
+        self.byte_size().ok_or_else(|| self.overflow())
+    }
+
+    /// The size in bytes of the full array, `None` when it overflows 64
+    /// bits.
+    #[inline]
+    pub(crate) fn byte_size(&self) -> Option<u64> {
         self.elements()
             .and_then(|n| n.checked_mul(self.dtype.size_bytes() as u64))
-            .ok_or_else(|| {
-                MemError::invalid_request(
-                    "",
-                    format!("shape {:?} overflows 64-bit byte counts", self.shape),
-                )
-            })
+    }
+
+    /// The error of [`ArrayRequest::nbytes`] when the size overflows.
+    #[cold]
+    fn overflow(&self) -> MemError {
+        MemError::invalid_request(
+            "",
+            format!("shape {:?} overflows 64-bit byte counts", self.shape),
+        )
     }
 
     /// The shape with the chunk axis (when chunkable) set to `chunk_length`.
@@ -203,7 +257,7 @@ impl ArrayRequest {
     /// [`ArrayRequest::chunked_shape`], reusing this request's shape.
     pub(crate) fn into_chunked_shape(self, chunk_length: usize) -> Vec<usize> {
         let axis = self.chunk_axis_in_use();
-        let mut shape = self.shape;
+        let mut shape = self.shape.into_vec();
         if let Some(dim) = axis.and_then(|axis| shape.get_mut(axis)) {
             *dim = chunk_length;
         }
@@ -222,46 +276,77 @@ impl ArrayRequest {
     /// Checks a request on its own: runs and depth at least 1, and a byte
     /// size within 64 bits.
     pub fn validate(&self, label: &str) -> Result<(), MemError> {
-        self.check_runs(label)?;
-        self.check_depth(label)?;
-        self.checked_nbytes(label).map(drop)
+        if self.total_runs == 0 || self.depth == 0 || self.byte_size().is_none() {
+            return Err(self.invalid(label));
+        }
+        Ok(())
+    }
+
+    /// The first of [`ArrayRequest::validate`]'s checks that fails, as an
+    /// error naming `label`.
+    #[cold]
+    fn invalid(&self, label: &str) -> MemError {
+        self.check_runs(label)
+            .and_then(|()| self.check_depth(label))
+            .and_then(|()| self.checked_nbytes(label))
+            .err()
+            .unwrap_or_else(|| MemError::invalid_request(label, "invalid request"))
     }
 
     /// `depth >= 1`, or an error naming `label`.
+    #[inline]
     pub(crate) fn check_depth(&self, label: &str) -> Result<(), MemError> {
         if self.depth == 0 {
-            return Err(MemError::invalid_request(
-                label,
-                "pipeline depth is 0; it must be at least 1 (one buffer set per chunk in flight): \
-                 use .pipeline_depth(1) for no overlap, 2 to overlap copies with compute",
-            ));
+            return Err(zero_depth(label));
         }
         Ok(())
     }
 
     /// `total_runs >= 1`, or an error naming `label`.
+    #[inline]
     pub(crate) fn check_runs(&self, label: &str) -> Result<(), MemError> {
         if self.total_runs == 0 {
-            return Err(MemError::invalid_request(
-                label,
-                "total_runs is 0; a batch has at least one run",
-            ));
+            return Err(zero_runs(label));
         }
         Ok(())
     }
 
     /// The byte size, or an error naming `label` when it overflows 64 bits.
+    #[inline]
     pub(crate) fn checked_nbytes(&self, label: &str) -> Result<u64, MemError> {
-        self.nbytes().map_err(|_| {
-            MemError::invalid_request(
-                label,
-                format!(
-                    "shape {:?} of {} overflows 64-bit byte counts",
-                    self.shape, self.dtype
-                ),
-            )
-        })
+        match self.byte_size() {
+            Some(bytes) => Ok(bytes),
+            None => Err(self.overflow_of(label)),
+        }
     }
+
+    /// The error of [`ArrayRequest::checked_nbytes`].
+    #[cold]
+    fn overflow_of(&self, label: &str) -> MemError {
+        MemError::invalid_request(
+            label,
+            format!(
+                "shape {:?} of {} overflows 64-bit byte counts",
+                self.shape, self.dtype
+            ),
+        )
+    }
+}
+
+/// The error of a request of pipeline depth 0, labelled `label`.
+#[cold]
+fn zero_depth(label: &str) -> MemError {
+    MemError::invalid_request(
+        label,
+        "pipeline depth is 0; it must be at least 1 (one buffer set per chunk in flight): \
+         use .pipeline_depth(1) for no overlap, 2 to overlap copies with compute",
+    )
+}
+
+/// The error of a request of 0 runs, labelled `label`.
+#[cold]
+fn zero_runs(label: &str) -> MemError {
+    MemError::invalid_request(label, "total_runs is 0; a batch has at least one run")
 }
 
 /// Labelled requests in insertion order; an existing label is replaced in place.
@@ -338,6 +423,14 @@ impl RequestSet {
         Ok(RequestSet { entries })
     }
 
+    /// Marks every request as declared by a buffer struct of stream group
+    /// `group`.
+    pub(crate) fn declare_group(&mut self, group: &'static str) {
+        for (_, request) in &mut self.entries {
+            request.declared_group = Some(group);
+        }
+    }
+
     /// Validates every request (see [`ArrayRequest::validate`]).
     pub fn validate(&self) -> Result<(), MemError> {
         self.iter().try_for_each(|(label, r)| r.validate(label))
@@ -359,31 +452,16 @@ impl<L: Into<String>> FromIterator<(L, ArrayRequest)> for RequestSet {
 
 impl IntoIterator for RequestSet {
     type Item = (String, ArrayRequest);
-    type IntoIter = IntoRequests;
+    type IntoIter = std::iter::Map<
+        std::vec::IntoIter<(Box<str>, ArrayRequest)>,
+        fn((Box<str>, ArrayRequest)) -> (String, ArrayRequest),
+    >;
     fn into_iter(self) -> Self::IntoIter {
-        IntoRequests(self.entries.into_iter())
-    }
-}
-
-/// The labels and requests of a [`RequestSet`], by value, in insertion order.
-#[derive(Debug)]
-pub struct IntoRequests(std::vec::IntoIter<(Box<str>, ArrayRequest)>);
-
-impl Iterator for IntoRequests {
-    type Item = (String, ArrayRequest);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.0
-            .next()
+        self.entries
+            .into_iter()
             .map(|(label, request)| (label.into_string(), request))
     }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.0.size_hint()
-    }
 }
-
-impl ExactSizeIterator for IntoRequests {}
 
 #[cfg(test)]
 mod tests {
@@ -440,6 +518,30 @@ mod tests {
             matches!(&error, MemError::InvalidRequest { label, reason }
                 if label == "state" && reason.contains(".pipeline_depth(1)")),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn a_set_of_eight_stays_under_a_kibibyte() {
+        assert!(8 * std::mem::size_of::<(Box<str>, ArrayRequest)>() <= 1008);
+    }
+
+    #[test]
+    fn the_chunk_axis_compares_hashes_and_prints_as_an_option() {
+        use std::hash::{BuildHasher, RandomState};
+        let none = ArrayRequest::of::<f32>([4, 5]).chunk_axis(None);
+        let reset = ArrayRequest::of::<f32>([4, 5])
+            .chunk_axis(1)
+            .chunk_axis(None);
+        assert_eq!(none, reset);
+        let hasher = RandomState::new();
+        assert_eq!(hasher.hash_one(&none), hasher.hash_one(&reset));
+        assert_ne!(none, ArrayRequest::of::<f32>([4, 5]).chunk_axis(0));
+        assert_eq!(reset.axis(), None);
+        assert_eq!(
+            format!("{:?}", ArrayRequest::of::<f32>([4, 5]).chunk_axis(1)),
+            "ArrayRequest { dtype: F32, shape: [4, 5], memory: Device, chunk_axis: Some(1), \
+             unchunkable: false, total_runs: 1, depth: 1, declared_group: None }"
         );
     }
 

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::backend::MemInfo;
 use crate::ids::InstanceId;
 use crate::pools::Proportion;
 use crate::{Bytes, LimitMode, MemoryKind};
@@ -163,7 +162,7 @@ pub(crate) fn counted(n: u64, noun: &str) -> String {
 /// mgr.queue_request(&solver, [("state", ArrayRequest::of::<f32>([1 << 20]).unchunkable())])?;
 /// mgr.allocate_queue(&solver)?;
 /// assert_eq!(
-///     mgr.stats().total.to_string(),
+///     mgr.memory_report().total.to_string(),
 ///     "device 4194304 B (4.00 MiB), pinned 0 B, held 4194304 B (4.00 MiB), peak 4194304 B (4.00 MiB); \
 ///      1 array (peak 1); 1 allocation, 0 frees, 0 evictions, 0 chunked requests"
 /// );
@@ -232,26 +231,6 @@ impl fmt::Display for InstanceStats {
     }
 }
 
-/// A snapshot of the manager's statistics.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct MemoryStats {
-    /// The backend's name.
-    pub backend: &'static str,
-    /// Device memory at the time of the snapshot.
-    pub device: MemInfo,
-    /// The limit mode.
-    pub limit_mode: LimitMode,
-    /// Counters over the manager's whole life.
-    pub total: UsageStats,
-    /// Counters per stream group.
-    pub groups: BTreeMap<String, UsageStats>,
-    /// Figures per registered instance, by id.
-    pub instances: Vec<InstanceStats>,
-    /// Page-locked host memory of host arrays and staging pools.
-    pub host_pinned: HostPinnedStats,
-}
-
 /// Page-locked host memory held outside the requests' arrays: pinned
 /// [`HostArray`](crate::HostArray)s and staging buffers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -306,21 +285,20 @@ fn row(scope: String, u: &UsageStats) -> [String; 12] {
     ]
 }
 
-/// The snapshot as a table, per instance, group and in total.
-impl fmt::Display for MemoryStats {
+/// The usage counters as a table, per instance, group and in total: a part
+/// of [`MemoryReport`](crate::report::MemoryReport)'s text.
+pub(crate) struct UsageTable<'a> {
+    pub(crate) limit_mode: LimitMode,
+    pub(crate) instances: &'a [InstanceStats],
+    pub(crate) groups: &'a BTreeMap<String, UsageStats>,
+    pub(crate) total: &'a UsageStats,
+}
+
+impl fmt::Display for UsageTable<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = self;
-        writeln!(
-            f,
-            "{} device: {} total, {} free; limit mode {:?}",
-            s.backend,
-            Bytes(s.device.total),
-            Bytes(s.device.free),
-            s.limit_mode
-        )?;
         let mut rows: Vec<[String; 12]> = Vec::new();
-        for i in &s.instances {
-            let scope = match s.limit_mode {
+        for i in self.instances {
+            let scope = match self.limit_mode {
                 LimitMode::Active => {
                     format!("{} ({}, cap {} MiB)", i.display_name(), i.group, mib(i.cap))
                 }
@@ -328,10 +306,10 @@ impl fmt::Display for MemoryStats {
             };
             rows.push(row(scope, &i.usage));
         }
-        for (name, usage) in &s.groups {
+        for (name, usage) in self.groups {
             rows.push(row(format!("group {name}"), usage));
         }
-        rows.push(row("total".to_owned(), &s.total));
+        rows.push(row("total".to_owned(), self.total));
 
         let mut widths = HEADER.map(str::len);
         for r in &rows {
@@ -355,12 +333,7 @@ impl fmt::Display for MemoryStats {
         for r in &rows {
             line(f, &r.iter().map(String::as_str).collect::<Vec<_>>())?;
         }
-        writeln!(
-            f,
-            "page-locked host memory: {} MiB of host arrays, {} MiB of staging buffers",
-            mib(s.host_pinned.host_arrays),
-            mib(s.host_pinned.staging)
-        )
+        Ok(())
     }
 }
 
@@ -405,38 +378,31 @@ mod tests {
         assert_eq!((u.current_count, u.allocations, u.frees), (1, 2, 1));
     }
 
-    fn stats(limit_mode: LimitMode) -> MemoryStats {
+    fn table(limit_mode: LimitMode) -> String {
         let mut usage = UsageStats::default();
         usage.allocated(3 << 20, 5 << 20, MemoryKind::Device);
         usage.allocated(1 << 20, 1 << 20, MemoryKind::Pinned);
-        MemoryStats {
-            backend: "simulated",
-            device: MemInfo {
-                free: 1 << 30,
-                total: 8 << 30,
-            },
+        let instances = [InstanceStats {
+            instance: InstanceId::fresh(),
+            name: Some("rk45-outputs".to_owned()),
+            group: "default".to_owned(),
+            proportion: 0.5,
+            cap: 4 << 30,
+            usage,
+        }];
+        UsageTable {
             limit_mode,
-            total: usage,
-            groups: BTreeMap::from([("default".to_owned(), usage)]),
-            instances: vec![InstanceStats {
-                instance: InstanceId::fresh(),
-                name: Some("rk45-outputs".to_owned()),
-                group: "default".to_owned(),
-                proportion: 0.5,
-                cap: 4 << 30,
-                usage,
-            }],
-            host_pinned: HostPinnedStats {
-                host_arrays: 64 << 20,
-                staging: 2 << 20,
-            },
+            instances: &instances,
+            groups: &BTreeMap::from([("default".to_owned(), usage)]),
+            total: &usage,
         }
+        .to_string()
     }
 
     #[test]
-    fn report_is_a_table_with_distinct_headers_and_names() {
-        let text = stats(LimitMode::Passive).to_string();
-        let header = text.lines().nth(1).unwrap();
+    fn usage_is_a_table_with_distinct_headers_and_names() {
+        let text = table(LimitMode::Passive);
+        let header = text.lines().next().unwrap();
         let mut columns: Vec<&str> = header
             .split("  ")
             .map(str::trim)
@@ -452,17 +418,11 @@ mod tests {
         let total = text.lines().find(|l| l.starts_with("total")).unwrap();
         let cells: Vec<&str> = total.split_whitespace().collect();
         assert_eq!(&cells[1..6], ["3.00", "5.00", "1.00", "1.00", "6.00"]);
-        assert!(
-            text.ends_with(
-                "page-locked host memory: 64.00 MiB of host arrays, 2.00 MiB of staging buffers\n"
-            ),
-            "{text}"
-        );
     }
 
     #[test]
     fn active_mode_shows_caps() {
-        let text = stats(LimitMode::Active).to_string();
+        let text = table(LimitMode::Active);
         assert!(text.contains("rk45-outputs (default, cap 4096.00 MiB)"));
     }
 }

@@ -5,7 +5,7 @@
 //! A group's stream is an [`OwnedStream`] of the owning layer
 //! (`crate::resource`): it is destroyed when the last reference to it goes, when
 //! the group empties or after `reinit_streams` once the arrays moved to the
-//! new stream. An external stream (bound by `bind_external_stream` and its
+//! new stream. An external stream (bound by `bind_stream` with a stream it did not create, and its
 //! CUDA siblings) is never destroyed: its binding ends with its guard, after
 //! an event recorded on it, which later work waits for instead of touching
 //! the stream.
@@ -110,6 +110,11 @@ impl Group {
     /// Number of members.
     pub(crate) fn len(&self) -> usize {
         self.members.len()
+    }
+
+    /// Whether every member belongs to `owner`.
+    pub(crate) fn only_of(&self, owner: OwnerId) -> bool {
+        self.members.per_owner.len() == 1 && self.members.per_owner.contains_key(&owner)
     }
 
     /// The stream, if one was created.
@@ -255,7 +260,7 @@ thread_local! {
 }
 
 /// The identity of a backend for current-stream bindings: the address of its
-/// shared allocation. Managers sharing one backend (`from_shared`) share
+/// shared allocation. Managers on one shared backend share
 /// bindings. A binding's guard holds its stream, and the stream holds the
 /// backend, so the address cannot be reused by another backend while any
 /// binding to it exists.

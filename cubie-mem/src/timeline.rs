@@ -126,9 +126,6 @@ impl Span {
     }
 }
 
-/// How many spans a timeline keeps by default: 131,072 (about 10 MiB).
-pub const DEFAULT_TIMELINE_CAPACITY: usize = 1 << 17;
-
 /// Figures over every span recorded, dropped ones included.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Totals {
@@ -161,6 +158,9 @@ pub struct Timeline {
 }
 
 impl Timeline {
+    /// How many spans a timeline keeps by default: 131,072 (about 10 MiB).
+    pub const DEFAULT_CAPACITY: usize = 1 << 17;
+
     /// The spans kept, in the order they were issued.
     pub fn spans(&self) -> &[Span] {
         &self.spans
@@ -265,7 +265,7 @@ pub(crate) struct SpanLog {
 
 impl Default for SpanLog {
     fn default() -> Self {
-        SpanLog::new(DEFAULT_TIMELINE_CAPACITY)
+        SpanLog::new(Timeline::DEFAULT_CAPACITY)
     }
 }
 

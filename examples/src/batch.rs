@@ -380,7 +380,7 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
     let first_batch = first_batch.unwrap_or_else(|| timeline.clone());
 
     let cache_evicted = cache.allocated_bytes() == 0;
-    let stats = mgr.stats();
+    let stats = mgr.memory_report();
     let moved_in = host_initial.nbytes() + host_rates.nbytes();
     let moved_out = host_state.nbytes();
     println!();

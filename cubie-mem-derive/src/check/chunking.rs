@@ -32,12 +32,11 @@ enum Declaration<'a> {
     Unspecified,
 }
 
-/// The run axis of the struct: the dimension the first chunked buffer is
-/// split along. Every chunked buffer must be split along the same dimension,
+/// The run axis of the struct: the dimension most chunked buffers are split
+/// along. Every chunked buffer must be split along the same dimension,
 /// because the manager takes the batch's run count from it.
 pub(super) struct RunAxis<'a> {
     dim: &'a Dim,
-    field: &'a Ident,
 }
 
 /// The field's shape and chunking as declared, reporting what is missing,
@@ -180,14 +179,18 @@ fn named_dims(dims: &[Dim]) -> String {
         .join(", ")
 }
 
-/// The struct's run axis, reporting every chunked buffer split along another
-/// dimension than the first.
+/// The struct's run axis: the dimension most chunked buffers are split
+/// along (on a tie, the one named like runs), each buffer split along
+/// another one reported. Where no dimension wins, every disagreeing buffer
+/// is reported with the candidates, and none is prescribed.
 pub(super) fn run_axis<'a>(
     cx: &Ctxt,
     fields: &'a [Field<'a>],
     declared: &[Result<Declared<'a>, Reported>],
 ) -> Option<RunAxis<'a>> {
-    let mut run_axis: Option<RunAxis> = None;
+    // The chunked buffers, grouped by the dimension they are split along,
+    // in the order each dimension first appears.
+    let mut groups: Vec<Vec<(&'a Ident, &'a Dim, Span)>> = Vec::new();
     for (field, declared) in fields.iter().zip(declared) {
         let Ok(Declared {
             chunking: Declaration::Axis(_, dim, span),
@@ -199,33 +202,105 @@ pub(super) fn run_axis<'a>(
         if matches!(dim, Dim::Invalid(_)) {
             continue;
         }
-        let Some(first) = &run_axis else {
-            run_axis = Some(RunAxis {
-                dim,
-                field: field.ident,
-            });
-            continue;
-        };
-        let same = match (first.dim, dim) {
-            (Dim::Field(a), Dim::Field(b)) => a == b,
-            (Dim::Literal(_, a), Dim::Literal(_, b)) => a == b,
-            _ => false,
-        };
-        if !same {
-            cx.error(
-                *span,
-                format!(
-                    "the buffers of one struct are split along one run axis, whose length is the batch's run count: \
-                     `{}` is split along `{}`, this buffer along `{}`; split it along `{}` or mark it `unchunkable`",
-                    first.field,
-                    first.dim.describe(),
-                    dim.describe(),
-                    first.dim.describe(),
-                ),
-            );
+        match groups.iter_mut().find(|group| same_dim(group[0].1, dim)) {
+            Some(group) => group.push((field.ident, dim, *span)),
+            None => groups.push(vec![(field.ident, dim, *span)]),
         }
     }
-    run_axis
+    let most = groups.iter().map(Vec::len).max()?;
+    let largest: Vec<usize> = (0..groups.len())
+        .filter(|&g| groups[g].len() == most)
+        .collect();
+    let named_like_runs: Vec<usize> = largest
+        .iter()
+        .copied()
+        .filter(|&g| names_runs(groups[g][0].1))
+        .collect();
+    let winner = match (largest.as_slice(), named_like_runs.as_slice()) {
+        ([only], _) | (_, [only]) => Some(*only),
+        _ => None,
+    };
+    match winner {
+        Some(w) => {
+            let (_, dim, _) = groups[w][0];
+            let along = buffer_list(&groups[w]);
+            for (g, group) in groups.iter().enumerate() {
+                if g == w {
+                    continue;
+                }
+                for &(_, other, span) in group {
+                    cx.error(
+                        span,
+                        format!(
+                            "the buffers of one struct are split along one run axis, whose length is \
+                             the batch's run count: {along} split along `{}`, this buffer along \
+                             `{}`; split it along `{}` or mark it `unchunkable`",
+                            dim.describe(),
+                            other.describe(),
+                            dim.describe(),
+                        ),
+                    );
+                }
+            }
+        }
+        None if groups.len() > 1 => {
+            let candidates: Vec<String> = groups
+                .iter()
+                .map(|group| {
+                    format!(
+                        "{} split along `{}`",
+                        buffer_list(group),
+                        group[0].1.describe()
+                    )
+                })
+                .collect();
+            for &(_, other, span) in groups.iter().flatten() {
+                cx.error(
+                    span,
+                    format!(
+                        "the buffers of one struct are split along one run axis, whose length is the \
+                         batch's run count, but they disagree: {}; split every chunked buffer along \
+                         the dimension that counts the runs (this one is split along `{}`), and mark \
+                         the others `unchunkable`",
+                        candidates.join("; "),
+                        other.describe(),
+                    ),
+                );
+            }
+        }
+        None => {}
+    }
+    let (_, dim, _) = groups[winner.unwrap_or(0)][0];
+    Some(RunAxis { dim })
+}
+
+/// Whether two shape entries name the same dimension.
+fn same_dim(a: &Dim, b: &Dim) -> bool {
+    match (a, b) {
+        (Dim::Field(a), Dim::Field(b)) => a == b,
+        (Dim::Literal(_, a), Dim::Literal(_, b)) => a == b,
+        _ => false,
+    }
+}
+
+/// Whether a shape entry is a dims field named like a run count (`n_runs`,
+/// `runs`, `num_runs`).
+fn names_runs(dim: &Dim) -> bool {
+    matches!(dim, Dim::Field(name) if name.to_string().to_ascii_lowercase().contains("run"))
+}
+
+/// "`a` is" or "`a` and `b` are": the buffers of one group, as a message's
+/// subject.
+fn buffer_list(group: &[(&Ident, &Dim, Span)]) -> String {
+    let names: Vec<String> = group
+        .iter()
+        .map(|(field, _, _)| format!("`{field}`"))
+        .collect();
+    match names.as_slice() {
+        [one] => format!("{one} is"),
+        [rest @ .., last] => format!("{} and {last} are", rest.join(", ")),
+        [] => String::new(),
+    }
 }
 
 /// The buffer's shape and chunking, inferring the chunk axis of a buffer

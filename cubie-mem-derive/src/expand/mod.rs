@@ -163,7 +163,7 @@ fn implementation(checked: &Checked) -> TokenStream {
                     let mut set = #cubie_mem::RequestSet::new()
                         #(#requests)*;
                     #part_requests
-                    set
+                    #cubie_mem::__private::in_stream_group(set, #group)
                 }
 
                 #[doc = #from_response_doc]

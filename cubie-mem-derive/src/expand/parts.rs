@@ -185,8 +185,10 @@ pub(super) fn takes(checked: &Checked) -> Vec<TokenStream> {
 
 /// The assertions that the parts agree, as an associated constant of a
 /// trait local to the generated block: `(items, use)`, where `use` forces
-/// their evaluation in `requests`. A struct without generics is also
-/// checked where it is declared.
+/// their evaluation in `requests`: evaluated where code is generated
+/// (`cargo build`, `cargo test`), not by `cargo check`. A check at the
+/// declaration would also fire for a part that is not a buffer struct of
+/// the struct's dims, a second error for the mistake `assertions` reports.
 pub(super) fn checks(checked: &Checked, generics: &Generics) -> (TokenStream, TokenStream) {
     if checked.parts.is_empty() {
         return (TokenStream::new(), TokenStream::new());
@@ -200,60 +202,78 @@ pub(super) fn checks(checked: &Checked, generics: &Generics) -> (TokenStream, To
     let own = quote!(&[#(#own_labels),*]);
     let mut assertions = Vec::new();
     let parts = &checked.parts;
+    let message = quote!(#cubie_mem::__private::ConstMessage::new());
+    let group_of = |ty: &dyn quote::ToTokens| quote!(<#ty as #cubie_mem::GpuBuffers>::STREAM_GROUP);
+    let labels_of = |ty: &dyn quote::ToTokens| quote!(<#ty as #cubie_mem::GpuBuffers>::LABELS);
+    let axis_of = |ty: &dyn quote::ToTokens| quote!(<#ty as #cubie_mem::GpuBuffers>::__RUN_AXIS);
+    let this = quote!(#ident #type_generics);
     for (index, part) in parts.iter().enumerate() {
         let (field, ty) = (part.field, part.ty);
         let span = field.span();
-        let group = format!(
-            "part `{field}` of `{name}` is in another stream group than `{name}`: the parts of a struct \
-             are allocated together, in one group; give every part (and `{name}`, or leave it out there \
-             to take the first part's) the same `#[stream_group(..)]`"
+        let (part_group, own_group) = (group_of(ty), group_of(&this));
+        let group_start = format!("part `{field}` of `{name}` is in stream group \"");
+        let group_middle = format!("\", and `{name}` in \"");
+        let group_end = format!(
+            "\": the parts of a struct are allocated together, in one group; give every part (and \
+             `{name}`, or leave it out there to take the first part's) the same `#[stream_group(..)]`"
         );
         assertions.push(quote_spanned! {span=>
-            ::core::assert!(
-                #cubie_mem::__private::str_eq(
-                    <#ty as #cubie_mem::GpuBuffers>::STREAM_GROUP,
-                    <#ident #type_generics as #cubie_mem::GpuBuffers>::STREAM_GROUP,
-                ),
-                #group
-            );
+            if !#cubie_mem::__private::str_eq(#part_group, #own_group) {
+                ::core::panic!(
+                    "{}",
+                    #message.push(#group_start).push(#part_group).push(#group_middle)
+                        .push(#own_group).push(#group_end).as_str()
+                );
+            }
         });
+        let part_labels = labels_of(ty);
         if !checked.buffers.is_empty() {
-            let message = format!(
-                "part `{field}` of `{name}` has a label of one of `{name}`'s own buffers: every array \
-                 of a struct needs its own label; rename one (`label = \"..\"`)"
+            let start = format!("part `{field}` of `{name}` has the label '");
+            let end = format!(
+                "' of one of `{name}`'s own buffers: every array of a struct needs its own label; \
+                 rename one (`label = \"..\"`)"
             );
             assertions.push(quote_spanned! {span=>
-                ::core::assert!(
-                    !#cubie_mem::__private::labels_overlap(#own, <#ty as #cubie_mem::GpuBuffers>::LABELS),
-                    #message
-                );
+                if let ::core::option::Option::Some(label) =
+                    #cubie_mem::__private::shared_label(#own, #part_labels)
+                {
+                    ::core::panic!("{}", #message.push(#start).push(label).push(#end).as_str());
+                }
             });
         }
         for earlier in &parts[..index] {
             let (other, other_ty) = (earlier.field, earlier.ty);
-            let labels = format!(
-                "parts `{other}` and `{field}` of `{name}` share a label: every array of a struct needs \
-                 its own label; rename one in its part's declaration (`label = \"..\"`)"
+            let other_labels = labels_of(other_ty);
+            let (other_axis, part_axis) = (axis_of(other_ty), axis_of(ty));
+            let label_start =
+                format!("parts `{other}` and `{field}` of `{name}` share the label '");
+            let label_end = "': every array of a struct needs its own label; rename one in its part's \
+                             declaration (`label = \"..\"`)";
+            let axis_start = format!(
+                "parts `{other}` and `{field}` of `{name}` are split along different run axes (`"
             );
-            let axis = format!(
-                "parts `{other}` and `{field}` of `{name}` are split along different run axes: a batch \
-                 has one run count, so split every part's chunked buffers along the same dims field"
-            );
+            let axis_end = "`): a batch has one run count, so split every part's chunked buffers along the \
+                            same dims field";
             assertions.push(quote_spanned! {span=>
-                ::core::assert!(
-                    !#cubie_mem::__private::labels_overlap(
-                        <#other_ty as #cubie_mem::GpuBuffers>::LABELS,
-                        <#ty as #cubie_mem::GpuBuffers>::LABELS,
-                    ),
-                    #labels
-                );
-                ::core::assert!(
-                    #cubie_mem::__private::same_run_axis(
-                        <#other_ty as #cubie_mem::GpuBuffers>::__RUN_AXIS,
-                        <#ty as #cubie_mem::GpuBuffers>::__RUN_AXIS,
-                    ),
-                    #axis
-                );
+                if let ::core::option::Option::Some(label) =
+                    #cubie_mem::__private::shared_label(#other_labels, #part_labels)
+                {
+                    ::core::panic!(
+                        "{}",
+                        #message.push(#label_start).push(label).push(#label_end).as_str()
+                    );
+                }
+                if !#cubie_mem::__private::same_run_axis(#other_axis, #part_axis) {
+                    ::core::panic!(
+                        "{}",
+                        #message.push(#axis_start)
+                            .push(#cubie_mem::__private::axis_name(#other_axis))
+                            .push("` and `")
+                            .push(#cubie_mem::__private::axis_name(#part_axis))
+                            .push(#axis_end)
+                            .as_str()
+                    );
+                }
             });
         }
     }
@@ -263,6 +283,8 @@ pub(super) fn checks(checked: &Checked, generics: &Generics) -> (TokenStream, To
         }
         #[automatically_derived]
         impl #impl_generics #trait_name for #ident #type_generics #where_clause {
+            // Evaluated only at compile time, where a panic is the error.
+            #[allow(clippy::panic)]
             const CHECK: () = {
                 #(#assertions)*
             };

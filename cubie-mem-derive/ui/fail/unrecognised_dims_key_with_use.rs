@@ -31,7 +31,7 @@ fn main() {
         n_states: 3,
         n_runs: 100,
     };
-    mgr.queue_buffers::<Inputs>(&solver, &dims).unwrap();
+    mgr.queue_request(&solver, Inputs::requests(&dims)).unwrap();
     let outputs = mgr.allocate_buffers::<Outputs>(&solver, &dims).unwrap();
     let _ = outputs.state.shape();
 }

@@ -11,6 +11,7 @@
 //! its callers order their streams.
 
 use std::fmt;
+use std::sync::Arc;
 
 pub(crate) mod error;
 mod kernel;
@@ -206,6 +207,27 @@ pub trait Backend: Send + Sync + 'static {
     /// what it made. `None`, the default, opts out.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
+    }
+}
+
+/// What a manager is built on: any [`Backend`], or one already shared
+/// (`Arc<dyn Backend>`, such as another manager's
+/// [`MemoryManager::backend`](crate::MemoryManager::backend)). Managers on
+/// one shared backend share its current-stream bindings.
+pub trait IntoBackend {
+    /// The backend, behind a shared pointer.
+    fn into_backend(self) -> Arc<dyn Backend>;
+}
+
+impl<B: Backend> IntoBackend for B {
+    fn into_backend(self) -> Arc<dyn Backend> {
+        Arc::new(self)
+    }
+}
+
+impl IntoBackend for Arc<dyn Backend> {
+    fn into_backend(self) -> Arc<dyn Backend> {
+        self
     }
 }
 

@@ -185,44 +185,22 @@ impl MemoryManager {
     /// their chunk plan.
     ///
     /// The instance must be in `B::STREAM_GROUP` (register it with
-    /// [`GpuBuffers::registration`]).
+    /// [`GpuBuffers::registration`]). To plan several buffer structs of one
+    /// group together, queue each with
+    /// `mgr.queue_request(&instance, B::requests(&dims))` (refused, as here,
+    /// for an instance of another group) and allocate the last with this
+    /// call or `allocate_queue`.
     pub fn allocate_buffers<B: GpuBuffers>(
         &self,
         instance: &Instance,
         dims: &B::Dims,
     ) -> Result<Allocated<B>, MemError> {
-        self.queue_buffers::<B>(instance, dims)?;
+        let mut requests = B::requests(dims);
+        requests.declare_group(B::STREAM_GROUP);
+        self.queue_request(instance, requests)?;
         let response = self.allocate_queue_for(instance)?;
         let plan = *response.plan();
         let slots = response.untaken_slots();
         Allocated::new(B::sets_from_response(response)?, plan, slots)
-    }
-
-    /// Queues `B`'s requests for `dims` on `instance` without allocating, so
-    /// that several buffer structs of one stream group are planned together:
-    /// the next `allocate_buffers` (or `allocate_queue`) in the group serves
-    /// them all with one chunk plan, and this instance receives its response
-    /// through its `on_allocation_ready` hook (build `B` from it with
-    /// [`GpuBuffers::from_response`], or every set with
-    /// [`GpuBuffers::sets_from_response`]).
-    ///
-    /// The instance must be in `B::STREAM_GROUP`.
-    pub fn queue_buffers<B: GpuBuffers>(
-        &self,
-        instance: &Instance,
-        dims: &B::Dims,
-    ) -> Result<(), MemError> {
-        {
-            let s = self.inner.lock();
-            let group = s.group_of(instance.id)?;
-            if &*group != B::STREAM_GROUP {
-                return Err(MemError::StreamGroupMismatch {
-                    instance: s.named(instance.id).to_string(),
-                    group: group.to_string(),
-                    declared: B::STREAM_GROUP,
-                });
-            }
-        }
-        self.queue_request(instance, B::requests(dims))
     }
 }

@@ -6,32 +6,57 @@
 //! where the tuple's requests are made.
 
 use super::{GpuBuffers, SingleBufferSet};
-use crate::__private::{Labels, first_run_axis, labels_overlap, same_run_axis, str_eq};
+use crate::__private::{
+    ConstMessage, Labels, axis_name, first_run_axis, same_run_axis, shared_label, str_eq,
+};
 use crate::{ArrayResponse, MemError, RequestSet};
 
 /// Whether the parts of a tuple agree: one stream group, one run axis,
 /// no label twice. Panics (a compile error where it is evaluated) with what
-/// disagrees.
+/// disagrees, naming the groups, the label or the axes.
+#[allow(
+    clippy::panic,
+    reason = "evaluated only at compile time, where a panic is the compile error"
+)]
 const fn check_parts(groups: &[&str], labels: &[&[&str]], axes: &[Option<&str>]) {
     let mut i = 0;
     while i < groups.len() {
-        assert!(
-            str_eq(groups[i], groups[0]),
-            "the buffer structs of a tuple are in different stream groups: they are allocated together, \
-             in one group; declare the same #[stream_group(..)] on each"
-        );
+        if !str_eq(groups[i], groups[0]) {
+            let message = ConstMessage::new()
+                .push("the buffer structs of a tuple are in different stream groups (\"")
+                .push(groups[0])
+                .push("\" and \"")
+                .push(groups[i])
+                .push(
+                    "\"): they are allocated together, in one group; declare the same \
+                     #[stream_group(..)] on each",
+                );
+            panic!("{}", message.as_str());
+        }
         let mut j = 0;
         while j < i {
-            assert!(
-                !labels_overlap(labels[j], labels[i]),
-                "two buffer structs of a tuple share a label: every array allocated together needs its \
-                 own label; rename one (`label = \"..\"`)"
-            );
-            assert!(
-                same_run_axis(axes[j], axes[i]),
-                "the buffer structs of a tuple are split along different run axes: a batch has one run \
-                 count, so split every struct's chunked buffers along the same dims field"
-            );
+            if let Some(label) = shared_label(labels[j], labels[i]) {
+                let message = ConstMessage::new()
+                    .push("two buffer structs of a tuple share the label '")
+                    .push(label)
+                    .push(
+                        "': every array allocated together needs its own label; rename one \
+                         (`label = \"..\"`)",
+                    );
+                panic!("{}", message.as_str());
+            }
+            if !same_run_axis(axes[j], axes[i]) {
+                let message = ConstMessage::new()
+                    .push("the buffer structs of a tuple are split along different run axes (`")
+                    .push(axis_name(axes[j]))
+                    .push("` and `")
+                    .push(axis_name(axes[i]))
+                    .push(
+                        "`): a batch has one run count, so split every struct's chunked buffers \
+                         along the same dims field",
+                    );
+                panic!("{}", message.as_str());
+            }
             j += 1;
         }
         i += 1;

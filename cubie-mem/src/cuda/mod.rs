@@ -63,7 +63,7 @@
 //! match CudaBackend::new(0) {
 //!     Ok(cuda) => {
 //!         let mgr = MemoryManager::new(cuda);
-//!         assert_eq!(mgr.stats().backend, "cuda");
+//!         assert_eq!(mgr.memory_report().backend, "cuda");
 //!     }
 //!     Err(MemError::NoDevice { cause }) => println!("running without a GPU: {cause}"),
 //!     Err(other) => return Err(other),
@@ -78,7 +78,6 @@ mod cudarc_stream;
 mod external;
 mod interop;
 
-pub use crate::backend::PoolUsage;
 pub use crate::backend::cuda::{
     CudaBackend, CudaConfig, DriverCalls, HostWait, LaunchDims, PtxFunction, PtxModule,
 };

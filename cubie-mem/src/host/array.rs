@@ -160,42 +160,41 @@ pub(crate) fn shape_size(
 /// left on disk however the process ends; dropping the array unmaps it and
 /// gives its space back.
 pub struct HostArray<T: Element> {
-    storage: Storage,
-    shape: Vec<usize>,
-    len: usize,
+    array: AnyHostArray,
     _element: PhantomData<T>,
 }
 
 impl<T: Element> HostArray<T> {
     /// The shape.
     pub fn shape(&self) -> &[usize] {
-        &self.shape
+        &self.array.shape
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.len
+        // The array's bytes fit in memory, so its element count fits a usize.
+        self.array.shape.iter().product()
     }
 
     /// Whether the array has no elements.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// Bytes of the elements.
     pub fn nbytes(&self) -> u64 {
-        (self.len * size_of::<T>()) as u64
+        self.array.nbytes()
     }
 
     /// The kind of memory the array lives in.
     pub fn kind(&self) -> HostMemoryKind {
-        self.storage.kind()
+        self.array.kind()
     }
 
     /// Where a spilled array's file was made; it is unlinked already, so
     /// nothing is at this path (the mapping alone keeps the data).
     pub fn spill_path(&self) -> Option<&Path> {
-        match &self.storage {
+        match &self.array.storage {
             Storage::Spilled(file) => Some(file.path()),
             _ => None,
         }
@@ -203,20 +202,18 @@ impl<T: Element> HostArray<T> {
 
     /// The elements.
     pub fn as_slice(&self) -> &[T] {
-        let bytes = self.len * size_of::<T>();
-        self.storage
-            .bytes()
-            .get(..bytes)
+        let bytes = self.len() * size_of::<T>();
+        let bytes = self.array.storage.bytes().get(..bytes);
+        bytes
             .and_then(|b| bytemuck::try_cast_slice(b).ok())
             .unwrap_or(&[])
     }
 
     /// The elements, writable.
     pub fn as_mut_slice(&mut self) -> &mut [T] {
-        let bytes = self.len * size_of::<T>();
-        self.storage
-            .bytes_mut()
-            .get_mut(..bytes)
+        let bytes = self.len() * size_of::<T>();
+        let bytes = self.array.storage.bytes_mut().get_mut(..bytes);
+        bytes
             .and_then(|b| bytemuck::try_cast_slice_mut(b).ok())
             .unwrap_or(&mut [])
     }
@@ -225,7 +222,7 @@ impl<T: Element> HostArray<T> {
     /// device set's devices writes its own runs): from the memory's own
     /// pointer, valid for `len()` elements while the array lives.
     pub(crate) fn as_mut_ptr(&mut self) -> std::ptr::NonNull<T> {
-        self.storage.base_mut().cast()
+        self.array.storage.base_mut().cast()
     }
 
     /// The elements as a vector.
@@ -233,12 +230,14 @@ impl<T: Element> HostArray<T> {
         self.as_slice().to_vec()
     }
 
-    /// Makes dropping the array leak its page-locked memory instead of
-    /// freeing it: an asynchronous copy using it could not be waited for.
-    /// Pageable and spilled memory is never handed to a copy directly.
-    pub(crate) fn retire(&self) {
-        if let Storage::Pinned(pinned) = &self.storage {
-            pinned.retired.store(true, Ordering::Release);
+    /// What makes dropping the array leak its page-locked memory instead of
+    /// freeing it, once set: an asynchronous copy using it could not be
+    /// waited for. `None` for pageable and spilled memory, never handed to
+    /// a copy directly.
+    pub(crate) fn retirement(&self) -> Option<&AtomicBool> {
+        match &self.array.storage {
+            Storage::Pinned(pinned) => Some(&pinned.retired),
+            _ => None,
         }
     }
 
@@ -266,7 +265,7 @@ impl<T: Element> fmt::Debug for HostArray<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HostArray")
             .field("dtype", &crate::dtype::dtype_of::<T>())
-            .field("shape", &self.shape)
+            .field("shape", &self.shape())
             .field("kind", &self.kind())
             .field("spill_path", &self.spill_path())
             .finish()
@@ -312,11 +311,8 @@ impl AnyHostArray {
                 found: self.dtype,
             });
         }
-        let len = self.shape.iter().product();
         Ok(HostArray {
-            storage: self.storage,
-            shape: self.shape,
-            len,
+            array: self,
             _element: PhantomData,
         })
     }
@@ -324,11 +320,7 @@ impl AnyHostArray {
 
 impl<T: Element> From<HostArray<T>> for AnyHostArray {
     fn from(array: HostArray<T>) -> Self {
-        AnyHostArray {
-            storage: array.storage,
-            shape: array.shape,
-            dtype: crate::dtype::dtype_of::<T>(),
-        }
+        array.array
     }
 }
 
@@ -391,10 +383,13 @@ impl MemoryManager {
         }
         let dtype = crate::dtype::dtype_of::<T>();
         let storage = self.host_storage(&shape, dtype, kind, like.is_some(), instance)?;
-        let mut array = HostArray {
+        let array = AnyHostArray {
             storage,
             shape,
-            len,
+            dtype,
+        };
+        let mut array = HostArray {
+            array,
             _element: PhantomData,
         };
         if let Some(like) = like {

@@ -1,11 +1,6 @@
 //! Asynchronous copies between a whole page-locked host array and a device
-//! array: queued on a stream, returned at once, and the host array held by
-//! the copy until it is done.
-//!
-//! The host array moves into the [`PendingCopy`], so nothing can read,
-//! write or free it while the device copies from or into it; it comes back
-//! from [`PendingCopy::wait`]. Moving a [`HostArray`] does not move its
-//! page-locked bytes, so the address the copy uses stays valid.
+//! array, which hold the host array until they are done; see
+//! [asynchronous copies](crate::guide::host_memory#asynchronous-copies).
 
 use std::fmt;
 use std::sync::Arc;
@@ -132,13 +127,6 @@ impl<T: Element> From<AsyncCopyError<T>> for MemError {
     }
 }
 
-/// Which way a copy goes.
-#[derive(Clone, Copy)]
-enum Way {
-    Upload,
-    Download,
-}
-
 impl<T: Element> DeviceArray<T> {
     /// Queues a copy of the page-locked `host` array (as many elements as
     /// this array, [`HostMemoryKind::Pinned`]) into this array and returns
@@ -174,7 +162,7 @@ impl<T: Element> DeviceArray<T> {
     /// # Ok::<(), cubie_mem::MemError>(())
     /// ```
     pub fn upload_async(&self, host: HostArray<T>) -> Result<PendingCopy<T>, AsyncCopyError<T>> {
-        queue_copy(self, host, Way::Upload)
+        queue_copy(self, host, true)
     }
 
     /// Queues a copy of this array into the page-locked `host` array (as
@@ -183,33 +171,45 @@ impl<T: Element> DeviceArray<T> {
     /// [`PendingCopy::wait`]. Streams and refusals as for
     /// [`upload_async`](Self::upload_async).
     pub fn download_async(&self, host: HostArray<T>) -> Result<PendingCopy<T>, AsyncCopyError<T>> {
-        queue_copy(self, host, Way::Download)
+        queue_copy(self, host, false)
     }
 }
 
-/// Checks, queues the copy and records its completion event.
+/// Checks, queues the copy (an upload, or a download) and records its
+/// completion event.
 fn queue_copy<T: Element>(
     device: &DeviceArray<T>,
-    host: HostArray<T>,
-    way: Way,
+    mut host: HostArray<T>,
+    upload: bool,
 ) -> Result<PendingCopy<T>, AsyncCopyError<T>> {
     let (memory, stream) = match prepare(device, &host) {
         Ok(prepared) => prepared,
         Err(error) => return Err(refused(error, host)),
     };
-    let mut host = host;
     let backend = stream.backend();
-    let bytes: &[u8] = bytemuck::cast_slice(host.as_slice());
-    if !backend.is_page_locked(bytes.as_ptr(), bytes.len()) {
-        return copy_staged(device, host, way, memory, &stream);
-    }
-    let queued = queue(&memory, device.label(), &mut host, way, &stream);
+    let (label, bytes) = (device.label(), size_of_val(host.as_slice()));
+    // A page-locked array the backend does not take for asynchronous
+    // copies (another manager's or backend's) is copied as pageable memory
+    // is: the host waits, and nothing is left queued.
+    let direct = backend.is_page_locked(host.as_slice().as_ptr().cast(), bytes);
+    let queued = match (direct, upload) {
+        (false, true) => device.copy_from_host(host.as_slice()),
+        (false, false) => device.copy_to_host(host.as_mut_slice()),
+        _ if host.is_empty() => Ok(()),
+        // SAFETY: the host array is page-locked (checked by `prepare`) and
+        // moves into the PendingCopy, which keeps it, unread and unwritten
+        // by anyone else, until an event recorded after the copy fired.
+        (true, true) => unsafe { queue_upload(&memory, label, 0, host.as_slice(), &stream) },
+        // SAFETY: as for the upload; the copy is the only writer.
+        (true, false) => unsafe { queue_download(&memory, label, 0, host.as_mut_slice(), &stream) },
+    };
     match (queued, Event::record(&stream)) {
         (Ok(()), Ok(event)) => Ok(PendingCopy {
             host: Some(host),
             event,
             _device: memory,
         }),
+        (Err(error), _) | (Ok(()), Err(error)) if !direct => Err(refused(error, host)),
         (Err(error), Ok(event)) => {
             // Part of a failed copy may be queued: wait before handing back.
             let settled = event.wait();
@@ -253,56 +253,6 @@ fn prepare<T: Element>(
     let stream = device.slot().work_stream(&memory);
     memory.use_on(&stream)?;
     Ok((memory, stream))
-}
-
-/// Copies a page-locked host array the backend does not accept for an
-/// asynchronous copy (another manager's or backend's page-locked memory)
-/// as pageable memory is copied: the host waits while the backend stages
-/// it, so the copy is done when this returns, and never hands an
-/// asynchronous copy memory outside its contract.
-fn copy_staged<T: Element>(
-    device: &DeviceArray<T>,
-    mut host: HostArray<T>,
-    way: Way,
-    memory: Arc<DeviceMemory>,
-    stream: &OwnedStream,
-) -> Result<PendingCopy<T>, AsyncCopyError<T>> {
-    let copied = match way {
-        Way::Upload => device.copy_from_host(host.as_slice()),
-        Way::Download => device.copy_to_host(host.as_mut_slice()),
-    };
-    if let Err(error) = copied {
-        return Err(refused(error, host));
-    }
-    match Event::record(stream) {
-        Ok(event) => Ok(PendingCopy {
-            host: Some(host),
-            event,
-            _device: memory,
-        }),
-        Err(error) => Err(refused(error, host)),
-    }
-}
-
-/// Queues the copy itself.
-fn queue<T: Element>(
-    memory: &DeviceMemory,
-    label: &str,
-    host: &mut HostArray<T>,
-    way: Way,
-    stream: &OwnedStream,
-) -> Result<(), MemError> {
-    if host.is_empty() {
-        return Ok(());
-    }
-    match way {
-        // SAFETY: the host array is page-locked (checked by `prepare`) and
-        // moves into the PendingCopy, which keeps it, unread and unwritten
-        // by anyone else, until an event recorded after the copy fired.
-        Way::Upload => unsafe { queue_upload(memory, label, 0, host.as_slice(), stream) },
-        // SAFETY: as for the upload; the copy is the only writer.
-        Way::Download => unsafe { queue_download(memory, label, 0, host.as_mut_slice(), stream) },
-    }
 }
 
 /// The error of a failed copy, with the host array back if the wait for

@@ -23,19 +23,13 @@ pub struct SystemMemory {
     pub available: u64,
 }
 
-/// Percentage of total RAM above which host arrays spill by default.
-const DEFAULT_SPILL_PERCENT: u64 = 80;
-
-/// Percentage of total RAM the staging pool leaves available when it grows.
-const STAGING_RAM_FLOOR_PERCENT: u64 = 20;
-
 impl SystemMemory {
     /// Percentage of total RAM above which host arrays spill, when no
     /// threshold is set.
-    pub const DEFAULT_SPILL_PERCENT: u64 = DEFAULT_SPILL_PERCENT;
+    pub const DEFAULT_SPILL_PERCENT: u64 = 80;
     /// Percentage of total RAM the staging pool leaves available when it
     /// grows.
-    pub const STAGING_FLOOR_PERCENT: u64 = STAGING_RAM_FLOOR_PERCENT;
+    pub const STAGING_FLOOR_PERCENT: u64 = 20;
 
     /// Reads the figures of this machine; `None` where they are unavailable.
     pub fn read() -> Option<SystemMemory> {
@@ -73,13 +67,13 @@ impl SystemMemory {
 
     /// The spill threshold when none is configured: 80% of total RAM.
     pub fn default_spill_threshold(&self) -> u64 {
-        percent_of(self.total, DEFAULT_SPILL_PERCENT)
+        percent_of(self.total, Self::DEFAULT_SPILL_PERCENT)
     }
 
     /// Whether `bytes` more can be allocated while available RAM stays above
     /// 20% of total.
     pub fn can_grow_by(&self, bytes: u64) -> bool {
-        self.available.saturating_sub(bytes) > percent_of(self.total, STAGING_RAM_FLOOR_PERCENT)
+        self.available.saturating_sub(bytes) > percent_of(self.total, Self::STAGING_FLOOR_PERCENT)
     }
 }
 

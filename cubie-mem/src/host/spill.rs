@@ -1,34 +1,7 @@
-//! Spill files: memory-mapped temporary files that hold host arrays too large
-//! for RAM.
-//!
-//! A spill file is created in the spill directory under a unique name starting
-//! with [`SPILL_FILE_PREFIX`], with owner-only permissions (0600 on Unix), and
-//! unlinked at once, before its space is reserved and it is mapped: from then
-//! on only the open descriptor, then the mapping, keeps its data alive. So
-//! nothing is left behind however the process ends (the array dropped, a
-//! panic, SIGKILL, a crash), and there is nothing to remove on drop: unmapping
-//! gives the space back.
-//!
-//! The file's space is reserved before it is mapped, so that a full disk is an
-//! error when the array is created rather than a SIGBUS on the first write
-//! through the map to a block the filesystem cannot allocate; a size past
-//! the process's file-size limit is refused before anything is written,
-//! rather than killing the process with SIGXFSZ. The reservation
-//! is `fallocate` through `rustix` (Linux `fallocate(2)`, `F_PREALLOCATE` on
-//! Apple systems, `posix_fallocate` on FreeBSD). Where the filesystem does not
-//! support it (`EOPNOTSUPP`, `EINVAL` or `ENOSYS`), and on other systems, the
-//! file is written out with zeros in [`ZERO_CHUNK_BYTES`] chunks instead,
-//! which allocates every block just as well, only slower.
-//!
-//! A new mapping is pre-faulted for writing where the kernel can
-//! (`MADV_POPULATE_WRITE`, Linux 5.14 and later), when the file is created
-//! and so before any pipeline streams through it: otherwise the first write
-//! to each 4 KiB page takes a page fault of its own (about 117,000 for
-//! 480 MB) in the middle of a scatter. Only a file that fits in half the
-//! available RAM is pre-faulted (populating dirties every page, which a
-//! host already short of RAM would have to write back at once); elsewhere,
-//! and where the advice is refused, the pages fault in on first write as
-//! before.
+//! Spill files: memory-mapped temporary files, unlinked at once, that hold
+//! host arrays too large for RAM; their space is reserved, and their pages
+//! pre-faulted where the kernel can, when they are made. The guide page
+//! [host memory](crate::guide::host_memory#host-arrays) has the rules.
 
 use std::fs::File;
 use std::io::{self, Write};

@@ -1,15 +1,10 @@
-//! The staging pool: pinned buffers that pageable and spilled arrays pass
-//! through on their way to and from the device.
-//!
-//! Buffers are reused by (label, shape, element type). The pool grows while
-//! available RAM stays above 20% of total; a label with no buffer in flight
-//! always gets one, so every label can make progress. Otherwise an acquire
-//! waits until a buffer is released (or RAM frees up, checked periodically).
+//! The staging pool: page-locked buffers that pageable and spilled arrays
+//! pass through on their way to and from the device, reused by (label,
+//! shape, element type) and bounded by RAM; see
+//! [host memory](crate::guide::host_memory#staging-buffers).
 
 use std::collections::HashMap;
 use std::fmt;
-use std::marker::PhantomData;
-use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -17,30 +12,20 @@ use super::SystemMemory;
 use super::array::shape_size;
 use super::tally::{PinnedTally, PinnedUse};
 use crate::backend::{Backend, PinnedBlock};
-use crate::{DType, Element, MemError, MemoryManager};
-
-/// Most bytes one staging buffer holds; larger transfers run in rounds.
-pub(crate) const STAGING_BYTES_PER_TRANSFER: usize = 64 << 20;
+use crate::resource::{Event, OwnedStream};
+use crate::{DType, MemError, MemoryManager};
 
 /// How often a waiting acquire re-reads the RAM figures.
 const RAM_RECHECK: Duration = Duration::from_millis(50);
 
-/// What a staging buffer is reused for.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct StagingKey {
-    /// The label of the array it stages.
-    pub label: String,
-    /// Its shape.
-    pub shape: Vec<usize>,
-    /// Its element type.
-    pub dtype: DType,
-}
+/// What a staging buffer is reused for: its label, shape and element type.
+type Key = (String, Vec<usize>, DType);
 
 type MemoryProbe = dyn Fn() -> Option<SystemMemory> + Send + Sync;
 
 struct PoolShared {
     backend: Arc<dyn Backend>,
-    /// Where the pool's buffers are counted (a pool made by a manager).
+    /// Where the pool's buffers are counted (a pool made for a manager).
     tally: Option<Arc<PinnedTally>>,
     probe: Box<MemoryProbe>,
     state: Mutex<PoolState>,
@@ -49,9 +34,20 @@ struct PoolShared {
 
 #[derive(Default)]
 struct PoolState {
-    idle: HashMap<StagingKey, Vec<Box<dyn PinnedBlock>>>,
+    idle: HashMap<Key, Vec<Box<dyn PinnedBlock>>>,
     in_flight: HashMap<String, usize>,
     allocations: usize,
+}
+
+impl PoolState {
+    fn leave(&mut self, label: &str) {
+        if let Some(count) = self.in_flight.get_mut(label) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.in_flight.remove(label);
+            }
+        }
+    }
 }
 
 impl PoolShared {
@@ -59,48 +55,13 @@ impl PoolShared {
         // Every update leaves the state consistent; no foreign code runs under the lock.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
-
-    fn release(&self, key: StagingKey, block: Box<dyn PinnedBlock>) {
-        let mut state = self.lock();
-        if let Some(count) = state.in_flight.get_mut(&key.label) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                state.in_flight.remove(&key.label);
-            }
-        }
-        state.idle.entry(key).or_default().push(block);
-        drop(state);
-        self.released.notify_all();
-    }
-
-    fn may_grow(&self, bytes: usize) -> bool {
-        (self.probe)().is_some_and(|ram| ram.can_grow_by(bytes as u64))
-    }
 }
 
-/// How long an acquire may wait.
-#[derive(Clone, Copy)]
-enum Wait {
-    No,
-    Until(Instant),
-    Forever,
-}
-
-/// A thread-safe pool of pinned staging buffers. Cloning gives another handle
-/// to the same pool.
-///
-/// ```
-/// use cubie_mem::{MemoryManager, SimBackend};
-///
-/// let mgr = MemoryManager::new(SimBackend::new(1 << 30));
-/// let pool = cubie_mem::StagingPool::for_manager(&mgr);
-/// let mut buffer = pool.acquire::<f64>("state", &[4, 100]).unwrap();
-/// buffer[0] = 1.5;
-/// drop(buffer); // back to the pool
-/// let again = pool.acquire::<f64>("state", &[4, 100]).unwrap();
-/// assert_eq!(again[0], 1.5); // the same buffer, reused
-/// assert_eq!(pool.pinned_allocations(), 1);
-/// ```
+/// A thread-safe pool of page-locked staging buffers, which streamers take
+/// their staging buffers from: the manager's own
+/// ([`ChunkStreamer::pool`](crate::ChunkStreamer::pool)), or another given
+/// with [`ChunkStreamer::with_pool`](crate::ChunkStreamer::with_pool).
+/// Cloning gives another handle to the same pool.
 #[derive(Clone)]
 pub struct StagingPool {
     shared: Arc<PoolShared>,
@@ -108,7 +69,7 @@ pub struct StagingPool {
 
 impl StagingPool {
     /// Most bytes one staging buffer holds; larger transfers run in rounds.
-    pub const BYTES_PER_TRANSFER: usize = STAGING_BYTES_PER_TRANSFER;
+    pub const BYTES_PER_TRANSFER: usize = 64 << 20;
 
     /// A pool allocating from `backend`, bounded by this machine's RAM.
     pub fn new(backend: Arc<dyn Backend>) -> Self {
@@ -133,68 +94,65 @@ impl StagingPool {
         }
     }
 
-    /// A buffer of `shape` for `label`, waiting as long as it takes for one
-    /// to be released when the pool may not grow.
-    ///
-    /// A thread that already holds a buffer of `label` and asks for another
-    /// may wait until RAM frees up; use [`try_acquire`](Self::try_acquire)
-    /// there.
-    pub fn acquire<T: Element>(
+    /// A new staging pool on `manager`'s backend, bounded by the machine's
+    /// RAM, apart from the manager's own. Its buffers count in the manager's
+    /// [memory report](MemoryManager::memory_report) as page-locked host memory held
+    /// for staging.
+    pub fn for_manager(manager: &MemoryManager) -> StagingPool {
+        let mut pool = StagingPool::new(Arc::clone(manager.backend()));
+        if let Some(shared) = Arc::get_mut(&mut pool.shared) {
+            shared.tally = Some(Arc::clone(&manager.inner.pinned_host));
+        }
+        pool
+    }
+
+    /// A buffer of `shape` elements of `dtype` for `label`, waiting as long
+    /// as it takes for one to be released when the pool may not grow.
+    pub(crate) fn acquire(
         &self,
         label: &str,
         shape: &[usize],
-    ) -> Result<StagingBuffer<T>, MemError> {
+        dtype: DType,
+    ) -> Result<StagingBuffer, MemError> {
         loop {
-            if let Some(buffer) = self.acquire_within(label, shape, Wait::Forever)? {
+            if let Some(buffer) = self.acquire_until(label, shape, dtype, None)? {
                 return Ok(buffer);
             }
         }
     }
 
-    /// [`acquire`](Self::acquire), giving up with `Ok(None)` after `timeout`.
-    pub fn acquire_timeout<T: Element>(
-        &self,
-        label: &str,
-        shape: &[usize],
-        timeout: Duration,
-    ) -> Result<Option<StagingBuffer<T>>, MemError> {
-        let wait = Instant::now()
-            .checked_add(timeout)
-            .map_or(Wait::Forever, Wait::Until);
-        self.acquire_within(label, shape, wait)
-    }
-
     /// [`acquire`](Self::acquire) without waiting: `Ok(None)` when it would wait.
-    pub fn try_acquire<T: Element>(
+    pub(crate) fn try_acquire(
         &self,
         label: &str,
         shape: &[usize],
-    ) -> Result<Option<StagingBuffer<T>>, MemError> {
-        self.acquire_within(label, shape, Wait::No)
+        dtype: DType,
+    ) -> Result<Option<StagingBuffer>, MemError> {
+        self.acquire_until(label, shape, dtype, Some(Instant::now()))
     }
 
-    fn acquire_within<T: Element>(
+    /// A buffer for `label`: an idle one of that key, else a new one when
+    /// the label has none in flight or RAM allows, else one released before
+    /// `deadline` (`None`: no deadline); `Ok(None)` past it.
+    fn acquire_until(
         &self,
         label: &str,
         shape: &[usize],
-        wait: Wait,
-    ) -> Result<Option<StagingBuffer<T>>, MemError> {
-        let (len, bytes) = shape_size(shape, size_of::<T>())?;
-        let key = StagingKey {
-            label: label.to_owned(),
-            shape: shape.to_vec(),
-            dtype: crate::dtype::dtype_of::<T>(),
-        };
+        dtype: DType,
+        deadline: Option<Instant>,
+    ) -> Result<Option<StagingBuffer>, MemError> {
+        let (_, bytes) = shape_size(shape, dtype.size_bytes())?;
+        let key: Key = (label.to_owned(), shape.to_vec(), dtype);
         let shared = &self.shared;
         let mut state = shared.lock();
         loop {
             if let Some(block) = state.idle.get_mut(&key).and_then(Vec::pop) {
-                *state.in_flight.entry(key.label.clone()).or_default() += 1;
-                return Ok(Some(self.buffer(key, block, len)));
+                *state.in_flight.entry(key.0.clone()).or_default() += 1;
+                return Ok(Some(self.buffer(key, block, bytes)));
             }
-            let label_idle = state.in_flight.get(label).is_none_or(|&n| n == 0);
-            if label_idle || shared.may_grow(bytes) {
-                *state.in_flight.entry(key.label.clone()).or_default() += 1;
+            let may_grow = || (shared.probe)().is_some_and(|ram| ram.can_grow_by(bytes as u64));
+            if !state.in_flight.contains_key(label) || may_grow() {
+                *state.in_flight.entry(key.0.clone()).or_default() += 1;
                 state.allocations += 1;
                 drop(state);
                 return match shared.backend.alloc_pinned_for_overwrite(bytes as u64) {
@@ -203,14 +161,12 @@ impl StagingPool {
                             Some(tally) => tally.count(block, PinnedUse::Staging),
                             None => block,
                         };
-                        Ok(Some(self.buffer(key, block, len)))
+                        Ok(Some(self.buffer(key, block, bytes)))
                     }
                     Err(error) => {
                         let mut state = shared.lock();
                         state.allocations -= 1;
-                        if let Some(count) = state.in_flight.get_mut(label) {
-                            *count = count.saturating_sub(1);
-                        }
+                        state.leave(label);
                         drop(state);
                         shared.released.notify_all();
                         Err(super::array::host_pinned_error(&*shared.backend, error))
@@ -225,10 +181,9 @@ impl StagingPool {
             if state.idle.len() < before {
                 continue;
             }
-            let pause = match wait {
-                Wait::No => return Ok(None),
-                Wait::Forever => RAM_RECHECK,
-                Wait::Until(deadline) => match deadline.checked_duration_since(Instant::now()) {
+            let pause = match deadline {
+                None => RAM_RECHECK,
+                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => left.min(RAM_RECHECK),
                     _ => return Ok(None),
                 },
@@ -241,18 +196,13 @@ impl StagingPool {
         }
     }
 
-    fn buffer<T: Element>(
-        &self,
-        key: StagingKey,
-        block: Box<dyn PinnedBlock>,
-        len: usize,
-    ) -> StagingBuffer<T> {
+    fn buffer(&self, key: Key, block: Box<dyn PinnedBlock>, len: usize) -> StagingBuffer {
         StagingBuffer {
             block: Some(block),
             key,
             len,
             pool: Arc::clone(&self.shared),
-            _element: PhantomData,
+            pending: None,
         }
     }
 
@@ -295,83 +245,104 @@ impl fmt::Debug for StagingPool {
     }
 }
 
-/// A pinned buffer from a [`StagingPool`]; dereferences to its elements and
-/// returns to the pool when dropped, waking waiting acquires. Its contents
-/// are unspecified until written: a reused buffer holds what its last user
-/// left, and a new one comes from
-/// [`Backend::alloc_pinned_for_overwrite`](crate::backend::Backend::alloc_pinned_for_overwrite),
-/// which may hand back a recycled page-locked block without zero-filling it.
-pub struct StagingBuffer<T: Element> {
+/// A page-locked buffer from a [`StagingPool`], and the event of the last
+/// asynchronous copy that used it. The host reaches the buffer only once
+/// that copy is done ([`host`](Self::host)), and it goes back to its pool
+/// when dropped only then too, so neither the host nor the buffer's next
+/// user can see (or spoil) bytes a copy is still moving.
+///
+/// Its contents are unspecified until written: a reused buffer holds what
+/// its last user left, and a new one comes from
+/// [`Backend::alloc_pinned_for_overwrite`], which may hand back a recycled
+/// page-locked block without zero-filling it.
+pub(crate) struct StagingBuffer {
     block: Option<Box<dyn PinnedBlock>>,
-    key: StagingKey,
+    key: Key,
+    /// The bytes asked for.
     len: usize,
     pool: Arc<PoolShared>,
-    _element: PhantomData<T>,
+    pending: Option<Event>,
 }
 
-impl<T: Element> StagingBuffer<T> {
-    /// What the buffer is reused for.
-    pub fn key(&self) -> &StagingKey {
-        &self.key
+impl StagingBuffer {
+    /// Waits for the last copy that used the buffer. A wait that fails
+    /// leaves the copy pending, so the buffer is retired when dropped.
+    fn settle(&mut self) -> Result<(), MemError> {
+        if let Some(event) = &self.pending {
+            event.wait()?;
+        }
+        self.pending = None;
+        Ok(())
     }
-}
 
-impl<T: Element> Deref for StagingBuffer<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        let bytes = self.len * size_of::<T>();
-        self.block
-            .as_ref()
-            .and_then(|b| b.bytes().get(..bytes))
-            .and_then(|b| bytemuck::try_cast_slice(b).ok())
-            .unwrap_or(&[])
+    /// Whether the last copy that used the buffer is done (does not block).
+    pub(crate) fn is_settled(&mut self) -> Result<bool, MemError> {
+        let settled = match &self.pending {
+            Some(event) => event.is_complete()?,
+            None => true,
+        };
+        if settled {
+            self.pending = None;
+        }
+        Ok(settled)
     }
-}
 
-impl<T: Element> DerefMut for StagingBuffer<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        let bytes = self.len * size_of::<T>();
-        self.block
+    /// The bytes, for the host, once no copy uses them.
+    pub(crate) fn host(&mut self) -> Result<&mut [u8], MemError> {
+        self.settle()?;
+        let len = self.len;
+        Ok(self
+            .block
             .as_mut()
-            .and_then(|b| b.bytes_mut().get_mut(..bytes))
-            .and_then(|b| bytemuck::try_cast_slice_mut(b).ok())
-            .unwrap_or(&mut [])
+            .and_then(|b| b.bytes_mut().get_mut(..len))
+            .unwrap_or(&mut []))
+    }
+
+    /// Hands the buffer to an asynchronous copy queued by `queue` on
+    /// `stream`: it gets the buffer's first `len` bytes, and the buffer
+    /// is not touched again until an event recorded after the copy fired.
+    ///
+    /// # Safety
+    ///
+    /// `queue` must only queue copies on `stream` that use the slice it is
+    /// given, and nothing else may keep its address.
+    pub(crate) unsafe fn lend(
+        &mut self,
+        stream: &OwnedStream,
+        len: usize,
+        queue: impl FnOnce(&mut [u8]) -> Result<(), MemError>,
+    ) -> Result<(), MemError> {
+        let buffer = self.host()?;
+        let len = len.min(buffer.len());
+        let queued = queue(buffer.get_mut(..len).unwrap_or(&mut []));
+        // Even a failed call may have queued part of its work: wait for it
+        // before anyone touches the buffer again.
+        self.pending = Some(Event::record(stream)?);
+        queued
     }
 }
 
-impl<T: Element> Drop for StagingBuffer<T> {
+impl Drop for StagingBuffer {
     fn drop(&mut self) {
-        if let Some(block) = self.block.take() {
-            let key = StagingKey {
-                label: std::mem::take(&mut self.key.label),
-                shape: std::mem::take(&mut self.key.shape),
-                dtype: self.key.dtype,
-            };
-            self.pool.release(key, block);
+        let Some(block) = self.block.take() else {
+            return;
+        };
+        // The buffer goes back to the pool only once no copy uses it; when
+        // that cannot be known, it is never reused (nor freed).
+        if let Err(error) = self.settle() {
+            tracing::error!(%error, "waiting for a staging copy failed; its buffer is retired");
+            std::mem::forget(block);
+            return;
         }
+        let mut state = self.pool.lock();
+        state.leave(&self.key.0);
+        let dtype = self.key.2;
+        let key = std::mem::replace(&mut self.key, (String::new(), Vec::new(), dtype));
+        state.idle.entry(key).or_default().push(block);
+        drop(state);
+        self.pool.released.notify_all();
     }
 }
 
-impl<T: Element> fmt::Debug for StagingBuffer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StagingBuffer")
-            .field("key", &self.key)
-            .finish()
-    }
-}
-
-impl StagingPool {
-    /// A new staging pool on `manager`'s backend, bounded by the machine's
-    /// RAM, apart from the manager's own (which streamers use unless given
-    /// another with [`ChunkStreamer::with_pool`](crate::ChunkStreamer::with_pool)).
-    /// Its buffers count in the manager's
-    /// [statistics](MemoryManager::stats) as page-locked host memory held
-    /// for staging.
-    pub fn for_manager(manager: &MemoryManager) -> StagingPool {
-        let mut pool = StagingPool::new(Arc::clone(manager.backend()));
-        if let Some(shared) = Arc::get_mut(&mut pool.shared) {
-            shared.tally = Some(Arc::clone(&manager.inner.pinned_host));
-        }
-        pool
-    }
-}
+#[cfg(test)]
+mod tests;

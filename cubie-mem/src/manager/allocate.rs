@@ -19,7 +19,7 @@
 //! participant holds by (label, set).
 
 use super::Inner;
-use super::batch::{Batch, Queued};
+use super::batch::Batch;
 use super::decide::{Held, Planned, decide, finish};
 use super::hooks::Hooks;
 use super::place::forget_released;
@@ -56,20 +56,27 @@ impl Inner {
     ) -> Result<ArrayResponse, MemError> {
         let owner = s.instance(trigger)?.owner;
         let group = s.group_of(trigger)?;
-        let participants: Vec<InstanceId> = s
-            .groups
-            .get(&group)
-            .map(|g| g.members_of(owner).collect())
-            .unwrap_or_default();
+        // The lists of the last call, kept with their room.
+        let mut participants = std::mem::take(&mut s.scratch.participants);
+        participants.clear();
+        if let Some(g) = s.groups.get(&group) {
+            participants.extend(g.members_of(owner));
+        }
         super::pending::note_passed_over(s, &group, owner, trigger);
-        let mut taken: Vec<(InstanceId, Queued)> = participants
-            .iter()
-            .filter_map(|&id| Some((id, s.instances.get_mut(&id)?.queued.take()?)))
-            .collect();
+        let mut taken = std::mem::take(&mut s.scratch.taken);
+        taken.clear();
+        taken.extend(
+            participants
+                .iter()
+                .filter_map(|&id| Some((id, s.instances.get_mut(&id)?.queued.take()?))),
+        );
         if taken.is_empty() {
+            s.scratch.keep_batch_lists(participants, taken);
             return Ok(ArrayResponse::default());
         }
-        taken.sort_by_key(|(_, queued)| queued.order);
+        // Queue orders are distinct: an unstable sort orders them as a
+        // stable one would, without a buffer.
+        taken.sort_unstable_by_key(|(_, queued)| queued.order);
         let batch = Batch {
             trigger,
             group,
@@ -83,11 +90,17 @@ impl Inner {
             Err(error) => {
                 let error = self.fill_report(s, error, &batch, &attempt);
                 forget_released(s, &batch.participants);
-                for (id, queued) in batch.taken {
+                let Batch {
+                    participants,
+                    mut taken,
+                    ..
+                } = batch;
+                for (id, queued) in taken.drain(..) {
                     if let Some(instance) = s.instances.get_mut(&id) {
                         instance.queued = Some(queued);
                     }
                 }
+                s.scratch.keep_batch_lists(participants, taken);
                 Err(error)
             }
         }
@@ -134,10 +147,8 @@ impl Inner {
             room,
         } = decision.planned?;
         let free = snapshot.free.unwrap_or(0);
-        let replaced = snapshot.replaced();
         let budget = decision.budget;
         let sizes = snapshot.sizes;
-        let Held { buffers, requests } = snapshot.held;
         tracing::debug!(
             group = %batch.group,
             owner = %s.named_owner(batch.owner),
@@ -147,7 +158,7 @@ impl Inner {
             total_runs = sizes.total_runs,
             depth = sizes.depth,
             free = %Bytes(free),
-            replaced = %Bytes(replaced),
+            replaced = %Bytes(snapshot.replaced()),
             effective_free = %Bytes(budget.effective_free),
             cap_headroom = %OrNone(decision.before.cap_headroom.map(Bytes)),
             granule = %Bytes(budget.granule),
@@ -161,6 +172,7 @@ impl Inner {
             plan.chunks,
             plan.chunk_length
         );
+        let Held { buffers, requests } = snapshot.held;
         let stream = s.groups.stream_of(batch.trigger, &self.backend)?;
         let placements = self.place(s, batch, placements, room, &stream, &plan, free)?;
         s.scratch.held = buffers;

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::ids::{InstanceId, OwnerId};
+use crate::plan::SetSizes;
 use crate::registration::ReadyHook;
 use crate::{ArrayRequest, ArrayResponse, RequestSet};
 
@@ -13,6 +14,8 @@ use crate::{ArrayRequest, ArrayResponse, RequestSet};
 pub(crate) struct Queued {
     pub(crate) order: u64,
     pub(crate) set: RequestSet,
+    /// The set's share of a batch's sizes, taken as it was queued.
+    pub(crate) sizes: SetSizes,
     /// `allocate_queue` calls in the group that served another owner
     /// while this set waited ([`super::pending`]).
     pub(crate) passed_over: usize,

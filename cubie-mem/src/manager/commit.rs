@@ -40,7 +40,7 @@ impl Inner {
             group,
             owner,
             participants,
-            taken,
+            mut taken,
         } = batch;
         let Placed {
             mut placements,
@@ -65,7 +65,7 @@ impl Inner {
         s.with_group_usage(&group, |s, usage| {
             let mut placements = placements.drain(..);
             let mut requests = requests.drain(..);
-            for (instance, queued) in taken {
+            for (instance, queued) in taken.drain(..) {
                 if plan.is_chunked() {
                     if let Some(i) = s.instances.get_mut(&instance) {
                         i.usage.chunked();
@@ -92,6 +92,7 @@ impl Inner {
         }
         s.scratch.placements = placements;
         s.scratch.requests = requests;
+        s.scratch.keep_batch_lists(participants, taken);
         responses.sort_unstable_by_key(|receiver| receiver.position);
         hooks.reserve_ready(responses.iter().filter(|r| r.hook.is_some()).count());
         let mut own = ArrayResponse::default();
@@ -135,7 +136,14 @@ fn commit_participant(
     response: Option<&mut ArrayResponse>,
 ) {
     let delivered = match response {
-        Some(_) => delivered_again(s, instance, &queued, plan, cursor.placements.as_slice()),
+        Some(_) => delivered_again(
+            s,
+            instance,
+            &queued,
+            plan,
+            cursor.placements.as_slice(),
+            cursor.requests.as_slice(),
+        ),
         None => None,
     };
     // A new list only when the last response's is not delivered again.
@@ -144,30 +152,36 @@ fn commit_participant(
     let mut shapes = response
         .is_some()
         .then(|| Vec::with_capacity(queued.set.len()));
-    for (position, (label, request)) in queued.set.into_iter().enumerate() {
+    for (label, request) in queued.set {
         let (dtype, axis) = (request.dtype(), request.run_axis());
         let sets = sets_of(plan, &request);
         let shape = request.into_chunked_shape(plan.chunk_length);
-        let held = cursor.requests.next().map_or(0, |placed| placed.held);
+        let (held, mut entry) = match cursor.requests.next() {
+            Some(placed) if placed.held > 0 => (placed.held, Some(placed.entry)),
+            _ => (0, None),
+        };
         let mut slots = arrays.is_some().then(SetSlots::new);
         for (set, placement) in cursor.placements.by_ref().take(sets).enumerate() {
-            let at = At {
-                instance,
-                label: &label,
-                position,
-                set,
-            };
             // A kept buffer is looked up only for a response.
             let slot = match placement {
                 Placement::Keep if slots.is_none() => None,
-                placement => apply(s, usage, &at, (dtype, &shape, axis), placement),
+                placement => {
+                    let at = At {
+                        instance,
+                        entry: &mut entry,
+                        set,
+                    };
+                    apply(s, usage, at, (dtype, &shape, axis), placement)
+                }
             };
             if let (Some(slots), Some(slot)) = (slots.as_mut(), slot) {
                 slots.push(slot);
             }
         }
-        if held > sets {
-            retire_sets_from(s, usage, instance, &label, sets);
+        if held > sets
+            && let Some(entry) = entry
+        {
+            retire_sets_from(s, usage, instance, entry, sets);
         }
         if let (Some(arrays), Some(slots)) = (arrays.as_mut(), slots)
             && !slots.is_empty()
@@ -188,48 +202,59 @@ fn commit_participant(
     }
 }
 
-/// Which buffer a placement is for: `instance`'s array `label` (the
-/// `position`th it requested) in buffer set `set`.
+/// Which buffer a placement is for: `instance`'s array at `entry` of its
+/// list of held arrays (`None` until it holds one under the label) in
+/// buffer set `set`.
 struct At<'a> {
     instance: InstanceId,
-    label: &'a str,
-    position: usize,
+    entry: &'a mut Option<usize>,
     set: usize,
 }
 
 /// The arrays of `instance`'s last response, when this batch delivers the
-/// same buffers again: it keeps every buffer (`placements` begins with the
-/// instance's), in the order of the last response. Otherwise `None`, the
-/// last response's list dropped before any buffer is reshaped in place.
+/// same buffers again: it keeps every buffer (`placements` and `requests`
+/// begin with the instance's), in the order of the last response.
+/// Otherwise `None`, the last response's list dropped before any buffer is
+/// reshaped in place.
 fn delivered_again(
     s: &mut State,
     instance: InstanceId,
     queued: &Queued,
     plan: &ChunkPlan,
     placements: &[Placement],
+    requests: &[PlacedRequest],
 ) -> Option<ResponseArrays> {
     let held = &mut s.instances.get_mut(&instance)?.allocations;
     let arrays = held.take_delivered()?;
-    let count = queued.set.iter().fold(0usize, |sum, (_, request)| {
-        sum.saturating_add(sets_of(plan, request))
-    });
-    let all_kept = placements
-        .get(..count)
-        .is_some_and(|mine| mine.iter().all(|p| matches!(p, Placement::Keep)));
-    let same = all_kept
-        && arrays.len() == queued.set.len()
-        && queued.set.iter().zip(arrays.iter()).enumerate().all(
-            |(position, ((label, request), delivered))| {
-                held.get_near(label, position)
-                    .and_then(|sets| sets.get(..sets_of(plan, request)))
-                    .is_some_and(|kept| {
-                        per_set(kept, plan.buffer_sets)
-                            .map(|buffer| Arc::as_ptr(buffer.slot()))
-                            .eq(delivered.iter().map(Arc::as_ptr))
-                    })
-            },
-        );
-    same.then_some(arrays)
+    if arrays.len() != queued.set.len() {
+        return None;
+    }
+    let mut placements = placements.iter();
+    let mut requests = requests.iter();
+    for ((_, request), delivered) in queued.set.iter().zip(arrays.iter()) {
+        let sets = sets_of(plan, request);
+        let all_kept = placements
+            .by_ref()
+            .take(sets)
+            .filter(|p| matches!(p, Placement::Keep))
+            .count()
+            == sets;
+        // Every set kept: the request held its buffers, at `entry`.
+        let entry = requests.next()?.entry;
+        let same = all_kept
+            && held
+                .sets_at(entry)
+                .and_then(|kept| kept.get(..sets))
+                .is_some_and(|kept| {
+                    per_set(kept, plan.buffer_sets)
+                        .map(|buffer| Arc::as_ptr(buffer.slot()))
+                        .eq(delivered.iter().map(Arc::as_ptr))
+                });
+        if !same {
+            return None;
+        }
+    }
+    Some(arrays)
 }
 
 /// The array a placement keeps.
@@ -238,7 +263,7 @@ fn kept(s: &State, at: &At) -> Option<Arc<Slot>> {
         .instances
         .get(&at.instance)?
         .allocations
-        .get_near(at.label, at.position)?;
+        .sets_at((*at.entry)?)?;
     sets.get(at.set).map(|buffer| Arc::clone(buffer.slot()))
 }
 
@@ -248,21 +273,19 @@ fn kept(s: &State, at: &At) -> Option<Arc<Slot>> {
 fn apply(
     s: &mut State,
     usage: &mut UsageStats,
-    at: &At,
+    at: At,
     (dtype, shape, chunk_axis): (DType, &[usize], Option<usize>),
     placement: Placement,
 ) -> Option<Arc<Slot>> {
-    let At {
-        instance,
-        label,
-        set,
-        ..
-    } = *at;
+    let instance = at.instance;
     match placement {
-        Placement::Keep => kept(s, at),
+        Placement::Keep => kept(s, &at),
         Placement::Reuse => {
             let instance_state = s.instances.get_mut(&instance)?;
-            let entry = instance_state.allocations.get_mut(label)?.get_mut(set)?;
+            let entry = instance_state
+                .allocations
+                .sets_at_mut((*at.entry)?)?
+                .get_mut(at.set)?;
             let before = entry.bytes();
             // No handle refers to the array: reshaped where it is.
             let new = if entry.reshape_in_place(dtype, shape, chunk_axis) {
@@ -279,10 +302,15 @@ fn apply(
         }
         Placement::Fresh(slot) => {
             let allocations = &mut s.instances.get_mut(&instance)?.allocations;
-            let sets = allocations.sets_for(slot.label());
+            let index = match *at.entry {
+                Some(index) => index,
+                None => allocations.sets_for(slot.label()),
+            };
+            *at.entry = Some(index);
+            let sets = allocations.sets_at_mut(index)?;
             let fresh = HeldBuffer::new(Arc::clone(&slot));
             // Sets are placed in order, so a new set comes right after the last.
-            let old = match sets.get_mut(set) {
+            let old = match sets.get_mut(at.set) {
                 Some(held) => Some(std::mem::replace(held, fresh).into_slot()),
                 None => {
                     sets.push(fresh);
@@ -300,19 +328,19 @@ fn apply(
     }
 }
 
-/// Releases the buffers `instance` holds under `label` in sets `keep` and
-/// above: a plan with fewer sets replaced them.
+/// Releases the buffers `instance` holds at `entry` of its list in sets
+/// `keep` and above: a plan with fewer sets replaced them.
 fn retire_sets_from(
     s: &mut State,
     usage: &mut UsageStats,
     instance: InstanceId,
-    label: &str,
+    entry: usize,
     keep: usize,
 ) {
     let Some(sets) = s
         .instances
         .get_mut(&instance)
-        .and_then(|i| i.allocations.get_mut(label))
+        .and_then(|i| i.allocations.sets_at_mut(entry))
     else {
         return;
     };

@@ -14,7 +14,7 @@ use super::state::State;
 use crate::backend::BackendResult;
 use crate::config::LimitMode;
 use crate::ids::InstanceId;
-use crate::plan::{BatchSizes, OVERSIZE_WARNING_FACTOR};
+use crate::plan::{BatchSizes, OVERSIZE_WARNING_FACTOR, SetSizes};
 use crate::{ArrayRequest, Bytes, MemError};
 
 /// Warns (through tracing) about the requests of a batch of several runs
@@ -48,9 +48,15 @@ impl Inner {
         batch: &'b Batch,
         attempt: &mut Attempt,
     ) -> Result<Snapshot<'b>, MemError> {
-        let sizes = BatchSizes::measure(batch.requests())?;
+        let sets = batch.taken.iter().map(|(_, queued)| &queued.sizes);
+        let sizes = match SetSizes::batch(sets.clone()) {
+            Some(sizes) => sizes,
+            None => BatchSizes::measure(batch.requests())?,
+        };
         attempt.sizes = Some(sizes);
-        warn_misaxed(batch.requests());
+        if sets.clone().any(SetSizes::misaxed) {
+            warn_misaxed(batch.requests());
+        }
         let requested = sizes.total_bytes();
         let held = Held::look_up(s, batch);
         let free = if requested == 0 {
@@ -101,14 +107,17 @@ impl Held {
         for (id, queued) in &batch.taken {
             let allocations = s.instances.get(id).map(|i| &i.allocations);
             for (position, (label, request)) in queued.set.iter().enumerate() {
-                let sets = allocations
-                    .and_then(|a| a.get_near(label, position))
+                let entry = allocations.and_then(|a| a.find_near(label, position));
+                let sets = entry
+                    .and_then(|entry| allocations?.sets_at(entry))
                     .map_or(&[][..], |sets| sets.as_slice());
-                held.buffers.extend(
-                    sets.iter()
-                        .map(|buffer| Comparison::compare(buffer, request)),
-                );
-                held.requests.push(PlacedRequest { held: sets.len() });
+                for buffer in sets {
+                    held.buffers.push(Comparison::compare(buffer, request));
+                }
+                held.requests.push(PlacedRequest {
+                    held: sets.len(),
+                    entry: entry.unwrap_or(0),
+                });
             }
         }
         held

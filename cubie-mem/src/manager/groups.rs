@@ -58,49 +58,23 @@ impl MemoryManager {
             .stream_of(instance.id, &self.inner.backend)
     }
 
-    /// Binds the instance's group stream as this thread's current stream
-    /// until the guard drops (cubie's `current_cupy_stream`). The guard keeps
-    /// the stream alive.
-    pub fn bind_stream(&self, instance: &Instance) -> Result<CurrentStream, MemError> {
-        Ok(CurrentStream::bind(self.group_stream(instance)?))
-    }
-
-    /// Binds `stream`, a stream of this manager's backend that the manager
-    /// did not create (one made with [`Backend::create_stream`] on
-    /// [`MemoryManager::backend`]), as this thread's current stream until
-    /// the guard drops, as [`bind_stream`](Self::bind_stream) does for a
-    /// group's stream: device allocations and copies through array handles
-    /// inside the scope are ordered on it. An array allocated there is
-    /// freed on its group's stream, ordered after `stream`'s work.
+    /// Binds a stream as this thread's current stream until the guard drops
+    /// (cubie's `current_cupy_stream`): device allocations and copies
+    /// through array handles inside the scope are ordered on it. The guard
+    /// keeps the stream alive. `stream` is either
     ///
-    /// The manager never queues work on the stream after the guard
-    /// dropped: the guard records an event after its work as it drops, and
-    /// later frees and copies wait for that event instead. Refused, binding
-    /// nothing, when `stream` belongs to another backend. (A CUDA stream of
-    /// another library is bound through `cubie_mem::cuda`, feature `cuda`.)
-    pub fn bind_external_stream(&self, stream: Arc<dyn Stream>) -> Result<CurrentStream, MemError> {
-        let backend = &self.inner.backend;
-        // A stream of this backend waits for the stream's event: refused
-        // for another backend's stream.
-        let probe = stream
-            .record()
-            .and_then(|event| backend.create_stream()?.wait(&*event));
-        probe.map_err(|error| {
-            MemError::backend(
-                backend.name(),
-                BackendError::Unsupported {
-                    operation: "bind an external stream",
-                    reason: format!(
-                        "stream {} is not a stream of this backend ({error}); bind a stream \
-                         created with Backend::create_stream on MemoryManager::backend",
-                        stream.id()
-                    ),
-                },
-            )
-        })?;
-        Ok(CurrentStream::bind(OwnedStream::external(
-            backend, stream, None,
-        )))
+    /// - `&instance`: its group's stream; or
+    /// - an `Arc<dyn Stream>` of this manager's backend that the manager did
+    ///   not create (made with [`Backend::create_stream`] on
+    ///   [`backend`](Self::backend)). An array allocated inside the scope is
+    ///   freed on its group's stream, ordered after this stream's work. The
+    ///   manager never queues work on the stream after the guard dropped: the
+    ///   guard records an event as it drops, and later frees and copies wait
+    ///   for that event instead. Refused, binding nothing, when the stream
+    ///   belongs to another backend. (A CUDA stream of another library is
+    ///   bound through `cubie_mem::cuda`, feature `cuda`.)
+    pub fn bind_stream(&self, stream: impl StreamToBind) -> Result<CurrentStream, MemError> {
+        stream.bind_on(self)
     }
 
     /// Blocks until the work queued on the instance's group stream completed.
@@ -132,6 +106,57 @@ impl MemoryManager {
             }
         }
         Ok(())
+    }
+}
+
+/// What [`MemoryManager::bind_stream`] binds: an instance's group stream
+/// (`&Instance`), or a stream of the manager's backend that the manager did
+/// not create (`Arc<dyn Stream>`).
+pub trait StreamToBind: sealed::Sealed {}
+
+impl StreamToBind for &Instance {}
+impl StreamToBind for Arc<dyn Stream> {}
+
+mod sealed {
+    use super::*;
+
+    /// Binds the stream a [`StreamToBind`] names.
+    pub trait Sealed {
+        fn bind_on(self, mgr: &MemoryManager) -> Result<CurrentStream, MemError>;
+    }
+
+    impl Sealed for &Instance {
+        fn bind_on(self, mgr: &MemoryManager) -> Result<CurrentStream, MemError> {
+            Ok(CurrentStream::bind(mgr.group_stream(self)?))
+        }
+    }
+
+    impl Sealed for Arc<dyn Stream> {
+        fn bind_on(self, mgr: &MemoryManager) -> Result<CurrentStream, MemError> {
+            let backend = &mgr.inner.backend;
+            // A stream of this backend waits for the stream's event: refused
+            // for another backend's stream.
+            let probe = self
+                .record()
+                .and_then(|event| backend.create_stream()?.wait(&*event));
+            probe.map_err(|error| {
+                MemError::backend(
+                    backend.name(),
+                    BackendError::Unsupported {
+                        operation: "bind an external stream",
+                        reason: format!(
+                            "stream {} is not a stream of this backend ({error}); bind a \
+                             stream created with Backend::create_stream on \
+                             MemoryManager::backend",
+                            self.id()
+                        ),
+                    },
+                )
+            })?;
+            Ok(CurrentStream::bind(OwnedStream::external(
+                backend, self, None,
+            )))
+        }
     }
 }
 

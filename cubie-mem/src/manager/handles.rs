@@ -45,7 +45,7 @@ impl Instance {
     /// holds the whole buffer), what counts against its cap and what
     /// evicting it releases. The arrays' own sizes are
     /// [`UsageStats::current_bytes`](crate::stats::UsageStats::current_bytes)
-    /// in the manager's [statistics](crate::MemoryManager::stats).
+    /// in the manager's [memory report](crate::MemoryManager::memory_report).
     pub fn allocated_bytes(&self) -> u64 {
         self.manager.upgrade().map_or(0, |inner| {
             inner

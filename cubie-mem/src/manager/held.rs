@@ -130,30 +130,36 @@ impl HeldArrays {
         }
     }
 
-    /// The buffers held under `label`, looked for first at position `hint`.
-    pub(crate) fn get_near(&self, label: &str, hint: usize) -> Option<&HeldSets> {
+    /// The position of `label` in the list, looked for first at `hint`.
+    /// Positions stay valid while labels are only added, as in one
+    /// `allocate_queue` call from looking its buffers up to committing.
+    pub(crate) fn find_near(&self, label: &str, hint: usize) -> Option<usize> {
         self.position(label, hint)
-            .map(|index| &self.entries[index].1)
     }
 
-    /// The buffers held under `label`, writable.
-    pub(crate) fn get_mut(&mut self, label: &str) -> Option<&mut HeldSets> {
-        let index = self.find(label)?;
-        self.delivered = None;
-        Some(&mut self.entries[index].1)
+    /// The buffers at position `index` ([`Self::find_near`]).
+    pub(crate) fn sets_at(&self, index: usize) -> Option<&HeldSets> {
+        self.entries.get(index).map(|(_, sets)| sets)
     }
 
-    /// The buffers held under `label`, an empty list added for a new label.
-    pub(crate) fn sets_for(&mut self, label: &Arc<str>) -> &mut HeldSets {
+    /// The buffers at position `index`, writable.
+    pub(crate) fn sets_at_mut(&mut self, index: usize) -> Option<&mut HeldSets> {
+        let (_, sets) = self.entries.get_mut(index)?;
         self.delivered = None;
-        let index = match self.find(label) {
+        Some(sets)
+    }
+
+    /// The position of the buffers held under `label`, an empty list added
+    /// for a new label.
+    pub(crate) fn sets_for(&mut self, label: &Arc<str>) -> usize {
+        self.delivered = None;
+        match self.find(label) {
             Some(index) => index,
             None => {
                 self.entries.push((Arc::clone(label), HeldSets::new()));
                 self.entries.len() - 1
             }
-        };
-        &mut self.entries[index].1
+        }
     }
 
     /// Removes and returns the buffers held under `label`.
@@ -270,22 +276,25 @@ mod tests {
     #[test]
     fn any_change_forgets_the_last_response() {
         let changes: [fn(&mut HeldArrays); 4] = [
-            |held| assert!(held.get_mut("a").is_some()),
-            |held| assert!(held.sets_for(&Arc::from("b")).is_empty()),
+            |held| assert!(held.sets_at_mut(0).is_some()),
+            |held| assert_eq!(held.sets_for(&Arc::from("b")), 1),
             |held| assert!(held.remove("a").is_some()),
             |held| held.retain(|_| true),
         ];
         for change in changes {
             let mut held = HeldArrays::default();
-            held.sets_for(&Arc::from("a"))
-                .push(HeldBuffer::new(slot(DType::U8, &[1])));
+            let a = held.sets_for(&Arc::from("a"));
+            if let Some(sets) = held.sets_at_mut(a) {
+                sets.push(HeldBuffer::new(slot(DType::U8, &[1])));
+            }
             held.set_delivered(ResponseArrays::from(Vec::new()));
             change(&mut held);
             assert!(held.take_delivered().is_none());
         }
         let mut held = HeldArrays::default();
         held.set_delivered(ResponseArrays::from(Vec::new()));
-        assert!(held.get_near("a", 0).is_none());
+        assert!(held.find_near("a", 0).is_none());
+        assert!(held.sets_at(0).is_none());
         assert!(held.take_delivered().is_some(), "reading changes nothing");
     }
 
@@ -308,7 +317,9 @@ mod tests {
         );
         assert_eq!(held.position("b", 7), Some(1), "a hint past the end too");
         assert_eq!(held.position("d", 0), None);
-        assert!(held.get_near("d", 0).is_none());
+        assert_eq!(held.find_near("c", 0), Some(2));
+        assert!(held.sets_at(2).is_some_and(|sets| sets.is_empty()));
+        assert!(held.sets_at(3).is_none());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! [`decide`] choose who is evicted, the plan and each placement, and
 //! applies it through [`evict`], [`place`] and [`commit`]; [`explain`]
 //! fills its errors), [`release`] (freeing), [`work`] (busy owners),
-//! [`usage`] (statistics) and [`report`] (who holds the memory, and what
+//! and [`report`] (device memory, who holds it, the usage counters, and what
 //! would make a batch fit). [`freed`], [`placed`] and [`scratch`] hold
 //! the figures and lists those steps pass on or reuse.
 //!
@@ -73,16 +73,16 @@ mod report;
 mod scratch;
 mod shares;
 mod state;
-mod usage;
 mod work;
 
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, IntoBackend};
 use crate::config::ManagerConfig;
 
+pub use groups::StreamToBind;
 pub use handles::{Instance, Owner};
 pub use work::Work;
 
@@ -156,15 +156,18 @@ impl Drop for Inner {
 
 impl MemoryManager {
     /// A manager on `backend` with the default configuration.
-    pub fn new(backend: impl Backend) -> Self {
+    pub fn new(backend: impl IntoBackend) -> Self {
         Self::with_config(backend, ManagerConfig::default())
     }
 
-    /// A manager on `backend` with `config`. A setting that
-    /// [`ManagerConfig::validate`] refuses (a spill directory that does not
-    /// exist) is reported through `tracing::warn!` here, and is an error
-    /// where it is used (the first array that spills). Call
-    /// `config.validate()?` first to refuse it at once.
+    /// A manager on `backend` with `config`. The backend may be one already
+    /// shared (`Arc<dyn Backend>`, such as another manager's
+    /// [`backend`](Self::backend)): managers on one backend share its
+    /// current-stream bindings. A setting that [`ManagerConfig::validate`]
+    /// refuses (a spill directory that does not exist) is reported through
+    /// `tracing::warn!` here, and is an error where it is used (the first
+    /// array that spills). Call `config.validate()?` first to refuse it at
+    /// once.
     ///
     /// ```
     /// use cubie_mem::{ManagerConfig, MemError, MemoryManager, SimBackend};
@@ -174,23 +177,17 @@ impl MemoryManager {
     /// assert!(matches!(error, MemError::Config { .. }));
     /// assert!(error.to_string().contains("/no/such/spill/dir"));
     /// let mgr = MemoryManager::with_config(SimBackend::new(1 << 30), ManagerConfig::default());
-    /// # drop(mgr);
+    /// let sharing = MemoryManager::new(mgr.backend().clone());
+    /// assert!(std::sync::Arc::ptr_eq(mgr.backend(), sharing.backend()));
     /// ```
-    pub fn with_config(backend: impl Backend, config: ManagerConfig) -> Self {
-        Self::from_shared(Arc::new(backend), config)
-    }
-
-    /// A manager on a shared backend. Managers sharing one backend share its
-    /// current-stream bindings. The configuration is checked as by
-    /// [`with_config`](Self::with_config).
-    pub fn from_shared(backend: Arc<dyn Backend>, config: ManagerConfig) -> Self {
+    pub fn with_config(backend: impl IntoBackend, config: ManagerConfig) -> Self {
         if let Err(error) = config.validate() {
             tracing::warn!(
                 %error,
                 "the manager's configuration is unusable; arrays that need the setting will fail"
             );
         }
-        Self::assemble(backend, config)
+        Self::assemble(backend.into_backend(), config)
     }
 
     /// A manager on `backend` with `config`, already checked or warned about.

@@ -47,6 +47,10 @@ fn describe(s: &State, id: InstanceId, owner: OwnerId, queued: &Queued) -> Pendi
 /// other owners queued in the group, and warns about each the first time
 /// it is passed over.
 pub(super) fn note_passed_over(s: &mut State, group: &str, owner: OwnerId, trigger: InstanceId) {
+    // A group of one owner has no one else to pass over.
+    if s.groups.get(group).is_none_or(|g| g.only_of(owner)) {
+        return;
+    }
     let waiting: Vec<InstanceId> = s
         .groups
         .get(group)

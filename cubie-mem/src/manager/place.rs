@@ -19,11 +19,8 @@ use crate::{ArrayRequest, Bytes, ChunkPlan, MemError};
 
 /// The slot of `old`, a buffer still held.
 fn slot_of<'s>(s: &'s State, old: &Replaced<'_>) -> Option<&'s Arc<Slot>> {
-    let held = s
-        .instances
-        .get(&old.instance)?
-        .allocations
-        .get_near(old.label, old.position)?;
+    let allocations = &s.instances.get(&old.instance)?.allocations;
+    let held = allocations.sets_at(allocations.find_near(old.label, old.entry)?)?;
     held.get(old.set).map(HeldBuffer::slot)
 }
 

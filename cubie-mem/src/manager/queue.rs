@@ -2,6 +2,7 @@
 
 use super::batch::Queued;
 use super::handles::Instance;
+use crate::plan::SetSizes;
 use crate::{ArrayRequest, ArrayResponse, MemError, MemoryManager, RequestSet};
 
 impl MemoryManager {
@@ -20,8 +21,24 @@ impl MemoryManager {
                 label,
                 instance: self.inner.lock().named(instance.id).to_string(),
             })?;
-        set.validate()?;
+        // Validated as RequestSet::validate does, its sizes taken meanwhile.
+        let mut sizes = SetSizes::default();
+        for (label, request) in set.iter() {
+            if !sizes.add(request) {
+                request.validate(label)?;
+            }
+        }
         let mut s = self.inner.lock();
+        if let Some(declared) = set.iter().find_map(|(_, request)| request.declared_group()) {
+            let group = s.group_of(instance.id)?;
+            if &*group != declared {
+                return Err(MemError::StreamGroupMismatch {
+                    instance: s.named(instance.id).to_string(),
+                    group: group.to_string(),
+                    declared,
+                });
+            }
+        }
         let order = s.queue_order;
         let state = s.instance_mut(instance.id)?;
         if state.on_invalidate.is_none() {
@@ -32,6 +49,7 @@ impl MemoryManager {
         state.queued = Some(Queued {
             order,
             set,
+            sizes,
             passed_over: 0,
         });
         s.queue_order = order.wrapping_add(1);

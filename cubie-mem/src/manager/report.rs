@@ -12,7 +12,7 @@ use crate::host::PinnedUse;
 use crate::ids::OwnerId;
 use crate::plan::{BatchSizes, Budget, plan_chunks};
 use crate::report::{FitReport, Fix, MemoryReport, OwnerState, OwnerUsage};
-use crate::stats::HostPinnedStats;
+use crate::stats::{HostPinnedStats, InstanceStats};
 use crate::{MemError, MemoryKind, MemoryManager};
 
 /// What a failed batch was planned with, for its error's report.
@@ -25,11 +25,20 @@ pub(super) struct Attempt {
 }
 
 impl MemoryManager {
-    /// Who holds the device's memory now: each owner holding any (its
-    /// registrations, group, whether it is idle or busy, device and pinned
-    /// bytes), the device's free and total memory, its device pool's
-    /// reserved and used bytes and largest free block where it knows them,
-    /// and the page-locked host memory of host arrays and staging buffers.
+    /// Free and total device memory, as the backend reports them
+    /// ([`Backend::mem_info`](crate::backend::Backend::mem_info)).
+    pub fn mem_info(&self) -> Result<MemInfo, MemError> {
+        self.inner.backend.mem_info().on(&*self.inner.backend)
+    }
+
+    /// Who holds the device's memory now and how it was used: each owner
+    /// holding any (its registrations, group, whether it is idle or busy,
+    /// device and pinned bytes), the device's free and total memory, its
+    /// device pool's reserved and used bytes and largest free block where it
+    /// knows them, the page-locked host memory of host arrays and staging
+    /// buffers, the request sets still queued, and the usage counters
+    /// (current and peak bytes, counts, evictions) per instance, stream
+    /// group and in total. It prints as a table.
     /// The same figures an out-of-memory error carries
     /// ([`MemError::fit_report`]), to look before a batch fails.
     pub fn memory_report(&self) -> MemoryReport {
@@ -96,9 +105,33 @@ impl Inner {
             (b.device_bytes, b.pinned_bytes, a_id).cmp(&(a.device_bytes, a.pinned_bytes, b_id))
         });
         let owners = usages.into_iter().map(|(_, usage)| usage).collect();
+        let mut instances: Vec<InstanceStats> = s
+            .instances
+            .iter()
+            .map(|(&id, i)| InstanceStats {
+                instance: id,
+                name: i.name.as_deref().map(str::to_owned),
+                group: s
+                    .groups
+                    .group_of(id)
+                    .map_or_else(String::new, |g| g.to_string()),
+                proportion: s.shares.proportion(id).unwrap_or(0.0),
+                cap: s.cap(id, self.total),
+                usage: i.usage,
+            })
+            .collect();
+        instances.sort_by_key(|i| i.instance);
         MemoryReport {
             backend: self.backend.name(),
             device,
+            limit_mode: s.limit_mode,
+            total: s.total_usage,
+            groups: s
+                .group_usage
+                .iter()
+                .map(|(name, usage)| (name.to_string(), *usage))
+                .collect(),
+            instances,
             owners,
             device_pool: self.backend.pool_usage(),
             host_pinned: HostPinnedStats {

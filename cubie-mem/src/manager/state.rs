@@ -393,6 +393,7 @@ mod tests {
         s.instance_mut(a).unwrap().queued = Some(Queued {
             order: 0,
             set: RequestSet::new(),
+            sizes: crate::plan::SetSizes::default(),
             passed_over: 0,
         });
         s.change_group(a, "g", &backend).unwrap();

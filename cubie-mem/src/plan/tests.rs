@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::{DType, MemoryKind};
+use proptest::prelude::*;
 
 /// Hand-made sizes at depth 1.
 pub(super) fn sizes(total_runs: usize, c: u64, u: u64) -> BatchSizes {
@@ -428,4 +429,72 @@ fn a_chunk_past_the_batchs_end_is_empty() {
     assert!(chunks[5].is_empty());
     assert_eq!(chunks[5].len(), 0);
     assert_eq!(chunks[5].runs, 10..10);
+}
+
+/// A request of `runs` runs on `axis` of `shape`, in a form picked by
+/// `form`.
+fn request(shape: Vec<usize>, axis: Option<usize>, runs: usize, form: u8) -> ArrayRequest {
+    let request = ArrayRequest::new(DType::F64, shape)
+        .chunk_axis(axis)
+        .total_runs(runs)
+        .pipeline_depth(usize::from(form % 4));
+    match form / 4 % 3 {
+        0 => request,
+        1 => request.unchunkable(),
+        _ => request.memory(MemoryKind::Pinned),
+    }
+}
+
+fn requests() -> impl Strategy<Value = Vec<Vec<ArrayRequest>>> {
+    let dim = prop_oneof![
+        Just(0usize),
+        Just(1),
+        Just(3),
+        Just(100),
+        Just(usize::MAX / 4)
+    ];
+    let one = (
+        prop::collection::vec(dim, 0..4),
+        prop::option::of(0usize..4),
+        prop_oneof![Just(0usize), Just(1), Just(3), Just(100)],
+        any::<u8>(),
+    )
+        .prop_map(|(shape, axis, runs, form)| request(shape, axis, runs, form));
+    prop::collection::vec(prop::collection::vec(one, 0..4), 1..4)
+}
+
+proptest! {
+    /// The sets' sizes are the batch's whenever measuring its requests
+    /// succeeds, and are refused whenever it fails.
+    #[test]
+    fn sets_add_up_to_the_measure_of_their_requests(sets in requests()) {
+        let labelled: Vec<(&str, &ArrayRequest)> =
+            sets.iter().flatten().map(|request| ("x", request)).collect();
+        let measured = BatchSizes::measure(labelled.iter().copied()).ok();
+        let summed: Vec<SetSizes> = sets.iter().map(SetSizes::of).collect();
+        let added = SetSizes::batch(summed.iter());
+        if added.is_some() {
+            prop_assert_eq!(added, measured);
+        }
+        if measured.is_none() {
+            prop_assert_eq!(added, None);
+        }
+    }
+}
+
+#[test]
+fn a_plain_batch_is_summed_and_a_mismatch_measured_in_full() {
+    let state = request(vec![8, 100], Some(1), 100, 1);
+    let params = request(vec![16], None, 1, 5);
+    let set = SetSizes::of([&state, &params]);
+    let sizes = SetSizes::batch([set, set].iter()).unwrap();
+    assert_eq!(
+        sizes,
+        BatchSizes::measure([("a", &state), ("b", &params), ("c", &state), ("d", &params)])
+            .unwrap()
+    );
+    let longer = SetSizes::of([&request(vec![8, 200], Some(1), 200, 1)]);
+    assert_eq!(SetSizes::batch([set, longer].iter()), None);
+    assert!(!SetSizes::of([&request(vec![2, 0], Some(1), 1, 1)]).plain);
+    assert!(SetSizes::of([&request(vec![2, 100], Some(2), 100, 1)]).misaxed());
 }

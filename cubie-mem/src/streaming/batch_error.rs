@@ -1,11 +1,5 @@
-//! What a chunk pipeline that stopped leaves behind.
-//!
-//! When the computation of chunk `k` fails (or a copy of it does), every
-//! chunk computed before it is downloaded and written into the host arrays
-//! before [`run`](super::ChunkPipeline::run) returns, so nothing done is
-//! lost: the error names the chunk and the chunks (and runs) whose results
-//! are in place. A panic in the computation unwinds out of `run` only after
-//! every copy in flight has finished.
+//! What a chunk pipeline that stopped leaves behind; see
+//! [what a failed batch leaves behind](crate::guide::host_memory#what-a-failed-batch-leaves-behind).
 
 use std::fmt;
 use std::ops::Range;
@@ -21,6 +15,7 @@ use crate::MemError;
 /// an error type of one's own. Boxed, so that a run's `Result` stays one
 /// pointer wide. `E` is [`MemError`] unless the computation has an error
 /// type of its own ([`run_with_error`](super::ChunkPipeline::run_with_error)).
+#[derive(Clone, PartialEq)]
 pub struct BatchError<E = MemError>(Box<Stopped<E>>);
 
 /// The figures of a [`BatchError`].
@@ -88,18 +83,6 @@ impl<E: fmt::Debug> fmt::Debug for BatchError<E> {
             .field("completed", &self.0.completed)
             .field("completed_runs", &self.0.completed_runs)
             .finish()
-    }
-}
-
-impl<E: Clone> Clone for BatchError<E> {
-    fn clone(&self) -> Self {
-        BatchError(self.0.clone())
-    }
-}
-
-impl<E: PartialEq> PartialEq for BatchError<E> {
-    fn eq(&self, other: &Self) -> bool {
-        self.0 == other.0
     }
 }
 

@@ -1,14 +1,13 @@
-//! One batch through every device of a set at once: each device streams
-//! its portion of the runs through a chunk pipeline of its own, on a thread
-//! of its own, reading from and writing into the same host arrays.
+//! One batch through every device of a set at once, each device a chunk
+//! pipeline of its own on a thread of its own; see
+//! [several devices](crate::guide::devices).
 
 use std::ops::Range;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::binding::{Direction, HostRef};
-use super::runs_access::RunsAccess;
-use super::{BatchError, ChunkPipeline, ChunkTarget};
+use super::binding::{Binding, Direction};
+use super::binding_host::HostRuns;
+use super::{BatchError, ChunkStreamer, ChunkTarget};
 use crate::devices::{DevicePortion, DeviceSetBuffers};
 use crate::host::HostArray;
 use crate::plan::split::Split;
@@ -27,86 +26,15 @@ use crate::{Chunk, Element, MemError, MemoryManager};
 #[must_use = "a pipeline does nothing until run"]
 pub struct DeviceSetPipeline<'p, B> {
     buffers: &'p DeviceSetBuffers<'p, B>,
-    bindings: Vec<Box<dyn SetBind<'p, B> + 'p>>,
+    bindings: Vec<Box<SetBind<'p, B>>>,
     /// The runs each device saved in a failed run being resumed, by device.
     saved: Option<Vec<Range<usize>>>,
 }
 
-/// One binding of a set pipeline, made into each device's binding.
-trait SetBind<'p, B>: Sync {
-    /// Adds this binding to `device`'s pipeline, for its runs `runs` and
-    /// its buffer sets `sets`.
-    fn bind<'s>(
-        &self,
-        pipeline: ChunkPipeline<'s, B>,
-        sets: &'p [B],
-        runs: Range<usize>,
-    ) -> ChunkPipeline<'s, B>
-    where
-        'p: 's;
-}
-
-/// The host side of a set binding.
-enum SetHost<'p, T: Element> {
-    /// Read by every device.
-    Shared(&'p HostArray<T>),
-    /// Written by run range: the array borrowed mutably for the run, and
-    /// its first element.
-    ByRuns(&'p HostArray<T>, NonNull<T>),
-}
-
-// SAFETY: a `ByRuns` host is only reached through `RunsAccess`es of
-// disjoint run ranges (see `SetHost::access`); `T` is plain data.
-unsafe impl<T: Element> Sync for SetHost<'_, T> {}
-
-impl<'p, T: Element> SetHost<'p, T> {
-    /// The host array of `array`, written by run range.
-    fn by_runs(array: &'p mut HostArray<T>) -> Self {
-        let data = array.as_mut_ptr();
-        SetHost::ByRuns(array, data)
-    }
-
-    /// A device's access to its runs `runs`.
-    fn access(&self, runs: Range<usize>) -> HostRef<'p, T> {
-        match *self {
-            SetHost::Shared(array) => HostRef::Shared(array),
-            // SAFETY: `data` holds the array's elements, borrowed mutably
-            // for 'p; the set gives each device one run range, disjoint
-            // from the others', and makes one access per device and
-            // binding, all on the array's one run axis.
-            SetHost::ByRuns(array, data) => {
-                HostRef::Runs(unsafe { RunsAccess::new(array, data, runs) })
-            }
-        }
-    }
-}
-
-/// A binding of one element type.
-struct Binding<'p, T: Element, F> {
-    host: SetHost<'p, T>,
-    select: F,
-    direction: Direction,
-}
-
-impl<'p, B: 'p, T, F, A> SetBind<'p, B> for Binding<'p, T, F>
-where
-    T: Element,
-    F: Fn(&'p B) -> A + Sync,
-    A: Into<ChunkTarget<'p, T>>,
-{
-    fn bind<'s>(
-        &self,
-        pipeline: ChunkPipeline<'s, B>,
-        sets: &'p [B],
-        runs: Range<usize>,
-    ) -> ChunkPipeline<'s, B>
-    where
-        'p: 's,
-    {
-        let targets = sets.iter().map(|set| (self.select)(set).into()).collect();
-        pipeline.bind(self.host.access(runs), targets, self.direction)
-    }
-}
+/// One binding of a set pipeline: for a device's streamer, buffer sets and
+/// runs, that device's binding.
+type SetBind<'p, B> =
+    dyn Fn(&ChunkStreamer<'_>, &'p [B], Range<usize>) -> Result<Binding<'p>, MemError> + Sync + 'p;
 
 impl<'p, B: Sync> DeviceSetBuffers<'p, B> {
     /// A pipeline over every device's portion of the batch.
@@ -154,14 +82,17 @@ fn resume_chunk(plan: &crate::ChunkPlan, first_run: usize, saved: &Range<usize>)
 impl<'p, B: Sync + 'p> DeviceSetPipeline<'p, B> {
     fn with<T: Element, A: Into<ChunkTarget<'p, T>>>(
         mut self,
-        host: SetHost<'p, T>,
+        (array, host): (&'p HostArray<T>, HostRuns<'p>),
         select: impl Fn(&'p B) -> A + Sync + 'p,
         direction: Direction,
     ) -> Self {
-        self.bindings.push(Box::new(Binding {
-            host,
-            select,
-            direction,
+        self.bindings.push(Box::new(move |streamer, sets, runs| {
+            let targets = sets.iter().map(|set| select(set).into()).collect();
+            // SAFETY: the set gives each device one run range, disjoint
+            // from the others', and makes one access per device and
+            // binding, all on the array's one run axis; `host` reaches none.
+            let host = unsafe { host.narrow(runs) };
+            Binding::new(streamer, sets.len(), (array, host), targets, direction)
         }));
         self
     }
@@ -174,7 +105,7 @@ impl<'p, B: Sync + 'p> DeviceSetPipeline<'p, B> {
         host: &'p HostArray<T>,
         select: impl Fn(&'p B) -> A + Sync + 'p,
     ) -> Self {
-        self.with(SetHost::Shared(host), select, Direction::In)
+        self.with(HostRuns::input(host), select, Direction::In)
     }
 
     /// Copies the array `select` picks into each device's chunks of `host`
@@ -184,7 +115,7 @@ impl<'p, B: Sync + 'p> DeviceSetPipeline<'p, B> {
         host: &'p mut HostArray<T>,
         select: impl Fn(&'p B) -> A + Sync + 'p,
     ) -> Self {
-        self.with(SetHost::by_runs(host), select, Direction::Out)
+        self.with(HostRuns::output(host), select, Direction::Out)
     }
 
     /// Both: in before each chunk computes, back after.
@@ -193,7 +124,7 @@ impl<'p, B: Sync + 'p> DeviceSetPipeline<'p, B> {
         host: &'p mut HostArray<T>,
         select: impl Fn(&'p B) -> A + Sync + 'p,
     ) -> Self {
-        self.with(SetHost::by_runs(host), select, Direction::InOut)
+        self.with(HostRuns::output(host), select, Direction::InOut)
     }
 
     /// Runs every device's portion at once, each on a thread of its own:
@@ -287,7 +218,7 @@ fn run_portion<'p, B: Sync>(
     portion: &'p DevicePortion<B>,
     total: usize,
     first_chunk: usize,
-    bindings: &[Box<dyn SetBind<'p, B> + 'p>],
+    bindings: &[Box<SetBind<'p, B>>],
     stop: &AtomicBool,
     compute: &(impl Fn(usize, &Chunk, &B) -> Result<(), MemError> + Sync),
 ) -> Result<(), BatchError> {
@@ -307,7 +238,7 @@ fn run_portion<'p, B: Sync>(
         .pipeline_sets(sets)
         .chunk_range(first_chunk..plan.chunks);
     for binding in bindings {
-        pipeline = binding.bind(pipeline, sets, portion.runs());
+        pipeline = pipeline.push(binding(&streamer, sets, portion.runs()));
     }
     let device = portion.device();
     pipeline.run(|chunk, set| {

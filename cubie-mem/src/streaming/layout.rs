@@ -1,16 +1,6 @@
 //! Where a chunk's runs sit in the host array of the whole batch and in the
-//! device array of one chunk, and the gather and scatter between them.
-//!
-//! Both arrays are row-major with the same shape except on the chunk axis:
-//! the host array has the batch's runs there, the device array the plan's
-//! chunk length. With `outer` the product of the dimensions before the axis
-//! and `inner` the product of those after it, each outer index holds one
-//! contiguous block of `runs * inner` elements on both sides, so a chunk moves
-//! as `outer` block copies whatever position the axis has.
-//!
-//! A chunk with fewer runs than the chunk length (the last one) fills the
-//! leading runs of the device array's chunk axis; the trailing runs are
-//! unused and hold unspecified values.
+//! device array of one chunk, and the gather and scatter between them; see
+//! [chunked transfers](crate::guide::host_memory#chunked-transfers).
 
 use std::ops::Range;
 
@@ -137,6 +127,14 @@ impl ChunkLayout {
         }
     }
 
+    /// The layout of the bytes of this layout's elements of `element_bytes`
+    /// each: an innermost axis of that length.
+    pub(crate) fn of_bytes(&self, element_bytes: usize) -> Result<ChunkLayout, MemError> {
+        let mut shape = self.shape.clone();
+        shape.push(element_bytes);
+        ChunkLayout::new(&shape, self.axis, self.chunk_length)
+    }
+
     /// Chunk `runs` as the rows of one strided copy of elements of
     /// `element_bytes`: the host element where its first row starts, and
     /// `outer` rows of `runs x inner` elements, `axis_length x inner`
@@ -169,21 +167,24 @@ impl ChunkLayout {
     pub fn gather<T: Copy>(
         &self,
         host: &[T],
-        runs: std::ops::Range<usize>,
+        runs: Range<usize>,
         window_start: usize,
         staging: &mut [T],
     ) -> Result<(), MemError> {
         let window_len = staging.len();
-        self.check(host.len(), &runs, window_start, window_len)?;
-        self.for_each_block(&runs, window_start, window_len, |staged, hosted| {
-            match (staging.get_mut(staged), host.get(hosted)) {
+        self.blocks(
+            host.len(),
+            &runs,
+            window_start,
+            window_len,
+            |staged, hosted| match (staging.get_mut(staged), host.get(hosted)) {
                 (Some(dst), Some(src)) => {
                     dst.copy_from_slice(src);
                     Ok(())
                 }
                 _ => Err(self.window_error(window_start, window_len)),
-            }
-        })
+            },
+        )
     }
 
     /// The inverse of [`gather`](Self::gather): copies the valid runs of the
@@ -192,20 +193,23 @@ impl ChunkLayout {
         &self,
         staging: &[T],
         window_start: usize,
-        runs: std::ops::Range<usize>,
+        runs: Range<usize>,
         host: &mut [T],
     ) -> Result<(), MemError> {
         let window_len = staging.len();
-        self.check(host.len(), &runs, window_start, window_len)?;
-        self.for_each_block(&runs, window_start, window_len, |staged, hosted| {
-            match (host.get_mut(hosted), staging.get(staged)) {
+        self.blocks(
+            host.len(),
+            &runs,
+            window_start,
+            window_len,
+            |staged, hosted| match (host.get_mut(hosted), staging.get(staged)) {
                 (Some(dst), Some(src)) => {
                     dst.copy_from_slice(src);
                     Ok(())
                 }
                 _ => Err(self.window_error(window_start, window_len)),
-            }
-        })
+            },
+        )
     }
 
     fn window_error(&self, start: usize, len: usize) -> MemError {
@@ -216,12 +220,17 @@ impl ChunkLayout {
         }
     }
 
-    fn check(
+    /// Checks a gather or scatter of `runs` through the device window
+    /// `[window_start, +window_len)` against a host array of `host_len`
+    /// elements, then calls `copy(staging_range, host_range)` for each of
+    /// its contiguous blocks.
+    pub(crate) fn blocks(
         &self,
         host_len: usize,
         runs: &Range<usize>,
         window_start: usize,
         window_len: usize,
+        mut copy: impl FnMut(Range<usize>, Range<usize>) -> Result<(), MemError>,
     ) -> Result<(), MemError> {
         if host_len != self.elements {
             return Err(MemError::LengthMismatch {
@@ -238,43 +247,15 @@ impl ChunkLayout {
                 chunk_length: self.chunk_length,
             });
         }
-        match window_start.checked_add(window_len) {
-            Some(end) if end <= self.chunk_elements => Ok(()),
-            _ => Err(self.window_error(window_start, window_len)),
-        }
-    }
-
-    /// Checks a gather or scatter of `runs` through the device window
-    /// `[window_start, +window_len)` against a host array of `host_len`
-    /// elements, then calls `copy(staging_range, host_range)` for each of
-    /// its contiguous blocks: for host memory reached other than through
-    /// one slice (a run range of an array that several threads share).
-    pub(crate) fn blocks(
-        &self,
-        host_len: usize,
-        runs: &Range<usize>,
-        window_start: usize,
-        window_len: usize,
-        copy: impl FnMut(Range<usize>, Range<usize>) -> Result<(), MemError>,
-    ) -> Result<(), MemError> {
-        self.check(host_len, runs, window_start, window_len)?;
-        self.for_each_block(runs, window_start, window_len, copy)
-    }
-
-    /// Calls `copy(staging_range, host_range)` for each contiguous block of
-    /// the chunk `runs` inside the device window `[window_start, +window_len)`.
-    fn for_each_block(
-        &self,
-        runs: &Range<usize>,
-        window_start: usize,
-        window_len: usize,
-        mut copy: impl FnMut(Range<usize>, Range<usize>) -> Result<(), MemError>,
-    ) -> Result<(), MemError> {
+        let window_end = match window_start.checked_add(window_len) {
+            Some(end) if end <= self.chunk_elements => end,
+            _ => return Err(self.window_error(window_start, window_len)),
+        };
         if self.outer == 0 {
             return Ok(());
         }
         // With outer >= 1 these products are at most the checked element
-        // counts (`check` bounds the runs and the window).
+        // counts (the runs and the window are bounded above).
         let product = |a: usize, b: usize| {
             a.checked_mul(b)
                 .ok_or_else(|| self.window_error(window_start, window_len))
@@ -284,7 +265,6 @@ impl ChunkLayout {
         if row == 0 || block == 0 {
             return Ok(());
         }
-        let window_end = window_start.saturating_add(window_len);
         let host_row = product(self.axis_length, self.inner)?;
         let first_host = product(runs.start, self.inner)?;
         let mut outer = window_start / row;

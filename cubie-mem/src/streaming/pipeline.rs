@@ -1,5 +1,6 @@
 //! The chunk pipeline: a whole batch through the device, chunk by chunk,
-//! with uploads, computation and downloads of different chunks overlapping.
+//! with uploads, computation and downloads of different chunks overlapping;
+//! see [the chunk pipeline](crate::guide::host_memory#the-chunk-pipeline).
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
@@ -7,9 +8,9 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::BatchError;
-use super::binding::{Direction, HostRef, Lane, Move};
+use super::binding::{Binding, Direction};
+use super::binding_host::HostRuns;
 use super::schedule::Schedule;
-use super::staging_ring::StagingRing;
 use super::streamer::ChunkStreamer;
 use super::target::ChunkTarget;
 use crate::array::slot::Memory;
@@ -25,37 +26,21 @@ use crate::{Chunk, Element, MemError, Work};
 ///
 /// With `d` buffer sets, chunk `k` lives in set `k % d`. Uploads run on an
 /// upload stream, the computation on the instance's stream (bound as the
-/// current stream while `compute` runs, so that copies and kernel launches
-/// inside it are ordered there), downloads on a download stream; events
-/// order them:
-///
-/// - the upload of chunk `k` waits until the computation of chunk `k - d`
-///   (which read that set) is done, and for an `inout` binding until its
-///   download is done;
-/// - the computation of chunk `k` waits for its upload, and for the
-///   download of chunk `k - d` (whose results lay in that set);
-/// - the download of chunk `k` waits for its computation.
-///
-/// The host queues the computation of chunk `k`, the upload of chunk
-/// `k + 1` (gathering it into a staging buffer first when the host array is
-/// pageable, spilled, or not contiguous), then the download of chunk `k - 1`
-/// (scattering it from its staging buffer once it arrived). With two sets,
-/// separate input and output arrays and equal times for an upload, a
-/// computation and a download, the device runs all three at once and the
-/// batch takes about `(n + 2)` steps for `n` chunks instead of `3n`; with one
-/// set, the upload of `k + 1` and the download of `k` still overlap.
-///
-/// The owners of every bound array (and the streamer's instance) are busy
-/// for the whole run, so none of those arrays can be evicted mid-batch; the
-/// staging buffers a run needs are acquired before the first chunk, in one
-/// order shared by every pipeline (by label), so two pipelines sharing a
-/// staging pool that cannot grow wait for each other instead of deadlocking. Before
-/// `run` returns, successfully or not, every copy it queued is done.
+/// current stream while `compute` runs), downloads on a download stream,
+/// ordered by events: the host queues the computation of chunk `k`, the
+/// upload of chunk `k + 1`, then the download of chunk `k - 1`. The guide
+/// page [the chunk pipeline](crate::guide::host_memory#the-chunk-pipeline)
+/// says how the chunks overlap and what a run guarantees: its arrays are
+/// not evicted mid-batch, its staging buffers are taken before the first
+/// chunk in one order every pipeline follows, and every copy it queued is
+/// done before `run` returns.
 #[must_use = "a pipeline does nothing until run"]
 pub struct ChunkPipeline<'p, S = ()> {
     streamer: &'p ChunkStreamer<'p>,
     sets: &'p [S],
-    bindings: Vec<Box<dyn Bind<'p> + 'p>>,
+    bindings: Vec<Binding<'p>>,
+    /// The first binding refused when it was made, refused again by `run`.
+    refused: Option<MemError>,
     /// The chunks of the plan to run (all by default).
     chunks: Range<usize>,
 }
@@ -75,104 +60,6 @@ impl ArrayId {
     }
 }
 
-/// A binding before the run checked it.
-struct Binding<'p, T: Element> {
-    host: HostRef<'p, T>,
-    targets: Vec<ChunkTarget<'p, T>>,
-    direction: Direction,
-}
-
-trait Bind<'p> {
-    fn label(&self) -> &str;
-    fn owners(&self) -> Vec<OwnerId>;
-    /// The bound device arrays' buffers, one per buffer set.
-    fn arrays(&self) -> Result<Vec<ArrayId>, MemError>;
-    fn prepare(
-        self: Box<Self>,
-        streamer: &ChunkStreamer<'_>,
-        sets: usize,
-    ) -> Result<Box<dyn Move + 'p>, MemError>;
-}
-
-impl<'p, T: Element> Bind<'p> for Binding<'p, T> {
-    fn label(&self) -> &str {
-        self.targets.first().map_or("", |target| target.label())
-    }
-
-    fn owners(&self) -> Vec<OwnerId> {
-        self.targets
-            .iter()
-            .map(|target| target.slot().owner())
-            .collect()
-    }
-
-    fn arrays(&self) -> Result<Vec<ArrayId>, MemError> {
-        self.targets
-            .iter()
-            .map(|target| Ok(ArrayId::of(&target.slot().memory()?)))
-            .collect()
-    }
-
-    fn prepare(
-        self: Box<Self>,
-        streamer: &ChunkStreamer<'_>,
-        sets: usize,
-    ) -> Result<Box<dyn Move + 'p>, MemError> {
-        let label = self.label().to_owned();
-        if self.targets.len() != sets || sets == 0 {
-            return Err(MemError::PipelineSets {
-                label,
-                bound: self.targets.len(),
-                sets,
-            });
-        }
-        let mut layout = None;
-        let mut first_axis = None;
-        for (set, target) in self.targets.iter().enumerate() {
-            let axis = target.run_axis()?;
-            match first_axis {
-                Some(first) if first != axis => {
-                    return Err(MemError::BindingAxes {
-                        label,
-                        first,
-                        set,
-                        axis,
-                    });
-                }
-                _ => first_axis = Some(axis),
-            }
-            let host_shape = self.host.get().shape();
-            layout = Some(streamer.layout(host_shape, target.label(), target.shape(), axis)?);
-        }
-        let layout = layout.ok_or_else(|| MemError::PipelineSets {
-            label: label.clone(),
-            bound: 0,
-            sets,
-        })?;
-        let devices = self
-            .targets
-            .iter()
-            .map(|target| target.slot().memory())
-            .collect::<Result<Vec<_>, _>>()?;
-        // Only device sets copy through staging buffers.
-        let copies = devices.iter().any(|m| matches!(m, Memory::Device(_)));
-        let stage = || streamer.stage(&layout, &label);
-        let ring = || StagingRing::new(stage(), stage());
-        Ok(Box::new(Lane {
-            input: (copies && self.direction.uploads()).then(ring),
-            output: (copies && self.direction.downloads()).then(ring),
-            label,
-            host: self.host,
-            devices,
-            layout,
-            direction: self.direction,
-            backend: Arc::clone(streamer.manager.backend()),
-            min_strided_row: streamer.min_strided_row_bytes(),
-            threads: streamer.staging_threads(),
-        }))
-    }
-}
-
 impl<'s> ChunkStreamer<'s> {
     /// A pipeline over every chunk of the plan with one buffer set: bind
     /// arrays to it, then [`run`](ChunkPipeline::run) it.
@@ -189,6 +76,7 @@ impl<'s> ChunkStreamer<'s> {
             streamer: self,
             sets,
             bindings: Vec::new(),
+            refused: None,
             chunks: 0..self.plan().chunks,
         }
     }
@@ -252,19 +140,27 @@ impl<S> ChunkPipeline<'_, S> {
 }
 
 impl<'p, S> ChunkPipeline<'p, S> {
-    /// Adds a binding of `host` to `targets` (one per buffer set).
-    pub(super) fn bind<T: Element>(
-        mut self,
-        host: HostRef<'p, T>,
+    /// Adds `binding`, or notes why it was refused.
+    pub(super) fn push(mut self, binding: Result<Binding<'p>, MemError>) -> Self {
+        match binding {
+            Ok(binding) => self.bindings.push(binding),
+            Err(error) => {
+                self.refused.get_or_insert(error);
+            }
+        }
+        self
+    }
+
+    /// Adds a binding of the runs `host` of a host array to `targets`, one
+    /// per buffer set.
+    fn bind<T: Element>(
+        self,
+        host: (&'p HostArray<T>, HostRuns<'p>),
         targets: Vec<ChunkTarget<'p, T>>,
         direction: Direction,
     ) -> Self {
-        self.bindings.push(Box::new(Binding {
-            host,
-            targets,
-            direction,
-        }));
-        self
+        let binding = Binding::new(self.streamer, self.sets.len(), host, targets, direction);
+        self.push(binding)
     }
 
     fn select<T: Element, A: Into<ChunkTarget<'p, T>>>(
@@ -285,7 +181,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         host: &'p HostArray<T>,
         array: impl Into<ChunkTarget<'p, T>>,
     ) -> Self {
-        self.bind(HostRef::Shared(host), vec![array.into()], Direction::In)
+        self.bind(HostRuns::input(host), vec![array.into()], Direction::In)
     }
 
     /// Copies `array` into each chunk of `host` after the chunk computes (a
@@ -295,7 +191,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         host: &'p mut HostArray<T>,
         array: impl Into<ChunkTarget<'p, T>>,
     ) -> Self {
-        self.bind(HostRef::Exclusive(host), vec![array.into()], Direction::Out)
+        self.bind(HostRuns::output(host), vec![array.into()], Direction::Out)
     }
 
     /// Both: copies each chunk in before it computes and back after (a
@@ -305,11 +201,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         host: &'p mut HostArray<T>,
         array: impl Into<ChunkTarget<'p, T>>,
     ) -> Self {
-        self.bind(
-            HostRef::Exclusive(host),
-            vec![array.into()],
-            Direction::InOut,
-        )
+        self.bind(HostRuns::output(host), vec![array.into()], Direction::InOut)
     }
 
     /// [`input`](Self::input) into the array `select` picks in every set
@@ -320,7 +212,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         select: impl Fn(&'p S) -> A,
     ) -> Self {
         let targets = self.select(select);
-        self.bind(HostRef::Shared(host), targets, Direction::In)
+        self.bind(HostRuns::input(host), targets, Direction::In)
     }
 
     /// [`output`](Self::output) from the array `select` picks in every set.
@@ -330,7 +222,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         select: impl Fn(&'p S) -> A,
     ) -> Self {
         let targets = self.select(select);
-        self.bind(HostRef::Exclusive(host), targets, Direction::Out)
+        self.bind(HostRuns::output(host), targets, Direction::Out)
     }
 
     /// [`inout`](Self::inout) with the array `select` picks in every set.
@@ -340,22 +232,18 @@ impl<'p, S> ChunkPipeline<'p, S> {
         select: impl Fn(&'p S) -> A,
     ) -> Self {
         let targets = self.select(select);
-        self.bind(HostRef::Exclusive(host), targets, Direction::InOut)
+        self.bind(HostRuns::output(host), targets, Direction::InOut)
     }
 
     /// Runs every chunk through `compute`, which is handed the chunk and
     /// the buffer set holding it (see the type's docs for the order).
     ///
-    /// Every binding is checked before anything moves: at least one buffer
-    /// set, no device array bound twice (in two bindings, or in two sets of
-    /// one), each array chunked along its axis. The first error stops the
-    /// run; before it returns, every chunk computed before the failure is
-    /// downloaded into the host arrays and every copy queued is done, and
-    /// the [`BatchError`] names the chunk that failed and the chunks whose
-    /// results are in place. A panic in `compute` leaves the same way: the
-    /// finished chunks are downloaded and every copy is waited for before
-    /// the panic resumes (when waiting fails, the page-locked memory a copy
-    /// may still use is leaked, never freed under it).
+    /// Every binding is checked before anything moves. The first error (or
+    /// panic) stops the run; every chunk computed before it is downloaded
+    /// into the host arrays and every copy queued is done before `run`
+    /// returns (or the panic resumes), and the [`BatchError`] names the
+    /// chunk that failed and the chunks whose results are in place (see
+    /// [what a failed batch leaves behind](crate::guide::host_memory#what-a-failed-batch-leaves-behind)).
     ///
     /// `compute` returns `Result<(), MemError>`; a computation with an
     /// error type of its own runs with [`run_with_error`](Self::run_with_error).
@@ -376,7 +264,8 @@ impl<'p, S> ChunkPipeline<'p, S> {
         let ChunkPipeline {
             streamer,
             sets,
-            bindings,
+            mut bindings,
+            refused,
             chunks: range,
         } = self;
         let _span = tracing::debug_span!(
@@ -405,38 +294,29 @@ impl<'p, S> ChunkPipeline<'p, S> {
                 chunks: streamer.plan().chunks,
             });
         let mut chunks = chunks.map_err(before_start)?.peekable();
-        let started = start(
-            streamer,
-            sets.len(),
-            bindings,
-            chunks.peek().is_some().then(|| {
-                let mut ends = chunks.clone();
-                ends.next().into_iter().chain(ends.next_back()).collect()
-            }),
-        )
-        .map_err(before_start)?;
-        let Started {
-            mut lanes,
-            mut schedule,
-            works,
-            current,
-        } = started;
+        let ends = chunks.peek().is_some().then(|| {
+            let mut ends = chunks.clone();
+            ends.next().into_iter().chain(ends.next_back()).collect()
+        });
+        let (mut schedule, works, current) =
+            start(streamer, sets.len(), &mut bindings, refused, ends).map_err(before_start)?;
         let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-            schedule.run(&mut lanes, &mut chunks, |chunk, set| {
+            schedule.run(&mut bindings, &mut chunks, |chunk, set| {
                 sets.get(set).map_or(Ok(()), |set| compute(chunk, set))
             })
         }));
         if !matches!(outcome, Ok(Ok(()))) {
-            schedule.salvage(&mut lanes);
+            schedule.salvage(&mut bindings);
         }
-        // Every queued copy is done before the lanes (and the host arrays
-        // and staging buffers they borrow) are let go, even after an error.
+        // Every queued copy is done before the bindings (and the host
+        // arrays and staging buffers they borrow) are let go, even after an
+        // error.
         let settled = schedule.finish();
         if let Err(error) = &settled {
             tracing::error!(%error, "waiting for a pipeline's copies failed; its host memory is leaked");
-            lanes.iter().for_each(|lane| lane.retire_host());
+            bindings.iter().for_each(|binding| binding.retire_host());
         }
-        drop(lanes);
+        drop(bindings);
         drop(current);
         let completed = schedule.completed();
         let stopped = |error: E, chunk: Option<usize>| {
@@ -460,24 +340,23 @@ impl<'p, S> ChunkPipeline<'p, S> {
     }
 }
 
-/// What a run holds once its bindings are checked and its staging is
-/// reserved.
-struct Started<'p> {
-    lanes: Vec<Box<dyn Move + 'p>>,
-    schedule: Schedule,
-    works: Vec<Work>,
-    current: CurrentStream,
-}
-
-/// Checks the bindings, prepares them, marks the owners busy and reserves
-/// the staging buffers: everything before the first copy.
-fn start<'p>(
+/// Checks the bindings, holds their arrays, marks the owners busy and
+/// reserves the staging buffers: everything before the first copy. The
+/// run's schedule, busy marks and current stream.
+fn start(
     streamer: &ChunkStreamer<'_>,
     sets: usize,
-    bindings: Vec<Box<dyn Bind<'p> + 'p>>,
+    bindings: &mut [Binding<'_>],
+    refused: Option<MemError>,
     ends: Option<Vec<Chunk>>,
-) -> Result<Started<'p>, MemError> {
-    check_bindings(&bindings, sets)?;
+) -> Result<(Schedule, Vec<Work>, CurrentStream), MemError> {
+    if sets == 0 {
+        return Err(MemError::NoBufferSets);
+    }
+    hold_arrays(bindings)?;
+    if let Some(error) = refused {
+        return Err(error);
+    }
     // Every owner whose arrays are bound is busy for the whole run, so
     // none of them is evicted mid-batch.
     let owners: BTreeSet<OwnerId> = bindings
@@ -485,63 +364,44 @@ fn start<'p>(
         .flat_map(|binding| binding.owners())
         .chain(std::iter::once(streamer.instance.owner()))
         .collect();
-    let mut order: Vec<(String, usize)> = bindings
-        .iter()
-        .enumerate()
-        .map(|(index, binding)| (binding.label().to_owned(), index))
-        .collect();
-    order.sort_unstable();
-    let mut lanes = bindings
-        .into_iter()
-        .map(|binding| binding.prepare(streamer, sets))
-        .collect::<Result<Vec<_>, MemError>>()?;
     let current = streamer.bind_stream()?;
     let works = owners
         .into_iter()
         .map(|owner| streamer.manager.begin_work_for(owner))
         .collect::<Result<Vec<_>, MemError>>()?;
-    // The first and last chunks run, which bound the staging buffers.
+    // The first and last chunks run, which bound the staging buffers, are
+    // taken in one global order (by label).
     if let Some(ends) = ends {
-        // Staging buffers are taken in one global order (by label).
-        for (_, index) in &order {
-            if let Some(lane) = lanes.get_mut(*index) {
-                lane.reserve(&ends)?;
-            }
+        let mut order: Vec<&mut Binding<'_>> = bindings.iter_mut().collect();
+        order.sort_by(|a, b| a.label().cmp(b.label()));
+        for binding in order {
+            binding.reserve(&ends)?;
         }
     }
     // The run's streams start after every earlier use of the arrays.
-    for lane in &lanes {
-        lane.order_on(current.owned())?;
+    for binding in bindings.iter() {
+        binding.order_on(current.owned())?;
     }
     // Pinned sets are filled on the host once the upload stream reaches
     // them: they go first, so that they wait for no other upload.
-    lanes.sort_by_key(|lane| !lane.is_host_side());
+    bindings.sort_by_key(|binding| !binding.is_host_side());
     let schedule = Schedule::new(
         streamer.manager.backend(),
         Arc::clone(current.owned()),
         sets,
     )?;
-    Ok(Started {
-        lanes,
-        schedule,
-        works,
-        current,
-    })
+    Ok((schedule, works, current))
 }
 
-/// Refuses, before anything moves, a pipeline without buffer sets and a
-/// device array bound twice: in two sets of one binding (two chunks in
-/// flight would overwrite each other) or in two bindings. Arrays are told
-/// apart by identity, not label: two instances' arrays of one label bind
-/// together.
-fn check_bindings(bindings: &[Box<dyn Bind<'_> + '_>], sets: usize) -> Result<(), MemError> {
-    if sets == 0 {
-        return Err(MemError::NoBufferSets);
-    }
+/// Holds every bound array, refusing one bound twice: in two sets of one
+/// binding (two chunks in flight would overwrite each other) or in two
+/// bindings. Arrays are told apart by identity, not label: two instances'
+/// arrays of one label bind together.
+fn hold_arrays(bindings: &mut [Binding<'_>]) -> Result<(), MemError> {
     let mut bound: HashMap<ArrayId, (usize, usize)> = HashMap::new();
-    for (index, binding) in bindings.iter().enumerate() {
-        for (set, array) in binding.arrays()?.into_iter().enumerate() {
-            match bound.insert(array, (index, set)) {
+    for (index, binding) in bindings.iter_mut().enumerate() {
+        for (set, memory) in binding.hold()?.iter().enumerate() {
+            match bound.insert(ArrayId::of(memory), (index, set)) {
                 None => {}
                 Some((other, first_set)) if other == index => {
                     return Err(MemError::SharedBuffer {

@@ -1,18 +1,13 @@
 //! The order of a chunk pipeline's work: which chunk's upload, computation
-//! and download is queued when, on which stream, after which events, when
-//! the host scatters the staged results of a download that has landed, and
-//! what is saved when a step fails.
-//!
-//! The host queues work and returns; it blocks only when a staging buffer
-//! it needs still holds results it has not scattered (their download is
-//! then the oldest work in flight), so the device stays fed while the host
-//! scatters, and the host scatters as soon as results land.
+//! and download is queued when, on which stream, after which events; when
+//! the host scatters the staged results that have landed; and what is saved
+//! when a step fails.
 
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::binding::Move;
+use super::binding::Binding;
 use crate::Chunk;
 use crate::backend::{Backend, BackendResult};
 use crate::resource::Event;
@@ -133,19 +128,19 @@ impl Schedule {
         }
     }
 
-    fn upload(&mut self, lanes: &mut [Box<dyn Move + '_>], chunk: &Chunk) -> Result<(), MemError> {
+    fn upload(&mut self, bindings: &mut [Binding<'_>], chunk: &Chunk) -> Result<(), MemError> {
         self.at = Some(chunk.index);
         let stream = Arc::clone(&self.upload);
         let stream = &*stream;
         let set = chunk.index % self.sets;
         self.after_previous_use(chunk.index, stream, |e| &e.computed)?;
-        for lane in lanes.iter_mut().filter(|lane| !lane.is_inout()) {
-            lane.upload(chunk, set, stream)?;
+        for binding in bindings.iter_mut().filter(|binding| !binding.is_inout()) {
+            binding.upload(chunk, set, stream)?;
         }
-        if lanes.iter().any(|lane| lane.is_inout()) {
+        if bindings.iter().any(|binding| binding.is_inout()) {
             self.after_previous_use(chunk.index, stream, |e| &e.downloaded)?;
-            for lane in lanes.iter_mut().filter(|lane| lane.is_inout()) {
-                lane.upload(chunk, set, stream)?;
+            for binding in bindings.iter_mut().filter(|binding| binding.is_inout()) {
+                binding.upload(chunk, set, stream)?;
             }
         }
         self.events(chunk.index).uploaded = Some(Event::record(stream)?);
@@ -153,13 +148,9 @@ impl Schedule {
         Ok(())
     }
 
-    fn download(
-        &mut self,
-        lanes: &mut [Box<dyn Move + '_>],
-        chunk: &Chunk,
-    ) -> Result<(), MemError> {
+    fn download(&mut self, bindings: &mut [Binding<'_>], chunk: &Chunk) -> Result<(), MemError> {
         self.at = Some(chunk.index);
-        let queued = self.queue_download(lanes, chunk);
+        let queued = self.queue_download(bindings, chunk);
         match queued {
             Ok(()) => self.landing.push_back(chunk.clone()),
             Err(_) => self.download_failed = true,
@@ -169,11 +160,11 @@ impl Schedule {
 
     /// Scatters the staged results of at most `most` downloaded chunks, in
     /// order: with `wait`, waiting for their downloads; else only while
-    /// they have landed. A chunk counts as completed once every lane
+    /// they have landed. A chunk counts as completed once every binding
     /// scattered it.
     fn settle(
         &mut self,
-        lanes: &mut [Box<dyn Move + '_>],
+        bindings: &mut [Binding<'_>],
         wait: bool,
         most: usize,
     ) -> Result<(), MemError> {
@@ -182,8 +173,8 @@ impl Schedule {
                 return Ok(());
             };
             let (index, end) = (chunk.index, chunk.runs.end);
-            for lane in lanes.iter_mut() {
-                match lane.scatter_landed(index, wait) {
+            for binding in bindings.iter_mut() {
+                match binding.scatter_landed(index, wait) {
                     Ok(true) => {}
                     Ok(false) => return Ok(()),
                     Err(error) => {
@@ -203,7 +194,7 @@ impl Schedule {
 
     fn queue_download(
         &mut self,
-        lanes: &mut [Box<dyn Move + '_>],
+        bindings: &mut [Binding<'_>],
         chunk: &Chunk,
     ) -> Result<(), MemError> {
         let stream = Arc::clone(&self.download);
@@ -212,8 +203,8 @@ impl Schedule {
             computed.order(stream)?;
         }
         let set = chunk.index % self.sets;
-        for lane in lanes.iter_mut() {
-            lane.download(chunk, set, stream)?;
+        for binding in bindings.iter_mut() {
+            binding.download(chunk, set, stream)?;
         }
         self.events(chunk.index).downloaded = Some(Event::record(stream)?);
         tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set, "queued a chunk's download");
@@ -245,7 +236,7 @@ impl Schedule {
     /// Queues the downloads of the computed chunks up to `last`, in order.
     fn download_through(
         &mut self,
-        lanes: &mut [Box<dyn Move + '_>],
+        bindings: &mut [Binding<'_>],
         last: usize,
     ) -> Result<(), MemError> {
         while self
@@ -254,7 +245,7 @@ impl Schedule {
             .is_some_and(|chunk| chunk.index <= last)
         {
             if let Some(chunk) = self.computed.pop_front() {
-                self.download(lanes, &chunk)?;
+                self.download(bindings, &chunk)?;
             }
         }
         Ok(())
@@ -265,7 +256,7 @@ impl Schedule {
     /// the chunks before `k`.
     pub(super) fn run<E: From<MemError>>(
         &mut self,
-        lanes: &mut [Box<dyn Move + '_>],
+        bindings: &mut [Binding<'_>],
         chunks: &mut std::iter::Peekable<Chunks>,
         mut compute: impl FnMut(&Chunk, usize) -> Result<(), E>,
     ) -> Result<(), E> {
@@ -280,33 +271,33 @@ impl Schedule {
             chunks: first.index..first.index,
             runs: first.runs.start..first.runs.start,
         };
-        let inout = lanes.iter().any(|lane| lane.is_inout());
-        self.upload(lanes, &first)?;
+        let inout = bindings.iter().any(|binding| binding.is_inout());
+        self.upload(bindings, &first)?;
         while let Some(chunk) = chunks.next() {
             // The results of the chunk that last used this set must be on
             // their way out before the computation overwrites them.
             if let Some(previous) = chunk.index.checked_sub(self.sets) {
-                self.download_through(lanes, previous)?;
+                self.download_through(bindings, previous)?;
             }
             self.compute(&chunk, &mut compute)?;
             if let Some(next) = chunks.peek().cloned() {
                 // An inout binding's upload overwrites results: those of
                 // the chunk that last used the set go out first.
                 if inout && let Some(previous) = next.index.checked_sub(self.sets) {
-                    self.download_through(lanes, previous)?;
+                    self.download_through(bindings, previous)?;
                 }
-                self.upload(lanes, &next)?;
+                self.upload(bindings, &next)?;
             }
             if let Some(before) = chunk.index.checked_sub(1) {
-                self.download_through(lanes, before)?;
+                self.download_through(bindings, before)?;
             }
             // With the device fed as far as it can be, the host scatters
             // the oldest chunk that has landed, if any, and then feeds the
             // device again: one chunk's results come down per chunk.
-            self.settle(lanes, false, 1)?;
+            self.settle(bindings, false, 1)?;
         }
-        self.download_through(lanes, usize::MAX)?;
-        self.settle(lanes, true, usize::MAX)?;
+        self.download_through(bindings, usize::MAX)?;
+        self.settle(bindings, true, usize::MAX)?;
         Ok(())
     }
 
@@ -315,14 +306,14 @@ impl Schedule {
     /// finished result is lost. Stops at the first download or scatter that
     /// fails (and downloads nothing more after one failed), so that the
     /// chunks saved are always the first ones of the run.
-    pub(super) fn salvage(&mut self, lanes: &mut [Box<dyn Move + '_>]) {
+    pub(super) fn salvage(&mut self, bindings: &mut [Binding<'_>]) {
         let at = self.at;
         if !self.download_failed
-            && let Err(error) = self.download_through(lanes, usize::MAX)
+            && let Err(error) = self.download_through(bindings, usize::MAX)
         {
             tracing::error!(%error, "downloading a finished chunk after a failure failed");
         }
-        if let Err(error) = self.settle(lanes, true, usize::MAX) {
+        if let Err(error) = self.settle(bindings, true, usize::MAX) {
             tracing::error!(%error, "scattering a finished chunk after a failure failed");
         }
         self.computed.clear();

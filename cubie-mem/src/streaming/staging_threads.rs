@@ -1,22 +1,16 @@
-//! The staging threads: host threads that gather chunks into staging
-//! buffers and scatter them out (and so read and write spill files), each
-//! thread one contiguous piece of the staging window.
-//!
-//! They are a dedicated [`rayon::ThreadPool`], never rayon's global one:
-//! the caller's thread waits while the staging threads copy, so a gather
-//! or scatter keeps exactly [`StagingThreads::threads`] threads busy, and
-//! other rayon users of the process are left alone.
+//! The staging threads: a dedicated pool of host threads that gather chunks
+//! into staging buffers and scatter them out; see
+//! [staging threads](crate::guide::host_memory#staging-threads).
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 use std::ops::Range;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rayon::prelude::*;
 
 use super::ChunkLayout;
+use super::binding_host::HostRuns;
 use crate::backend::{Backend, HostWork};
 use crate::{Element, MemError};
 
@@ -124,15 +118,10 @@ impl StagingThreads {
     /// [`default_count`](Self::default_count) staging threads (the
     /// caller's thread alone where the system refuses to start them).
     pub fn with_default_count() -> Self {
-        Self::new(Self::default_count()).unwrap_or_else(|_| Self::single())
-    }
-
-    /// The caller's thread alone.
-    fn single() -> Self {
-        StagingThreads {
+        Self::new(Self::default_count()).unwrap_or(StagingThreads {
             threads: NonZeroUsize::MIN,
             workers: None,
-        }
+        })
     }
 
     /// How many threads gather and scatter at most.
@@ -191,11 +180,22 @@ impl StagingThreads {
         runs: Range<usize>,
         host: &mut [T],
     ) -> Result<(), MemError> {
-        let target = ScatterTarget::new(host, runs);
-        self.drain(staging, |offset, piece| {
+        // Refused as `ChunkLayout::scatter` refuses it, in elements.
+        layout.blocks(
+            host.len(),
+            &runs,
+            window_start,
+            staging.len(),
+            |_, _| Ok(()),
+        )?;
+        let bytes = layout.of_bytes(size_of::<T>())?;
+        let window_start = window_start.saturating_mul(size_of::<T>());
+        let target = HostRuns::writing(bytemuck::cast_slice_mut(host));
+        self.drain(bytemuck::cast_slice(staging), |offset, piece| {
+            let start = window_start.saturating_add(offset);
             // SAFETY: the pieces are disjoint windows of the chunk, which
-            // the layout maps to disjoint elements of `host`.
-            unsafe { target.scatter(layout, piece, window_start.saturating_add(offset)) }
+            // the layout maps to disjoint bytes of `host`.
+            unsafe { target.scatter(&bytes, runs.clone(), piece, start) }
         })
         .map(drop)
     }
@@ -288,93 +288,6 @@ impl fmt::Debug for StagingThreads {
         f.debug_struct("StagingThreads")
             .field("threads", &self.threads)
             .finish()
-    }
-}
-
-/// The runs of one chunk of a host array, that several staging threads
-/// scatter into at once, each thread its own window of the chunk (the
-/// layout maps different windows to different host elements).
-pub(crate) struct ScatterTarget<'a, T> {
-    data: NonNull<T>,
-    len: usize,
-    runs: Range<usize>,
-    _borrow: PhantomData<&'a mut [T]>,
-}
-
-// SAFETY: a target only writes through `scatter`, whose callers give each
-// thread a window of its own; `T` is plain data.
-unsafe impl<T: Element> Send for ScatterTarget<'_, T> {}
-// SAFETY: as for Send.
-unsafe impl<T: Element> Sync for ScatterTarget<'_, T> {}
-
-impl<'a, T: Element> ScatterTarget<'a, T> {
-    /// Chunk `runs` of the whole array `host`.
-    pub(crate) fn new(host: &'a mut [T], runs: Range<usize>) -> Self {
-        ScatterTarget {
-            len: host.len(),
-            data: NonNull::from(host).cast(),
-            runs,
-            _borrow: PhantomData,
-        }
-    }
-
-    /// Chunk `runs` of the array of `len` elements at `data`.
-    ///
-    /// # Safety
-    ///
-    /// `data` points to `len` elements, valid for writes for `'a`, and no
-    /// one else reads or writes the elements of chunk `runs` meanwhile.
-    pub(crate) unsafe fn from_raw(data: NonNull<T>, len: usize, runs: Range<usize>) -> Self {
-        ScatterTarget {
-            data,
-            len,
-            runs,
-            _borrow: PhantomData,
-        }
-    }
-
-    /// [`ChunkLayout::scatter`] of the device window `staging`, from
-    /// `window_start`, into the chunk.
-    ///
-    /// # Safety
-    ///
-    /// No other thread scatters a window overlapping
-    /// `window_start..window_start + staging.len()` at the same time.
-    pub(crate) unsafe fn scatter(
-        &self,
-        layout: &ChunkLayout,
-        staging: &[T],
-        window_start: usize,
-    ) -> Result<(), MemError> {
-        let len = self.len;
-        let outside = |range: &Range<usize>| MemError::LengthMismatch {
-            label: "host".into(),
-            expected: range.end,
-            found: len,
-        };
-        layout.blocks(
-            len,
-            &self.runs,
-            window_start,
-            staging.len(),
-            |staged, hosted| {
-                let src = staging.get(staged).ok_or_else(|| outside(&hosted))?;
-                if hosted.end > len || hosted.len() != src.len() {
-                    return Err(outside(&hosted));
-                }
-                // SAFETY: `hosted` lies inside the array (checked) and holds
-                // elements of this window of the chunk only, which no other
-                // thread touches (the caller's promise).
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        self.data.add(hosted.start).as_ptr(),
-                        hosted.len(),
-                    )
-                };
-                dst.copy_from_slice(src);
-                Ok(())
-            },
-        )
     }
 }
 

@@ -1,36 +1,25 @@
-//! Chunked transfers: moving one chunk of a host array of the whole batch to
-//! a device array of one chunk, and results back.
-//!
-//! A transfer gathers the chunk's runs into a pinned staging buffer and
-//! copies it to the device contiguously, on the instance's stream (and the
-//! reverse for results). Staging buffers hold at most
-//! [`STAGING_BYTES_PER_TRANSFER`] bytes; a larger chunk moves in several
-//! rounds. A pinned host array whose chunk is already one contiguous block
-//! (the chunk axis is the outermost non-trivial one, or the batch is one
-//! chunk) is copied directly, and one whose chunk's rows are wide enough
-//! by one strided copy.
+//! The chunk streamer: one instance's chunks of host arrays moved to and
+//! from its device arrays under one plan; see
+//! [chunked transfers](crate::guide::host_memory#chunked-transfers).
 
 use std::ops::Range;
 
 use super::BatchError;
 use super::layout::ChunkLayout;
-use super::stage::Stage;
+use super::staging_ring::StagingRing;
 use super::staging_threads::StagingThreads;
-use crate::host::{HostArray, HostMemoryKind};
-use crate::host::{STAGING_BYTES_PER_TRANSFER, StagingPool};
+use crate::host::HostArray;
+use crate::host::StagingPool;
 use crate::ids::{InstanceId, Named};
 use crate::streams::CurrentStream;
-use crate::{ArraySide, ChunkPlan, DeviceArray, Element, Instance, MemError, MemoryManager};
+use crate::{ArraySide, ChunkPlan, DType, DeviceArray, Element, Instance, MemError, MemoryManager};
 use crate::{Chunk, Chunks};
 
 /// Moves chunks of host arrays to and from device arrays of one chunk, for
 /// one instance and one chunk plan. Made by [`MemoryManager::chunk_streamer`].
 ///
 /// Host arrays hold the whole batch; device arrays have the plan's chunked
-/// shape (the chunk axis set to the chunk length). The chunk axis may be any
-/// axis. A short last chunk fills the leading runs of the device array's
-/// chunk axis; the runs after it are unused.
-///
+/// shape (the chunk axis, any axis, set to the chunk length).
 /// [`copy_in`](Self::copy_in) and [`copy_out`](Self::copy_out) move one
 /// chunk and wait for it; [`pipeline`](Self::pipeline) and
 /// [`pipeline_sets`](Self::pipeline_sets) run the whole batch with the
@@ -72,7 +61,7 @@ impl MemoryManager {
             first_run: 0,
             batch_runs: plan.total_runs,
             pool: self.staging_pool(),
-            staging_bytes: STAGING_BYTES_PER_TRANSFER,
+            staging_bytes: StagingPool::BYTES_PER_TRANSFER,
             min_strided_row_bytes: ChunkStreamer::DEFAULT_MIN_STRIDED_ROW_BYTES,
             threads: None,
         })
@@ -83,18 +72,12 @@ impl<'a> ChunkStreamer<'a> {
     /// The narrowest row, in bytes, that a pipeline moves by one strided
     /// (2D) copy of the copy engines instead of through a staging buffer,
     /// by default ([`with_min_strided_row_bytes`](Self::with_min_strided_row_bytes)).
-    ///
-    /// A chunk of a page-locked host array that is not one block of it is
-    /// `outer` rows of `runs x inner` elements, one host row apart. A
-    /// strided copy moves them with no host work, at a cost per row beyond
-    /// the bytes' time on the copy engine: about 2.5 ns
-    /// ([`SimBackend::DEFAULT_STRIDED_ROW_PS`](crate::SimBackend::DEFAULT_STRIDED_ROW_PS),
-    /// NVIDIA's `cudaMemcpy2D` of one-byte rows). Staging costs the host the
-    /// chunk's bytes at memcpy speed (12 GB/s,
-    /// [`SimBackend::DEFAULT_HOST_BANDWIDTH`](crate::SimBackend::DEFAULT_HOST_BANDWIDTH))
-    /// beside the same bytes on the bus. The strided copy is the faster
-    /// once a row holds more than 2.5 ns x 12 GB/s = 30 bytes: rows of 32
-    /// bytes (four `f64`) and wider move by DMA, narrower ones are staged.
+    /// A strided copy costs about 2.5 ns a row
+    /// ([`SimBackend::DEFAULT_STRIDED_ROW_PS`](crate::SimBackend::DEFAULT_STRIDED_ROW_PS))
+    /// where staging costs the host the bytes at 12 GB/s
+    /// ([`SimBackend::DEFAULT_HOST_BANDWIDTH`](crate::SimBackend::DEFAULT_HOST_BANDWIDTH)):
+    /// it is the faster above 30 bytes a row (see
+    /// [strided copies](crate::guide::host_memory#strided-copies-of-page-locked-chunks)).
     pub const DEFAULT_MIN_STRIDED_ROW_BYTES: usize = 32;
 
     /// Moves chunks of page-locked host arrays whose rows hold at least
@@ -133,7 +116,7 @@ impl<'a> ChunkStreamer<'a> {
     }
 
     /// Bounds each staging buffer to `bytes` (default
-    /// [`StagingPool::BYTES_PER_TRANSFER`](crate::StagingPool::BYTES_PER_TRANSFER); at least one element is staged).
+    /// [`StagingPool::BYTES_PER_TRANSFER`]; at least one element is staged).
     pub fn with_staging_bytes(mut self, bytes: usize) -> Self {
         self.staging_bytes = bytes;
         self
@@ -299,15 +282,21 @@ impl<'a> ChunkStreamer<'a> {
         Ok(layout)
     }
 
-    /// A staging buffer for `label` under `layout`, acquired on first use.
-    pub(super) fn stage<T: Element>(&self, layout: &ChunkLayout, label: &str) -> Stage<T> {
-        let element = size_of::<T>();
+    /// The staging buffers of `label` under `layout`, for elements of
+    /// `dtype`, acquired when reserved.
+    pub(super) fn staging_ring(
+        &self,
+        layout: &ChunkLayout,
+        label: &str,
+        dtype: DType,
+    ) -> StagingRing {
+        let element = dtype.size_bytes().max(1);
         let shape = if layout.chunk_elements().saturating_mul(element) <= self.staging_bytes {
             layout.chunk_shape()
         } else {
             vec![(self.staging_bytes / element).max(1)]
         };
-        Stage::new(self.pool.clone(), label.to_owned(), shape)
+        StagingRing::new(self.pool.clone(), label.to_owned(), shape, dtype)
     }
 }
 
@@ -338,16 +327,4 @@ fn other_axis_of_length(shape: &[usize], axis: usize, len: usize) -> Option<usiz
     let mut matching = (0..shape.len()).filter(|&a| a != axis && shape[a] == len);
     let first = matching.next()?;
     matching.next().is_none().then_some(first)
-}
-
-/// The host range a pinned host array's chunk can be copied from directly.
-pub(super) fn direct_range<T: Element>(
-    host: &HostArray<T>,
-    layout: &ChunkLayout,
-    runs: &Range<usize>,
-) -> Option<Range<usize>> {
-    match host.kind() {
-        HostMemoryKind::Pinned => layout.contiguous_range(runs),
-        HostMemoryKind::Pageable | HostMemoryKind::Spilled => None,
-    }
 }

@@ -34,32 +34,18 @@ use crate::{DeviceArray, Element, MemError, PinnedArray};
 /// assert_eq!(x.along(0).axis(), Some(0));
 /// # Ok::<(), cubie_mem::MemError>(())
 /// ```
+#[derive(Clone, Copy)]
 pub struct ChunkTarget<'a, T: Element> {
     array: TargetArray<'a, T>,
     axis: Option<usize>,
 }
 
 /// The array a binding names.
+#[derive(Clone, Copy)]
 enum TargetArray<'a, T: Element> {
     Device(&'a DeviceArray<T>),
     Pinned(&'a PinnedArray<T>),
 }
-
-impl<T: Element> Clone for TargetArray<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T: Element> Copy for TargetArray<'_, T> {}
-
-impl<T: Element> Clone for ChunkTarget<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T: Element> Copy for ChunkTarget<'_, T> {}
 
 impl<'a, T: Element> ChunkTarget<'a, T> {
     /// The axis the binding chunks along: the one named with `along`, else

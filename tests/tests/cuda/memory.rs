@@ -343,7 +343,7 @@ fn an_idle_owner_is_evicted_when_the_device_is_short() {
         let mut tail = [0u8; 3];
         new.copy_to_host_at(batch as usize - 3, &mut tail)?;
         assert_eq!(tail, [1, 2, 3]);
-        assert_eq!(mgr.stats().total.evictions, 1);
+        assert_eq!(mgr.memory_report().total.evictions, 1);
 
         drop((new, response));
         mgr.free_all();
@@ -382,9 +382,9 @@ fn a_second_identical_batch_reuses_the_pool_without_growing_driver_memory() {
         };
 
         let (reserved_first, driver_free_first) = run_batch()?;
-        let allocations_first = mgr.stats().total.allocations;
+        let allocations_first = mgr.memory_report().total.allocations;
         let (reserved_second, driver_free_second) = run_batch()?;
-        assert_eq!(mgr.stats().total.allocations, allocations_first + 3);
+        assert_eq!(mgr.memory_report().total.allocations, allocations_first + 3);
         assert!(reserved_first >= batch_bytes);
         assert_eq!(
             reserved_second, reserved_first,

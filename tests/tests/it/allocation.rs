@@ -555,7 +555,7 @@ fn hooks_may_call_back_into_the_manager() {
         .register(queuing().on_allocation_ready(move |mut r| {
             let x = r.take::<f64>("x").unwrap();
             // Re-entering the manager from a hook must not deadlock.
-            assert_eq!(inner.stats().total.current_count, 1);
+            assert_eq!(inner.memory_report().total.current_count, 1);
             assert!(x.is_valid());
             bump();
         }))

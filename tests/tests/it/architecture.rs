@@ -264,7 +264,7 @@ fn the_walk_of_a_chunk_follows_the_code() {
     }
     for file in [
         "streaming/binding",
-        "streaming/stage",
+        "streaming/staging_ring",
         "array/queued",
         "resource/device_memory",
     ] {

@@ -89,7 +89,7 @@ fn register_refuses_a_spill_directory_that_does_not_exist() {
         "{error}"
     );
     assert_eq!(
-        mgr.stats().instances.len(),
+        mgr.memory_report().instances.len(),
         0,
         "a failed registration registers nothing"
     );

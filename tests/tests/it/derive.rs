@@ -148,7 +148,8 @@ fn structs_of_one_stream_group_share_one_plan() {
         )
         .unwrap();
 
-    mgr.queue_buffers::<Inputs>(&inputs_holder, &DIMS).unwrap();
+    mgr.queue_request(&inputs_holder, Inputs::requests(&DIMS))
+        .unwrap();
     let outputs = mgr
         .allocate_buffers::<Outputs<f64>>(&outputs_holder, &DIMS)
         .unwrap();
@@ -236,7 +237,9 @@ fn buffers_refuse_an_instance_of_another_stream_group() {
         matches!(&error, MemError::StreamGroupMismatch { group, declared: "integrators", .. } if group == "default"),
         "{error}"
     );
-    let error = mgr.queue_buffers::<Inputs>(&stray, &DIMS).unwrap_err();
+    let error = mgr
+        .queue_request(&stray, Inputs::requests(&DIMS))
+        .unwrap_err();
     assert!(
         matches!(error, MemError::StreamGroupMismatch { .. }),
         "{error}"

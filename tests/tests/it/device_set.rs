@@ -209,7 +209,7 @@ fn a_device_that_cannot_hold_one_run_takes_no_part_and_says_why() {
         [0, 2]
     );
     assert_eq!(
-        set.manager(1).unwrap().stats().instances.len(),
+        set.manager(1).unwrap().memory_report().instances.len(),
         0,
         "no instance left behind"
     );
@@ -397,7 +397,7 @@ proptest! {
             }
             Err(error) => {
                 // Only when no device can take part.
-                prop_assert!(set.managers().iter().all(|m| m.stats().instances.is_empty()), "{}", error);
+                prop_assert!(set.managers().iter().all(|m| m.memory_report().instances.is_empty()), "{}", error);
             }
         }
     }
@@ -511,7 +511,7 @@ fn the_split_of_requests_is_the_split_allocate_makes_and_leaves_nothing_register
     assert!(
         set.managers()
             .iter()
-            .all(|m| m.stats().instances.is_empty())
+            .all(|m| m.memory_report().instances.is_empty())
     );
     let buffers = set
         .allocate::<Solve>(runs, &Throughput::Equal, registration, dims)

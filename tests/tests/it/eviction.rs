@@ -73,7 +73,7 @@ fn an_idle_owner_is_evicted_to_fit_a_batch_whole() {
     );
     assert_eq!(sc.idle.allocated_bytes(), 0);
     assert_eq!(sc.sim.free_bytes(), 400);
-    assert_eq!(sc.mgr.stats().total.evictions, 1);
+    assert_eq!(sc.mgr.memory_report().total.evictions, 1);
 }
 
 #[test]
@@ -318,5 +318,5 @@ fn begin_work_rejects_owners_of_other_managers() {
         .register(Registration::new().owner(&foreign_owner))
         .unwrap_err();
     assert!(matches!(err, MemError::UnknownOwner { .. }));
-    assert_eq!(mgr.stats().instances.len(), 0);
+    assert_eq!(mgr.memory_report().instances.len(), 0);
 }

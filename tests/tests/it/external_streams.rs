@@ -1,5 +1,5 @@
 //! Streams the manager did not create bound as the current stream
-//! (`bind_external_stream`): on the simulated device, a stream the user
+//! (`bind_stream`): on the simulated device, a stream the user
 //! created on the backend, under the same strict rules as any stream.
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ fn copies_and_an_allocation_inside_an_external_guard_are_ordered_on_it() {
     let own = mgr.stream(&a).unwrap().id();
     let external = mgr.backend().create_stream().unwrap();
     logged.take();
-    let guard = mgr.bind_external_stream(Arc::clone(&external)).unwrap();
+    let guard = mgr.bind_stream(Arc::clone(&external)).unwrap();
     assert_eq!(guard.stream().id(), external.id());
     x.copy_from_host(&[2.0; 4]).unwrap();
     let y = allocate_f64(&mgr, &a, "y", runs_request(8, 4));
@@ -47,7 +47,7 @@ fn a_free_after_an_external_guard_waits_for_the_streams_work() {
     let (mgr, sim) = manager(1 << 30, 1 << 30);
     let a = mgr.register(queuing().stream_group("a")).unwrap();
     let external = mgr.backend().create_stream().unwrap();
-    let guard = mgr.bind_external_stream(Arc::clone(&external)).unwrap();
+    let guard = mgr.bind_stream(Arc::clone(&external)).unwrap();
     let y = allocate_f64(&mgr, &a, "y", runs_request(8, 64));
     // Queued, not waited for: 5 ms on the device.
     HostKernel::new("touch", Duration::from_millis(5))
@@ -84,7 +84,7 @@ fn an_external_stream_is_never_touched_again_after_its_guard() {
     let b = mgr.register(Registration::new().stream_group("b")).unwrap();
     let events = logged.sim.live_events();
     let external = mgr.backend().create_stream().unwrap();
-    let guard = mgr.bind_external_stream(Arc::clone(&external)).unwrap();
+    let guard = mgr.bind_stream(Arc::clone(&external)).unwrap();
     let y = allocate_f64(&mgr, &a, "y", runs_request(8, 64));
     y.copy_from_host(&[5.0; 64]).unwrap();
     let on_b = mgr.stream(&b).unwrap().id();
@@ -126,7 +126,7 @@ fn a_stream_of_another_backend_is_refused_and_binds_nothing() {
     let own = mgr.stream(&a).unwrap().id();
     let foreign = SimBackend::new(1 << 20).create_stream().unwrap();
     let id = foreign.id();
-    let error = mgr.bind_external_stream(foreign).unwrap_err();
+    let error = mgr.bind_stream(foreign).unwrap_err();
     assert!(
         matches!(
             &error,

@@ -73,7 +73,7 @@ impl Scene {
         assert!(self.held.is_valid(), "{error}");
         assert_eq!(self.idle.allocated_bytes(), held);
         assert_eq!(self.sim.free_bytes(), free);
-        assert_eq!(self.mgr.stats().total.evictions, 0);
+        assert_eq!(self.mgr.memory_report().total.evictions, 0);
         assert!(self.requester.has_queued());
         error
     }

@@ -76,7 +76,7 @@ fn every_allocation_of_a_call_can_fail_cleanly() {
             a.has_queued() && b.has_queued(),
             "the queue is left as it was"
         );
-        assert_eq!(mgr.stats().total.current_count, 0);
+        assert_eq!(mgr.memory_report().total.current_count, 0);
 
         sim.set_fail_allocations_after(None);
         mgr.allocate_queue(&a).unwrap();
@@ -86,7 +86,10 @@ fn every_allocation_of_a_call_can_fail_cleanly() {
             ALLOCATIONS_PER_CALL - 1,
             "one of them is pinned"
         );
-        assert_eq!(mgr.stats().total.current_count, ALLOCATIONS_PER_CALL as u64);
+        assert_eq!(
+            mgr.memory_report().total.current_count,
+            ALLOCATIONS_PER_CALL as u64
+        );
     }
 }
 
@@ -143,7 +146,7 @@ fn a_failed_call_leaves_a_reused_buffer_intact() {
     assert_eq!(a.allocated_bytes(), 320);
     assert_eq!(invalidated.get(), 0);
     assert!(a.has_queued());
-    let stats = mgr.stats().total;
+    let stats = mgr.memory_report().total;
     assert_eq!((stats.current_count, stats.current_bytes), (2, 320));
 
     // Once the fault is lifted the same queue is served: x reused, y new.

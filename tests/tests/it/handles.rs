@@ -139,7 +139,7 @@ fn dropping_an_instance_releases_everything_it_had() {
     drop(a);
     assert_eq!(x.release_reason(), Some(ReleaseReason::Deregistered));
     assert_eq!(sim.free_bytes(), 1 << 20);
-    assert_eq!(mgr.stats().instances.len(), 1);
+    assert_eq!(mgr.memory_report().instances.len(), 1);
     assert_eq!(mgr.manual_pool_proportion(), 0.0);
     assert_eq!(mgr.auto_pool_proportion(), 1.0);
 }
@@ -171,7 +171,7 @@ fn statistics_track_current_peak_and_events() {
     mgr.queue_request(&a, [("z", runs_request(800, 100))])
         .unwrap(); // chunked
     mgr.allocate_queue(&a).unwrap();
-    let stats = mgr.stats();
+    let stats = mgr.memory_report();
     let inst = &stats.instances[0];
     assert_eq!(inst.usage.allocations, 3);
     assert_eq!(inst.usage.frees, 1);

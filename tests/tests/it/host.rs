@@ -366,7 +366,6 @@ fn host_types_can_cross_threads() {
     send_sync::<HostArray<f64>>();
     send_sync::<cubie_mem::AnyHostArray>();
     send_sync::<cubie_mem::StagingPool>();
-    send_sync::<cubie_mem::StagingBuffer<u8>>();
     send_sync::<cubie_mem::ChunkStreamer<'static>>();
 }
 

@@ -50,7 +50,7 @@ fn a_foreign_instance_is_unknown_not_a_local_one_of_the_same_number() {
     );
     assert_eq!(second.proportion(&local), 0.5);
     assert!(local.has_queued());
-    assert_eq!(second.stats().instances.len(), 2);
+    assert_eq!(second.memory_report().instances.len(), 2);
 }
 
 #[test]
@@ -71,7 +71,7 @@ fn a_foreign_owner_is_unknown() {
     ] {
         assert!(matches!(error, MemError::UnknownOwner { .. }), "{error}");
     }
-    assert_eq!(second.stats().instances.len(), 1);
+    assert_eq!(second.memory_report().instances.len(), 1);
 }
 
 #[test]
@@ -112,12 +112,13 @@ fn names_show_in_stats_reports_errors_and_tracing() {
         "{logs}"
     );
 
-    let stats = mgr.stats();
+    let stats = mgr.memory_report();
     let names: Vec<_> = stats.instances.iter().map(|i| i.name.as_deref()).collect();
     assert_eq!(names, [Some("rk45-outputs"), Some("cache"), Some("solver")]);
     let report = stats.to_string();
-    assert!(report.contains("solver (default)"), "{report}");
-    assert!(!report.contains("instance "), "names replace ids: {report}");
+    let table = &report[report.find("scope").unwrap()..];
+    assert!(table.contains("solver (default)"), "{report}");
+    assert!(!table.contains("instance "), "names replace ids: {report}");
 }
 
 #[test]
@@ -138,12 +139,12 @@ fn the_report_splits_device_and_pinned_and_shows_caps_only_in_active_mode() {
     )
     .unwrap();
     mgr.allocate_queue(&a).unwrap();
-    let total = mgr.stats().total;
+    let total = mgr.memory_report().total;
     assert_eq!((total.device_bytes, total.pinned_bytes), (3 << 20, 1 << 20));
-    let passive = mgr.stats().to_string();
+    let passive = mgr.memory_report().to_string();
     let header: Vec<&str> = passive
         .lines()
-        .nth(1)
+        .find(|l| l.starts_with("scope"))
         .unwrap()
         .split("  ")
         .map(str::trim)
@@ -157,7 +158,7 @@ fn the_report_splits_device_and_pinned_and_shows_caps_only_in_active_mode() {
     assert!(row.contains("3.00") && row.contains("1.00"), "{passive}");
     assert!(!passive.contains("cap"), "{passive}");
     mgr.set_limit_mode(LimitMode::Active);
-    assert!(mgr.stats().to_string().contains("cap 512.00 MiB"));
+    assert!(mgr.memory_report().to_string().contains("cap 512.00 MiB"));
 }
 
 #[test]
@@ -211,7 +212,7 @@ fn a_zero_byte_batch_on_a_full_device_is_one_chunk_and_evicts_nobody() {
     let stream = sim.create_stream().unwrap();
     sim.alloc_device(488, &*stream).unwrap();
     assert_eq!(sim.free_bytes(), 0);
-    let strict = MemoryManager::from_shared(mgr.backend().clone(), ManagerConfig::default());
+    let strict = MemoryManager::new(mgr.backend().clone());
     for mgr in [&mgr, &strict] {
         let a = mgr.register(queuing()).unwrap();
         mgr.queue_request(

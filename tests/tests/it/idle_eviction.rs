@@ -109,7 +109,7 @@ fn the_three_plans_count_only_bytes_the_allocation_obtains() {
     // those were freed first, and nothing else is held.
     assert_eq!(second.release_reason(), Some(ReleaseReason::Replaced));
     assert_eq!(sim.free_bytes(), 2304 - 2048);
-    assert_eq!(mgr.stats().total.current_bytes, 2048);
+    assert_eq!(mgr.memory_report().total.current_bytes, 2048);
 }
 
 /// When the new array cannot be allocated even after its predecessor was
@@ -134,7 +134,7 @@ fn a_call_that_freed_a_predecessor_and_failed_leaves_consistent_figures() {
     assert!(error.is_out_of_memory(), "{error}");
     assert_eq!(old.release_reason(), Some(ReleaseReason::Replaced));
     assert_eq!(solver.allocated_bytes(), 0);
-    let stats = mgr.stats().total;
+    let stats = mgr.memory_report().total;
     assert_eq!((stats.current_bytes, stats.current_count), (0, 0));
     assert_eq!(sim.free_bytes(), 1000);
     assert!(solver.has_queued());
@@ -145,7 +145,7 @@ fn a_call_that_freed_a_predecessor_and_failed_leaves_consistent_figures() {
         .take::<u8>("x")
         .unwrap();
     assert_eq!(x.nbytes(), 900);
-    assert_eq!(mgr.stats().total.current_bytes, 900);
+    assert_eq!(mgr.memory_report().total.current_bytes, 900);
 }
 
 /// With room for both, a failed call leaves the array it would have

@@ -91,7 +91,7 @@ fn a_tiny_share_is_readable_in_the_statistics() {
     let _tiny = mgr
         .register(Registration::new().name("tiny").proportion(1e-6))
         .unwrap();
-    let stats = mgr.stats();
+    let stats = mgr.memory_report();
     let row = stats.instances[0].to_string();
     assert!(
         row.starts_with("tiny (group default): share 1e-4%, cap 1073 B (1.05 KiB); "),

@@ -47,7 +47,6 @@ mod shard_messages;
 mod shares;
 mod silent_mistakes;
 mod split;
-mod staging;
 mod staging_reuse;
 mod staging_threads;
 mod streams;

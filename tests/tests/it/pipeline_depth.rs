@@ -96,7 +96,7 @@ fn depth_two_halves_the_chunk_and_gives_each_set_its_own_buffers() {
     assert_eq!(sim.live_allocations(), 3, "two state sets and params");
 
     // Device bytes count every set: 2 * 8 * 25 * 8 + 128; pinned 2 * 25 * 4.
-    let usage = mgr.stats().instances[0].usage;
+    let usage = mgr.memory_report().instances[0].usage;
     assert_eq!((usage.device_bytes, usage.pinned_bytes), (3328, 200));
     assert_eq!(usage.current_count, 5);
     assert_eq!(solver.allocated_bytes(), 3528);
@@ -189,7 +189,7 @@ fn re_allocating_with_the_same_or_another_depth_replaces_every_set_without_a_lea
     assert_eq!(again.buffer_sets(), 2);
     assert_eq!(sim.live_allocations(), 3);
     assert!(old.iter().all(|a| a.release_reason().is_none()));
-    assert_eq!(mgr.stats().instances[0].usage.device_bytes, 3328);
+    assert_eq!(mgr.memory_report().instances[0].usage.device_bytes, 3328);
 
     // Depth 3: max_chunk = 100 * 3400 / 20400 = 16, so 7 chunks of 15 runs.
     // Sets 0 and 1 reuse the larger buffers, set 2 is new; params is kept.
@@ -212,7 +212,7 @@ fn re_allocating_with_the_same_or_another_depth_replaces_every_set_without_a_lea
     assert!(three.iter().all(|a| a.nbytes() == 960));
     let capacities: Vec<u64> = three.iter().map(|a| a.capacity_bytes()).collect();
     assert_eq!(capacities, [1600, 1600, 960]);
-    let usage = mgr.stats().instances[0].usage;
+    let usage = mgr.memory_report().instances[0].usage;
     assert_eq!(usage.device_bytes, 3 * 960 + 128);
     assert_eq!(device_used(&sim), 2 * 1600 + 960 + 128);
     assert_eq!(usage.pinned_bytes, 3 * 60);
@@ -229,7 +229,7 @@ fn re_allocating_with_the_same_or_another_depth_replaces_every_set_without_a_lea
             .all(|a| a.release_reason() == Some(ReleaseReason::Replaced))
     );
     assert_eq!(sim.live_allocations(), 2, "state set 0 and params");
-    let usage = mgr.stats().instances[0].usage;
+    let usage = mgr.memory_report().instances[0].usage;
     assert_eq!((usage.device_bytes, usage.pinned_bytes), (3200 + 128, 200));
     assert_eq!(usage.device_bytes, device_used(&sim));
     assert_eq!(usage.current_count, 3);
@@ -238,7 +238,7 @@ fn re_allocating_with_the_same_or_another_depth_replaces_every_set_without_a_lea
     assert_eq!(sim.live_allocations(), 1);
     drop(solver);
     assert_eq!(sim.live_allocations(), 0);
-    assert_eq!(mgr.stats().total.current_count, 0);
+    assert_eq!(mgr.memory_report().total.current_count, 0);
     assert_eq!(device_used(&sim), 0);
 }
 
@@ -255,7 +255,7 @@ fn freeing_a_label_frees_every_set() {
             .all(|a| a.release_reason() == Some(ReleaseReason::Freed))
     );
     assert_eq!(sim.live_allocations(), 1);
-    assert_eq!(mgr.stats().instances[0].usage.device_bytes, 128);
+    assert_eq!(mgr.memory_report().instances[0].usage.device_bytes, 128);
     mgr.free_all();
     assert_eq!(sim.live_allocations(), 0);
     assert_eq!(solver.allocated_bytes(), 0);
@@ -269,7 +269,7 @@ fn a_failed_deeper_allocation_leaves_every_set_as_it_was() {
         .map(|set| first.take_set::<f64>("state", set).unwrap())
         .collect();
     old[1].copy_from_host(&[5.0; 200]).unwrap();
-    let stats_before = mgr.stats().instances[0].usage;
+    let stats_before = mgr.memory_report().instances[0].usage;
     let used_before = device_used(&sim);
 
     // Depth 3 allocates state set 2, then status set 2, which fails.
@@ -282,7 +282,7 @@ fn a_failed_deeper_allocation_leaves_every_set_as_it_was() {
     assert_eq!(old[1].shape(), [8, 25]);
     assert_eq!(sim.live_allocations(), 3);
     assert_eq!(device_used(&sim), used_before);
-    let usage = mgr.stats().instances[0].usage;
+    let usage = mgr.memory_report().instances[0].usage;
     assert_eq!(
         (usage.device_bytes, usage.pinned_bytes, usage.current_count),
         (
@@ -321,7 +321,7 @@ fn a_deeper_plan_on_a_full_device_replaces_the_buffer_it_would_reuse() {
         .collect();
     assert!(sets.iter().all(|a| a.capacity_bytes() == 1600));
     assert_ne!(ptr(&sets[0]), ptr(&sets[1]));
-    let usage = mgr.stats().instances[0].usage;
+    let usage = mgr.memory_report().instances[0].usage;
     assert_eq!(usage.device_bytes, 2 * 1600 + 128);
     assert_eq!(sim.free_bytes(), FREE - usage.device_bytes);
 
@@ -333,7 +333,10 @@ fn a_deeper_plan_on_a_full_device_replaces_the_buffer_it_would_reuse() {
         sets.iter()
             .all(|a| a.release_reason() == Some(ReleaseReason::Replaced))
     );
-    assert_eq!(mgr.stats().instances[0].usage.device_bytes, 3200 + 128);
+    assert_eq!(
+        mgr.memory_report().instances[0].usage.device_bytes,
+        3200 + 128
+    );
 }
 
 #[test]
@@ -502,7 +505,8 @@ fn a_queued_struct_is_built_per_set_from_its_hook_response() {
                 .on_allocation_ready(inbox.hook()),
         )
         .unwrap();
-    mgr.queue_buffers::<Pipelined>(&holder, &DIMS).unwrap();
+    mgr.queue_request(&holder, Pipelined::requests(&DIMS))
+        .unwrap();
     mgr.allocate_queue(&holder).unwrap();
     let response = inbox.take().pop().unwrap();
     assert_eq!(response.buffer_sets(), 2);

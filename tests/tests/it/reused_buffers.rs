@@ -39,7 +39,7 @@ fn a_small_array_in_a_reused_buffer_is_its_own_size() {
         800,
         "the instance holds the buffer"
     );
-    let stats = mgr.stats();
+    let stats = mgr.memory_report();
     assert_eq!(stats.total.current_bytes, 40);
     assert_eq!(stats.total.device_bytes, 40);
     assert_eq!(stats.total.held_device_bytes, 800);
@@ -70,7 +70,7 @@ fn a_small_array_in_a_reused_buffer_is_its_own_size() {
 
     // Freed, it gives back what it counted.
     mgr.free(&solver, "x").unwrap();
-    let stats = mgr.stats();
+    let stats = mgr.memory_report();
     assert_eq!(stats.total.current_bytes, 0);
     assert_eq!(stats.total.current_count, 0);
     assert_eq!(sim.free_bytes(), 1 << 20);
@@ -98,8 +98,8 @@ fn a_smaller_pinned_array_in_a_reused_block_reports_its_own_bytes() {
     assert_eq!((p.nbytes(), p.capacity_bytes()), (8_000, 80_000));
     assert_eq!(p.read().unwrap().len(), 1000);
     assert_eq!(solver.allocated_bytes(), 80_000, "the block is held");
-    assert_eq!(mgr.stats().total.pinned_bytes, 8_000);
-    assert_eq!(mgr.stats().total.held_pinned_bytes, 80_000);
+    assert_eq!(mgr.memory_report().total.pinned_bytes, 8_000);
+    assert_eq!(mgr.memory_report().total.held_pinned_bytes, 80_000);
 }
 
 #[test]

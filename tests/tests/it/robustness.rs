@@ -54,7 +54,7 @@ fn code_inside_with_device_ptr_may_call_the_manager_while_another_thread_frees()
         assert_eq!(during, (true, 1), "freed only when the access ended");
         assert_eq!(sim.live_allocations(), 0);
         assert_eq!(x.release_reason(), Some(ReleaseReason::Freed));
-        assert_eq!(mgr.stats().total.current_count, 0);
+        assert_eq!(mgr.memory_report().total.current_count, 0);
     });
 }
 
@@ -294,7 +294,7 @@ fn caps_of_a_device_near_the_top_of_u64_do_not_overflow() {
     assert_eq!(mgr.available_memory(&first).unwrap(), u64::MAX);
     let x = allocate_f64(&mgr, &first, "x", runs_request(8, 10));
     assert_eq!(x.len(), 10);
-    assert!(mgr.stats().to_string().contains("cap"));
+    assert!(mgr.memory_report().to_string().contains("cap"));
     drop(rest);
 }
 

@@ -58,7 +58,7 @@ fn proportions_outside_unit_interval_are_rejected_and_register_nothing() {
             "{p}: {err}"
         );
     }
-    assert_eq!(mgr.stats().instances.len(), 0);
+    assert_eq!(mgr.memory_report().instances.len(), 0);
     assert_eq!(mgr.manual_pool_proportion(), 0.0);
 }
 
@@ -76,7 +76,7 @@ fn the_manual_pool_cannot_exceed_one() {
             manual_sum: 0.6
         }
     );
-    assert_eq!(mgr.stats().instances.len(), 1);
+    assert_eq!(mgr.memory_report().instances.len(), 1);
 }
 
 #[test]
@@ -96,7 +96,7 @@ fn starving_a_non_empty_auto_pool_is_an_error() {
             minimum: MIN_AUTOPOOL_SIZE,
         }
     );
-    assert_eq!(mgr.stats().instances.len(), 1);
+    assert_eq!(mgr.memory_report().instances.len(), 1);
     // Exactly 1 - MIN_AUTOPOOL_SIZE is still allowed.
     mgr.register(Registration::new().proportion(1.0 - MIN_AUTOPOOL_SIZE))
         .unwrap();
@@ -119,7 +119,7 @@ fn joining_a_full_auto_pool_is_an_error() {
     let _m = mgr.register(Registration::new().proportion(0.96)).unwrap();
     let err = mgr.register(Registration::new()).unwrap_err();
     assert!(matches!(err, MemError::AutoPoolFull { .. }), "{err}");
-    assert_eq!(mgr.stats().instances.len(), 1);
+    assert_eq!(mgr.memory_report().instances.len(), 1);
 }
 
 #[test]

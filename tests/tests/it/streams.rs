@@ -72,8 +72,8 @@ fn arrays_follow_their_instance_to_a_new_group_and_new_streams() {
     x.copy_from_host(&[1.0; 10]).unwrap();
     mgr.change_stream_group(&a, "h").unwrap();
     assert_eq!(x.to_vec().unwrap(), vec![1.0; 10]);
-    assert_eq!(mgr.stats().groups["h"].current_count, 1);
-    assert_eq!(mgr.stats().groups["g"].current_count, 0);
+    assert_eq!(mgr.memory_report().groups["h"].current_count, 1);
+    assert_eq!(mgr.memory_report().groups["g"].current_count, 0);
 }
 
 /// The activity and stream of every span the simulated device recorded

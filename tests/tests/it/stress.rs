@@ -100,7 +100,7 @@ fn use_arrays(
         if round.is_multiple_of(5) {
             let _ = mgr.free(instance, "state");
         }
-        mgr.stats().total.current_count
+        mgr.memory_report().total.current_count
     });
     // A pinned guard held across calls that may free or evict it.
     if let Ok(guard) = status.read() {
@@ -194,12 +194,12 @@ fn eight_threads_end_with_an_empty_registry_and_free_memory() {
         "only {served} of {} rounds were served",
         THREADS * ROUNDS
     );
-    assert_eq!(mgr.stats().instances.len(), 0);
+    assert_eq!(mgr.memory_report().instances.len(), 0);
     assert_eq!(sim.live_allocations(), 0);
     assert_eq!(sim.free_bytes(), free_before);
     assert_eq!(sim.live_events(), 0);
     assert_eq!(sim.live_streams(), 0);
-    let stats = mgr.stats();
+    let stats = mgr.memory_report();
     assert_eq!(stats.total.current_bytes, 0);
     assert_eq!(stats.total.current_count, 0);
     assert!(stats.total.evictions > 0, "the pressure evicted owners");

@@ -85,7 +85,7 @@ fn the_report_rows_print_as_one_line_each() {
     )
     .unwrap();
     mgr.allocate_queue(&solver).unwrap();
-    let stats = mgr.stats();
+    let stats = mgr.memory_report();
 
     let usage = "device 4194304 B (4.00 MiB), pinned 4096 B (4.00 KiB), \
                  held 4198400 B (4.00 MiB), peak 4198400 B (4.00 MiB); 2 arrays (peak 2); \

@@ -184,7 +184,7 @@ impl CudaBackend {
     }
 
     /// Keeps at most `spans` recorded spans (the most recent; the default
-    /// is [`DEFAULT_TIMELINE_CAPACITY`](crate::timeline::DEFAULT_TIMELINE_CAPACITY)):
+    /// is [`Timeline::DEFAULT_CAPACITY`](crate::timeline::Timeline::DEFAULT_CAPACITY)):
     /// each holds two CUDA events until it is dropped.
     pub fn set_timeline_capacity(&self, spans: usize) {
         self.shared.recorder.set_capacity(spans);

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::stream::{CudaEvent, CudaStream};
 use crate::backend::BackendError;
 use crate::backend::{Event, Stream};
-use crate::timeline::{Activity, DEFAULT_TIMELINE_CAPACITY, Span, SpanLog, Timeline};
+use crate::timeline::{Activity, Span, SpanLog, Timeline};
 
 /// A span whose events the device has not necessarily reached yet.
 #[derive(Clone)]
@@ -51,7 +51,7 @@ impl Default for Recorder {
             on: AtomicBool::new(false),
             spans: Mutex::new(Recorded {
                 spans: VecDeque::new(),
-                capacity: DEFAULT_TIMELINE_CAPACITY,
+                capacity: Timeline::DEFAULT_CAPACITY,
                 dropped: 0,
             }),
         }

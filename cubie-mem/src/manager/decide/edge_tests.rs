@@ -29,7 +29,7 @@ fn replaced(label: &str, kind: MemoryKind, capacity: u64) -> Replaced<'_> {
     Replaced {
         instance: InstanceId::fresh(),
         label,
-        position: 0,
+        entry: 0,
         set: 0,
         kind,
         capacity,
@@ -177,7 +177,10 @@ fn an_oversized_buffer_is_replaced_when_its_spare_bytes_exactly_make_the_room() 
     let batch = batch(vec![("a", state(100)), ("b", state(100))]);
     let mut snap = snapshot(&batch, 1 << 20);
     snap.held.buffers = vec![held(8, 1_000, false)];
-    snap.held.requests = vec![PlacedRequest { held: 1 }, PlacedRequest { held: 0 }];
+    snap.held.requests = vec![
+        PlacedRequest { held: 1, entry: 0 },
+        PlacedRequest { held: 0, entry: 0 },
+    ];
     let plan = planned(&decide(&snap)).plan;
     let mut placements = Placements::choose(&batch, &snap.held, &plan);
     assert_eq!(
@@ -200,7 +203,10 @@ fn a_reused_page_locked_buffer_makes_no_room_on_the_device() {
     let batch = batch(vec![("d", state(100)), ("p", pinned_state(100))]);
     let mut snap = snapshot(&batch, 1 << 20);
     snap.held.buffers = vec![held_pinned(8, 2_000)];
-    snap.held.requests = vec![PlacedRequest { held: 0 }, PlacedRequest { held: 1 }];
+    snap.held.requests = vec![
+        PlacedRequest { held: 0, entry: 0 },
+        PlacedRequest { held: 1, entry: 0 },
+    ];
     let plan = planned(&decide(&snap)).plan;
     let mut placements = Placements::choose(&batch, &snap.held, &plan);
     assert!(matches!(placements.choices[1], Choice::Reuse { .. }));
@@ -235,7 +241,10 @@ fn the_caps_see_every_held_buffer_again_and_the_device_only_device_ones() {
     let batch = batch(vec![("state", state(100)), ("saved", pinned_state(100))]);
     let mut snap = snapshot(&batch, 1_000);
     snap.held.buffers = vec![held(8, 100, false), held_pinned(8, 50)];
-    snap.held.requests = vec![PlacedRequest { held: 1 }, PlacedRequest { held: 1 }];
+    snap.held.requests = vec![
+        PlacedRequest { held: 1, entry: 0 },
+        PlacedRequest { held: 1, entry: 0 },
+    ];
     assert_eq!(snap.held.replaced_bytes(), 100);
     assert_eq!(snap.held.replaced_cap_bytes(), 150);
     snap.caps = Some(GroupCaps {

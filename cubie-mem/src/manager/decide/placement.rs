@@ -85,15 +85,15 @@ impl Choice<'_> {
 
 /// A held buffer the batch replaces with new memory (or drops, with a plan
 /// of fewer sets), or reuses: `instance`'s buffer in set `set` of `label`,
-/// the `position`th label it requested.
+/// at `entry` in its list of held arrays.
 #[derive(Clone, Copy, Debug)]
 pub(in crate::manager) struct Replaced<'b> {
     /// The instance holding it.
     pub(in crate::manager) instance: InstanceId,
     /// Its label.
     pub(in crate::manager) label: &'b str,
-    /// The position of the label among those the instance requested.
-    pub(in crate::manager) position: usize,
+    /// Where the instance's list of held arrays has the label.
+    pub(in crate::manager) entry: usize,
     /// Its buffer set.
     pub(in crate::manager) set: usize,
     /// Its memory kind.
@@ -131,36 +131,42 @@ impl<'b> Placements<'b> {
         let mut choices = Vec::with_capacity(held.buffers.len());
         let mut replaced: Vec<Replaced<'b>> = Vec::new();
         // The held buffers' comparisons are read in request order.
-        let mut old = held.buffers.iter();
+        let mut old = held.buffers.as_slice();
         let mut placed = held.requests.iter();
         for (instance, queued) in &batch.taken {
-            for (position, (label, request)) in queued.set.iter().enumerate() {
-                let held = placed.next().map_or(0, |placed| placed.held);
-                let mut old_sets = old.by_ref().take(held).enumerate();
+            for (label, request) in queued.set.iter() {
+                let (count, entry) = placed
+                    .next()
+                    .map_or((0, 0), |placed| (placed.held, placed.entry));
+                let (old_sets, rest) = old.split_at(count.min(old.len()));
+                old = rest;
+                let sets = sets_of(plan, request);
                 let bytes = plan.chunked_bytes(request);
                 let at = |set, old: &Comparison| Replaced {
                     instance: *instance,
                     label,
-                    position,
+                    entry,
                     set,
                     kind: old.kind,
                     capacity: old.capacity,
                 };
-                for _ in 0..sets_of(plan, request) {
-                    let old = old_sets.next().filter(|(_, old)| old.same_kind);
+                for set in 0..sets {
+                    let old = old_sets.get(set).filter(|old| old.same_kind);
                     choices.push(match old {
-                        Some((_, old)) if old.keeps(request, plan.chunk_length) => Choice::Keep {
+                        Some(old) if old.keeps(request, plan.chunk_length) => Choice::Keep {
                             bytes: old.bytes,
                             label,
                         },
-                        Some((set, old)) if old.capacity >= bytes => Choice::Reuse {
+                        Some(old) if old.capacity >= bytes => Choice::Reuse {
                             label,
                             request,
                             bytes,
                             held: at(set, old),
                         },
                         other => {
-                            replaced.extend(other.map(|(set, old)| at(set, old)));
+                            if let Some(old) = other {
+                                replaced.push(at(set, old));
+                            }
                             Choice::Fresh {
                                 label,
                                 request,
@@ -169,7 +175,9 @@ impl<'b> Placements<'b> {
                         }
                     });
                 }
-                replaced.extend(old_sets.map(|(set, old)| at(set, old)));
+                for (set, old) in old_sets.iter().enumerate().skip(sets) {
+                    replaced.push(at(set, old));
+                }
             }
         }
         Placements { choices, replaced }

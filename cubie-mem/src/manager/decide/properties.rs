@@ -47,7 +47,7 @@ proptest! {
         snap.held.buffers = held.iter().flatten().copied().map(comparison).collect();
         snap.held.requests = held
             .iter()
-            .map(|h| PlacedRequest { held: usize::from(h.is_some()) })
+            .map(|h| PlacedRequest { held: usize::from(h.is_some()), entry: 0 })
             .collect();
         let plan = decide(&snap).planned.map(|p| p.plan).unwrap();
         let mut placements = Placements::choose(&batch, &snap.held, &plan);

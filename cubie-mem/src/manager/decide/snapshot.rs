@@ -144,6 +144,9 @@ pub(in crate::manager) struct Held {
 pub(in crate::manager) struct PlacedRequest {
     /// How many buffer sets it held before.
     pub(in crate::manager) held: usize,
+    /// Where its participant's list of held arrays has them (when it held
+    /// any): found once, read again by placing and committing.
+    pub(in crate::manager) entry: usize,
 }
 
 /// A held buffer compared with its request when the batch looks it up

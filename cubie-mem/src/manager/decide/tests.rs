@@ -11,6 +11,7 @@ use super::super::batch::{Batch, Queued};
 use super::super::freed::Freed;
 use super::*;
 use crate::ids::{InstanceId, OwnerId};
+use crate::plan::SetSizes;
 use crate::{ArrayRequest, MemoryKind, RequestSet};
 
 /// A batch of one instance that queued `requests`.
@@ -25,6 +26,7 @@ pub(super) fn batch(requests: Vec<(&str, ArrayRequest)>) -> Batch {
             trigger,
             Queued {
                 order: 0,
+                sizes: SetSizes::of(requests.iter().map(|(_, request)| request)),
                 set: requests.into_iter().collect::<RequestSet>(),
                 passed_over: 0,
             },
@@ -40,7 +42,7 @@ pub(super) fn snapshot(batch: &Batch, free: u64) -> Snapshot<'_> {
         buffers: Vec::new(),
         requests: batch
             .requests()
-            .map(|_| PlacedRequest { held: 0 })
+            .map(|_| PlacedRequest { held: 0, entry: 0 })
             .collect(),
     };
     Snapshot {
@@ -206,7 +208,9 @@ fn a_held_array_is_kept_reused_or_replaced() {
         held(80, 1_000, false),
         held(80, 80, false),
     ];
-    snap.held.requests = (0..3).map(|_| PlacedRequest { held: 1 }).collect();
+    snap.held.requests = (0..3)
+        .map(|_| PlacedRequest { held: 1, entry: 0 })
+        .collect();
     let decision = decide(&snap);
     let placements = &planned(&decision).placements;
     assert!(matches!(
@@ -250,7 +254,7 @@ fn replaced_arrays_are_freed_first_only_when_both_do_not_fit() {
     let batch = batch(vec![("state", state(100))]);
     let mut snap = snapshot(&batch, 1 << 20);
     snap.held.buffers = vec![held(80, 80, false)];
-    snap.held.requests = vec![PlacedRequest { held: 1 }];
+    snap.held.requests = vec![PlacedRequest { held: 1, entry: 0 }];
     let mut placements = Placements::choose(&batch, &snap.held, &planned(&decide(&snap)).plan);
     assert_eq!(placements.make_room(800), None, "both fit");
     assert_eq!(
@@ -274,7 +278,10 @@ fn an_oversized_reused_buffer_is_replaced_when_the_new_arrays_need_its_room() {
     let mut snap = snapshot(&batch, 1 << 20);
     // "a" reuses a 2,000-byte buffer for 800 bytes; "b" needs new memory.
     snap.held.buffers = vec![held(8, 2_000, false)];
-    snap.held.requests = vec![PlacedRequest { held: 1 }, PlacedRequest { held: 0 }];
+    snap.held.requests = vec![
+        PlacedRequest { held: 1, entry: 0 },
+        PlacedRequest { held: 0, entry: 0 },
+    ];
     let plan = planned(&decide(&snap)).plan;
     let mut placements = Placements::choose(&batch, &snap.held, &plan);
     assert!(matches!(placements.choices[0], Choice::Reuse { .. }));
