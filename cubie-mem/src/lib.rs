@@ -73,7 +73,7 @@ mod streaming;
 mod streams;
 pub mod timeline;
 
-pub use array::{ArrayResponse, DeviceArray, PinnedArray, PinnedMut, PinnedRef, ReleaseReason};
+pub use array::{ArrayResponse, DeviceArray, PinnedArray, ReleaseReason};
 pub use backend::sim::SimBackend;
 pub use buffers::{Allocated, GpuBuffers, SingleBufferSet};
 pub use bytes::Bytes;
@@ -88,15 +88,15 @@ pub use host::{
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs, KernelArray};
 pub use manager::{Instance, MemoryManager, Owner, StreamToBind, Work};
-pub use plan::chunks::{Chunk, ChunkPlan, Chunks};
-pub use plan::split::{Skip, Weight, Workload};
+pub use plan::chunks::{Chunk, ChunkPlan};
+pub use plan::split::{Skip, Workload};
 pub use pools::MIN_AUTOPOOL_SIZE;
 pub use registration::{AsOwner, Registration, SpillSettings};
 pub use request::{ArrayRequest, MemoryKind, RequestSet};
 pub use shard::{Launcher, Shard, ShardError};
 pub use streaming::{
-    BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer, ChunkTarget, DeviceSetError,
-    DeviceSetPipeline, DeviceSetRun, StagingThreads,
+    BatchError, ChunkLayout, ChunkPipeline, ChunkStreamer, ChunkTarget, DeviceSetPipeline,
+    StagingThreads,
 };
 pub use streams::CurrentStream;
 

@@ -21,7 +21,7 @@ use std::fmt;
 
 use crate::backend::{MemInfo, PoolUsage};
 use crate::pools::Proportion;
-use crate::stats::{HostPinnedStats, InstanceStats, UsageStats, UsageTable};
+use crate::stats::{InstanceStats, UsageStats, UsageTable};
 use crate::{Bytes, LimitMode};
 
 /// What an owner holding memory is doing: whether it can give memory back.
@@ -103,8 +103,10 @@ pub struct MemoryReport {
     pub owners: Vec<OwnerUsage>,
     /// The backend's device pool, where it reports one.
     pub device_pool: Option<PoolUsage>,
-    /// Page-locked host memory of host arrays and staging buffers.
-    pub host_pinned: HostPinnedStats,
+    /// Bytes of page-locked host memory in pinned host arrays.
+    pub pinned_host_array_bytes: u64,
+    /// Bytes of page-locked host memory in staging buffers.
+    pub staging_bytes: u64,
     /// The request sets waiting in the queue, in the order queued. Only an
     /// `allocate_queue` of the set's own owner serves it.
     ///
@@ -210,8 +212,8 @@ impl fmt::Display for MemoryReport {
         write!(
             f,
             "page-locked host memory: {} in host arrays, {} in staging buffers",
-            Bytes(self.host_pinned.host_arrays),
-            Bytes(self.host_pinned.staging)
+            Bytes(self.pinned_host_array_bytes),
+            Bytes(self.staging_bytes)
         )
     }
 }

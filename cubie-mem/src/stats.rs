@@ -231,24 +231,6 @@ impl fmt::Display for InstanceStats {
     }
 }
 
-/// Page-locked host memory held outside the requests' arrays: pinned
-/// [`HostArray`](crate::HostArray)s and staging buffers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HostPinnedStats {
-    /// Bytes of pinned host arrays.
-    pub host_arrays: u64,
-    /// Bytes of staging buffers.
-    pub staging: u64,
-}
-
-impl HostPinnedStats {
-    /// Both, added.
-    pub fn total(&self) -> u64 {
-        self.host_arrays.saturating_add(self.staging)
-    }
-}
-
 fn mib(bytes: u64) -> String {
     format!("{:.2}", bytes as f64 / (1u64 << 20) as f64)
 }

@@ -291,8 +291,8 @@ impl<T: Element> PinnedArray<T> {
 
     /// Borrows the elements. The memory stays allocated while the guard
     /// lives, and the manager never waits for it.
-    pub fn read(&self) -> Result<PinnedRef<'_, T>, MemError> {
-        Ok(PinnedRef {
+    pub fn read(&self) -> Result<impl Deref<Target = [T]> + '_, MemError> {
+        Ok(ReadGuard {
             guard: self.pinned_memory()?.read_arc(),
             len: self.len(),
             _borrow: PhantomData,
@@ -300,8 +300,8 @@ impl<T: Element> PinnedArray<T> {
     }
 
     /// Borrows the elements mutably, as [`PinnedArray::read`] does.
-    pub fn write(&self) -> Result<PinnedMut<'_, T>, MemError> {
-        Ok(PinnedMut {
+    pub fn write(&self) -> Result<impl DerefMut<Target = [T]> + '_, MemError> {
+        Ok(WriteGuard {
             guard: self.pinned_memory()?.write_arc(),
             len: self.len(),
             _borrow: PhantomData,
@@ -318,13 +318,13 @@ fn pinned_elements<T: Element>(block: &dyn PinnedBlock, len: usize) -> &[T] {
 }
 
 /// Shared borrow of a [`PinnedArray`]'s elements.
-pub struct PinnedRef<'a, T: Element> {
+struct ReadGuard<'a, T: Element> {
     guard: ArcRwLockReadGuard<RawRwLock, Box<dyn PinnedBlock>>,
     len: usize,
     _borrow: PhantomData<&'a [T]>,
 }
 
-impl<T: Element> Deref for PinnedRef<'_, T> {
+impl<T: Element> Deref for ReadGuard<'_, T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         pinned_elements(&**self.guard, self.len)
@@ -332,20 +332,20 @@ impl<T: Element> Deref for PinnedRef<'_, T> {
 }
 
 /// Exclusive borrow of a [`PinnedArray`]'s elements.
-pub struct PinnedMut<'a, T: Element> {
+struct WriteGuard<'a, T: Element> {
     guard: ArcRwLockWriteGuard<RawRwLock, Box<dyn PinnedBlock>>,
     len: usize,
     _borrow: PhantomData<&'a mut [T]>,
 }
 
-impl<T: Element> Deref for PinnedMut<'_, T> {
+impl<T: Element> Deref for WriteGuard<'_, T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         pinned_elements(&**self.guard, self.len)
     }
 }
 
-impl<T: Element> DerefMut for PinnedMut<'_, T> {
+impl<T: Element> DerefMut for WriteGuard<'_, T> {
     fn deref_mut(&mut self) -> &mut [T] {
         let len = self.len.saturating_mul(size_of::<T>());
         self.guard

@@ -12,7 +12,7 @@ pub(crate) mod slot;
 
 use std::fmt;
 
-pub use handles::{DeviceArray, PinnedArray, PinnedMut, PinnedRef};
+pub use handles::{DeviceArray, PinnedArray};
 pub use response::ArrayResponse;
 pub(crate) use response::{ResponseArrays, SetSlots, per_set};
 

@@ -2,7 +2,7 @@
 
 use super::{DevicePortion, DeviceSet, DeviceSetBuffers, check_distinct};
 use crate::plan::BatchSizes;
-use crate::plan::split::{DeviceCapacity, Split, Weight, Workload, split, weights};
+use crate::plan::split::{DeviceCapacity, EQUAL_WEIGHT, Split, Workload, split, weights};
 use crate::{GpuBuffers, Instance, MemError, Registration, RequestSet};
 
 /// How a set weighs its devices for a batch: the runs are shared in
@@ -22,7 +22,7 @@ pub enum Throughput {
     Modelled(Workload),
     /// The user's weights, by device (a device of weight 2 takes twice the
     /// runs of one of weight 1; weight 0 takes none).
-    Weights(Vec<Weight>),
+    Weights(Vec<u64>),
 }
 
 impl DeviceSet {
@@ -149,9 +149,9 @@ impl DeviceSet {
     }
 
     /// Each device's weight for `throughput`.
-    fn weights(&self, throughput: &Throughput) -> Result<Vec<Weight>, MemError> {
+    fn weights(&self, throughput: &Throughput) -> Result<Vec<u64>, MemError> {
         match throughput {
-            Throughput::Equal => Ok(vec![Weight::EQUAL; self.len()]),
+            Throughput::Equal => Ok(vec![EQUAL_WEIGHT; self.len()]),
             Throughput::Modelled(workload) => {
                 let rates: Vec<_> = self
                     .managers()

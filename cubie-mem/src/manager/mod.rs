@@ -25,7 +25,7 @@
 //!    create a stream, record or query an event).
 //!
 //! Never taken while the manager's mutex is held: a pinned block's
-//! read/write lock (held by copies and by `PinnedRef`/`PinnedMut` guards),
+//! read/write lock (held by copies and by the guards of `PinnedArray::read`/`write`),
 //! a hook's lock, the staging pool's lock. So the manager never waits for a
 //! handle: releasing an array (free, eviction, replacement, deregistration)
 //! marks it released and frees its memory at once unless an access still

@@ -12,7 +12,7 @@ use crate::host::PinnedUse;
 use crate::ids::OwnerId;
 use crate::plan::{BatchSizes, Budget, plan_chunks};
 use crate::report::{FitReport, Fix, MemoryReport, OwnerState, OwnerUsage};
-use crate::stats::{HostPinnedStats, InstanceStats};
+use crate::stats::InstanceStats;
 use crate::{MemError, MemoryKind, MemoryManager};
 
 /// What a failed batch was planned with, for its error's report.
@@ -134,10 +134,8 @@ impl Inner {
             instances,
             owners,
             device_pool: self.backend.pool_usage(),
-            host_pinned: HostPinnedStats {
-                host_arrays: self.pinned_host.bytes(PinnedUse::HostArray),
-                staging: self.pinned_host.bytes(PinnedUse::Staging),
-            },
+            pinned_host_array_bytes: self.pinned_host.bytes(PinnedUse::HostArray),
+            staging_bytes: self.pinned_host.bytes(PinnedUse::Staging),
             pending: Inner::pending_requests(s),
         }
     }

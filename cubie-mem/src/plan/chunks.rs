@@ -32,7 +32,7 @@ impl Chunk {
 
 /// The chunks of a plan, in order (from [`ChunkPlan::iter_chunks`]).
 #[derive(Clone, Debug)]
-pub struct Chunks {
+pub(crate) struct Chunks {
     plan: ChunkPlan,
     next: usize,
     end: usize,
@@ -98,8 +98,17 @@ impl DoubleEndedIterator for Chunks {
 impl ExactSizeIterator for Chunks {}
 
 impl ChunkPlan {
-    /// The plan's chunks with their run ranges.
-    pub fn iter_chunks(&self) -> Chunks {
+    /// The plan's chunks with their run ranges, in order.
+    pub fn iter_chunks(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = Chunk> + ExactSizeIterator + Clone + fmt::Debug + use<>
+    {
+        self.chunk_iter()
+    }
+
+    /// [`iter_chunks`](Self::iter_chunks), as the type the streaming code
+    /// narrows and shifts.
+    pub(crate) fn chunk_iter(&self) -> Chunks {
         Chunks {
             plan: *self,
             next: 0,

@@ -164,13 +164,13 @@ fn chunks_run_from_both_ends_and_count_what_is_left() {
 fn a_range_of_chunks_is_taken_only_within_those_left() {
     let indices = |chunks: Chunks| chunks.map(|chunk| chunk.index).collect::<Vec<_>>();
     let plan = three_chunks();
-    assert_eq!(indices(plan.iter_chunks().within(0..3).unwrap()), [0, 1, 2]);
-    assert_eq!(indices(plan.iter_chunks().within(1..2).unwrap()), [1]);
-    assert_eq!(indices(plan.iter_chunks().within(3..3).unwrap()), [0; 0]);
-    assert!(plan.iter_chunks().within(0..4).is_none(), "past the last");
+    assert_eq!(indices(plan.chunk_iter().within(0..3).unwrap()), [0, 1, 2]);
+    assert_eq!(indices(plan.chunk_iter().within(1..2).unwrap()), [1]);
+    assert_eq!(indices(plan.chunk_iter().within(3..3).unwrap()), [0; 0]);
+    assert!(plan.chunk_iter().within(0..4).is_none(), "past the last");
     let reversed = std::ops::Range { start: 2, end: 1 };
-    assert!(plan.iter_chunks().within(reversed).is_none());
-    let mut started = plan.iter_chunks();
+    assert!(plan.chunk_iter().within(reversed).is_none());
+    let mut started = plan.chunk_iter();
     started.next();
     assert_eq!(indices(started.clone().within(1..3).unwrap()), [1, 2]);
     assert!(started.within(0..2).is_none(), "before the next chunk");

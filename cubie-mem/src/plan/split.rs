@@ -1,5 +1,5 @@
 //! The split of a batch across devices: one contiguous range of runs per
-//! device, in proportion to its throughput ([`Weight`]), so that the devices
+//! device, in proportion to its throughput (its weight), so that the devices
 //! finish together. Memory decides only whether a device takes part.
 //!
 //! The rules and examples are on the guide page
@@ -19,15 +19,8 @@ mod tests;
 
 pub use rates::{Workload, weights};
 
-/// A device's throughput relative to the others': weight 2 takes twice the
-/// runs of weight 1, and weight 0 takes none.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Weight(pub u64);
-
-impl Weight {
-    /// The weight of every device when throughputs are unknown or equal.
-    pub const EQUAL: Weight = Weight(1);
-}
+/// The weight of every device when throughputs are unknown or equal.
+pub(crate) const EQUAL_WEIGHT: u64 = 1;
 
 /// One device as the split sees it: what it can allocate and do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,8 +28,9 @@ pub struct DeviceCapacity {
     /// Bytes the device's planner may allocate for the batch
     /// ([`Budget::allocatable`](super::Budget::allocatable)).
     pub allocatable: u64,
-    /// Its throughput for the batch, relative to the other devices'.
-    pub weight: Weight,
+    /// Its throughput for the batch, relative to the other devices': weight
+    /// 2 takes twice the runs of weight 1, and weight 0 takes none.
+    pub weight: u64,
 }
 
 /// Why a device takes no part in a batch.
@@ -164,12 +158,12 @@ pub fn split(sizes: &BatchSizes, devices: &[DeviceCapacity]) -> Result<Split, Me
         .iter()
         .map(|device| match skip_reason(sizes, device.allocatable) {
             Some(skip) => Some(skip),
-            None => (device.weight.0 == 0).then_some(Skip::ZeroWeight),
+            None => (device.weight == 0).then_some(Skip::ZeroWeight),
         })
         .collect();
     let weight = |device: usize| match skipped[device] {
         Some(_) => 0,
-        None => u128::from(devices[device].weight.0),
+        None => u128::from(devices[device].weight),
     };
     let total_weight: u128 = (0..devices.len()).map(weight).sum();
     if total_weight == 0 {

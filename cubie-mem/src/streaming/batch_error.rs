@@ -7,7 +7,9 @@ use std::ops::Range;
 use crate::MemError;
 
 /// A chunk pipeline run that stopped: why, the chunk it stopped at, and the
-/// chunks whose results are in the host arrays.
+/// chunks whose results are in the host arrays. A device set's run
+/// ([`DeviceSetPipeline`](super::DeviceSetPipeline)) also names the device
+/// that failed and the runs each device saved.
 ///
 /// `?` turns one whose failure is a [`MemError`] into
 /// [`MemError::BatchFailed`] (or into the failure itself when it was no
@@ -25,6 +27,8 @@ struct Stopped<E> {
     chunk: Option<usize>,
     completed: Range<usize>,
     completed_runs: Range<usize>,
+    device: Option<usize>,
+    saved_runs: Vec<Range<usize>>,
 }
 
 impl<E> BatchError<E> {
@@ -41,7 +45,17 @@ impl<E> BatchError<E> {
             chunk,
             completed,
             completed_runs,
+            device: None,
+            saved_runs: Vec::new(),
         }))
+    }
+
+    /// The same failure, of `device` in a device set whose devices saved
+    /// `saved_runs`.
+    pub(crate) fn on_device(mut self, device: usize, saved_runs: Vec<Range<usize>>) -> Self {
+        self.0.device = Some(device);
+        self.0.saved_runs = saved_runs;
+        self
     }
 
     /// The failure: the computation's own error, or the manager's (a copy,
@@ -69,6 +83,20 @@ impl<E> BatchError<E> {
         self.0.completed_runs.clone()
     }
 
+    /// The device that failed, in a device set's run; `None` for one
+    /// device's pipeline.
+    pub fn device(&self) -> Option<usize> {
+        self.0.device
+    }
+
+    /// The runs whose results are in the host arrays, by device, in a device
+    /// set's run: every chunk each device computed before the batch stopped.
+    /// Empty for one device's pipeline, whose runs are
+    /// [`completed_runs`](Self::completed_runs).
+    pub fn saved_runs(&self) -> &[Range<usize>] {
+        &self.0.saved_runs
+    }
+
     /// The failure alone.
     pub fn into_error(self) -> E {
         self.0.error
@@ -82,6 +110,8 @@ impl<E: fmt::Debug> fmt::Debug for BatchError<E> {
             .field("chunk", &self.0.chunk)
             .field("completed", &self.0.completed)
             .field("completed_runs", &self.0.completed_runs)
+            .field("device", &self.0.device)
+            .field("saved_runs", &self.0.saved_runs)
             .finish()
     }
 }
@@ -89,19 +119,26 @@ impl<E: fmt::Debug> fmt::Debug for BatchError<E> {
 impl<E: fmt::Display> fmt::Display for BatchError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let stopped = &self.0;
+        if let Some(device) = stopped.device {
+            write!(f, "device {device} failed: ")?;
+        }
         match stopped.chunk {
             Some(chunk) => write!(f, "chunk {chunk} of the batch failed: {}; ", stopped.error)?,
             None => write!(f, "the chunk pipeline failed: {}; ", stopped.error)?,
         }
         if stopped.completed.is_empty() {
-            write!(f, "no chunk's results are in the host arrays")
+            write!(f, "no chunk's results are in the host arrays")?;
         } else {
             write!(
                 f,
                 "the results of chunks {:?} (runs {:?}) are in the host arrays",
                 stopped.completed, stopped.completed_runs
-            )
+            )?;
         }
+        if stopped.device.is_some() {
+            write!(f, "; the runs saved by device are {:?}", stopped.saved_runs)?;
+        }
+        Ok(())
     }
 }
 
@@ -118,14 +155,24 @@ impl From<BatchError<MemError>> for MemError {
             chunk,
             completed,
             completed_runs,
+            device,
+            saved_runs,
         } = *failure.0;
-        match chunk {
+        let error = match chunk {
             None => error,
             Some(chunk) => MemError::BatchFailed {
                 chunk,
                 completed,
                 completed_runs,
                 source: Box::new(error),
+            },
+        };
+        match device {
+            None => error,
+            Some(device) => MemError::DeviceFailed {
+                device,
+                source: Box::new(error),
+                saved: saved_runs,
             },
         }
     }

@@ -50,13 +50,13 @@ impl<'p, B: Sync> DeviceSetBuffers<'p, B> {
 impl<B> DeviceSetPipeline<'_, B> {
     /// Runs only what a failed run of these buffers left undone: each
     /// device resumes its portion from the first chunk whose results are not
-    /// in the host arrays ([`DeviceSetError::saved_runs`]), so every run is
+    /// in the host arrays ([`BatchError::saved_runs`]), so every run is
     /// computed once; a device that finished its portion runs nothing. Bind
     /// the same host arrays as the failed run. A device whose saved runs
     /// do not start its portion (an error of other buffers) runs its whole
     /// portion.
-    pub fn resume(mut self, failure: &DeviceSetError) -> Self {
-        self.saved = Some(failure.saved.clone());
+    pub fn resume(mut self, failure: &BatchError) -> Self {
+        self.saved = Some(failure.saved_runs().to_vec());
         self
     }
 }
@@ -134,12 +134,15 @@ impl<'p, B: Sync + 'p> DeviceSetPipeline<'p, B> {
     ///
     /// The first failure stops the others: each finishes the chunk it is
     /// computing, saves every chunk it computed, and stops. The
-    /// [`DeviceSetError`] names the device and chunk that failed and the runs
-    /// each device saved; on success every run of the batch is written.
+    /// [`BatchError`] names the device and chunk that failed and the runs
+    /// each device saved ([`device`](BatchError::device),
+    /// [`saved_runs`](BatchError::saved_runs)). On success every run of the
+    /// batch is written, and the result is the runs each device streamed, by
+    /// device (empty for a device that took no part).
     pub fn run(
         self,
         compute: impl Fn(usize, &Chunk, &B) -> Result<(), MemError> + Sync,
-    ) -> Result<DeviceSetRun, DeviceSetError> {
+    ) -> Result<Vec<Range<usize>>, BatchError> {
         let stop = AtomicBool::new(false);
         let total = self.buffers.total_runs();
         let portions = self.buffers.portions();
@@ -179,7 +182,7 @@ impl<'p, B: Sync + 'p> DeviceSetPipeline<'p, B> {
                 })
                 .collect()
         });
-        DeviceSetError::from_outcomes(outcomes, self.buffers.split())
+        set_outcome(outcomes, self.buffers.split())
     }
 }
 
@@ -252,122 +255,51 @@ fn run_portion<'p, B: Sync>(
     })
 }
 
-/// A set's batch that finished: each device's runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceSetRun {
-    runs: Vec<Range<usize>>,
-}
-
-impl DeviceSetRun {
-    /// The runs each device streamed, by device (empty for a device that
-    /// took no part).
-    pub fn runs(&self) -> &[Range<usize>] {
-        &self.runs
-    }
-}
-
-/// A set's batch that stopped: the device and chunk that failed, why, and
-/// the runs whose results are in the host arrays, by device.
-#[derive(Debug)]
-pub struct DeviceSetError {
-    device: usize,
-    error: BatchError,
-    saved: Vec<Range<usize>>,
-}
-
-impl DeviceSetError {
-    /// The first device that failed on its own (the others stopped
-    /// because of it), with its error; or the runs of a batch that
-    /// finished.
-    /// `split` gives every device of the set its place, so that a device
-    /// that took no part has its (empty) range.
-    fn from_outcomes(
-        outcomes: Vec<DeviceOutcome>,
-        split: &Split,
-    ) -> Result<DeviceSetRun, DeviceSetError> {
-        let mut saved: Vec<Range<usize>> = split
-            .ranges()
-            .iter()
-            .map(|runs| runs.start..runs.start)
-            .collect();
-        let mut failed: Option<(usize, BatchError)> = None;
-        for outcome in outcomes {
-            let Some(slot) = saved.get_mut(outcome.device) else {
-                continue;
-            };
-            match outcome.result {
-                Ok(()) => *slot = outcome.runs,
-                Err(error) => {
-                    // A resumed run saved its runs after those saved before.
-                    let done = error.completed_runs();
-                    *slot = if done.start == outcome.first_run {
-                        outcome.runs.start..done.end
-                    } else {
-                        done
-                    };
-                    let stopped = matches!(error.error(), MemError::SetStopped { .. });
-                    let replace = match &failed {
-                        None => true,
-                        Some((_, first)) => {
-                            matches!(first.error(), MemError::SetStopped { .. }) && !stopped
-                        }
-                    };
-                    if replace {
-                        failed = Some((outcome.device, error));
+/// The first device that failed on its own (the others stopped
+/// because of it), with its error; or the runs of a batch that
+/// finished.
+/// `split` gives every device of the set its place, so that a device
+/// that took no part has its (empty) range.
+fn set_outcome(
+    outcomes: Vec<DeviceOutcome>,
+    split: &Split,
+) -> Result<Vec<Range<usize>>, BatchError> {
+    let mut saved: Vec<Range<usize>> = split
+        .ranges()
+        .iter()
+        .map(|runs| runs.start..runs.start)
+        .collect();
+    let mut failed: Option<(usize, BatchError)> = None;
+    for outcome in outcomes {
+        let Some(slot) = saved.get_mut(outcome.device) else {
+            continue;
+        };
+        match outcome.result {
+            Ok(()) => *slot = outcome.runs,
+            Err(error) => {
+                // A resumed run saved its runs after those saved before.
+                let done = error.completed_runs();
+                *slot = if done.start == outcome.first_run {
+                    outcome.runs.start..done.end
+                } else {
+                    done
+                };
+                let stopped = matches!(error.error(), MemError::SetStopped { .. });
+                let replace = match &failed {
+                    None => true,
+                    Some((_, first)) => {
+                        matches!(first.error(), MemError::SetStopped { .. }) && !stopped
                     }
+                };
+                if replace {
+                    failed = Some((outcome.device, error));
                 }
             }
         }
-        match failed {
-            None => Ok(DeviceSetRun { runs: saved }),
-            Some((device, error)) => Err(DeviceSetError {
-                device,
-                error,
-                saved,
-            }),
-        }
     }
-
-    /// The device that failed.
-    pub fn device(&self) -> usize {
-        self.device
-    }
-
-    /// Its failure, with the chunk it stopped at.
-    pub fn error(&self) -> &BatchError {
-        &self.error
-    }
-
-    /// The runs whose results are in the host arrays, by device: every
-    /// chunk each device computed before the batch stopped.
-    pub fn saved_runs(&self) -> &[Range<usize>] {
-        &self.saved
-    }
-}
-
-impl std::fmt::Display for DeviceSetError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "device {} failed: {}; the runs saved by device are {:?}",
-            self.device, self.error, self.saved
-        )
-    }
-}
-
-impl std::error::Error for DeviceSetError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
-
-impl From<DeviceSetError> for MemError {
-    fn from(error: DeviceSetError) -> Self {
-        MemError::DeviceFailed {
-            device: error.device,
-            source: Box::new(error.error.into()),
-            saved: error.saved,
-        }
+    match failed {
+        None => Ok(saved),
+        Some((device, error)) => Err(error.on_device(device, saved)),
     }
 }
 

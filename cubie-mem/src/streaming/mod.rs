@@ -18,7 +18,7 @@ mod streamer;
 mod target;
 
 pub use batch_error::BatchError;
-pub use device_set_pipeline::{DeviceSetError, DeviceSetPipeline, DeviceSetRun};
+pub use device_set_pipeline::DeviceSetPipeline;
 pub use layout::ChunkLayout;
 pub use pipeline::ChunkPipeline;
 pub use staging_threads::StagingThreads;

@@ -280,13 +280,13 @@ impl<'p, S> ChunkPipeline<'p, S> {
             // Nothing of the range is done: a resume starts where it did.
             let first = range.start.min(streamer.plan().chunks);
             let run = streamer
-                .chunks()
+                .chunk_iter()
                 .nth(first)
                 .map_or(streamer.runs().end, |chunk| chunk.runs.start);
             BatchError::new(error.into(), None, first..first, run..run)
         };
         let chunks = streamer
-            .chunks()
+            .chunk_iter()
             .within(range.clone())
             .ok_or(MemError::ChunkRange {
                 start: range.start,

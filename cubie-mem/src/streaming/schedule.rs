@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use super::binding::Binding;
 use crate::Chunk;
+use crate::MemError;
 use crate::backend::{Backend, BackendResult};
+use crate::plan::chunks::Chunks;
 use crate::resource::Event;
 use crate::resource::OwnedStream;
-use crate::{Chunks, MemError};
 
 /// The events of one chunk.
 #[derive(Default)]

@@ -8,12 +8,14 @@ use super::BatchError;
 use super::layout::ChunkLayout;
 use super::staging_ring::StagingRing;
 use super::staging_threads::StagingThreads;
+use crate::Chunk;
 use crate::host::HostArray;
 use crate::host::StagingPool;
 use crate::ids::{InstanceId, Named};
+use crate::plan::chunks::Chunks;
 use crate::streams::CurrentStream;
 use crate::{ArraySide, ChunkPlan, DType, DeviceArray, Element, Instance, MemError, MemoryManager};
-use crate::{Chunk, Chunks};
+use std::fmt;
 
 /// Moves chunks of host arrays to and from device arrays of one chunk, for
 /// one instance and one chunk plan. Made by [`MemoryManager::chunk_streamer`].
@@ -158,16 +160,26 @@ impl<'a> ChunkStreamer<'a> {
     }
 
     /// The plan's chunks, with the runs they move in the host arrays.
-    pub fn chunks(&self) -> Chunks {
-        self.plan.iter_chunks().starting_at(self.first_run)
+    pub fn iter_chunks(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = Chunk> + ExactSizeIterator + Clone + fmt::Debug + use<>
+    {
+        self.chunk_iter()
+    }
+
+    /// [`iter_chunks`](Self::iter_chunks), as the type the pipeline narrows.
+    pub(crate) fn chunk_iter(&self) -> Chunks {
+        self.plan.chunk_iter().starting_at(self.first_run)
     }
 
     /// Chunk `index`, with the runs it moves in the host arrays.
     fn chunk(&self, index: usize) -> Result<Chunk, MemError> {
-        self.chunks().nth(index).ok_or(MemError::ChunkOutOfRange {
-            chunk: index,
-            chunks: self.plan.chunks,
-        })
+        self.chunk_iter()
+            .nth(index)
+            .ok_or(MemError::ChunkOutOfRange {
+                chunk: index,
+                chunks: self.plan.chunks,
+            })
     }
 
     /// Copies chunk `chunk` of `host` (the whole batch, chunked along `axis`)

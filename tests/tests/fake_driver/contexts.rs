@@ -141,10 +141,10 @@ fn a_fault_on_device_0_stops_the_set_and_leaves_device_1_usable() {
             }
         })
         .unwrap_err();
-    assert_eq!(failed.device(), 0, "{failed}");
+    assert_eq!(failed.device(), Some(0), "{failed}");
     assert!(
         matches!(
-            failed.error().error(),
+            failed.error(),
             MemError::Backend {
                 error: BackendError::ContextLost { code: 700, .. },
                 ..

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cubie_mem_tests::ThreadExit;
 
-use cubie_mem::plan::split::{Skip, Weight, Workload};
+use cubie_mem::plan::split::{Skip, Workload};
 use cubie_mem::timeline::Activity;
 use cubie_mem::{
     DeviceArray, DeviceSet, GpuBuffers, HostKernel, HostMemoryKind, ManagerConfig, MemError,
@@ -136,12 +136,12 @@ fn run_states(set: &DeviceSet, states: usize, runs: usize, throughput: &Throughp
         .run(|_, chunk, set| compute(chunk, set))
         .unwrap();
     assert_eq!(
-        done.runs().iter().map(Range::len).sum::<usize>(),
+        done.iter().map(Range::len).sum::<usize>(),
         runs,
         "every run streamed"
     );
     assert_eq!(
-        done.runs(),
+        done,
         buffers.split().ranges(),
         "each device's runs, by device, a device that took no part included"
     );
@@ -266,9 +266,9 @@ fn a_failure_on_one_device_stops_the_others_and_saves_every_computed_chunk() {
             compute(chunk, set)
         })
         .unwrap_err();
-    assert_eq!(failed.device(), 1);
-    assert_eq!(failed.error().chunk(), Some(2));
-    assert!(matches!(failed.error().error(), MemError::Kernel { .. }));
+    assert_eq!(failed.device(), Some(1));
+    assert_eq!(failed.chunk(), Some(2));
+    assert!(matches!(failed.error(), MemError::Kernel { .. }));
     let saved = failed.saved_runs();
     assert_eq!(saved.len(), 3);
     assert_eq!(
@@ -341,7 +341,7 @@ fn two_devices_finish_together_in_the_modelled_time() {
     let by_memory = modelled(
         &DeviceSet::simulated([device(small), device(large)], config()),
         runs,
-        &Throughput::Weights(vec![Weight(1), Weight(3)]),
+        &Throughput::Weights(vec![1, 3]),
     );
     let ratio = both as f64 / alone as f64;
     println!(
@@ -385,7 +385,7 @@ proptest! {
         weights in prop::collection::vec(0u64..5, 5),
     ) {
         let set = DeviceSet::simulated(frees.iter().map(|&free| device(free)), config());
-        let throughput = Throughput::Weights(weights[..frees.len()].iter().map(|&w| Weight(w)).collect());
+        let throughput = Throughput::Weights(weights[..frees.len()].to_vec());
         match set.allocate::<Solve>(runs, &throughput, registration, dims_of(states)) {
             Ok(buffers) => {
                 let ranges = buffers.split().ranges().to_vec();

@@ -210,12 +210,8 @@ fn page_locked_host_memory_is_counted_apart_from_the_device() {
         .copy_in(&staged, &device, 0, 0)
         .unwrap();
     let stats = mgr.memory_report();
-    assert_eq!(stats.host_pinned.host_arrays, 8_000);
-    assert!(
-        stats.host_pinned.staging >= 2_000,
-        "{:?}",
-        stats.host_pinned
-    );
+    assert_eq!(stats.pinned_host_array_bytes, 8_000);
+    assert!(stats.staging_bytes >= 2_000, "{}", stats.staging_bytes);
     assert_eq!(stats.total.held_bytes, 2_000, "the device array alone");
     let table = stats.to_string();
     assert!(
@@ -224,6 +220,6 @@ fn page_locked_host_memory_is_counted_apart_from_the_device() {
     );
     drop((host, pageable, staged));
     pool.clear();
-    assert_eq!(mgr.memory_report().host_pinned.host_arrays, 0);
-    assert_eq!(mgr.memory_report().host_pinned.staging, 0);
+    assert_eq!(mgr.memory_report().pinned_host_array_bytes, 0);
+    assert_eq!(mgr.memory_report().staging_bytes, 0);
 }

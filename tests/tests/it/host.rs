@@ -126,7 +126,7 @@ fn round_trip<T: Element>(
         .chunk_streamer(&solver, &plan)
         .unwrap()
         .with_staging_bytes(staging_bytes);
-    for chunk in streamer.chunks() {
+    for chunk in streamer.iter_chunks() {
         streamer
             .copy_in(&host_in, &device, axis, chunk.index)
             .unwrap();

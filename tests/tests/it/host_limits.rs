@@ -78,7 +78,7 @@ fn a_reused_partition_with_an_empty_last_chunk_streams() {
         })
         .unwrap();
     assert_eq!(lengths, [2, 2, 2, 2, 2, 0]);
-    for chunk in streamer.chunks() {
+    for chunk in streamer.iter_chunks() {
         streamer.copy_in(&host, &device, 1, chunk.index).unwrap();
         streamer
             .copy_out(&device, &mut back, 1, chunk.index)
@@ -94,7 +94,7 @@ fn a_plan_with_an_enormous_chunk_count_streams_lazily() {
     // Valid: usize::MAX runs in chunks of 2 (chunks * length overflows, so it covers).
     let plan = plan(usize::MAX, usize::MAX / 2 + 1, 2);
     let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
-    assert_eq!(streamer.chunks().len(), usize::MAX / 2 + 1);
+    assert_eq!(streamer.iter_chunks().len(), usize::MAX / 2 + 1);
     let mut seen = Vec::new();
     let error = streamer
         .pipeline()

@@ -304,7 +304,7 @@ mod set {
                 step(chunk, set, &counts)
             })
             .unwrap_err();
-        assert_eq!((failed.device(), failed.error().chunk()), (1, Some(2)));
+        assert_eq!((failed.device(), failed.chunk()), (Some(1), Some(2)));
         let saved: usize = failed.saved_runs().iter().map(|r| r.len()).sum();
         assert!(saved < runs);
 
@@ -318,7 +318,7 @@ mod set {
                 step(chunk, set, &counts)
             })
             .unwrap();
-        assert_eq!(done.runs().len(), 3);
+        assert_eq!(done.len(), 3);
         // Only the runs not saved were computed again.
         assert_eq!(resumed.into_inner(), runs - saved);
         assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));

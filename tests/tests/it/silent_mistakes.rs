@@ -281,7 +281,7 @@ fn the_guides_types_are_at_the_crate_root() {
     // and the split's reasons beside the types that return them.
     let work = cubie_mem::Workload::default();
     let _ = cubie_mem::Throughput::Modelled(work);
-    let _ = cubie_mem::Throughput::Weights(vec![cubie_mem::Weight(1)]);
+    let _ = cubie_mem::Throughput::Weights(vec![1]);
     let plan = ChunkPlan::new(10, 1, 10).unwrap();
     let _: Option<cubie_mem::plan::Limit> = plan.limited_by();
     let _: Option<&cubie_mem::Skip> = None;

@@ -3,7 +3,7 @@
 use std::cmp::Ordering;
 use std::time::Duration;
 
-use super::Weight;
+use super::EQUAL_WEIGHT;
 use crate::backend::EngineRates;
 
 /// The weight of the fastest device in [`weights`]: `2^62`, so that a
@@ -57,22 +57,22 @@ impl Workload {
 
 /// Each device's weight for `workload`: the inverse of its time per run,
 /// exactly. With any rates unknown (`None`), every device gets
-/// [`Weight::EQUAL`]. See the guide page
+/// weight 1. See the guide page
 /// [the split across devices](crate::guide::device_split).
-pub fn weights(workload: &Workload, rates: &[Option<EngineRates>]) -> Vec<Weight> {
+pub fn weights(workload: &Workload, rates: &[Option<EngineRates>]) -> Vec<u64> {
     let times: Option<Vec<Seconds>> = rates
         .iter()
         .map(|r| r.map(|r| workload.slowest_engine(&r)))
         .collect();
     let Some(times) = times else {
-        return vec![Weight::EQUAL; rates.len()];
+        return vec![EQUAL_WEIGHT; rates.len()];
     };
     let Some(&fastest) = times.iter().min() else {
         return Vec::new();
     };
     if fastest.num == 0 {
         // Empty work: every time is 0.
-        return vec![Weight::EQUAL; rates.len()];
+        return vec![EQUAL_WEIGHT; rates.len()];
     }
     times
         .iter()
@@ -80,7 +80,7 @@ pub fn weights(workload: &Workload, rates: &[Option<EngineRates>]) -> Vec<Weight
             // fastest / time, as the fraction x / y with x <= y.
             let x = u128::from(fastest.num) * u128::from(time.den);
             let y = u128::from(time.num) * u128::from(fastest.den);
-            Weight(scaled_fraction(x, y))
+            scaled_fraction(x, y)
         })
         .collect()
 }
