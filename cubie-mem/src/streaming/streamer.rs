@@ -233,8 +233,58 @@ impl<'a> ChunkStreamer<'a> {
     }
 
     /// Checks the shapes of a host array and a device array against the plan
-    /// and returns their layout.
+    /// and returns their layout. A host array whose shape is the transpose of
+    /// the one the device array needs is named as such.
     pub(super) fn layout(
+        &self,
+        host_shape: &[usize],
+        label: &str,
+        device_shape: &[usize],
+        axis: usize,
+    ) -> Result<ChunkLayout, MemError> {
+        self.matching_layout(host_shape, label, device_shape, axis)
+            .map_err(|error| match error {
+                MemError::ChunkShapeMismatch { .. } => self
+                    .transposed(host_shape, label, device_shape, axis)
+                    .unwrap_or(error),
+                other => other,
+            })
+    }
+
+    /// [`TransposedHostArray`](MemError::TransposedHostArray) when
+    /// `host_shape` is a permutation, not the same order, of the host shape
+    /// `device_shape` needs along one of its axes of one chunk's length (the
+    /// bound `axis` first).
+    fn transposed(
+        &self,
+        host_shape: &[usize],
+        label: &str,
+        device_shape: &[usize],
+        axis: usize,
+    ) -> Option<MemError> {
+        let mut sorted_host = host_shape.to_vec();
+        sorted_host.sort_unstable();
+        let run_axes = std::iter::once(axis).chain((0..device_shape.len()).filter(|&a| a != axis));
+        run_axes
+            .filter(|&a| device_shape.get(a) == Some(&self.plan.chunk_length))
+            .find_map(|run_axis| {
+                let needed = host_shape_chunked(device_shape, run_axis, self.batch_runs);
+                let mut sorted_needed = needed.clone();
+                sorted_needed.sort_unstable();
+                (needed != host_shape && sorted_needed == sorted_host).then(|| {
+                    MemError::TransposedHostArray {
+                        label: label.to_owned(),
+                        found: host_shape.to_vec(),
+                        expected: needed,
+                        device: device_shape.to_vec(),
+                        axis: run_axis,
+                    }
+                })
+            })
+    }
+
+    /// [`layout`](Self::layout) without naming a transposed host array.
+    fn matching_layout(
         &self,
         host_shape: &[usize],
         label: &str,

@@ -1,7 +1,7 @@
 //! Mistakes a new user makes that used to pass silently or blame the wrong
 //! thing: a holder that no `allocate_queue` serves, a label given twice in
 //! one call, arrays unchunkable by their axis, a host array made for other
-//! dims, and the guide's types at the crate root.
+//! dims or transposed, and the guide's types at the crate root.
 
 use crate::common::{Inbox, capture_logs, manager, queuing, runs_request};
 use cubie_mem::report::PendingRequests;
@@ -273,6 +273,61 @@ fn a_host_array_made_for_other_dims_is_named_as_the_host_side() {
             if found == &[10, 4, 20] && expected == &[10, 4, 25]),
         "{error}"
     );
+}
+
+#[test]
+fn a_transposed_host_array_is_named_whichever_axis_it_is_bound_along() {
+    let (mgr, _) = manager(1 << 30, 1 << 30);
+    let solver = mgr
+        .register(Registration::new().on_invalidate(|| {}))
+        .unwrap();
+    let plan = ChunkPlan::new(100, 4, 25).unwrap();
+    // One chunk of [3 species, runs], chunked along axis 1.
+    mgr.queue_request(
+        &solver,
+        [(
+            "traj",
+            ArrayRequest::of::<f64>([3, 25])
+                .chunk_axis(1)
+                .total_runs(25),
+        )],
+    )
+    .unwrap();
+    let device = mgr
+        .allocate_queue_for(&solver)
+        .unwrap()
+        .take::<f64>("traj")
+        .unwrap();
+    // The mistake: the host array is [runs, 3].
+    let host = mgr
+        .create_host_array::<f64>([100, 3], HostMemoryKind::Pageable, None, &solver)
+        .unwrap();
+    let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
+    let transposed = MemError::TransposedHostArray {
+        label: "traj".into(),
+        found: vec![100, 3],
+        expected: vec![3, 100],
+        device: vec![3, 25],
+        axis: 1,
+    };
+    // Along the device array's own axis, and along the axis the host
+    // array's runs lie on: the same error, never "bind along the other".
+    for axis in [1, 0] {
+        let error = streamer.copy_in(&host, &device, axis, 0).unwrap_err();
+        assert_eq!(error, transposed, "bound along axis {axis}");
+    }
+    assert_eq!(
+        transposed.to_string(),
+        "host array bound to 'traj' has shape [100, 3], the transpose of the [3, 100] it needs: the \
+         device array (shape [3, 25]) holds its runs on axis 1; make the host array with shape \
+         [3, 100] (transpose it) and bind along axis 1"
+    );
+
+    // A host array of the right shape bound along its runs is no transpose.
+    let right = mgr
+        .create_host_array::<f64>([3, 100], HostMemoryKind::Pageable, None, &solver)
+        .unwrap();
+    streamer.copy_in(&right, &device, 1, 0).unwrap();
 }
 
 #[test]
