@@ -1,6 +1,7 @@
 //! The manager's state and the rules that keep it consistent: registering,
-//! deregistering, caps, and owners' idleness (releasing and counting are in
-//! `accounting`).
+//! deregistering, moving between stream groups, caps, and owners'
+//! idleness (releasing and counting are in `accounting`), with the lists
+//! serving a batch reuses ([`Scratch`]).
 //!
 //! Every method here runs under the manager's lock and never calls user code
 //! or waits on a handle; failing methods change nothing.
@@ -10,11 +11,11 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use super::batch::Queued;
-use super::held::HeldArrays;
-use super::labels::Labels;
-use super::scratch::Scratch;
+use super::batch::{PlacedRequest, Placement, Queued, Receiver};
+use super::decide::Comparison;
+use super::held::{HeldArrays, Labels};
 use crate::array::ReleaseReason;
+use crate::backend::Backend;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, Named, OwnerId};
 use crate::pools::{ShareWarning, Shares};
@@ -82,6 +83,34 @@ impl OwnerState {
             pending: Vec::new(),
             spill,
         }
+    }
+}
+
+/// Lists that serving a batch fills and empties again, kept between calls
+/// (empty, with their room) so that a batch of many instances does not ask
+/// the allocator for large ones each time.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    pub(super) held: Vec<Comparison>,
+    pub(super) requests: Vec<PlacedRequest>,
+    pub(super) placements: Vec<Placement>,
+    pub(super) receivers: Vec<Receiver>,
+    pub(super) participants: Vec<InstanceId>,
+    pub(super) taken: Vec<(InstanceId, Queued)>,
+}
+
+impl Scratch {
+    /// Keeps a batch's lists of participants and of the sets it took (both
+    /// emptied) for the next call.
+    pub(super) fn keep_batch_lists(
+        &mut self,
+        mut participants: Vec<InstanceId>,
+        mut taken: Vec<(InstanceId, Queued)>,
+    ) {
+        participants.clear();
+        taken.clear();
+        self.participants = participants;
+        self.taken = taken;
     }
 }
 
@@ -241,6 +270,58 @@ impl State {
         self.drop_owner_if_unused(instance.owner);
     }
 
+    /// Moves `id` and the other members of its owner in its group to
+    /// `group`: their queued sets go with them, the owner's remembered
+    /// partition too, and their arrays are ordered on the new group's
+    /// stream (created before anything moves, so a failure changes
+    /// nothing).
+    pub(crate) fn change_group(
+        &mut self,
+        id: InstanceId,
+        group: &str,
+        backend: &Arc<dyn Backend>,
+    ) -> Result<(), MemError> {
+        let old = self.group_of(id)?;
+        if &*old == group {
+            return Ok(());
+        }
+        let owner = self.instance(id)?.owner;
+        let (members, partition) = match self.groups.get(&old) {
+            Some(g) => (
+                g.members_of(owner).collect::<Vec<_>>(),
+                g.partitions.get(&owner).copied(),
+            ),
+            None => (vec![id], None),
+        };
+        let needs_stream = members.iter().any(|member| {
+            self.instances
+                .get(member)
+                .is_some_and(|i| !i.allocations.is_empty())
+        });
+        // The first move creates the group's stream if need be: the only
+        // step that can fail, before anything moved; the others reuse it.
+        for member in members {
+            let stream = self
+                .groups
+                .move_to(member, owner, group, needs_stream, backend)?;
+            let instance = self.instance(member)?;
+            if let Some(stream) = &stream {
+                instance
+                    .allocations
+                    .slots()
+                    .for_each(|slot| slot.set_stream(stream));
+            }
+            let usage = instance.usage;
+            let new = self.group_of(member)?;
+            self.update_group_usage(&old, |u| u.transfer_current(&usage));
+            self.update_group_usage(&new, |u| u.receive_current(&usage));
+        }
+        if let (Some(partition), Some(g)) = (partition, self.groups.get_mut(group)) {
+            g.partitions.insert(owner, partition);
+        }
+        Ok(())
+    }
+
     /// Forgets `owner` once nothing refers to it: no registrations, no
     /// handles, no work in flight.
     pub(crate) fn drop_owner_if_unused(&mut self, owner: OwnerId) {
@@ -314,8 +395,6 @@ impl State {
 mod tests {
     use super::*;
     use crate::{RequestSet, SimBackend};
-
-    use crate::backend::Backend;
 
     fn backend() -> Arc<dyn Backend> {
         Arc::new(SimBackend::new(1 << 20))

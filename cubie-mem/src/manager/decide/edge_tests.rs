@@ -4,6 +4,7 @@
 //! comparison or a figure lost on the way fails a test of its own.
 
 use super::tests::{batch, held, idle, planned, snapshot, state};
+use super::super::batch::PlacedRequest;
 use super::*;
 use crate::ids::InstanceId;
 use crate::{ArrayRequest, MemoryKind};

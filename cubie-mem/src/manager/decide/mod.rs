@@ -25,9 +25,7 @@ mod tests;
 mod victims;
 
 pub(in crate::manager) use placement::{Choice, Placements, Replaced, device_footprint, sets_of};
-pub(in crate::manager) use snapshot::{
-    Candidate, Comparison, GroupCaps, Held, PlacedRequest, Snapshot,
-};
+pub(in crate::manager) use snapshot::{Candidate, Comparison, GroupCaps, Held, Snapshot};
 pub(in crate::manager) use victims::{Victims, choose_victims};
 
 pub(in crate::manager) use placement::FreeFirst;

@@ -5,6 +5,7 @@
 use proptest::prelude::*;
 
 use super::tests::{batch, snapshot, state};
+use super::super::batch::PlacedRequest;
 use super::*;
 use crate::{ArrayRequest, MemoryKind};
 
