@@ -16,7 +16,9 @@ use crate::{ArrayRequest, ArrayResponse, RequestSet};
 
 /// A request set waiting for `allocate_queue`, stamped with its queue order.
 pub(crate) struct Queued {
+    /// Its place in the queue.
     pub(crate) order: u64,
+    /// The requests.
     pub(crate) set: RequestSet,
     /// The set's share of a batch's sizes, taken as it was queued.
     pub(crate) sizes: SetSizes,
@@ -84,6 +86,8 @@ pub(super) enum Placement {
 /// Where each requested array's buffers come from, and per request how
 /// many sets it held (more than the plan has: the extra ones are retired).
 pub(super) struct Placed {
+    /// Each buffer's placement, request by request and set by set.
     pub(super) placements: Vec<Placement>,
+    /// Each request, in order.
     pub(super) requests: Vec<PlacedRequest>,
 }

@@ -140,7 +140,9 @@ impl Inner {
 
 /// Where the placements and placed requests of the next participant begin.
 struct Cursor<'a, 'b> {
+    /// The placements left, the participant's first.
     placements: &'a mut std::vec::Drain<'b, Placement>,
+    /// The placed requests left, the participant's first.
     requests: &'a mut std::vec::Drain<'b, PlacedRequest>,
 }
 
@@ -228,8 +230,11 @@ fn commit_participant(
 /// list of held arrays (`None` until it holds one under the label) in
 /// buffer set `set`.
 struct At<'a> {
+    /// The participant.
     instance: InstanceId,
+    /// The array's position in its list, once it holds one.
     entry: &'a mut Option<usize>,
+    /// The buffer set.
     set: usize,
 }
 

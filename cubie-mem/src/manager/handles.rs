@@ -20,9 +20,13 @@ use crate::{MemError, SpillSettings};
 /// instance answers with `MemError::UnknownInstance` (or a neutral value
 /// where the call cannot fail).
 pub struct Instance {
+    /// Its id.
     pub(crate) id: InstanceId,
+    /// The owner it is evicted and served with.
     pub(crate) owner: OwnerId,
+    /// The name it registered with.
     pub(crate) name: Option<Arc<str>>,
+    /// The manager, while it lives.
     pub(crate) manager: Weak<Inner>,
 }
 
@@ -113,7 +117,9 @@ impl fmt::Debug for Instance {
 /// An eviction unit that need not register itself (from
 /// [`MemoryManager::new_owner`](crate::MemoryManager::new_owner)).
 pub struct Owner {
+    /// Its id.
     pub(crate) id: OwnerId,
+    /// The manager, while it lives.
     pub(crate) manager: Weak<Inner>,
 }
 

@@ -33,11 +33,17 @@ use crate::{DType, MemoryKind};
 
 /// A held buffer, with a copy of its slot's layout.
 pub(crate) struct HeldBuffer {
+    /// The allocation.
     slot: Arc<Slot>,
+    /// Its memory kind.
     kind: MemoryKind,
+    /// Its element type.
     dtype: DType,
+    /// The array's own bytes.
     bytes: u64,
+    /// The bytes of the buffer holding it.
     capacity: u64,
+    /// The array's shape.
     shape: Shape,
 }
 
@@ -82,10 +88,12 @@ impl HeldBuffer {
         self.slot
     }
 
+    /// The memory kind.
     pub(crate) fn kind(&self) -> MemoryKind {
         self.kind
     }
 
+    /// The element type.
     pub(crate) fn dtype(&self) -> DType {
         self.dtype
     }
@@ -100,6 +108,7 @@ impl HeldBuffer {
         self.capacity
     }
 
+    /// The array's shape.
     pub(crate) fn shape(&self) -> &[usize] {
         &self.shape
     }
@@ -117,7 +126,9 @@ pub(crate) type HeldSets = smallvec::SmallVec<[HeldBuffer; 2]>;
 /// ([`Self::delivered`]): they are offered again only while nothing changed.
 #[derive(Default)]
 pub(crate) struct HeldArrays {
+    /// Each label with its buffers, in the order first placed.
     entries: Vec<(Arc<str>, HeldSets)>,
+    /// The arrays of the last response, while nothing changed.
     delivered: Option<ResponseArrays>,
 }
 
@@ -226,7 +237,9 @@ const MIN_PRUNE: usize = 64;
 /// twice the labels in use (and [`MIN_PRUNE`]).
 #[derive(Default)]
 pub(crate) struct Labels {
+    /// One string per label.
     labels: FxHashSet<Arc<str>>,
+    /// The size at which unused labels are dropped next.
     prune_at: usize,
 }
 
@@ -251,13 +264,14 @@ impl Labels {
     }
 }
 
-
 /// Bytes released (or held), device and pinned apart: a batch counts
 /// released pinned bytes only toward its own pinned arrays, since a device
 /// allocation cannot obtain them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Freed {
+    /// Device bytes.
     pub(crate) device: u64,
+    /// Page-locked host bytes.
     pub(crate) pinned: u64,
 }
 

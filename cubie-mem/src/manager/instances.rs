@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::Inner;
 use super::handles::{Instance, Owner, Work};
 use crate::backend::{BackendError, BackendResult, Stream};
 use crate::config::{LimitMode, check_spill_directory};
@@ -64,50 +65,7 @@ impl MemoryManager {
     pub(crate) fn check_registered(&self, instance: &Instance) -> Result<(), MemError> {
         self.inner.lock().instance(instance.id).map(drop)
     }
-}
 
-impl super::Inner {
-    /// The spill settings that apply to `instance`: its own, else its
-    /// owner's, else the manager's (`None` where nothing is set at any
-    /// level, or for an instance this manager does not know).
-    pub(crate) fn spill_settings(&self, instance: InstanceId) -> SpillSettings {
-        let s = self.lock();
-        let Some(own) = s.instances.get(&instance) else {
-            return SpillSettings::default();
-        };
-        let owner = s.owners.get(&own.owner).map(|o| &o.spill);
-        let config = &self.config;
-        SpillSettings {
-            threshold: own
-                .spill
-                .threshold
-                .or(owner.and_then(|o| o.threshold))
-                .or(config.host_spill_threshold),
-            directory: own
-                .spill
-                .directory
-                .clone()
-                .or_else(|| owner.and_then(|o| o.directory.clone()))
-                .or_else(|| config.spill_directory.clone()),
-        }
-    }
-}
-
-/// Logs the warning an accepted share change raised.
-fn warn_share(warning: Option<ShareWarning>) {
-    if let Some(ShareWarning::AutoPoolBelowMinimum { remaining }) = warning {
-        tracing::warn!(
-            remaining = %Proportion(remaining),
-            minimum = %Proportion(MIN_AUTOPOOL_SIZE),
-            "the manual pool leaves {} to the auto pool, below the minimum auto pool of {}; later auto \
-             registrations will fail: lower the manual proportions to leave room for them",
-            Proportion(remaining),
-            Proportion(MIN_AUTOPOOL_SIZE)
-        );
-    }
-}
-
-impl MemoryManager {
     /// The instance's share of device memory (0 for an instance this manager
     /// does not know).
     pub fn proportion(&self, instance: &Instance) -> f64 {
@@ -197,9 +155,7 @@ impl MemoryManager {
             LimitMode::Active => free.min(s.cap_headroom(&group, self.inner.total, 0)),
         })
     }
-}
 
-impl MemoryManager {
     /// The instance's stream group (empty for an instance this manager does
     /// not know).
     pub fn stream_group(&self, instance: &Instance) -> String {
@@ -296,6 +252,72 @@ impl MemoryManager {
         }
         Ok(())
     }
+
+    /// Marks the owner of `x` busy and stamps it on the usage clock.
+    pub fn begin_work(&self, x: &impl AsOwner) -> Result<Work, MemError> {
+        self.begin_work_for(x.owner_id())
+    }
+
+    /// [`MemoryManager::begin_work`] for `owner`.
+    pub(crate) fn begin_work_for(&self, owner: OwnerId) -> Result<Work, MemError> {
+        let mut s = self.inner.lock();
+        let clock = s.clock.saturating_add(1);
+        let o = s
+            .owners
+            .get_mut(&owner)
+            .ok_or_else(|| MemError::UnknownOwner {
+                owner: owner.to_string(),
+            })?;
+        o.busy = o.busy.saturating_add(1);
+        o.last_used = clock;
+        s.clock = clock;
+        Ok(Work {
+            manager: Arc::downgrade(&self.inner),
+            owner,
+            finished: false,
+        })
+    }
+}
+
+impl Inner {
+    /// The spill settings that apply to `instance`: its own, else its
+    /// owner's, else the manager's (`None` where nothing is set at any
+    /// level, or for an instance this manager does not know).
+    pub(crate) fn spill_settings(&self, instance: InstanceId) -> SpillSettings {
+        let s = self.lock();
+        let Some(own) = s.instances.get(&instance) else {
+            return SpillSettings::default();
+        };
+        let owner = s.owners.get(&own.owner).map(|o| &o.spill);
+        let config = &self.config;
+        SpillSettings {
+            threshold: own
+                .spill
+                .threshold
+                .or(owner.and_then(|o| o.threshold))
+                .or(config.host_spill_threshold),
+            directory: own
+                .spill
+                .directory
+                .clone()
+                .or_else(|| owner.and_then(|o| o.directory.clone()))
+                .or_else(|| config.spill_directory.clone()),
+        }
+    }
+}
+
+/// Logs the warning an accepted share change raised.
+fn warn_share(warning: Option<ShareWarning>) {
+    if let Some(ShareWarning::AutoPoolBelowMinimum { remaining }) = warning {
+        tracing::warn!(
+            remaining = %Proportion(remaining),
+            minimum = %Proportion(MIN_AUTOPOOL_SIZE),
+            "the manual pool leaves {} to the auto pool, below the minimum auto pool of {}; later auto \
+             registrations will fail: lower the manual proportions to leave room for them",
+            Proportion(remaining),
+            Proportion(MIN_AUTOPOOL_SIZE)
+        );
+    }
 }
 
 /// What [`MemoryManager::bind_stream`] binds: an instance's group stream
@@ -306,11 +328,13 @@ pub trait StreamToBind: sealed::Sealed {}
 impl StreamToBind for &Instance {}
 impl StreamToBind for Arc<dyn Stream> {}
 
+/// The binding behind [`StreamToBind`], out of callers' reach.
 mod sealed {
     use super::*;
 
     /// Binds the stream a [`StreamToBind`] names.
     pub trait Sealed {
+        /// Binds the stream on `mgr` as this thread's current stream.
         fn bind_on(self, mgr: &MemoryManager) -> Result<CurrentStream, MemError>;
     }
 
@@ -346,32 +370,5 @@ mod sealed {
                 backend, self, None,
             )))
         }
-    }
-}
-
-impl MemoryManager {
-    /// Marks the owner of `x` busy and stamps it on the usage clock.
-    pub fn begin_work(&self, x: &impl AsOwner) -> Result<Work, MemError> {
-        self.begin_work_for(x.owner_id())
-    }
-
-    /// [`MemoryManager::begin_work`] for `owner`.
-    pub(crate) fn begin_work_for(&self, owner: OwnerId) -> Result<Work, MemError> {
-        let mut s = self.inner.lock();
-        let clock = s.clock.saturating_add(1);
-        let o = s
-            .owners
-            .get_mut(&owner)
-            .ok_or_else(|| MemError::UnknownOwner {
-                owner: owner.to_string(),
-            })?;
-        o.busy = o.busy.saturating_add(1);
-        o.last_used = clock;
-        s.clock = clock;
-        Ok(Work {
-            manager: Arc::downgrade(&self.inner),
-            owner,
-            finished: false,
-        })
     }
 }

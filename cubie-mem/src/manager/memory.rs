@@ -13,9 +13,7 @@ use crate::backend::{BackendResult, MemInfo};
 use crate::ids::InstanceId;
 use crate::plan::{Budget, SetSizes};
 use crate::report::MemoryReport;
-use crate::{
-    ArrayRequest, ArrayResponse, LimitMode, MemError, MemoryManager, RequestSet,
-};
+use crate::{ArrayRequest, ArrayResponse, LimitMode, MemError, MemoryManager, RequestSet};
 
 impl MemoryManager {
     /// Queues `requests` for `instance` under its stream group, replacing what

@@ -92,14 +92,19 @@ use state::State;
 /// ```
 #[derive(Clone)]
 pub struct MemoryManager {
+    /// The shared part.
     pub(crate) inner: Arc<Inner>,
 }
 
 /// The shared part of a manager, which handles point back to.
 pub(crate) struct Inner {
+    /// The backend.
     pub(crate) backend: Arc<dyn Backend>,
+    /// The device's total memory, read once.
     pub(crate) total: u64,
+    /// The configuration.
     pub(crate) config: ManagerConfig,
+    /// The state, behind the manager's one mutex.
     state: Mutex<State>,
     /// Page-locked host memory the manager's host arrays and staging pools
     /// hold now (counted without the manager's lock).
@@ -117,6 +122,7 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Takes the manager's mutex.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock()
     }

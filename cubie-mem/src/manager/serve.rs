@@ -6,27 +6,27 @@
 //! reads the figures into a snapshot ([`Inner::snapshot`], in `gather`),
 //! lets the pure [`decide`] say who is evicted, the plan and each
 //! placement, and applies that (`apply`: evicting, then placing). It may
-//! fail and then changes nothing: it
-//! evicts idle owners only for a batch that the planner says fits once
-//! they are gone (granule, caps and reserve included), and allocates only
-//! new memory, beside the arrays the participants hold. Only an allocation
-//! the device then refuses (a fault, another process taking the memory)
-//! fails after an eviction, whose hooks are delivered all the same.
-//! [`Inner::commit`] cannot fail: it retires replaced arrays, hands reused
-//! buffers to their new arrays and builds the responses.
+//! fail and then changes nothing: it evicts idle owners only for a batch
+//! that the planner says fits once they are gone (granule, caps and
+//! reserve included), and allocates only new memory, beside the arrays
+//! the participants hold. Only an allocation the device then refuses (a
+//! fault, another process taking the memory) fails after an eviction,
+//! whose hooks are delivered all the same. [`Inner::commit`] cannot fail:
+//! it retires replaced arrays, hands reused buffers to their new arrays
+//! and builds the responses.
 //!
 //! A chunkable array has a buffer in each of the plan's buffer sets, an
 //! unchunkable one a single buffer; arrays are matched with what the
 //! participant holds by (label, set).
 //!
-//! A call serves only the trigger's owner. A holder
-//! registered without `.owner(&solver)` is an owner of its own: an
-//! `allocate_queue` of the solver never serves it, and its ready hook
-//! never fires. That is not an error (the holder's own `allocate_queue`
-//! serves it, and two owners of one group may queue and allocate in
-//! turn), so the manager warns once per queued set the first time a call
-//! in its group passes it over ([`note_passed_over`]), warns when an
-//! instance is dropped with requests never served, and lists what waits in
+//! A call serves only the trigger's owner. A holder registered without
+//! `.owner(&solver)` is an owner of its own: an `allocate_queue` of the
+//! solver never serves it, and its ready hook never fires. That is not an
+//! error (the holder's own `allocate_queue` serves it, and two owners of
+//! one group may queue and allocate in turn), so the manager warns once
+//! per queued set the first time a call in its group passes it over
+//! ([`note_passed_over`]), warns when an instance is dropped with requests
+//! never served, and lists what waits in
 //! [`MemoryReport::pending`](crate::report::MemoryReport::pending).
 
 use super::Inner;
@@ -42,7 +42,9 @@ use crate::{ArrayResponse, Bytes, MemError};
 
 /// What a call produced: hooks to run (always), and the trigger's response.
 pub(crate) struct Outcome {
+    /// The hooks to run once the lock is released.
     pub(crate) hooks: Hooks,
+    /// The trigger's response, or the call's error.
     pub(crate) result: Result<ArrayResponse, MemError>,
 }
 
@@ -57,6 +59,8 @@ impl Inner {
         Outcome { hooks, result }
     }
 
+    /// Takes the batch, prepares and commits it; on failure puts the
+    /// sets back in the queue.
     fn serve(
         &self,
         s: &mut State,

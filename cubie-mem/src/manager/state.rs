@@ -27,14 +27,21 @@ use crate::{MemError, MemoryKind, Registration};
 
 /// One registered instance.
 pub(crate) struct InstanceState {
+    /// Its owner.
     pub(crate) owner: OwnerId,
+    /// The name it registered with.
     pub(crate) name: Option<Arc<str>>,
     /// The arrays held, by label.
     pub(crate) allocations: HeldArrays,
+    /// The request set waiting for `allocate_queue`.
     pub(crate) queued: Option<Queued>,
+    /// Called when its arrays are evicted or invalidated.
     pub(crate) on_invalidate: Option<InvalidateHook>,
+    /// Called with its response when a batch is served.
     pub(crate) on_ready: Option<ReadyHook>,
+    /// Its own spill settings.
     pub(crate) spill: SpillSettings,
+    /// Its usage counters.
     pub(crate) usage: UsageStats,
 }
 
@@ -65,14 +72,18 @@ pub(crate) struct OwnerState {
     pub(crate) name: Option<Arc<str>>,
     /// Live [`Owner`](crate::Owner) handles.
     pub(crate) handles: usize,
+    /// Live [`Work`](crate::Work) handles.
     pub(crate) busy: usize,
+    /// When it last began work, on the usage clock.
     pub(crate) last_used: u64,
     /// The newest completion event per stream.
     pub(crate) pending: Vec<(u64, Event)>,
+    /// The spill settings its registrations inherit.
     pub(crate) spill: SpillSettings,
 }
 
 impl OwnerState {
+    /// An owner with no registrations yet and `handles` live handles.
     fn new(name: Option<Arc<str>>, handles: usize, spill: SpillSettings) -> Self {
         OwnerState {
             instances: BTreeSet::new(),
@@ -91,11 +102,17 @@ impl OwnerState {
 /// the allocator for large ones each time.
 #[derive(Default)]
 pub(crate) struct Scratch {
+    /// The held buffers compared with their requests.
     pub(super) held: Vec<Comparison>,
+    /// The placed requests.
     pub(super) requests: Vec<PlacedRequest>,
+    /// The placements.
     pub(super) placements: Vec<Placement>,
+    /// The receivers of the responses.
     pub(super) receivers: Vec<Receiver>,
+    /// The participants.
     pub(super) participants: Vec<InstanceId>,
+    /// The queued sets taken.
     pub(super) taken: Vec<(InstanceId, Queued)>,
 }
 
@@ -116,16 +133,23 @@ impl Scratch {
 
 /// Everything the manager knows, behind its one mutex.
 pub(crate) struct State {
+    /// Whether the groups' caps bind.
     pub(crate) limit_mode: LimitMode,
+    /// The VRAM shares.
     pub(crate) shares: Shares,
+    /// The stream groups.
     pub(crate) groups: StreamGroups,
+    /// The registered instances.
     pub(crate) instances: FxHashMap<InstanceId, InstanceState>,
+    /// The eviction units.
     pub(crate) owners: FxHashMap<OwnerId, OwnerState>,
     /// The usage clock `begin_work` stamps owners with.
     pub(crate) clock: u64,
     /// The order of the next queued request set.
     pub(crate) queue_order: u64,
+    /// The manager's usage counters.
     pub(crate) total_usage: UsageStats,
+    /// Each stream group's usage counters.
     pub(crate) group_usage: FxHashMap<Arc<str>, UsageStats>,
     /// Lists serving a batch reuses.
     pub(crate) scratch: Scratch,
@@ -134,6 +158,7 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// An empty state in `limit_mode`.
     pub(crate) fn new(limit_mode: LimitMode) -> Self {
         State {
             limit_mode,

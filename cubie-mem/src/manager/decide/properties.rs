@@ -4,8 +4,8 @@
 
 use proptest::prelude::*;
 
-use super::tests::{batch, snapshot, state};
 use super::super::batch::PlacedRequest;
+use super::tests::{batch, snapshot, state};
 use super::*;
 use crate::{ArrayRequest, MemoryKind};
 
