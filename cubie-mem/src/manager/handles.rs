@@ -175,7 +175,8 @@ impl fmt::Debug for Owner {
     }
 }
 
-/// Work in flight for an owner, from [`MemoryManager::begin_work`]. While it
+/// Work in flight for an owner, from
+/// [`MemoryManager::begin_work`](crate::MemoryManager::begin_work). While it
 /// lives the owner is busy and cannot be evicted; finishing (or dropping) it
 /// records a completion event on the owner's streams, and the owner becomes
 /// idle once those events fire.

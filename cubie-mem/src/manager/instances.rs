@@ -210,7 +210,7 @@ impl MemoryManager {
     ///
     /// - `&instance`: its group's stream; or
     /// - an `Arc<dyn Stream>` of this manager's backend that the manager did
-    ///   not create (made with [`Backend::create_stream`] on
+    ///   not create (made with [`Backend::create_stream`](crate::backend::Backend::create_stream) on
     ///   [`backend`](Self::backend)). An array allocated inside the scope is
     ///   freed on its group's stream, ordered after this stream's work. The
     ///   manager never queues work on the stream after the guard dropped: the

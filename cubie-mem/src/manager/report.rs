@@ -1,5 +1,5 @@
 //! Who holds the device's memory and what waits in the queue
-//! ([`MemoryManager::memory_report`]), and
+//! ([`MemoryManager::memory_report`](crate::MemoryManager::memory_report)), and
 //! the report an error that says a batch does not fit carries: the
 //! owners holding it, the bytes the batch lacks and the one change that would make
 //! it fit, found by planning the batch again with that change (the planner
@@ -305,7 +305,7 @@ fn freeing_fix(s: &State, batch: &Batch, memory: &MemoryReport, lacking: u64) ->
 }
 
 /// Device bytes `id` holds under labels the batch does not request of it.
-fn own_bytes_outside(s: &State, batch: &Batch, id: crate::ids::InstanceId) -> u64 {
+fn own_bytes_outside(s: &State, batch: &Batch, id: InstanceId) -> u64 {
     let Some(instance) = s.instances.get(&id) else {
         return 0;
     };
