@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::freed::Freed;
+use super::held::Freed;
 use super::state::State;
 use crate::MemError;
 use crate::array::ReleaseReason;

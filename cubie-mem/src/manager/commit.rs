@@ -1,6 +1,7 @@
 //! Committing a placed batch: held buffers kept, reused or replaced,
-//! buffer sets a smaller plan no longer has retired, and the responses
-//! built. Nothing here fails: what could fail happened in `prepare`.
+//! buffer sets a smaller plan no longer has retired, the responses built,
+//! and a group near its caps warned about. Nothing here fails: what could
+//! fail happened in `prepare`.
 //!
 //! A response's arrays are a shared list: when a participant's batch keeps
 //! every buffer of its last response, that response's list is delivered
@@ -9,11 +10,10 @@
 use std::sync::Arc;
 
 use super::Inner;
-use super::batch::{Batch, Queued, Receiver};
-use super::decide::{PlacedRequest, sets_of};
+use super::batch::{Batch, Placed, PlacedRequest, Placement, Queued, Receiver};
+use super::decide::sets_of;
 use super::held::HeldBuffer;
 use super::hooks::Hooks;
-use super::placed::{Placed, Placement};
 use super::state::State;
 use crate::array::ReleaseReason;
 use crate::array::slot::{Shape, Slot};
@@ -21,7 +21,10 @@ use crate::array::{ResponseArrays, SetSlots, per_set};
 use crate::config::LimitMode;
 use crate::ids::InstanceId;
 use crate::stats::UsageStats;
-use crate::{ArrayResponse, ChunkPlan, DType};
+use crate::{ArrayResponse, Bytes, ChunkPlan, DType};
+
+/// Fraction of a group's caps above which active mode warns.
+const CAP_WARNING_FRACTION: f64 = 0.95;
 
 impl Inner {
     /// Commits `batch` as `placed` under `plan`: applies the placements and
@@ -114,11 +117,32 @@ impl Inner {
         s.scratch.receivers = responses;
         own
     }
+
+    /// Warns, once until it falls below again, when `group` holds over
+    /// [`CAP_WARNING_FRACTION`] of its caps.
+    pub(super) fn warn_cap_usage(&self, s: &mut State, group: &Arc<str>) {
+        let (caps, used) = s.group_caps_and_use(group, self.total);
+        let over = caps > 0 && used as f64 > CAP_WARNING_FRACTION * caps as f64;
+        let Some(g) = s.groups.get_mut(group) else {
+            return;
+        };
+        if over && !g.cap_warned {
+            tracing::warn!(
+                %group,
+                used = %Bytes(used),
+                caps = %Bytes(caps),
+                "stream group has used over 95% of its caps"
+            );
+        }
+        g.cap_warned = over;
+    }
 }
 
 /// Where the placements and placed requests of the next participant begin.
 struct Cursor<'a, 'b> {
+    /// The placements left, the participant's first.
     placements: &'a mut std::vec::Drain<'b, Placement>,
+    /// The placed requests left, the participant's first.
     requests: &'a mut std::vec::Drain<'b, PlacedRequest>,
 }
 
@@ -206,8 +230,11 @@ fn commit_participant(
 /// list of held arrays (`None` until it holds one under the label) in
 /// buffer set `set`.
 struct At<'a> {
+    /// The participant.
     instance: InstanceId,
+    /// The array's position in its list, once it holds one.
     entry: &'a mut Option<usize>,
+    /// The buffer set.
     set: usize,
 }
 

@@ -2,18 +2,19 @@
 //! ([`Snapshot`]), under the manager's lock: the batch's sizes, the free
 //! memory, the buffers its participants hold, its group's caps, its
 //! owner's remembered partition and, under physical pressure, the idle
-//! owners eviction could release. Everything after works on the snapshot.
+//! owners eviction could release ([`Inner::candidates`]). Everything after
+//! works on the snapshot.
 
 use rustc_hash::FxHashSet;
 
 use super::Inner;
-use super::batch::Batch;
-use super::decide::{Comparison, GroupCaps, Held, PlacedRequest, Snapshot};
+use super::batch::{Batch, PlacedRequest};
+use super::decide::{Candidate, Comparison, GroupCaps, Held, Snapshot};
 use super::report::Attempt;
 use super::state::State;
 use crate::backend::BackendResult;
 use crate::config::LimitMode;
-use crate::ids::InstanceId;
+use crate::ids::{InstanceId, OwnerId};
 use crate::plan::{BatchSizes, OVERSIZE_WARNING_FACTOR, SetSizes};
 use crate::{ArrayRequest, Bytes, MemError};
 
@@ -91,6 +92,45 @@ impl Inner {
             snapshot.candidates = self.candidates(s, pinned_requested, batch.owner, &batch.group);
         }
         Ok(snapshot)
+    }
+
+    /// The idle owners other than `protected` holding memory a batch with
+    /// `pinned_requested` bytes of pinned arrays could count (device
+    /// bytes, and pinned bytes up to its pinned arrays), in the order the
+    /// manager keeps them, with what evicting each frees at once and holds
+    /// in `group`. Owners that are busy, or whose last completion events
+    /// have not fired, are not candidates (fired events are destroyed).
+    /// Evicts no one.
+    fn candidates(
+        &self,
+        s: &mut State,
+        pinned_requested: u64,
+        protected: OwnerId,
+        group: &str,
+    ) -> Vec<Candidate> {
+        let owners: Vec<OwnerId> = s.owners.keys().copied().collect();
+        let mut candidates = Vec::new();
+        for owner in owners {
+            let held = s.owner_held(owner);
+            if owner == protected || held.credit(pinned_requested) == 0 {
+                continue;
+            }
+            if s.owner_idle(owner) {
+                let in_group = s.owner_group(owner).is_some_and(|g| **g == *group);
+                candidates.push(Candidate {
+                    owner,
+                    last_used: s.owners.get(&owner).map_or(0, |o| o.last_used),
+                    releasable: s.owner_releasable(owner),
+                    in_group,
+                    group_held: if in_group {
+                        held.device.saturating_add(held.pinned)
+                    } else {
+                        0
+                    },
+                });
+            }
+        }
+        candidates
     }
 }
 

@@ -1,14 +1,17 @@
-//! The RAII handles of a registration ([`Instance`]) and of an eviction unit
-//! ([`Owner`]).
+//! The RAII handles of a registration ([`Instance`]), of an eviction unit
+//! ([`Owner`]) and of work in flight that keeps an owner from eviction
+//! ([`Work`]).
 
 use std::fmt;
 use std::sync::{Arc, Weak};
 
 use super::Inner;
-use crate::SpillSettings;
+use super::state::State;
 use crate::config::check_spill_directory;
 use crate::ids::{InstanceId, OwnerId};
 use crate::registration::{AsOwner, sealed};
+use crate::resource::{Event, OwnedStream};
+use crate::{MemError, SpillSettings};
 
 /// A registered instance. Dropping it deregisters it: its share, group
 /// membership, queued requests and allocations go.
@@ -17,9 +20,13 @@ use crate::registration::{AsOwner, sealed};
 /// instance answers with `MemError::UnknownInstance` (or a neutral value
 /// where the call cannot fail).
 pub struct Instance {
+    /// Its id.
     pub(crate) id: InstanceId,
+    /// The owner it is evicted and served with.
     pub(crate) owner: OwnerId,
+    /// The name it registered with.
     pub(crate) name: Option<Arc<str>>,
+    /// The manager, while it lives.
     pub(crate) manager: Weak<Inner>,
 }
 
@@ -91,7 +98,7 @@ impl Drop for Instance {
         if let Some(inner) = self.manager.upgrade() {
             let mut s = inner.lock();
             // A request set it queued and no call served is warned about.
-            super::pending::warn_dropped_unserved(&s, self.id);
+            warn_dropped_unserved(&s, self.id);
             s.deregister(self.id);
         }
     }
@@ -110,7 +117,9 @@ impl fmt::Debug for Instance {
 /// An eviction unit that need not register itself (from
 /// [`MemoryManager::new_owner`](crate::MemoryManager::new_owner)).
 pub struct Owner {
+    /// Its id.
     pub(crate) id: OwnerId,
+    /// The manager, while it lives.
     pub(crate) manager: Weak<Inner>,
 }
 
@@ -164,4 +173,115 @@ impl fmt::Debug for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Owner").field("id", &self.id).finish()
     }
+}
+
+/// Work in flight for an owner, from
+/// [`MemoryManager::begin_work`](crate::MemoryManager::begin_work). While it
+/// lives the owner is busy and cannot be evicted; finishing (or dropping) it
+/// records a completion event on the owner's streams, and the owner becomes
+/// idle once those events fire.
+#[must_use = "the owner is busy until the Work is finished or dropped"]
+pub struct Work {
+    /// The manager, while it lives.
+    pub(super) manager: Weak<Inner>,
+    /// The owner kept busy.
+    pub(super) owner: OwnerId,
+    /// Whether its completion events are recorded already.
+    pub(super) finished: bool,
+}
+
+impl Work {
+    /// Records the completion events now, reporting any backend failure.
+    pub fn finish(mut self) -> Result<(), MemError> {
+        self.finished = true;
+        match self.manager.upgrade() {
+            Some(inner) => inner.finish_work(self.owner),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        if let Some(inner) = self.manager.upgrade()
+            && let Err(error) = inner.finish_work(self.owner)
+        {
+            tracing::warn!(owner = %self.owner, %error, "recording work completion failed");
+        }
+    }
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Work").field("owner", &self.owner).finish()
+    }
+}
+
+impl Inner {
+    /// Ends one piece of `owner`'s work: records a completion event on each
+    /// stream its registrations' groups have, keeping only the newest event
+    /// per stream (the older ones are ordered before it).
+    fn finish_work(&self, owner: OwnerId) -> Result<(), MemError> {
+        let mut s = self.lock();
+        let mut streams: Vec<Arc<OwnedStream>> = Vec::new();
+        if let Some(o) = s.owners.get(&owner) {
+            for &id in &o.instances {
+                let stream = s
+                    .groups
+                    .group_of_instance(id)
+                    .and_then(|g| g.existing_stream());
+                if let Some(stream) =
+                    stream.filter(|st| !streams.iter().any(|s| Arc::ptr_eq(s, st)))
+                {
+                    streams.push(Arc::clone(stream));
+                }
+            }
+        }
+        let mut result = Ok(());
+        let mut recorded = Vec::with_capacity(streams.len());
+        for stream in streams {
+            match Event::record(&stream) {
+                Ok(event) => recorded.push((stream.id(), event)),
+                Err(error) => result = Err(error),
+            }
+        }
+        if let Some(o) = s.owners.get_mut(&owner) {
+            o.busy = o.busy.saturating_sub(1);
+            for (stream, event) in recorded {
+                match o.pending.iter_mut().find(|(st, _)| *st == stream) {
+                    // The superseded event is dropped, which destroys it.
+                    Some(entry) => entry.1 = event,
+                    None => o.pending.push((stream, event)),
+                }
+            }
+        }
+        s.drop_owner_if_unused(owner);
+        result
+    }
+}
+
+/// Warns that `id`, being deregistered, leaves a request set no call served.
+fn warn_dropped_unserved(s: &State, id: InstanceId) {
+    let Some(instance) = s.instances.get(&id) else {
+        return;
+    };
+    let Some(queued) = &instance.queued else {
+        return;
+    };
+    let labels: Vec<&str> = queued.set.labels().collect();
+    let labels = labels.join(", ");
+    tracing::warn!(
+        instance = %s.named(id),
+        labels,
+        passed_over = queued.passed_over,
+        "{} was dropped with [{labels}] queued and never served (passed over by {} allocate_queue \
+         call(s) of other owners): call allocate_queue of an instance of its owner {}, or register it \
+         with .owner(..) of the instance whose allocate_queue serves its group",
+        s.named(id),
+        queued.passed_over,
+        s.named_owner(instance.owner),
+    );
 }

@@ -1,4 +1,6 @@
-//! The arrays one instance holds, by label.
+//! What instances hold: each instance's arrays by label ([`HeldArrays`]),
+//! the labels they share ([`Labels`]), and bytes held or freed
+//! ([`Freed`]).
 //!
 //! A list in the order the labels were first placed, searched from a hint:
 //! a solver requests the same labels in the same order call after call, so
@@ -14,8 +16,16 @@
 //! a batch that keeps every buffer reads neither a slot nor its reference
 //! count (with thousands of arrays held, each is a cache miss per array and
 //! call).
+//!
+//! Every instance of a solver holds arrays under the same few labels. With
+//! the label interned, each instance's list of held arrays names them by
+//! that one string: looking an array up compares with a string every
+//! instance shares (in cache), not with a copy of its own (a cache miss per
+//! array when thousands are held).
 
 use std::sync::Arc;
+
+use rustc_hash::FxHashSet;
 
 use crate::array::ResponseArrays;
 use crate::array::slot::{Shape, Slot};
@@ -23,11 +33,17 @@ use crate::{DType, MemoryKind};
 
 /// A held buffer, with a copy of its slot's layout.
 pub(crate) struct HeldBuffer {
+    /// The allocation.
     slot: Arc<Slot>,
+    /// Its memory kind.
     kind: MemoryKind,
+    /// Its element type.
     dtype: DType,
+    /// The array's own bytes.
     bytes: u64,
+    /// The bytes of the buffer holding it.
     capacity: u64,
+    /// The array's shape.
     shape: Shape,
 }
 
@@ -72,10 +88,12 @@ impl HeldBuffer {
         self.slot
     }
 
+    /// The memory kind.
     pub(crate) fn kind(&self) -> MemoryKind {
         self.kind
     }
 
+    /// The element type.
     pub(crate) fn dtype(&self) -> DType {
         self.dtype
     }
@@ -90,6 +108,7 @@ impl HeldBuffer {
         self.capacity
     }
 
+    /// The array's shape.
     pub(crate) fn shape(&self) -> &[usize] {
         &self.shape
     }
@@ -107,7 +126,9 @@ pub(crate) type HeldSets = smallvec::SmallVec<[HeldBuffer; 2]>;
 /// ([`Self::delivered`]): they are offered again only while nothing changed.
 #[derive(Default)]
 pub(crate) struct HeldArrays {
+    /// Each label with its buffers, in the order first placed.
     entries: Vec<(Arc<str>, HeldSets)>,
+    /// The arrays of the last response, while nothing changed.
     delivered: Option<ResponseArrays>,
 }
 
@@ -205,6 +226,84 @@ impl HeldArrays {
     /// held now.
     pub(crate) fn set_delivered(&mut self, arrays: ResponseArrays) {
         self.delivered = Some(arrays);
+    }
+}
+
+/// Entries kept at least before unused labels are dropped.
+const MIN_PRUNE: usize = 64;
+
+/// The labels in use. A label no array holds any more is dropped once the
+/// set has doubled since it was last pruned, so its size stays within
+/// twice the labels in use (and [`MIN_PRUNE`]).
+#[derive(Default)]
+pub(crate) struct Labels {
+    /// One string per label.
+    labels: FxHashSet<Arc<str>>,
+    /// The size at which unused labels are dropped next.
+    prune_at: usize,
+}
+
+impl Labels {
+    /// The shared string for `label`.
+    pub(crate) fn intern(&mut self, label: &str) -> Arc<str> {
+        if let Some(shared) = self.labels.get(label) {
+            return Arc::clone(shared);
+        }
+        if self.labels.len() >= self.prune_at {
+            self.labels.retain(|shared| Arc::strong_count(shared) > 1);
+            self.prune_at = self.labels.len().saturating_mul(2).max(MIN_PRUNE);
+        }
+        let shared: Arc<str> = Arc::from(label);
+        self.labels.insert(Arc::clone(&shared));
+        shared
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+}
+
+/// Bytes released (or held), device and pinned apart: a batch counts
+/// released pinned bytes only toward its own pinned arrays, since a device
+/// allocation cannot obtain them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Freed {
+    /// Device bytes.
+    pub(crate) device: u64,
+    /// Page-locked host bytes.
+    pub(crate) pinned: u64,
+}
+
+impl Freed {
+    /// `bytes` of memory of `kind`.
+    pub(crate) fn of(bytes: u64, kind: MemoryKind) -> Self {
+        match kind {
+            MemoryKind::Device => Freed {
+                device: bytes,
+                pinned: 0,
+            },
+            MemoryKind::Pinned => Freed {
+                device: 0,
+                pinned: bytes,
+            },
+        }
+    }
+
+    /// Both, added (saturating).
+    pub(crate) fn plus(self, other: Freed) -> Freed {
+        Freed {
+            device: self.device.saturating_add(other.device),
+            pinned: self.pinned.saturating_add(other.pinned),
+        }
+    }
+
+    /// What a batch requesting `pinned_requested` bytes of pinned arrays
+    /// can obtain from these bytes: every device byte, and pinned bytes up
+    /// to its pinned arrays.
+    pub(crate) fn credit(self, pinned_requested: u64) -> u64 {
+        self.device
+            .saturating_add(self.pinned.min(pinned_requested))
     }
 }
 
@@ -334,5 +433,25 @@ mod tests {
         assert_eq!(labels(&held), ["a", "c"]);
         held.retain(|_| false);
         assert!(held.is_empty());
+    }
+
+    #[test]
+    fn one_string_per_label() {
+        let mut labels = Labels::default();
+        let a = labels.intern("state");
+        let b = labels.intern("state");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &labels.intern("status")));
+    }
+
+    #[test]
+    fn unused_labels_are_dropped_and_used_ones_kept() {
+        let mut labels = Labels::default();
+        let kept = labels.intern("kept");
+        for i in 0..10 * MIN_PRUNE {
+            drop(labels.intern(&format!("run {i}")));
+        }
+        assert!(labels.len() <= MIN_PRUNE + 1, "{} labels", labels.len());
+        assert!(Arc::ptr_eq(&kept, &labels.intern("kept")));
     }
 }

@@ -14,7 +14,9 @@ pub(crate) type ReadyList = Vec<(Named<InstanceId>, ReadyHook, ArrayResponse)>;
 /// Hooks collected under the lock, to call once it is released.
 #[derive(Default)]
 pub(crate) struct Hooks {
+    /// Invalidate hooks, each with its instance.
     invalidate: Vec<(Named<InstanceId>, InvalidateHook)>,
+    /// Ready hooks, each with its instance and response.
     ready: ReadyList,
 }
 
@@ -64,6 +66,7 @@ impl Hooks {
     }
 }
 
+/// Calls one hook, reporting a panic or a hook that triggered itself.
 fn guarded(kind: &str, instance: &Named<InstanceId>, call: impl FnOnce() -> Option<()>) {
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(Some(())) => {}
@@ -77,6 +80,7 @@ fn guarded(kind: &str, instance: &Named<InstanceId>, call: impl FnOnce() -> Opti
     }
 }
 
+/// Reports that a hook of `instance` panicked with `payload`.
 fn report_panic(kind: &str, instance: &Named<InstanceId>, payload: &(dyn std::any::Any + Send)) {
     let message = payload
         .downcast_ref::<&str>()

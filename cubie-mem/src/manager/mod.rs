@@ -1,17 +1,20 @@
 //! The memory manager: registrations, VRAM shares, stream groups, the request
 //! queue, allocation and eviction.
 //!
-//! The state and its rules live in [`state`]; the public API is split by
-//! concern: [`registry`] (registering, owners, spill settings), [`shares`]
-//! (proportions, caps, limit modes), [`groups`] (stream groups and streams),
-//! [`queue`] (queueing and serving requests, with [`allocate`], which
-//! serves a [`batch`]: it reads a snapshot ([`gather`]), lets the pure
-//! [`decide`] choose who is evicted, the plan and each placement, and
-//! applies it through [`evict`], [`place`] and [`commit`]; [`explain`]
-//! fills its errors), [`release`] (freeing), [`work`] (busy owners),
-//! and [`report`] (device memory, who holds it, the usage counters, and what
-//! would make a batch fit). [`freed`], [`placed`] and [`scratch`] hold
-//! the figures and lists those steps pass on or reuse.
+//! Four rooms:
+//!
+//! - The public API: [`MemoryManager`] and its construction here,
+//!   [`instances`] (registering, owners, shares, stream groups, busy
+//!   owners) and [`memory`] (queueing, serving, freeing, what is held),
+//!   with the handles ([`handles`]) and the user hooks ([`hooks`]).
+//! - Serving a queue: [`serve`] runs one `allocate_queue` on a [`batch`].
+//!   It reads a snapshot ([`gather`]), lets the pure [`decide`] choose,
+//!   applies the choice ([`apply`]: evict, then place) and commits it
+//!   ([`commit`]).
+//! - The state: [`state`] and its rules, [`accounting`] (counting and
+//!   releasing), and [`held`] (the arrays each instance holds).
+//! - The report: [`report`] (who holds the memory, and what would make a
+//!   batch fit).
 //!
 //! # Locks
 //!
@@ -49,31 +52,19 @@
 //! evicted, with their invalidate hooks called.
 
 mod accounting;
-mod allocate;
+mod apply;
 mod batch;
-mod budget;
 mod commit;
 mod decide;
-mod evict;
-mod explain;
-mod freed;
 mod gather;
-mod groups;
 mod handles;
 mod held;
 mod hooks;
-mod labels;
-mod pending;
-mod place;
-mod placed;
-mod queue;
-mod registry;
-mod release;
+mod instances;
+mod memory;
 mod report;
-mod scratch;
-mod shares;
+mod serve;
 mod state;
-mod work;
 
 use std::sync::Arc;
 
@@ -82,9 +73,8 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::backend::{Backend, IntoBackend};
 use crate::config::ManagerConfig;
 
-pub use groups::StreamToBind;
-pub use handles::{Instance, Owner};
-pub use work::Work;
+pub use handles::{Instance, Owner, Work};
+pub use instances::StreamToBind;
 
 use state::State;
 
@@ -102,14 +92,19 @@ use state::State;
 /// ```
 #[derive(Clone)]
 pub struct MemoryManager {
+    /// The shared part.
     pub(crate) inner: Arc<Inner>,
 }
 
 /// The shared part of a manager, which handles point back to.
 pub(crate) struct Inner {
+    /// The backend.
     pub(crate) backend: Arc<dyn Backend>,
+    /// The device's total memory, read once.
     pub(crate) total: u64,
+    /// The configuration.
     pub(crate) config: ManagerConfig,
+    /// The state, behind the manager's one mutex.
     state: Mutex<State>,
     /// Page-locked host memory the manager's host arrays and staging pools
     /// hold now (counted without the manager's lock).
@@ -127,6 +122,7 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Takes the manager's mutex.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock()
     }

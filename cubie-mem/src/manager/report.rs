@@ -1,19 +1,20 @@
-//! Who holds the device's memory ([`MemoryManager::memory_report`]), and
+//! Who holds the device's memory and what waits in the queue
+//! ([`MemoryManager::memory_report`](crate::MemoryManager::memory_report)), and
 //! the report an error that says a batch does not fit carries: the
 //! owners holding it, the bytes the batch lacks and the one change that would make
 //! it fit, found by planning the batch again with that change (the planner
 //! is pure).
 
 use super::Inner;
-use super::batch::Batch;
+use super::batch::{Batch, Queued};
 use super::state::State;
 use crate::backend::{BackendResult, MemInfo};
 use crate::host::PinnedUse;
-use crate::ids::OwnerId;
+use crate::ids::{InstanceId, OwnerId};
 use crate::plan::{BatchSizes, Budget, plan_chunks};
-use crate::report::{FitReport, Fix, MemoryReport, OwnerState, OwnerUsage};
+use crate::report::{FitReport, Fix, MemoryReport, OwnerState, OwnerUsage, PendingRequests};
 use crate::stats::InstanceStats;
-use crate::{MemError, MemoryKind, MemoryManager};
+use crate::{MemError, MemoryKind};
 
 /// What a failed batch was planned with, for its error's report.
 #[derive(Clone, Copy, Default)]
@@ -24,34 +25,10 @@ pub(super) struct Attempt {
     pub(super) budget: Option<Budget>,
 }
 
-impl MemoryManager {
-    /// Free and total device memory, as the backend reports them
-    /// ([`Backend::mem_info`](crate::backend::Backend::mem_info)).
-    pub fn mem_info(&self) -> Result<MemInfo, MemError> {
-        self.inner.backend.mem_info().on(&*self.inner.backend)
-    }
-
-    /// Who holds the device's memory now and how it was used: each owner
-    /// holding any (its registrations, group, whether it is idle or busy,
-    /// device and pinned bytes), the device's free and total memory, its
-    /// device pool's reserved and used bytes and largest free block where it
-    /// knows them, the page-locked host memory of host arrays and staging
-    /// buffers, the request sets still queued, and the usage counters
-    /// (current and peak bytes, counts, evictions) per instance, stream
-    /// group and in total. It prints as a table.
-    /// The same figures an out-of-memory error carries
-    /// ([`MemError::fit_report`]), to look before a batch fails.
-    pub fn memory_report(&self) -> MemoryReport {
-        let device = self.inner.device_info();
-        let mut s = self.inner.lock();
-        self.inner.memory_report(&mut s, None, device)
-    }
-}
-
 impl Inner {
     /// Free and total memory, or the total and nothing free when the
     /// backend cannot say.
-    fn device_info(&self) -> MemInfo {
+    pub(super) fn device_info(&self) -> MemInfo {
         self.backend.mem_info().unwrap_or(MemInfo {
             free: 0,
             total: self.total,
@@ -59,7 +36,7 @@ impl Inner {
     }
 
     /// The owners holding memory, `requester`'s owner marked as such.
-    fn memory_report(
+    pub(super) fn memory_report(
         &self,
         s: &mut State,
         requester: Option<OwnerId>,
@@ -136,7 +113,7 @@ impl Inner {
             device_pool: self.backend.pool_usage(),
             pinned_host_array_bytes: self.pinned_host.bytes(PinnedUse::HostArray),
             staging_bytes: self.pinned_host.bytes(PinnedUse::Staging),
-            pending: Inner::pending_requests(s),
+            pending: pending_requests(s),
         }
     }
 
@@ -326,7 +303,7 @@ fn freeing_fix(s: &State, batch: &Batch, memory: &MemoryReport, lacking: u64) ->
 }
 
 /// Device bytes `id` holds under labels the batch does not request of it.
-fn own_bytes_outside(s: &State, batch: &Batch, id: crate::ids::InstanceId) -> u64 {
+fn own_bytes_outside(s: &State, batch: &Batch, id: InstanceId) -> u64 {
     let Some(instance) = s.instances.get(&id) else {
         return 0;
     };
@@ -380,6 +357,31 @@ fn greatest_below(limit: usize, fits: impl Fn(usize) -> bool) -> Option<usize> {
         }
     }
     Some(low)
+}
+
+/// Every request set waiting in the queue, in the order queued.
+fn pending_requests(s: &State) -> Vec<PendingRequests> {
+    let mut queued: Vec<(u64, PendingRequests)> = s
+        .instances
+        .iter()
+        .filter_map(|(&id, instance)| {
+            let queued = instance.queued.as_ref()?;
+            Some((queued.order, describe(s, id, instance.owner, queued)))
+        })
+        .collect();
+    queued.sort_by_key(|(order, _)| *order);
+    queued.into_iter().map(|(_, pending)| pending).collect()
+}
+
+/// The pending set `queued` of `id`.
+fn describe(s: &State, id: InstanceId, owner: OwnerId, queued: &Queued) -> PendingRequests {
+    PendingRequests {
+        instance: s.named(id).to_string(),
+        owner: s.named_owner(owner).to_string(),
+        group: s.group_of(id).map(|g| g.to_string()).unwrap_or_default(),
+        labels: queued.set.labels().map(str::to_owned).collect(),
+        passed_over: queued.passed_over,
+    }
 }
 
 #[cfg(test)]

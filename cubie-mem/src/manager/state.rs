@@ -1,6 +1,7 @@
 //! The manager's state and the rules that keep it consistent: registering,
-//! deregistering, caps, and owners' idleness (releasing and counting are in
-//! `accounting`).
+//! deregistering, moving between stream groups, caps, and owners'
+//! idleness (releasing and counting are in `accounting`), with the lists
+//! serving a batch reuses ([`Scratch`]).
 //!
 //! Every method here runs under the manager's lock and never calls user code
 //! or waits on a handle; failing methods change nothing.
@@ -10,11 +11,11 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use super::batch::Queued;
-use super::held::HeldArrays;
-use super::labels::Labels;
-use super::scratch::Scratch;
+use super::batch::{PlacedRequest, Placement, Queued, Receiver};
+use super::decide::Comparison;
+use super::held::{HeldArrays, Labels};
 use crate::array::ReleaseReason;
+use crate::backend::Backend;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, Named, OwnerId};
 use crate::pools::{ShareWarning, Shares};
@@ -26,14 +27,21 @@ use crate::{MemError, MemoryKind, Registration};
 
 /// One registered instance.
 pub(crate) struct InstanceState {
+    /// Its owner.
     pub(crate) owner: OwnerId,
+    /// The name it registered with.
     pub(crate) name: Option<Arc<str>>,
     /// The arrays held, by label.
     pub(crate) allocations: HeldArrays,
+    /// The request set waiting for `allocate_queue`.
     pub(crate) queued: Option<Queued>,
+    /// Called when its arrays are evicted or invalidated.
     pub(crate) on_invalidate: Option<InvalidateHook>,
+    /// Called with its response when a batch is served.
     pub(crate) on_ready: Option<ReadyHook>,
+    /// Its own spill settings.
     pub(crate) spill: SpillSettings,
+    /// Its usage counters.
     pub(crate) usage: UsageStats,
 }
 
@@ -64,14 +72,18 @@ pub(crate) struct OwnerState {
     pub(crate) name: Option<Arc<str>>,
     /// Live [`Owner`](crate::Owner) handles.
     pub(crate) handles: usize,
+    /// Live [`Work`](crate::Work) handles.
     pub(crate) busy: usize,
+    /// When it last began work, on the usage clock.
     pub(crate) last_used: u64,
     /// The newest completion event per stream.
     pub(crate) pending: Vec<(u64, Event)>,
+    /// The spill settings its registrations inherit.
     pub(crate) spill: SpillSettings,
 }
 
 impl OwnerState {
+    /// An owner with no registrations yet and `handles` live handles.
     fn new(name: Option<Arc<str>>, handles: usize, spill: SpillSettings) -> Self {
         OwnerState {
             instances: BTreeSet::new(),
@@ -85,18 +97,59 @@ impl OwnerState {
     }
 }
 
+/// Lists that serving a batch fills and empties again, kept between calls
+/// (empty, with their room) so that a batch of many instances does not ask
+/// the allocator for large ones each time.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// The held buffers compared with their requests.
+    pub(super) held: Vec<Comparison>,
+    /// The placed requests.
+    pub(super) requests: Vec<PlacedRequest>,
+    /// The placements.
+    pub(super) placements: Vec<Placement>,
+    /// The receivers of the responses.
+    pub(super) receivers: Vec<Receiver>,
+    /// The participants.
+    pub(super) participants: Vec<InstanceId>,
+    /// The queued sets taken.
+    pub(super) taken: Vec<(InstanceId, Queued)>,
+}
+
+impl Scratch {
+    /// Keeps a batch's lists of participants and of the sets it took (both
+    /// emptied) for the next call.
+    pub(super) fn keep_batch_lists(
+        &mut self,
+        mut participants: Vec<InstanceId>,
+        mut taken: Vec<(InstanceId, Queued)>,
+    ) {
+        participants.clear();
+        taken.clear();
+        self.participants = participants;
+        self.taken = taken;
+    }
+}
+
 /// Everything the manager knows, behind its one mutex.
 pub(crate) struct State {
+    /// Whether the groups' caps bind.
     pub(crate) limit_mode: LimitMode,
+    /// The VRAM shares.
     pub(crate) shares: Shares,
+    /// The stream groups.
     pub(crate) groups: StreamGroups,
+    /// The registered instances.
     pub(crate) instances: FxHashMap<InstanceId, InstanceState>,
+    /// The eviction units.
     pub(crate) owners: FxHashMap<OwnerId, OwnerState>,
     /// The usage clock `begin_work` stamps owners with.
     pub(crate) clock: u64,
     /// The order of the next queued request set.
     pub(crate) queue_order: u64,
+    /// The manager's usage counters.
     pub(crate) total_usage: UsageStats,
+    /// Each stream group's usage counters.
     pub(crate) group_usage: FxHashMap<Arc<str>, UsageStats>,
     /// Lists serving a batch reuses.
     pub(crate) scratch: Scratch,
@@ -105,6 +158,7 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// An empty state in `limit_mode`.
     pub(crate) fn new(limit_mode: LimitMode) -> Self {
         State {
             limit_mode,
@@ -241,6 +295,58 @@ impl State {
         self.drop_owner_if_unused(instance.owner);
     }
 
+    /// Moves `id` and the other members of its owner in its group to
+    /// `group`: their queued sets go with them, the owner's remembered
+    /// partition too, and their arrays are ordered on the new group's
+    /// stream (created before anything moves, so a failure changes
+    /// nothing).
+    pub(crate) fn change_group(
+        &mut self,
+        id: InstanceId,
+        group: &str,
+        backend: &Arc<dyn Backend>,
+    ) -> Result<(), MemError> {
+        let old = self.group_of(id)?;
+        if &*old == group {
+            return Ok(());
+        }
+        let owner = self.instance(id)?.owner;
+        let (members, partition) = match self.groups.get(&old) {
+            Some(g) => (
+                g.members_of(owner).collect::<Vec<_>>(),
+                g.partitions.get(&owner).copied(),
+            ),
+            None => (vec![id], None),
+        };
+        let needs_stream = members.iter().any(|member| {
+            self.instances
+                .get(member)
+                .is_some_and(|i| !i.allocations.is_empty())
+        });
+        // The first move creates the group's stream if need be: the only
+        // step that can fail, before anything moved; the others reuse it.
+        for member in members {
+            let stream = self
+                .groups
+                .move_to(member, owner, group, needs_stream, backend)?;
+            let instance = self.instance(member)?;
+            if let Some(stream) = &stream {
+                instance
+                    .allocations
+                    .slots()
+                    .for_each(|slot| slot.set_stream(stream));
+            }
+            let usage = instance.usage;
+            let new = self.group_of(member)?;
+            self.update_group_usage(&old, |u| u.transfer_current(&usage));
+            self.update_group_usage(&new, |u| u.receive_current(&usage));
+        }
+        if let (Some(partition), Some(g)) = (partition, self.groups.get_mut(group)) {
+            g.partitions.insert(owner, partition);
+        }
+        Ok(())
+    }
+
     /// Forgets `owner` once nothing refers to it: no registrations, no
     /// handles, no work in flight.
     pub(crate) fn drop_owner_if_unused(&mut self, owner: OwnerId) {
@@ -314,8 +420,6 @@ impl State {
 mod tests {
     use super::*;
     use crate::{RequestSet, SimBackend};
-
-    use crate::backend::Backend;
 
     fn backend() -> Arc<dyn Backend> {
         Arc::new(SimBackend::new(1 << 20))

@@ -3,6 +3,7 @@
 //! bytes the caps see again) checked directly, so that a changed
 //! comparison or a figure lost on the way fails a test of its own.
 
+use super::super::batch::PlacedRequest;
 use super::tests::{batch, held, idle, planned, snapshot, state};
 use super::*;
 use crate::ids::InstanceId;

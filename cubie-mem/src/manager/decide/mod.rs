@@ -3,7 +3,7 @@
 //! functions that call no backend and change no state. [`decide`] says
 //! who is evicted, the plan, each placement (kept, reused or new memory)
 //! and whether the arrays new memory replaces are freed first; the
-//! caller (`allocate`, `evict`, `place`, `commit`) applies it.
+//! caller (`serve`, `apply`, `commit`) applies it.
 //!
 //! Eviction belongs to a batch that will succeed: planned as it would be
 //! after it, the batch must fit (granule, caps and reserve included), else
@@ -25,9 +25,7 @@ mod tests;
 mod victims;
 
 pub(in crate::manager) use placement::{Choice, Placements, Replaced, device_footprint, sets_of};
-pub(in crate::manager) use snapshot::{
-    Candidate, Comparison, GroupCaps, Held, PlacedRequest, Snapshot,
-};
+pub(in crate::manager) use snapshot::{Candidate, Comparison, GroupCaps, Held, Snapshot};
 pub(in crate::manager) use victims::{Victims, choose_victims};
 
 pub(in crate::manager) use placement::FreeFirst;

@@ -4,6 +4,7 @@
 
 use proptest::prelude::*;
 
+use super::super::batch::PlacedRequest;
 use super::tests::{batch, snapshot, state};
 use super::*;
 use crate::{ArrayRequest, MemoryKind};

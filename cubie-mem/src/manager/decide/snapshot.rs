@@ -10,9 +10,8 @@
 //! ([`Comparison::compare`]). Everything after works on these figures
 //! alone.
 
-use super::super::batch::Batch;
-use super::super::freed::Freed;
-use super::super::held::HeldBuffer;
+use super::super::batch::{Batch, PlacedRequest};
+use super::super::held::{Freed, HeldBuffer};
 use crate::ids::OwnerId;
 use crate::plan::{BatchSizes, Budget};
 use crate::{ArrayRequest, MemoryKind};
@@ -138,15 +137,6 @@ pub(in crate::manager) struct Held {
     pub(in crate::manager) buffers: Vec<Comparison>,
     /// Per request, in order: how many of `buffers` it has.
     pub(in crate::manager) requests: Vec<PlacedRequest>,
-}
-
-/// One request of a batch as its buffers are placed.
-pub(in crate::manager) struct PlacedRequest {
-    /// How many buffer sets it held before.
-    pub(in crate::manager) held: usize,
-    /// Where its participant's list of held arrays has them (when it held
-    /// any): found once, read again by placing and committing.
-    pub(in crate::manager) entry: usize,
 }
 
 /// A held buffer compared with its request when the batch looks it up

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
-use super::super::batch::{Batch, Queued};
-use super::super::freed::Freed;
+use super::super::batch::{Batch, PlacedRequest, Queued};
+use super::super::held::Freed;
 use super::*;
 use crate::ids::{InstanceId, OwnerId};
 use crate::plan::SetSizes;

@@ -3,7 +3,7 @@
 //! order), whole owners at a time, until what they free covers the bytes
 //! the batch lacks.
 
-use super::super::freed::Freed;
+use super::super::held::Freed;
 use super::snapshot::Candidate;
 use crate::ids::OwnerId;
 

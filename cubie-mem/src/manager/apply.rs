@@ -1,14 +1,18 @@
-//! Placing a planned batch as decided ([`super::decide::Placements`]):
-//! the replaced arrays freed first where the device cannot hold both, and
-//! the new memory allocated, all or nothing.
+//! Applying a decision, the step of `allocate_queue` that may fail:
+//! evicting the owners it chose ([`Inner::evict`]), then placing the
+//! batch ([`Inner::place`]): the replaced arrays freed first where the
+//! device cannot hold both, and the new memory allocated, all or nothing.
+//! A refused allocation's error is filled with the manager's figures
+//! ([`Inner::explain_failure`]), and a failed call forgets the arrays it
+//! freed first ([`forget_released`]).
 
 use std::sync::Arc;
 
 use super::Inner;
-use super::batch::Batch;
-use super::decide::{Choice, FreeFirst, Placements, Replaced, Room};
-use super::held::HeldBuffer;
-use super::placed::Placement;
+use super::batch::{Batch, Placement};
+use super::decide::{Choice, Eviction, FreeFirst, Placements, Replaced, Room};
+use super::held::{Freed, HeldBuffer};
+use super::hooks::Hooks;
 use super::state::State;
 use crate::array::ReleaseReason;
 use crate::array::slot::Slot;
@@ -25,6 +29,59 @@ fn slot_of<'s>(s: &'s State, old: &Replaced<'_>) -> Option<&'s Arc<Slot>> {
 }
 
 impl Inner {
+    /// Evicts the owners `eviction` chose for `protected`'s batch:
+    /// schedules every evicted registration's invalidate hook and returns
+    /// the bytes the batch can count (bytes an access still holds are
+    /// freed later and not counted).
+    pub(super) fn evict(
+        &self,
+        s: &mut State,
+        eviction: &Eviction,
+        protected: OwnerId,
+        hooks: &mut Hooks,
+    ) -> u64 {
+        let mut released = Freed::default();
+        for &owner in &eviction.victims.owners {
+            let instances = s
+                .owners
+                .get(&owner)
+                .map(|o| o.instances.clone())
+                .unwrap_or_default();
+            let mut freed = Freed::default();
+            for id in instances {
+                freed = freed.plus(s.release_all(id, ReleaseReason::Evicted));
+                if let Some(hook) = s.instances.get(&id).and_then(|i| i.on_invalidate.clone()) {
+                    hooks.invalidate(s.named(id), hook);
+                }
+            }
+            released = released.plus(freed);
+            tracing::info!(
+                owner = %s.named_owner(owner),
+                for_owner = %s.named_owner(protected),
+                freed_device = %Bytes(freed.device),
+                freed_pinned = %Bytes(freed.pinned),
+                needed = %Bytes(eviction.needed),
+                "evicted an idle owner (no work in flight, least recently used first) to make room \
+                 for a batch that does not fit the free memory"
+            );
+        }
+        released.credit(eviction.pinned_requested)
+    }
+
+    /// Device bytes held by idle owners other than `protected` (the
+    /// requester's, never evicted for its own batch): what eviction could
+    /// release for a device allocation, for out-of-memory messages.
+    fn idle_bytes(&self, s: &mut State, protected: OwnerId) -> u64 {
+        let owners: Vec<OwnerId> = s.owners.keys().copied().collect();
+        owners.into_iter().fold(0u64, |idle, owner| {
+            if owner != protected && s.owner_idle(owner) {
+                idle.saturating_add(s.owner_held(owner).device)
+            } else {
+                idle
+            }
+        })
+    }
+
     /// Applies the decided `placements` of `batch` under `plan`: frees the
     /// replaced device arrays first where `room` says so (decided now with
     /// the free memory measured again when it went stale), and allocates
@@ -159,6 +216,36 @@ impl Inner {
         )
         .map(Placement::Fresh)
         .map_err(|error| self.explain_failure(s, error, &label, bytes, plan, free_before, owner))
+    }
+
+    /// Fills an out-of-memory error with the label, the idle bytes this
+    /// manager holds and the limit that applied.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn explain_failure(
+        &self,
+        s: &mut State,
+        error: MemError,
+        label: &str,
+        bytes: u64,
+        plan: &ChunkPlan,
+        free_before: u64,
+        requester: OwnerId,
+    ) -> MemError {
+        match error {
+            MemError::OutOfMemory { free, .. } => MemError::OutOfMemory {
+                label: label.to_owned(),
+                requested: Bytes(bytes),
+                free: if free.0 == 0 {
+                    Bytes(free_before)
+                } else {
+                    free
+                },
+                idle_held: Bytes(self.idle_bytes(s, requester)),
+                limit: Bytes(plan.allocatable.saturating_add(plan.withheld)),
+                report: None,
+            },
+            other => other,
+        }
     }
 }
 

@@ -1,38 +1,50 @@
-//! `allocate_queue`: taking the owner's queued sets, evicting idle owners
-//! under physical pressure, planning, allocating all or nothing, and
-//! committing.
+//! Serving the queue: one `allocate_queue` call takes the owner's queued
+//! sets, evicts idle owners under physical pressure, plans, allocates all
+//! or nothing, and commits.
 //!
 //! The call runs in two steps under the manager's lock. [`Inner::prepare`]
 //! reads the figures into a snapshot ([`Inner::snapshot`], in `gather`),
 //! lets the pure [`decide`] say who is evicted, the plan and each
-//! placement, and applies that (evicting, then placing). It may fail and then changes nothing: it
-//! evicts idle owners only for a batch that the planner says fits once
-//! they are gone (granule, caps and reserve included), and allocates only
-//! new memory, beside the arrays the participants hold. Only an allocation
-//! the device then refuses (a fault, another process taking the memory)
-//! fails after an eviction, whose hooks are delivered all the same.
-//! [`Inner::commit`] cannot fail: it retires replaced arrays, hands reused
-//! buffers to their new arrays and builds the responses.
+//! placement, and applies that (`apply`: evicting, then placing). It may
+//! fail and then changes nothing: it evicts idle owners only for a batch
+//! that the planner says fits once they are gone (granule, caps and
+//! reserve included), and allocates only new memory, beside the arrays
+//! the participants hold. Only an allocation the device then refuses (a
+//! fault, another process taking the memory) fails after an eviction,
+//! whose hooks are delivered all the same. [`Inner::commit`] cannot fail:
+//! it retires replaced arrays, hands reused buffers to their new arrays
+//! and builds the responses.
 //!
 //! A chunkable array has a buffer in each of the plan's buffer sets, an
 //! unchunkable one a single buffer; arrays are matched with what the
 //! participant holds by (label, set).
+//!
+//! A call serves only the trigger's owner. A holder registered without
+//! `.owner(&solver)` is an owner of its own: an `allocate_queue` of the
+//! solver never serves it, and its ready hook never fires. That is not an
+//! error (the holder's own `allocate_queue` serves it, and two owners of
+//! one group may queue and allocate in turn), so the manager warns once
+//! per queued set the first time a call in its group passes it over
+//! ([`note_passed_over`]), warns when an instance is dropped with requests
+//! never served, and lists what waits in
+//! [`MemoryReport::pending`](crate::report::MemoryReport::pending).
 
 use super::Inner;
-use super::batch::Batch;
+use super::apply::forget_released;
+use super::batch::{Batch, Placed};
 use super::decide::{Held, Planned, decide, finish};
 use super::hooks::Hooks;
-use super::place::forget_released;
-use super::placed::Placed;
 use super::report::Attempt;
 use super::state::State;
 use crate::ChunkPlan;
-use crate::ids::InstanceId;
+use crate::ids::{InstanceId, OwnerId};
 use crate::{ArrayResponse, Bytes, MemError};
 
 /// What a call produced: hooks to run (always), and the trigger's response.
 pub(crate) struct Outcome {
+    /// The hooks to run once the lock is released.
     pub(crate) hooks: Hooks,
+    /// The trigger's response, or the call's error.
     pub(crate) result: Result<ArrayResponse, MemError>,
 }
 
@@ -47,6 +59,8 @@ impl Inner {
         Outcome { hooks, result }
     }
 
+    /// Takes the batch, prepares and commits it; on failure puts the
+    /// sets back in the queue.
     fn serve(
         &self,
         s: &mut State,
@@ -62,7 +76,7 @@ impl Inner {
         if let Some(g) = s.groups.get(&group) {
             participants.extend(g.members_of(owner));
         }
-        super::pending::note_passed_over(s, &group, owner, trigger);
+        note_passed_over(s, &group, owner, trigger);
         let mut taken = std::mem::take(&mut s.scratch.taken);
         taken.clear();
         taken.extend(
@@ -195,5 +209,54 @@ impl<T: std::fmt::Display> std::fmt::Display for OrNone<T> {
             Some(value) => value.fmt(f),
             None => f.write_str("none"),
         }
+    }
+}
+
+/// Counts a call of `trigger` (of `owner`, in `group`) against the sets
+/// other owners queued in the group, and warns about each the first time
+/// it is passed over.
+fn note_passed_over(s: &mut State, group: &str, owner: OwnerId, trigger: InstanceId) {
+    // A group of one owner has no one else to pass over.
+    if s.groups.get(group).is_none_or(|g| g.only_of(owner)) {
+        return;
+    }
+    let waiting: Vec<InstanceId> = s
+        .groups
+        .get(group)
+        .map(|g| {
+            g.members()
+                .filter(|id| {
+                    s.instances
+                        .get(id)
+                        .is_some_and(|i| i.owner != owner && i.queued.is_some())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    for id in waiting {
+        let Some(queued) = s.instances.get_mut(&id).and_then(|i| i.queued.as_mut()) else {
+            continue;
+        };
+        queued.passed_over = queued.passed_over.saturating_add(1);
+        if queued.passed_over > 1 {
+            continue;
+        }
+        let labels: Vec<&str> = queued.set.labels().collect();
+        let labels = labels.join(", ");
+        let waiting_owner = s.instances.get(&id).map(|i| i.owner).unwrap_or(owner);
+        tracing::warn!(
+            instance = %s.named(id),
+            group,
+            labels,
+            "{} queued [{labels}] in stream group '{group}', and allocate_queue of {} served its owner {} \
+             without it: only allocate_queue of an instance of {} serves it, and its ready hook fires \
+             then; register it with .owner(..) of {} to be served with it \
+             (MemoryManager::memory_report().pending lists what waits)",
+            s.named(id),
+            s.named(trigger),
+            s.named_owner(owner),
+            s.named_owner(waiting_owner),
+            s.named(trigger),
+        );
     }
 }
