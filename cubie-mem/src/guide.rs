@@ -4,6 +4,9 @@
 //! their code blocks run as the crate's doctests (the `cuda` and `interop`
 //! pages with the feature `cuda`).
 
+#[doc = include_str!("../docs/first-solver.md")]
+pub mod first_solver {}
+
 #[doc = include_str!("../docs/glossary.md")]
 pub mod glossary {}
 
