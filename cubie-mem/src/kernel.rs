@@ -193,6 +193,8 @@ impl<'a> HostKernel<'a> {
             .map(|(slot, _)| slot.memory())
             .collect::<Result<Vec<_>, _>>()?;
         let mut launch_args = Vec::with_capacity(memories.len());
+        // The label of each launch argument, for the initcheck's error.
+        let mut arg_labels = Vec::with_capacity(memories.len());
         // The thread's current stream, else that of the first device array.
         let mut stream = first.current_stream();
         let mut pinned = Vec::new();
@@ -206,6 +208,7 @@ impl<'a> HostKernel<'a> {
                         bytes: slot.bytes(),
                         access: *access,
                     });
+                    arg_labels.push(slot.label());
                 }
                 // Held for the launch; the host kernel runs on it in place.
                 Memory::Pinned(block) => pinned.push(block.write()),
@@ -291,6 +294,27 @@ impl<'a> HostKernel<'a> {
                     kernel: self.name.clone(),
                     reason: format!("refused, nothing ran: {error}"),
                 });
+            }
+            // The initcheck: the array read is named by its label.
+            Err(crate::backend::BackendError::UnwrittenRead {
+                ptr,
+                read,
+                first_unwritten,
+                unwritten,
+                ..
+            }) => {
+                let label = launch_args
+                    .iter()
+                    .zip(&arg_labels)
+                    .find_map(|(arg, label)| (arg.ptr == ptr).then_some(label))
+                    .map_or_else(|| ptr.to_string(), |label| label.to_string());
+                return Err(MemError::UnwrittenRead(crate::UnwrittenRead {
+                    kernel: self.name.clone(),
+                    label,
+                    read,
+                    first_unwritten,
+                    unwritten,
+                }));
             }
             launched => launched.for_array(backend, first.label())?,
         }

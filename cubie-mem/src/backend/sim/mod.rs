@@ -2,7 +2,7 @@
 //! without a GPU.
 //!
 //! It is a strict model of a CUDA GPU: poisoned fresh memory ([`memory`]),
-//! a modelled clock with four engines ([`clock`]), and stream hazards
+//! kernels' reads of it refused (the initcheck), a modelled clock with four engines ([`clock`]), and stream hazards
 //! refused ([`order`], [`pinned`]). The guide page
 //! [device model](crate::guide::device_model) describes it.
 
@@ -75,6 +75,8 @@ struct SimState {
     copiers: Vec<Weak<Mutex<SimState>>>,
     /// A misuse found outside a call, reported by the next call.
     deferred: Option<BackendError>,
+    /// Whether a kernel's read of never-written bytes is refused.
+    initcheck: bool,
 }
 
 impl SimBackend {
@@ -122,6 +124,7 @@ impl SimBackend {
                 pinned_blocks: PageLockedRanges::default(),
                 copiers: Vec::new(),
                 deferred: None,
+                initcheck: true,
             })),
         }
     }
@@ -203,6 +206,17 @@ impl SimBackend {
     /// kernel declared at 10 µs takes 5 µs at 200.
     pub fn with_compute_speed(self, percent: u32) -> Self {
         self.state().clock.set_compute_speed(percent);
+        self
+    }
+
+    /// Turns the initcheck on (the default) or off: on, a kernel launch
+    /// that declares it reads (`Access::Read` or `Access::ReadWrite`) bytes
+    /// that nothing wrote is refused
+    /// ([`BackendError::UnwrittenRead`](super::BackendError::UnwrittenRead)),
+    /// as compute-sanitizer's initcheck would; off, the kernel reads
+    /// [`POISON`](Self::POISON) there, for code that does so on purpose.
+    pub fn with_initcheck(self, on: bool) -> Self {
+        self.state().initcheck = on;
         self
     }
 
