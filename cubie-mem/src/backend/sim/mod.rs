@@ -445,6 +445,8 @@ impl SimState {
 }
 
 #[cfg(test)]
+mod initcheck_tests;
+#[cfg(test)]
 mod strict_tests;
 #[cfg(test)]
 mod strided_tests;
