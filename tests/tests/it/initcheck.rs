@@ -12,7 +12,6 @@ use cubie_mem::{
     Registration, SimBackend, UnwrittenRead,
 };
 
-const RUNS: usize = 8;
 const CHUNK: usize = 2;
 const TABLE: usize = 16;
 
@@ -28,11 +27,12 @@ fn table() -> Vec<f64> {
     (0..TABLE).map(|i| i as f64 + 1.0).collect()
 }
 
-/// `y = x * table[run % TABLE]` over a batch of `RUNS` in two buffer sets,
+/// `y = x * table[run % TABLE]` over a batch of `runs` in two buffer sets,
 /// of which `prepare` uploads (or not) the tables. Returns the outcome and
 /// the host outputs.
 fn scale_batch(
     sim: SimBackend,
+    runs: usize,
     prepare: impl Fn(&[Set]) -> Result<(), MemError>,
 ) -> Result<(Result<(), BatchError>, Vec<f64>), MemError> {
     let mgr = common::manager_on(sim);
@@ -57,11 +57,11 @@ fn scale_batch(
         })
         .collect::<Result<Vec<_>, MemError>>()?;
     prepare(&sets)?;
-    let input: Vec<f64> = (0..RUNS).map(|i| i as f64).collect();
+    let input: Vec<f64> = (0..runs).map(|i| i as f64).collect();
     let kind = HostMemoryKind::Pageable;
-    let host_x = mgr.create_host_array([RUNS], kind, Some(&input), &solver)?;
-    let mut host_y = mgr.create_host_array::<f64>([RUNS], kind, None, &solver)?;
-    let plan = ChunkPlan::new(RUNS, RUNS / CHUNK, CHUNK)?;
+    let host_x = mgr.create_host_array([runs], kind, Some(&input), &solver)?;
+    let mut host_y = mgr.create_host_array::<f64>([runs], kind, None, &solver)?;
+    let plan = ChunkPlan::new(runs, runs.div_ceil(CHUNK), CHUNK)?;
     let streamer = mgr.chunk_streamer(&solver, &plan)?;
     let outcome = streamer
         .pipeline_sets(&sets)
@@ -100,7 +100,7 @@ fn never_uploaded() -> UnwrittenRead {
 fn a_shared_table_never_uploaded_is_refused_naming_kernel_array_and_chunk() {
     // The mistake: only the first buffer set's table is uploaded, so chunk
     // 0 (set 0) computes and chunk 1 (set 1) reads a table nothing wrote.
-    let (outcome, host_y) = scale_batch(SimBackend::new(1 << 30), |sets| {
+    let (outcome, host_y) = scale_batch(SimBackend::new(1 << 30), 8, |sets| {
         sets[0].table.copy_from_host(&table())
     })
     .unwrap();
@@ -129,7 +129,7 @@ fn a_shared_table_never_uploaded_is_refused_naming_kernel_array_and_chunk() {
 
 #[test]
 fn a_table_uploaded_in_part_is_refused_from_its_first_unwritten_byte() {
-    let (outcome, _) = scale_batch(SimBackend::new(1 << 30), |sets| {
+    let (outcome, _) = scale_batch(SimBackend::new(1 << 30), 8, |sets| {
         sets[0].table.copy_from_host(&table())?;
         sets[1].table.copy_from_host_at(0, &table()[..4])
     })
@@ -146,20 +146,33 @@ fn a_table_uploaded_in_part_is_refused_from_its_first_unwritten_byte() {
 
 #[test]
 fn the_fix_uploading_every_sets_table_runs_the_batch() {
-    let (outcome, host_y) = scale_batch(SimBackend::new(1 << 30), |sets| {
+    let (outcome, host_y) = scale_batch(SimBackend::new(1 << 30), 8, |sets| {
         sets.iter()
             .try_for_each(|set| set.table.copy_from_host(&table()))
     })
     .unwrap();
     outcome.unwrap();
-    let expected: Vec<f64> = (0..RUNS).map(|i| i as f64 * (i as f64 + 1.0)).collect();
+    let expected: Vec<f64> = (0..8).map(|i| i as f64 * (i as f64 + 1.0)).collect();
     assert_eq!(host_y, expected);
+}
+
+#[test]
+fn the_padding_past_a_short_last_chunk_is_not_a_never_written_read() {
+    // 3 runs in chunks of 2: chunk 1, the first in set 1, holds one run, and
+    // the kernel reads all of x (the pipeline's padding past the run).
+    let (outcome, host_y) = scale_batch(SimBackend::new(1 << 30), 3, |sets| {
+        sets.iter()
+            .try_for_each(|set| set.table.copy_from_host(&table()))
+    })
+    .unwrap();
+    outcome.unwrap();
+    assert_eq!(host_y, [0.0, 2.0, 6.0]);
 }
 
 #[test]
 fn with_the_initcheck_off_the_kernel_reads_poison() {
     let sim = SimBackend::new(1 << 30).with_initcheck(false);
-    let (outcome, host_y) = scale_batch(sim, |_| Ok(())).unwrap();
+    let (outcome, host_y) = scale_batch(sim, 8, |_| Ok(())).unwrap();
     outcome.unwrap();
     assert!(host_y.iter().all(|y| y.is_nan()), "poison: {host_y:?}");
 }
