@@ -122,7 +122,9 @@ impl<'a> HostKernel<'a> {
         self
     }
 
-    /// The kernel reads `array` (a device or a pinned array).
+    /// The kernel reads `array` (a device or a pinned array). The simulated
+    /// device refuses the launch while bytes of a device array it reads were
+    /// never written ([`MemError::UnwrittenRead`], its initcheck).
     pub fn reads(self, array: &'a impl KernelArray) -> Self {
         self.arg(array, Access::Read)
     }
@@ -132,7 +134,10 @@ impl<'a> HostKernel<'a> {
         self.arg(array, Access::Write)
     }
 
-    /// The kernel reads and writes `array`.
+    /// The kernel reads and writes `array`: as for [`reads`](Self::reads),
+    /// the simulated device refuses the launch while bytes of it were never
+    /// written ([`MemError::UnwrittenRead`]); declare a kernel that only
+    /// overwrites it with [`writes`](Self::writes).
     pub fn updates(self, array: &'a impl KernelArray) -> Self {
         self.arg(array, Access::ReadWrite)
     }
@@ -349,7 +354,9 @@ struct Entry<'k> {
 
 /// The arrays of a running [`HostKernel`]: each can be borrowed once, as
 /// its declared access allows. Memory never written reads as the device's
-/// poison (NaN for floats), as fresh GPU memory would.
+/// poison (NaN for floats), as fresh GPU memory would, where the simulated
+/// device lets a kernel read it: past a short chunk's runs, or with its
+/// initcheck off.
 pub struct KernelArgs<'k> {
     kernel: &'k str,
     entries: Vec<Entry<'k>>,

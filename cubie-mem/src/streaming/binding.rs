@@ -338,7 +338,8 @@ impl<'p> Binding<'p> {
     ) -> Result<(), MemError> {
         self.upload_runs(chunk, set, stream)?;
         if self.direction.uploads()
-            && let (Some(slot), Ok(Memory::Device(device))) = (self.slots.get(set), self.device(set))
+            && let (Some(slot), Ok(Memory::Device(device))) =
+                (self.slots.get(set), self.device(set))
             && let Some(sim) = slot
                 .backend()
                 .as_any()

@@ -124,7 +124,10 @@ fn a_shared_table_never_uploaded_is_refused_naming_kernel_array_and_chunk() {
     }
     // As one MemError, the batch's failure names the chunk too.
     let batch = MemError::from(failure).to_string();
-    assert!(batch.starts_with("chunk 1 of the batch failed: kernel 'scale'"), "{batch}");
+    assert!(
+        batch.starts_with("chunk 1 of the batch failed: kernel 'scale'"),
+        "{batch}"
+    );
 }
 
 #[test]

@@ -7,8 +7,8 @@ use super::pinned::SimPinnedBlock;
 use super::{NAME, SimBackend, SimState};
 use crate::Bytes;
 use crate::backend::{
-    Backend, BackendError, DevicePtr, EngineRates, HostWork, KernelArg, KernelBody, KernelLaunch, MemInfo,
-    MemorySpace, PinnedBlock, PoolUsage, Stream, byte_range,
+    Backend, BackendError, DevicePtr, EngineRates, HostWork, KernelArg, KernelBody, KernelLaunch,
+    MemInfo, MemorySpace, PinnedBlock, PoolUsage, Stream, byte_range,
 };
 use crate::timeline::Activity;
 

@@ -53,7 +53,13 @@ fn a_read_of_never_written_bytes_is_refused_with_the_first_range_and_the_count()
         "16..32 and 40..64 never written"
     );
     let message = error.to_string();
-    for figure in ["'table lookup'", "16..32", "40 B", "64 B", "with_initcheck(false)"] {
+    for figure in [
+        "'table lookup'",
+        "16..32",
+        "40 B",
+        "64 B",
+        "with_initcheck(false)",
+    ] {
         assert!(message.contains(figure), "{figure} missing: {message}");
     }
     assert!(!ran, "the body did not run");
@@ -113,7 +119,13 @@ fn memory_back_from_the_pool_counts_as_never_written() {
     let mut ran = false;
     let error = launch(&sim, &*stream, &[arg(again, 16, Access::Read)], &mut ran);
     assert!(
-        matches!(error, Err(BackendError::UnwrittenRead { unwritten: Bytes(16), .. })),
+        matches!(
+            error,
+            Err(BackendError::UnwrittenRead {
+                unwritten: Bytes(16),
+                ..
+            })
+        ),
         "{error:?}"
     );
 }

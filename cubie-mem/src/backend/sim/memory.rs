@@ -243,7 +243,11 @@ mod tests {
         b.write("test", 8, &[1; 2]).unwrap();
         assert_eq!(b.unwritten(16), Some((4..8, 10)), "4..8 and 10..16");
         assert_eq!(b.unwritten(4), None, "only the first 4 bytes asked");
-        assert_eq!(b.unwritten(u64::MAX), Some((4..8, 10)), "clamped to the block");
+        assert_eq!(
+            b.unwritten(u64::MAX),
+            Some((4..8, 10)),
+            "clamped to the block"
+        );
         b.bytes_mut(16);
         assert_eq!(b.unwritten(16), None, "a kernel's bytes count as written");
     }
