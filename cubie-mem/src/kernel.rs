@@ -122,7 +122,9 @@ impl<'a> HostKernel<'a> {
         self
     }
 
-    /// The kernel reads `array` (a device or a pinned array).
+    /// The kernel reads `array` (a device or a pinned array). The simulated
+    /// device refuses the launch while bytes of a device array it reads were
+    /// never written ([`MemError::UnwrittenRead`], its initcheck).
     pub fn reads(self, array: &'a impl KernelArray) -> Self {
         self.arg(array, Access::Read)
     }
@@ -132,7 +134,10 @@ impl<'a> HostKernel<'a> {
         self.arg(array, Access::Write)
     }
 
-    /// The kernel reads and writes `array`.
+    /// The kernel reads and writes `array`: as for [`reads`](Self::reads),
+    /// the simulated device refuses the launch while bytes of it were never
+    /// written ([`MemError::UnwrittenRead`]); declare a kernel that only
+    /// overwrites it with [`writes`](Self::writes).
     pub fn updates(self, array: &'a impl KernelArray) -> Self {
         self.arg(array, Access::ReadWrite)
     }
@@ -193,6 +198,8 @@ impl<'a> HostKernel<'a> {
             .map(|(slot, _)| slot.memory())
             .collect::<Result<Vec<_>, _>>()?;
         let mut launch_args = Vec::with_capacity(memories.len());
+        // The label of each launch argument, for the initcheck's error.
+        let mut arg_labels = Vec::with_capacity(memories.len());
         // The thread's current stream, else that of the first device array.
         let mut stream = first.current_stream();
         let mut pinned = Vec::new();
@@ -206,6 +213,7 @@ impl<'a> HostKernel<'a> {
                         bytes: slot.bytes(),
                         access: *access,
                     });
+                    arg_labels.push(slot.label());
                 }
                 // Held for the launch; the host kernel runs on it in place.
                 Memory::Pinned(block) => pinned.push(block.write()),
@@ -292,6 +300,27 @@ impl<'a> HostKernel<'a> {
                     reason: format!("refused, nothing ran: {error}"),
                 });
             }
+            // The initcheck: the array read is named by its label.
+            Err(crate::backend::BackendError::UnwrittenRead {
+                ptr,
+                read,
+                first_unwritten,
+                unwritten,
+                ..
+            }) => {
+                let label = launch_args
+                    .iter()
+                    .zip(&arg_labels)
+                    .find_map(|(arg, label)| (arg.ptr == ptr).then_some(label))
+                    .map_or_else(|| ptr.to_string(), |label| label.to_string());
+                return Err(MemError::UnwrittenRead(crate::UnwrittenRead {
+                    kernel: self.name.clone(),
+                    label,
+                    read,
+                    first_unwritten,
+                    unwritten,
+                }));
+            }
             launched => launched.for_array(backend, first.label())?,
         }
         outcome
@@ -325,7 +354,9 @@ struct Entry<'k> {
 
 /// The arrays of a running [`HostKernel`]: each can be borrowed once, as
 /// its declared access allows. Memory never written reads as the device's
-/// poison (NaN for floats), as fresh GPU memory would.
+/// poison (NaN for floats), as fresh GPU memory would, where the simulated
+/// device lets a kernel read it: past a short chunk's runs, or with its
+/// initcheck off.
 pub struct KernelArgs<'k> {
     kernel: &'k str,
     entries: Vec<Entry<'k>>,

@@ -81,7 +81,7 @@ pub use config::{LimitMode, ManagerConfig};
 pub use default::default_memmgr;
 pub use devices::{DevicePortion, DeviceSet, DeviceSetBuffers, DeviceSetReport, Throughput};
 pub use dtype::{DType, Element, Precision};
-pub use error::{ArraySide, MemError, UnchunkableArray, UnchunkableReason};
+pub use error::{ArraySide, MemError, UnchunkableArray, UnchunkableReason, UnwrittenRead};
 pub use host::{
     AnyHostArray, AsyncCopyError, HostArray, HostMemoryKind, PendingCopy, StagingPool, SystemMemory,
 };

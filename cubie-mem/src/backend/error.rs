@@ -185,6 +185,32 @@ pub enum BackendError {
         duration: std::time::Duration,
     },
 
+    /// A kernel declared it reads an allocation (`Access::Read` or
+    /// `Access::ReadWrite`) whose bytes were not all written: the simulated
+    /// device's initcheck, as compute-sanitizer's. Refused before anything
+    /// runs or is timed.
+    #[error(
+        "launch: kernel '{kernel}' reads the allocation at {ptr}, but nothing wrote its bytes \
+         {}..{} ({unwritten} of the {read} it reads never written); they read as poison on the \
+         simulated device and as garbage on a GPU: write them first (a copy, or a kernel that \
+         writes them), declare the argument Access::Write if the kernel does not read it, or turn \
+         the check off with SimBackend::with_initcheck(false)",
+        first_unwritten.start,
+        first_unwritten.end
+    )]
+    UnwrittenRead {
+        /// The kernel's name.
+        kernel: String,
+        /// The allocation read.
+        ptr: DevicePtr,
+        /// The bytes the kernel reads, from the allocation's start.
+        read: Bytes,
+        /// The first range of those bytes never written.
+        first_unwritten: std::ops::Range<u64>,
+        /// How many of those bytes were never written.
+        unwritten: Bytes,
+    },
+
     /// A strided copy's figures do not describe rows that can be copied.
     #[error("{operation}: {rows}: {reason}")]
     BadStride {

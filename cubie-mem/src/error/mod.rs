@@ -8,11 +8,13 @@ mod constructors;
 mod hints;
 mod messages;
 mod unchunkable;
+mod unwritten;
 
 pub use hints::ArraySide;
 use hints::{fit_hint, shape_problem};
 use unchunkable::unchunkable_hint;
 pub use unchunkable::{UnchunkableArray, UnchunkableReason};
+pub use unwritten::UnwrittenRead;
 
 /// Every failure of cubie-mem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -303,6 +305,10 @@ pub enum MemError {
         /// What was wrong, and the fix.
         reason: String,
     },
+
+    /// A kernel declared it reads bytes of an array that nothing wrote.
+    #[error("{0}")]
+    UnwrittenRead(UnwrittenRead),
 
     /// A pipeline binding does not have one device array per buffer set.
     #[error("{}", messages::pipeline_sets(.label, *.bound, *.sets))]

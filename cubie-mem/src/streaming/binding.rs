@@ -324,8 +324,34 @@ impl<'p> Binding<'p> {
         self.output.as_mut().map_or(Ok(()), StagingRing::reserve)
     }
 
-    /// Queues the upload of `chunk` into buffer set `set` on `stream`.
+    /// Queues the upload of `chunk` into buffer set `set` on `stream`. The
+    /// bytes of the set's device array that no upload wrote (past a short
+    /// chunk's runs) are the pipeline's padding: a kernel over the whole
+    /// array reads them and its results there are never downloaded, so on
+    /// the simulated device they read as poison without failing the
+    /// initcheck.
     pub(super) fn upload(
+        &mut self,
+        chunk: &Chunk,
+        set: usize,
+        stream: &OwnedStream,
+    ) -> Result<(), MemError> {
+        self.upload_runs(chunk, set, stream)?;
+        if self.direction.uploads()
+            && let (Some(slot), Ok(Memory::Device(device))) =
+                (self.slots.get(set), self.device(set))
+            && let Some(sim) = slot
+                .backend()
+                .as_any()
+                .and_then(|any| any.downcast_ref::<crate::SimBackend>())
+        {
+            sim.pad(device.ptr(), slot.bytes());
+        }
+        Ok(())
+    }
+
+    /// Queues the copies of `chunk`'s runs into buffer set `set`.
+    fn upload_runs(
         &mut self,
         chunk: &Chunk,
         set: usize,

@@ -49,9 +49,10 @@ fn a_free_after_an_external_guard_waits_for_the_streams_work() {
     let external = mgr.backend().create_stream().unwrap();
     let guard = mgr.bind_stream(Arc::clone(&external)).unwrap();
     let y = allocate_f64(&mgr, &a, "y", runs_request(8, 64));
-    // Queued, not waited for: 5 ms on the device.
+    // Queued, not waited for: 5 ms on the device. It reads nothing (y was
+    // never written): it writes.
     HostKernel::new("touch", Duration::from_millis(5))
-        .updates(&y)
+        .writes(&y)
         .launch(|_| Ok(()))
         .unwrap();
     drop(guard);

@@ -32,6 +32,7 @@ mod host_pipeline;
 mod hostile_inputs;
 mod identity;
 mod idle_eviction;
+mod initcheck;
 mod logging;
 mod ndarray_views;
 mod overlap;

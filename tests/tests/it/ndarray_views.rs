@@ -130,6 +130,7 @@ fn more_runs_than_the_chunk_axis_holds_is_an_error_naming_the_array() {
     let mut response = mgr.allocate_queue_for(&solver).unwrap();
     let state: DeviceArray<f32> = response.take("state").unwrap();
     let weights: DeviceArray<f32> = response.take("weights").unwrap();
+    weights.copy_from_host(&[1.0, 2.0, 3.0]).unwrap();
     let error = HostKernel::new("too wide", Duration::from_micros(1))
         .writes(&state)
         .reads(&weights)

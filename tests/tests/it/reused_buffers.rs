@@ -49,7 +49,7 @@ fn a_small_array_in_a_reused_buffer_is_its_own_size() {
     // A kernel sees the array's ten elements, not the buffer's 200.
     let mut seen = 0;
     HostKernel::new("count", Duration::from_nanos(10))
-        .updates(&x)
+        .writes(&x)
         .launch(|args| {
             let elements = args.write(&x)?;
             seen = elements.len();

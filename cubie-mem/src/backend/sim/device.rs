@@ -7,8 +7,8 @@ use super::pinned::SimPinnedBlock;
 use super::{NAME, SimBackend, SimState};
 use crate::Bytes;
 use crate::backend::{
-    Backend, BackendError, DevicePtr, EngineRates, HostWork, KernelBody, KernelLaunch, MemInfo,
-    MemorySpace, PinnedBlock, PoolUsage, Stream, byte_range,
+    Backend, BackendError, DevicePtr, EngineRates, HostWork, KernelArg, KernelBody, KernelLaunch,
+    MemInfo, MemorySpace, PinnedBlock, PoolUsage, Stream, byte_range,
 };
 use crate::timeline::Activity;
 
@@ -109,6 +109,28 @@ impl SimState {
         };
         self.order.read_device(at, src, range);
         Ok(self.timed_copy(Engine::DeviceToHost, stream, len as u64, pageable))
+    }
+}
+
+impl SimState {
+    /// The initcheck: refuses a launch whose kernel reads bytes never
+    /// written. `updates` (`Access::ReadWrite`) counts as a read, as it
+    /// declares: a kernel that overwrites an array without reading it
+    /// declares `Access::Write`.
+    fn check_written(&mut self, kernel: &str, args: &[KernelArg]) -> Result<(), BackendError> {
+        for arg in args.iter().filter(|arg| arg.access.reads()) {
+            let block = self.block(arg.ptr, "launch")?;
+            if let Some((first_unwritten, unwritten)) = block.unwritten(arg.bytes) {
+                return Err(BackendError::UnwrittenRead {
+                    kernel: kernel.to_owned(),
+                    ptr: arg.ptr,
+                    read: Bytes(arg.bytes),
+                    first_unwritten,
+                    unwritten: Bytes(unwritten),
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -288,6 +310,9 @@ impl Backend for SimBackend {
                     ),
                 });
             }
+        }
+        if s.initcheck {
+            s.check_written(launch.name, launch.args)?;
         }
         // The launch declares the kernel's time at 100% compute speed.
         let duration = s.clock.kernel_duration(duration);

@@ -130,6 +130,17 @@ impl DeviceBlock {
 }
 
 impl DeviceBlock {
+    /// The first never-written range of the first `len` bytes, and how many
+    /// of them were never written; `None` when all were written.
+    pub(super) fn unwritten(&self, len: u64) -> Option<(Range<u64>, u64)> {
+        let gaps = self.written.gaps(0..len.min(self.len));
+        let first = gaps.first()?.clone();
+        let count = gaps
+            .iter()
+            .fold(0u64, |sum, gap| sum.saturating_add(gap.end - gap.start));
+        Some((first, count))
+    }
+
     /// The first `len` bytes, for a kernel to work on in place; bytes never
     /// written are filled with [`POISON`] first.
     pub(super) fn bytes_mut(&mut self, len: u64) -> &mut [u8] {
@@ -222,6 +233,23 @@ mod tests {
         let mut out = [0u8; 8];
         b.read("test", 0, &mut out).unwrap();
         assert_eq!(out, [1, 2, 255, 255, 255, 255, 255, 9]);
+    }
+
+    #[test]
+    fn unwritten_bytes_are_counted_from_the_first_gap() {
+        let mut b = block(16);
+        assert_eq!(b.unwritten(16), Some((0..16, 16)));
+        b.write("test", 0, &[1; 4]).unwrap();
+        b.write("test", 8, &[1; 2]).unwrap();
+        assert_eq!(b.unwritten(16), Some((4..8, 10)), "4..8 and 10..16");
+        assert_eq!(b.unwritten(4), None, "only the first 4 bytes asked");
+        assert_eq!(
+            b.unwritten(u64::MAX),
+            Some((4..8, 10)),
+            "clamped to the block"
+        );
+        b.bytes_mut(16);
+        assert_eq!(b.unwritten(16), None, "a kernel's bytes count as written");
     }
 
     #[test]

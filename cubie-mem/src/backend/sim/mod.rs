@@ -2,7 +2,7 @@
 //! without a GPU.
 //!
 //! It is a strict model of a CUDA GPU: poisoned fresh memory ([`memory`]),
-//! a modelled clock with four engines ([`clock`]), and stream hazards
+//! kernels' reads of it refused (the initcheck), a modelled clock with four engines ([`clock`]), and stream hazards
 //! refused ([`order`], [`pinned`]). The guide page
 //! [device model](crate::guide::device_model) describes it.
 
@@ -75,6 +75,8 @@ struct SimState {
     copiers: Vec<Weak<Mutex<SimState>>>,
     /// A misuse found outside a call, reported by the next call.
     deferred: Option<BackendError>,
+    /// Whether a kernel's read of never-written bytes is refused.
+    initcheck: bool,
 }
 
 impl SimBackend {
@@ -122,6 +124,7 @@ impl SimBackend {
                 pinned_blocks: PageLockedRanges::default(),
                 copiers: Vec::new(),
                 deferred: None,
+                initcheck: true,
             })),
         }
     }
@@ -206,6 +209,17 @@ impl SimBackend {
         self
     }
 
+    /// Turns the initcheck on (the default) or off: on, a kernel launch
+    /// that declares it reads (`Access::Read` or `Access::ReadWrite`) bytes
+    /// that nothing wrote is refused
+    /// ([`BackendError::UnwrittenRead`](super::BackendError::UnwrittenRead)),
+    /// as compute-sanitizer's initcheck would; off, the kernel reads
+    /// [`POISON`](Self::POISON) there, for code that does so on purpose.
+    pub fn with_initcheck(self, on: bool) -> Self {
+        self.state().initcheck = on;
+        self
+    }
+
     /// The host's modelled clock.
     pub fn now(&self) -> Duration {
         Duration::from_nanos(self.state().clock.now_ns())
@@ -255,6 +269,15 @@ impl SimBackend {
     /// Number of live page-locked host blocks, for checking leaks.
     pub fn live_pinned_blocks(&self) -> usize {
         self.state().pinned_blocks.len()
+    }
+
+    /// Marks the never-written bytes among the first `bytes` of the
+    /// allocation at `ptr` as a chunk pipeline's padding: they read as
+    /// poison, and the initcheck counts them as written.
+    pub(crate) fn pad(&self, ptr: DevicePtr, bytes: u64) {
+        if let Some(block) = self.state().allocations.get_mut(&ptr.0) {
+            block.bytes_mut(bytes);
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, SimState> {
@@ -430,6 +453,8 @@ impl SimState {
     }
 }
 
+#[cfg(test)]
+mod initcheck_tests;
 #[cfg(test)]
 mod strict_tests;
 #[cfg(test)]
