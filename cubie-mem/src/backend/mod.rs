@@ -189,6 +189,16 @@ pub trait Backend: Send + Sync + 'static {
         let _ = (work, bytes, lanes);
     }
 
+    /// A chunk pipeline filled the first `bytes` of the allocation at `ptr`:
+    /// the bytes no upload wrote there are padding past a short chunk's
+    /// runs, which a kernel over the whole array may read and whose results
+    /// are never downloaded. A device that refuses reads of never-written
+    /// memory counts them as written; a real device ignores it (the
+    /// default). A decorator forwards it, as it forwards `host_work`.
+    fn mark_padding(&self, ptr: DevicePtr, bytes: u64) {
+        let _ = (ptr, bytes);
+    }
+
     /// How fast the device's engines work, for splitting a batch across
     /// devices ([`plan::split::weights`](crate::plan::split::weights)).
     /// `None` (the default): unknown.

@@ -340,12 +340,8 @@ impl<'p> Binding<'p> {
         if self.direction.uploads()
             && let (Some(slot), Ok(Memory::Device(device))) =
                 (self.slots.get(set), self.device(set))
-            && let Some(sim) = slot
-                .backend()
-                .as_any()
-                .and_then(|any| any.downcast_ref::<crate::SimBackend>())
         {
-            sim.pad(device.ptr(), slot.bytes());
+            slot.backend().mark_padding(device.ptr(), slot.bytes());
         }
         Ok(())
     }

@@ -202,6 +202,9 @@ impl Backend for Logged {
         self.note(format!("launch {} on {}", launch.name, stream.id()));
         self.sim.launch(launch, stream)
     }
+    fn mark_padding(&self, ptr: DevicePtr, bytes: u64) {
+        self.sim.mark_padding(ptr, bytes);
+    }
 }
 
 /// A stream of a [`Logged`] device, logging its copies; the device sees the

@@ -258,6 +258,14 @@ impl Backend for SimBackend {
         }
     }
 
+    /// Counts the never-written bytes among the first `bytes` at `ptr` as
+    /// written: they stay poison, and the initcheck passes them.
+    fn mark_padding(&self, ptr: DevicePtr, bytes: u64) {
+        if let Some(block) = self.state().allocations.get_mut(&ptr.0) {
+            block.bytes_mut(bytes);
+        }
+    }
+
     fn engine_rates(&self) -> Option<EngineRates> {
         Some(self.state().clock.rates())
     }

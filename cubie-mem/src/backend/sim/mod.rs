@@ -271,15 +271,6 @@ impl SimBackend {
         self.state().pinned_blocks.len()
     }
 
-    /// Marks the never-written bytes among the first `bytes` of the
-    /// allocation at `ptr` as a chunk pipeline's padding: they read as
-    /// poison, and the initcheck counts them as written.
-    pub(crate) fn pad(&self, ptr: DevicePtr, bytes: u64) {
-        if let Some(block) = self.state().allocations.get_mut(&ptr.0) {
-            block.bytes_mut(bytes);
-        }
-    }
-
     fn state(&self) -> MutexGuard<'_, SimState> {
         // The state is consistent after every statement, so a panic elsewhere
         // while it was held leaves nothing half-done.
