@@ -76,6 +76,10 @@ fn refused(key: BufferKey) -> Option<&'static str> {
         BufferKey::Precision | BufferKey::Memory => Some(
             "its buffers' element types and memory are declared in its own struct; remove the key here",
         ),
+        BufferKey::Input | BufferKey::Output | BufferKey::Inout | BufferKey::HostMemory => Some(
+            "a part has no host array: mark its buffers in its own struct and give that struct \
+             a host mirror (`#[buffers(host = ..)]`), bound with `|set| &set.part`; remove the key here",
+        ),
         BufferKey::Label => Some(
             "its buffers keep the labels its own struct gives them (unique across the parts); \
              rename them there",
