@@ -7,8 +7,9 @@ use crate::common;
 use std::time::Duration;
 
 use cubie_mem::{
-    BatchError, Chunk, DType, DeviceArray, Element, GpuBuffers, HostArray, HostKernel, HostMemoryKind, MemError,
-    MemoryManager, PinnedArray, Precision,
+    BatchError, Chunk, DType, DeviceArray, DeviceSet, Element, GpuBuffers, HostArray, HostKernel,
+    HostMemoryKind, ManagerConfig, MemError, MemoryManager, PinnedArray, Precision, Registration,
+    SimBackend, Throughput,
 };
 
 /// The sizes the shapes refer to.
@@ -242,4 +243,138 @@ fn a_failed_batch_resumes_with_the_same_one_call_bind() {
     assert_eq!(resumed, (2..chunks).collect::<Vec<_>>());
     assert!(counts.iter().all(|&c| c == 1), "every run computed once");
     check(&host);
+}
+
+/// A composed struct's first part: an input and a counter, with a mirror.
+#[derive(GpuBuffers)]
+#[stream_group("mirror")]
+#[buffers(dims = StepDims, host = InsHost)]
+pub struct Ins<P: Precision> {
+    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs, input)]
+    a: DeviceArray<P>,
+    #[buffer(shape = [n_runs], chunk_axis = 0, inout)]
+    count: DeviceArray<u32>,
+}
+
+/// Its second part: a result with the runs first, with a mirror.
+#[derive(GpuBuffers)]
+#[stream_group("mirror")]
+#[buffers(dims = StepDims, host = OutsHost)]
+pub struct Outs<P: Precision> {
+    #[buffer(shape = [n_runs, n_states], chunk_axis = 0, output)]
+    b: DeviceArray<P>,
+}
+
+/// The two parts, two buffer sets.
+#[derive(GpuBuffers)]
+#[buffers(pipeline_depth = 2)]
+pub struct Both<P: Precision> {
+    #[buffer(part)]
+    ins: Ins<P>,
+    #[buffer(part)]
+    outs: Outs<P>,
+}
+
+/// `b[run][v] = 3 a[v][run]`, `count += 1`.
+fn both(chunk: &Chunk, set: &Both<f64>) -> Result<(), MemError> {
+    let (ins, outs) = (&set.ins, &set.outs);
+    let width = ins.a.shape()[1];
+    HostKernel::new("both", Duration::from_micros(1))
+        .reads(&ins.a)
+        .updates(&ins.count)
+        .writes(&outs.b)
+        .launch(|args| {
+            let a = args.read(&ins.a)?;
+            let count = args.write(&ins.count)?;
+            let b = args.write(&outs.b)?;
+            for run in 0..chunk.len() {
+                for v in 0..N_STATES {
+                    b[run * N_STATES + v] = 3.0 * a[v * width + run];
+                }
+                count[run] += 1;
+            }
+            Ok(())
+        })
+}
+
+/// Fills the parts' inputs.
+fn fill_parts(ins: &mut InsHost<f64>) {
+    for (i, a) in ins.a.as_mut_slice().iter_mut().enumerate() {
+        *a = i as f64 * 0.5 - 7.0;
+    }
+    for (i, count) in ins.count.as_mut_slice().iter_mut().enumerate() {
+        *count = i as u32 * 10;
+    }
+}
+
+/// Checks the parts' mirrors after one pass over every run.
+fn check_parts(ins: &InsHost<f64>, outs: &OutsHost<f64>) {
+    assert_eq!(outs.b.shape(), [RUNS, N_STATES]);
+    let (a, b) = (ins.a.as_slice(), outs.b.as_slice());
+    for run in 0..RUNS {
+        for v in 0..N_STATES {
+            assert_eq!(b[run * N_STATES + v].to_bits(), (3.0 * a[v * RUNS + run]).to_bits());
+        }
+    }
+    for (i, &count) in ins.count.as_slice().iter().enumerate() {
+        assert_eq!(count, i as u32 * 10 + 1, "run {i} computed once");
+    }
+}
+
+#[test]
+fn each_part_of_a_composed_struct_binds_its_own_mirror_in_one_call() {
+    let mgr = manager();
+    let holder = mgr
+        .register(Both::<f64>::registration().on_invalidate(|| {}))
+        .unwrap();
+    let solver = mgr.allocate_buffers::<Both<f64>>(&holder, &dims()).unwrap();
+    assert!(solver.plan().chunks() > 2, "{}", solver.plan());
+    assert_eq!(solver.sets().len(), 2);
+    let mut ins = InsHost::new(&mgr, &dims(), HostMemoryKind::Pinned, &holder).unwrap();
+    let mut outs = OutsHost::new(&mgr, &dims(), HostMemoryKind::Pageable, &holder).unwrap();
+    fill_parts(&mut ins);
+    mgr.chunk_streamer(&holder, solver.plan())
+        .unwrap()
+        .pipeline_sets(solver.sets())
+        .bind(&mut ins, |set| &set.ins)
+        .bind(&mut outs, |set| &set.outs)
+        .run(both)
+        .unwrap();
+    check_parts(&ins, &outs);
+}
+
+#[test]
+fn a_device_set_pipeline_binds_a_mirror_in_one_call() {
+    let set = DeviceSet::simulated(
+        [
+            SimBackend::new(1 << 30).with_free(20_000),
+            SimBackend::new(1 << 30).with_free(40_000),
+        ],
+        ManagerConfig::default().granule(0),
+    );
+    let buffers = set
+        .allocate::<Both<f64>>(
+            RUNS,
+            &Throughput::Equal,
+            |_| Both::<f64>::registration().on_invalidate(|| {}),
+            |n_runs| StepDims {
+                n_states: N_STATES,
+                n_runs,
+            },
+        )
+        .unwrap();
+    let manager = &set.managers()[0];
+    let holder = manager.register(Registration::new()).unwrap();
+    let mut ins = InsHost::new(manager, &dims(), HostMemoryKind::Pageable, &holder).unwrap();
+    let mut outs = OutsHost::new(manager, &dims(), None, &holder).unwrap();
+    fill_parts(&mut ins);
+    let streamed = buffers
+        .pipeline()
+        .bind(&mut ins, |set| &set.ins)
+        .bind(&mut outs, |set| &set.outs)
+        .run(|_device, chunk, set| both(chunk, set))
+        .unwrap();
+    assert_eq!(streamed.iter().map(|runs| runs.len()).sum::<usize>(), RUNS);
+    assert!(streamed.iter().all(|runs| !runs.is_empty()), "{streamed:?}");
+    check_parts(&ins, &outs);
 }
