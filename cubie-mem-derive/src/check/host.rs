@@ -53,7 +53,7 @@ pub(super) fn sides(
                         cx.error(
                             span,
                             format!(
-                                "`{}` gives field `{}` a host array, but the struct names no host mirror: \
+                                "`{}` gives field `{}` a host array, but no host mirror holds it; \
                                  name the host mirror: `#[buffers(host = {container}Host)]`",
                                 direction.keyword(),
                                 field.ident
