@@ -139,7 +139,11 @@ pub(crate) enum HostMemory {
 
 impl HostMemory {
     /// Every kind, in the order messages list them.
-    const ALL: &'static [HostMemory] = &[HostMemory::Pinned, HostMemory::Pageable, HostMemory::Spilled];
+    const ALL: &'static [HostMemory] = &[
+        HostMemory::Pinned,
+        HostMemory::Pageable,
+        HostMemory::Spilled,
+    ];
 
     /// The keyword of `host_memory = ..`.
     pub(crate) fn keyword(self) -> &'static str {
@@ -171,13 +175,19 @@ pub(crate) fn host_memory(input: ParseStream) -> syn::Result<(HostMemory, Ident)
         if let Some(kind) = HostMemory::ALL.iter().find(|k| written == k.keyword()) {
             return Ok((*kind, ident.clone()));
         }
-        let hint = match did_you_mean(&written.to_lowercase(), HostMemory::ALL, HostMemory::keyword) {
+        let hint = match did_you_mean(
+            &written.to_lowercase(),
+            HostMemory::ALL,
+            HostMemory::keyword,
+        ) {
             Some(close) => format!("did you mean `{}`? ", close.keyword()),
             None => String::new(),
         };
         return Err(syn::Error::new(
             ident.span(),
-            format!("unknown host memory `{ident}`: {hint}host memory is `pinned`, `pageable` or `spilled`"),
+            format!(
+                "unknown host memory `{ident}`: {hint}host memory is `pinned`, `pageable` or `spilled`"
+            ),
         ));
     }
     Err(syn::Error::new_spanned(

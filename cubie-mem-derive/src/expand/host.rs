@@ -28,9 +28,11 @@ fn marker_field() -> Ident {
 /// visibility and generics, and the element bounds its arrays need.
 pub(super) fn declaration(checked: &Checked, host: &HostMirror) -> TokenStream {
     let krate = &checked.krate;
-    let generics = with_element_bounds(checked, directed(checked).map(|(buffer, _)| buffer), &|_| {
-        quote!(#krate)
-    });
+    let generics = with_element_bounds(
+        checked,
+        directed(checked).map(|(buffer, _)| buffer),
+        &|_| quote!(#krate),
+    );
     let where_clause = &generics.where_clause;
     let (vis, name, ident) = (checked.vis, host.ident, checked.ident);
     let fields = directed(checked).map(|(buffer, side)| {
@@ -96,7 +98,11 @@ fn field_doc(buffer: &Buffer, side: HostSide) -> String {
         Direction::Output => "copied out after each chunk computes",
         Direction::Inout => "copied in before each chunk computes and out after",
     };
-    let shape: Vec<String> = buffer.shape.iter().map(|length| length.describe()).collect();
+    let shape: Vec<String> = buffer
+        .shape
+        .iter()
+        .map(|length| length.describe())
+        .collect();
     let runs = match buffer.chunking {
         Chunking::Axis { index, .. } => format!(", the batch's runs on axis {index}"),
         Chunking::Whole => String::new(),
@@ -114,7 +120,11 @@ fn field_doc(buffer: &Buffer, side: HostSide) -> String {
 
 /// The mirror's constructor and `HostBuffers` impl, inside the `const _`
 /// block; `generics` are the `GpuBuffers` impl's.
-pub(super) fn implementation(checked: &Checked, host: &HostMirror, generics: &Generics) -> TokenStream {
+pub(super) fn implementation(
+    checked: &Checked,
+    host: &HostMirror,
+    generics: &Generics,
+) -> TokenStream {
     let cubie_mem = import_name(Span::call_site());
     let (impl_generics, type_generics, where_clause) = generics.split_for_impl();
     let (vis, name, ident) = (checked.vis, host.ident, checked.ident);
@@ -135,7 +145,9 @@ pub(super) fn implementation(checked: &Checked, host: &HostMirror, generics: &Ge
             )?
         }
     });
-    let made_marker = marker.iter().map(|field| quote!(#field: ::core::marker::PhantomData));
+    let made_marker = marker
+        .iter()
+        .map(|field| quote!(#field: ::core::marker::PhantomData));
     let fields: Vec<&Ident> = directed(checked).map(|(buffer, _)| buffer.field).collect();
     let rest = marker.as_ref().map(|_| quote!(..));
     let bound = directed(checked).fold(quote!(pipeline), |pipeline, (buffer, side)| {

@@ -82,11 +82,11 @@ fn step(chunk: &Chunk, set: &Step<f64>) -> Result<(), MemError> {
             let y = args.write(&set.y)?;
             let acc = args.write(&set.acc)?;
             let flags = args.write(&set.flags)?;
-            for v in 0..N_STATES {
+            for (v, weight) in weights.iter().enumerate() {
                 for run in 0..chunk.len() {
                     let at = v * width + run;
                     scratch[at] = 2.0 * x[at];
-                    y[at] = scratch[at] + weights[v];
+                    y[at] = scratch[at] + weight;
                 }
             }
             acc.iter_mut()
@@ -101,10 +101,10 @@ fn step(chunk: &Chunk, set: &Step<f64>) -> Result<(), MemError> {
 /// Checks every run of a streamed mirror against the arithmetic.
 fn check(host: &StepHost<f64>) {
     let (x, y) = (host.x.as_slice(), host.y.as_slice());
-    for v in 0..N_STATES {
+    for (v, weight) in WEIGHTS.iter().enumerate() {
         for run in 0..RUNS {
             let at = v * RUNS + run;
-            assert_eq!(y[at].to_bits(), (2.0 * x[at] + WEIGHTS[v]).to_bits());
+            assert_eq!(y[at].to_bits(), (2.0 * x[at] + weight).to_bits());
         }
     }
     for (i, &acc) in host.acc.as_slice().iter().enumerate() {
@@ -313,7 +313,10 @@ fn check_parts(ins: &InsHost<f64>, outs: &OutsHost<f64>) {
     let (a, b) = (ins.a.as_slice(), outs.b.as_slice());
     for run in 0..RUNS {
         for v in 0..N_STATES {
-            assert_eq!(b[run * N_STATES + v].to_bits(), (3.0 * a[v * RUNS + run]).to_bits());
+            assert_eq!(
+                b[run * N_STATES + v].to_bits(),
+                (3.0 * a[v * RUNS + run]).to_bits()
+            );
         }
     }
     for (i, &count) in ins.count.as_slice().iter().enumerate() {
