@@ -223,6 +223,11 @@ pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Result<Check
     })
 }
 
+/// Whether `tokens` name a parameter of `generics`.
+pub(crate) fn names_parameter(generics: &Generics, tokens: TokenStream) -> bool {
+    Parameters::of(generics).named_in(tokens)
+}
+
 /// The names of the struct's generic parameters.
 struct Parameters {
     /// The type parameters, which `precision = ..` may name.

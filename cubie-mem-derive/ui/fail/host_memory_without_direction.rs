@@ -15,4 +15,11 @@ pub struct Outputs {
     y: DeviceArray<f64>,
 }
 
-fn main() {}
+/// Code using the mirror reports nothing more.
+fn lengths(host: &OutputsHost) -> (usize, usize) {
+    (host.state.len(), host.y.len())
+}
+
+fn main() {
+    let _ = lengths;
+}
