@@ -2,7 +2,9 @@
 //! field with its buffer type and `#[buffer(..)]` attributes, and each part
 //! (a field holding a buffer struct of its own, `#[buffer(part)]`).
 
-use syn::{Data, DeriveInput, Fields, GenericArgument, Generics, Ident, PathArguments, Type};
+use syn::{
+    Data, DeriveInput, Fields, GenericArgument, Generics, Ident, PathArguments, Type, Visibility,
+};
 
 use crate::attr::{self, BufferAttrs, ContainerAttrs, Placement};
 use crate::ctxt::{Ctxt, Reported};
@@ -11,6 +13,8 @@ use crate::ctxt::{Ctxt, Reported};
 pub(crate) struct Container<'a> {
     /// The struct's name.
     pub(crate) ident: &'a Ident,
+    /// Its visibility.
+    pub(crate) vis: &'a Visibility,
     /// Its generics, passed through to the impl.
     pub(crate) generics: &'a Generics,
     /// The struct-level attributes.
@@ -110,6 +114,7 @@ impl<'a> Container<'a> {
         };
         Container {
             ident: &input.ident,
+            vis: &input.vis,
             generics: &input.generics,
             attrs,
             fields,

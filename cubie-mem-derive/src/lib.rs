@@ -56,10 +56,14 @@ use syn::{DeriveInput, parse_macro_input};
 ///
 /// Container attributes: `#[stream_group("name")]` (default `"default"`),
 /// `#[buffers(dims = Type)]` (required), `#[buffers(crate = path)]`
-/// (default `::cubie_mem`) and `#[buffers(pipeline_depth = 2)]` (the depth
-/// of every request, an integer of at least 1; default 1). Field attribute: `#[buffer(shape = [..],
+/// (default `::cubie_mem`), `#[buffers(pipeline_depth = 2)]` (the depth
+/// of every request, an integer of at least 1; default 1) and
+/// `#[buffers(host = Name)]` (a host mirror: a `HostArray<T>` per field
+/// marked `input`, `output` or `inout`, made by `Name::new` and bound by
+/// `ChunkPipeline::bind`). Field attribute: `#[buffer(shape = [..],
 /// chunk_axis = <index or dim> | unchunkable, precision = T, memory = device |
-/// pinned, label = "..")]`, or `#[buffer(part)]` on a field holding a buffer
+/// pinned, label = "..", input | output | inout, host_memory = pinned |
+/// pageable | spilled)]`, or `#[buffer(part)]` on a field holding a buffer
 /// struct of its own, allocated with the struct's (its parts must share its
 /// dims, stream group and run axis, and their labels must differ: asserted at
 /// compile time). The `cubie_mem` documentation of `GpuBuffers`

@@ -75,7 +75,7 @@ pub mod timeline;
 
 pub use array::{ArrayResponse, DeviceArray, PinnedArray, ReleaseReason};
 pub use backend::sim::SimBackend;
-pub use buffers::{Allocated, GpuBuffers, SingleBufferSet};
+pub use buffers::{Allocated, GpuBuffers, HostBuffers, SingleBufferSet};
 pub use bytes::Bytes;
 pub use config::{LimitMode, ManagerConfig};
 pub use default::default_memmgr;

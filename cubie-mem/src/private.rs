@@ -3,6 +3,8 @@
 //! impl. Not a public API; they may change in any release.
 
 use crate::Precision;
+pub use crate::buffers::HostBinder;
+use crate::{Element, HostArray, HostMemoryKind, Instance, MemError, MemoryManager, RequestSet};
 
 /// Reads a shape dimension from a dims field, which must be a `usize`: the
 /// derive spans each read on the dimension the user wrote, so a field of
@@ -210,6 +212,31 @@ pub fn with_pipeline_depth(requests: crate::RequestSet, depth: usize) -> crate::
 pub fn in_stream_group(mut requests: crate::RequestSet, group: &'static str) -> crate::RequestSet {
     requests.declare_group(group);
     requests
+}
+
+/// The field of a host mirror for `label`: a zero-filled host array of the
+/// shape `requests` (the buffer struct's, for the whole batch) has there, in
+/// `kind`, else `default`, else the manager's choice.
+pub fn host_array<T: Element>(
+    mgr: &MemoryManager,
+    requests: &RequestSet,
+    label: &str,
+    kind: Option<HostMemoryKind>,
+    default: Option<HostMemoryKind>,
+    holder: &Instance,
+) -> Result<HostArray<T>, MemError> {
+    let request = requests.get(label).ok_or_else(|| MemError::UnknownLabel {
+        label: label.to_owned(),
+        available: requests.labels().collect::<Vec<_>>().join(", "),
+    })?;
+    let element = crate::dtype::dtype_of::<T>();
+    if request.dtype() != element {
+        return Err(MemError::DTypeMismatch {
+            expected: request.dtype(),
+            found: element,
+        });
+    }
+    mgr.create_host_array::<T>(request.shape(), kind.or(default), None, holder)
 }
 
 #[cfg(test)]

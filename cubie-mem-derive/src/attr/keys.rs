@@ -56,6 +56,8 @@ keys! {
         Crate = "crate",
         /// `pipeline_depth = N`: the depth of every request.
         PipelineDepth = "pipeline_depth",
+        /// `host = Name`: the host mirror to generate.
+        Host = "host",
     }
 }
 
@@ -76,6 +78,14 @@ keys! {
         Label = "label",
         /// `part`, a flag: the field is a buffer struct of its own.
         Part = "part",
+        /// `input`, a flag: the host mirror copies the field in.
+        Input = "input",
+        /// `output`, a flag: the host mirror copies the field out.
+        Output = "output",
+        /// `inout`, a flag: the host mirror copies the field in and out.
+        Inout = "inout",
+        /// `host_memory = pinned | pageable | spilled`.
+        HostMemory = "host_memory",
     }
 }
 
@@ -96,6 +106,12 @@ impl BufferKey {
             BufferKey::Memory => "write `memory = device` or `memory = pinned`",
             BufferKey::Label => "write `label = \"state\"`",
             BufferKey::Part => "write `part` alone, on a field whose type derives `GpuBuffers`",
+            BufferKey::Input | BufferKey::Output | BufferKey::Inout => {
+                "write `input`, `output` or `inout` alone: what the field's host array is for"
+            }
+            BufferKey::HostMemory => {
+                "write `host_memory = pinned`, `host_memory = pageable` or `host_memory = spilled`"
+            }
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::names::unraw;
 pub(crate) use keys::BufferKey;
 pub(crate) use keys::Key;
 use keys::{ContainerKey, Lookup, lookup};
-pub(crate) use values::{AxisSpec, Dim, Placement, Shape};
+pub(crate) use values::{AxisSpec, Dim, Direction, HostMemory, Placement, Shape};
 
 /// The container attribute naming the dims type, the crate path and the
 /// pipeline depth.
@@ -45,6 +45,8 @@ pub(crate) struct ContainerAttrs {
     pub(crate) pipeline_depth: Option<Result<usize, Reported>>,
     /// `#[stream_group("name")]`.
     pub(crate) stream_group: Option<LitStr>,
+    /// `host = Name`: the host mirror to generate.
+    pub(crate) host: Option<Ident>,
     /// Why a key may be absent although meant: the error of a key that could
     /// not be read (an unknown key, a malformed value, an attribute that is
     /// not a list). A missing `dims` is then not reported again.
@@ -79,6 +81,11 @@ pub(crate) struct BufferAttrs {
     pub(crate) label: Option<LitStr>,
     /// The `part` flag: the field is a buffer struct of its own.
     pub(crate) part: Option<Span>,
+    /// The direction flags (`input`, `output`, `inout`) as given, in order:
+    /// one at most, which the checks report.
+    pub(crate) directions: Vec<(Direction, Span)>,
+    /// `host_memory = ..`.
+    pub(crate) host_memory: Option<(HostMemory, Ident)>,
     /// Every key given, with its span, in order: a part reports the keys a
     /// buffer struct of its own cannot take.
     pub(crate) keys: Vec<(BufferKey, Span)>,
@@ -207,6 +214,16 @@ fn container_key(cx: &Ctxt, parsed: &mut ContainerAttrs, meta: ParseNestedMeta) 
                 set_once(cx, &meta, key.name(), &mut parsed.pipeline_depth, depth)
             }
             Err(error) => report_and_skip(cx, value, error).map(drop)?,
+        },
+        ContainerKey::Host => match value.parse::<Ident>() {
+            Ok(name) => set_once(cx, &meta, key.name(), &mut parsed.host, name),
+            Err(error) => {
+                let error = syn::Error::new(
+                    error.span(),
+                    "expected the host mirror's name after `host =`, e.g. `host = OutputsHost`",
+                );
+                report_and_skip(cx, value, error).map(drop)?;
+            }
         },
         ContainerKey::Crate => match values::crate_path(value) {
             Ok(path) => set_once(cx, &meta, key.name(), &mut parsed.krate, path),
@@ -339,6 +356,12 @@ fn buffer_key(cx: &Ctxt, parsed: &mut BufferAttrs, meta: ParseNestedMeta) -> syn
     let malformed = match key {
         BufferKey::Unchunkable => return flag(cx, key, &mut parsed.unchunkable, &meta),
         BufferKey::Part => return flag(cx, key, &mut parsed.part, &meta),
+        BufferKey::Input => return direction(cx, key, Direction::Input, parsed, &meta),
+        BufferKey::Output => return direction(cx, key, Direction::Output, parsed, &meta),
+        BufferKey::Inout => return direction(cx, key, Direction::Inout, parsed, &meta),
+        BufferKey::HostMemory => {
+            valued(cx, &meta, key, &mut parsed.host_memory, values::host_memory)
+        }
         BufferKey::Shape => valued(cx, &meta, key, &mut parsed.shape, |value| {
             with_example(key, values::shape(cx, value))
         }),
@@ -373,6 +396,21 @@ fn flag(
         report_and_skip(cx, meta.input, error)?;
     }
     set_once(cx, meta, key.name(), slot, meta.path.span());
+    Ok(())
+}
+
+/// A direction flag (`input`, `output`, `inout`), which takes no value;
+/// kept with the others given, which the checks compare.
+fn direction(
+    cx: &Ctxt,
+    key: BufferKey,
+    direction: Direction,
+    parsed: &mut BufferAttrs,
+    meta: &ParseNestedMeta,
+) -> syn::Result<()> {
+    let mut slot = None;
+    flag(cx, key, &mut slot, meta)?;
+    parsed.directions.extend(slot.map(|span| (direction, span)));
     Ok(())
 }
 

@@ -104,6 +104,98 @@ impl Placement {
     }
 }
 
+/// What a field's host array is for: `input`, `output` or `inout`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Direction {
+    /// Copied in before each chunk computes.
+    Input,
+    /// Copied out after each chunk computes.
+    Output,
+    /// Both: the kernel reads and writes it.
+    Inout,
+}
+
+impl Direction {
+    /// The flag as written.
+    pub(crate) fn keyword(self) -> &'static str {
+        match self {
+            Direction::Input => "input",
+            Direction::Output => "output",
+            Direction::Inout => "inout",
+        }
+    }
+}
+
+/// `host_memory = ..`: the kind of a host mirror's array.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum HostMemory {
+    /// Page-locked memory.
+    Pinned,
+    /// Ordinary memory.
+    Pageable,
+    /// A memory-mapped temporary file.
+    Spilled,
+}
+
+impl HostMemory {
+    /// Every kind, in the order messages list them.
+    const ALL: &'static [HostMemory] = &[
+        HostMemory::Pinned,
+        HostMemory::Pageable,
+        HostMemory::Spilled,
+    ];
+
+    /// The keyword of `host_memory = ..`.
+    pub(crate) fn keyword(self) -> &'static str {
+        match self {
+            HostMemory::Pinned => "pinned",
+            HostMemory::Pageable => "pageable",
+            HostMemory::Spilled => "spilled",
+        }
+    }
+
+    /// The `HostMemoryKind` variant.
+    pub(crate) fn variant(self) -> &'static str {
+        match self {
+            HostMemory::Pinned => "Pinned",
+            HostMemory::Pageable => "Pageable",
+            HostMemory::Spilled => "Spilled",
+        }
+    }
+}
+
+/// `host_memory = pinned | pageable | spilled`, suggesting the closest one
+/// for a typo.
+pub(crate) fn host_memory(input: ParseStream) -> syn::Result<(HostMemory, Ident)> {
+    let expr: Expr = input.parse()?;
+    if let Expr::Path(path) = &expr
+        && let Some(ident) = path.path.get_ident()
+    {
+        let written = ident.to_string();
+        if let Some(kind) = HostMemory::ALL.iter().find(|k| written == k.keyword()) {
+            return Ok((*kind, ident.clone()));
+        }
+        let hint = match did_you_mean(
+            &written.to_lowercase(),
+            HostMemory::ALL,
+            HostMemory::keyword,
+        ) {
+            Some(close) => format!("did you mean `{}`? ", close.keyword()),
+            None => String::new(),
+        };
+        return Err(syn::Error::new(
+            ident.span(),
+            format!(
+                "unknown host memory `{ident}`: {hint}host memory is `pinned`, `pageable` or `spilled`"
+            ),
+        ));
+    }
+    Err(syn::Error::new_spanned(
+        &expr,
+        "expected a host memory kind: write `host_memory = pinned`, `pageable` or `spilled`",
+    ))
+}
+
 /// `crate = path` or `crate = "path"`.
 pub(crate) fn crate_path(input: ParseStream) -> syn::Result<Path> {
     let expected =

@@ -11,6 +11,7 @@
 //! code; see `expand`.
 
 mod chunking;
+mod host;
 mod parts;
 mod precision;
 
@@ -18,18 +19,21 @@ use std::collections::BTreeMap;
 
 use proc_macro2::{TokenStream, TokenTree};
 use quote::quote;
-use syn::{GenericParam, Generics, Ident, LitInt, Path, Type};
+use syn::{GenericParam, Generics, Ident, LitInt, Path, Type, Visibility};
 
 use crate::ast::{Container, Field};
 use crate::attr::{Dim, Placement};
 use crate::ctxt::{Ctxt, Reported};
 use crate::names::{source_text, unraw};
+pub(crate) use host::{HostMirror, HostSide};
 pub(crate) use parts::CheckedPart;
 
 /// A struct that passed every check: everything its impl is generated from.
 pub(crate) struct Checked<'a> {
     /// The struct's name.
     pub(crate) ident: &'a Ident,
+    /// Its visibility, which the host mirror takes.
+    pub(crate) vis: &'a Visibility,
     /// Its generics, passed through to the impl.
     pub(crate) generics: &'a Generics,
     /// The path cubie-mem is reached at.
@@ -45,6 +49,8 @@ pub(crate) struct Checked<'a> {
     pub(crate) buffers: Vec<Buffer<'a>>,
     /// The parts, in declaration order.
     pub(crate) parts: Vec<CheckedPart<'a>>,
+    /// The host mirror `#[buffers(host = Name)]` names.
+    pub(crate) host: Option<HostMirror<'a>>,
 }
 
 /// The dims type of a struct.
@@ -86,6 +92,8 @@ pub(crate) struct Buffer<'a> {
     pub(crate) precision: Option<PrecisionAssertion<'a>>,
     /// The buffer's label, unique in the struct and not empty.
     pub(crate) label: String,
+    /// Its host mirror's array, for a field with a direction.
+    pub(crate) host: Option<HostSide>,
 }
 
 /// A length of a shape.
@@ -169,19 +177,37 @@ pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Result<Check
     let parameters = Parameters::of(container.generics);
     let parts = parts::check(cx, &container.parts, &parameters);
     let mut labels: BTreeMap<String, &Ident> = BTreeMap::new();
-    let buffers: Vec<_> = checked_fields
+    let layouts: Vec<_> = checked_fields
         .iter()
         .zip(declared)
-        .map(|(field, declared)| {
-            let layout = chunking::layout(cx, field, declared, run_axis.as_ref());
+        .map(|(field, declared)| chunking::layout(cx, field, declared, run_axis.as_ref()))
+        .collect();
+    let chunkings: Vec<_> = layouts
+        .iter()
+        .map(|layout| layout.as_ref().ok().map(|(_, chunking)| *chunking))
+        .collect();
+    let host = attrs.host.as_ref();
+    let sides = host::sides(cx, container.ident, host, checked_fields, &chunkings);
+    let mirror = host::mirror(cx, host, checked_fields, container.generics, &parameters);
+    let buffers: Vec<_> = checked_fields
+        .iter()
+        .zip(layouts)
+        .zip(sides)
+        .map(|((field, layout), side)| {
             let label = label(cx, field, &mut labels);
-            buffer(cx, field, layout, label, &parameters)
+            buffer(cx, field, layout, label, &parameters).and_then(|buffer| {
+                Ok(Buffer {
+                    host: side?,
+                    ..buffer
+                })
+            })
         })
         .collect();
     let pipeline_depth = attrs.pipeline_depth.transpose();
     let buffers = fields.and_then(|_| buffers.into_iter().collect());
     Ok(Checked {
         ident: container.ident,
+        vis: container.vis,
         generics: container.generics,
         krate: attrs.krate(),
         dims: dims?,
@@ -193,7 +219,13 @@ pub(crate) fn check<'a>(cx: &Ctxt, container: &'a Container<'a>) -> Result<Check
         pipeline_depth: pipeline_depth?,
         buffers: buffers?,
         parts: parts?,
+        host: mirror?,
     })
+}
+
+/// Whether `tokens` name a parameter of `generics`.
+pub(crate) fn names_parameter(generics: &Generics, tokens: TokenStream) -> bool {
+    Parameters::of(generics).named_in(tokens)
 }
 
 /// The names of the struct's generic parameters.
@@ -226,9 +258,16 @@ impl Parameters {
 
     /// Whether `tokens` name one of the parameters.
     fn named_in(&self, tokens: TokenStream) -> bool {
+        self.all
+            .iter()
+            .any(|name| Self::names(tokens.clone(), name))
+    }
+
+    /// Whether `tokens` name the parameter `name`.
+    fn names(tokens: TokenStream, name: &str) -> bool {
         tokens.into_iter().any(|token| match token {
-            TokenTree::Ident(ident) => self.all.iter().any(|name| ident == name),
-            TokenTree::Group(group) => self.named_in(group.stream()),
+            TokenTree::Ident(ident) => ident == name,
+            TokenTree::Group(group) => Self::names(group.stream(), name),
             _ => false,
         })
     }
@@ -274,6 +313,7 @@ fn buffer<'a>(
         chunking,
         precision,
         label: label?,
+        host: None,
     })
 }
 

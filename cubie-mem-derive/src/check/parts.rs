@@ -38,7 +38,7 @@ pub(super) fn check<'a>(
         .iter()
         .map(|part| {
             for &(key, span) in &part.attrs.keys {
-                let Some(why) = refused(key) else {
+                let Some(why) = refused(key, part.ident) else {
                     continue;
                 };
                 let reported = cx.error(
@@ -65,9 +65,9 @@ pub(super) fn check<'a>(
     }
 }
 
-/// Why a part cannot take `key`; `None` for `part` itself.
-fn refused(key: BufferKey) -> Option<&'static str> {
-    match key {
+/// Why the part `part` cannot take `key`; `None` for `part` itself.
+fn refused(key: BufferKey, part: &Ident) -> Option<String> {
+    let why = match key {
         BufferKey::Part => None,
         BufferKey::Shape | BufferKey::ChunkAxis | BufferKey::Unchunkable => Some(
             "its buffers' shapes and chunking are declared in its own `#[derive(GpuBuffers)]` struct; \
@@ -76,9 +76,17 @@ fn refused(key: BufferKey) -> Option<&'static str> {
         BufferKey::Precision | BufferKey::Memory => Some(
             "its buffers' element types and memory are declared in its own struct; remove the key here",
         ),
+        BufferKey::Input | BufferKey::Output | BufferKey::Inout | BufferKey::HostMemory => {
+            return Some(format!(
+                "a part has no host array: mark its buffers in its own struct, give that struct \
+                 a host mirror (`#[buffers(host = ..)]`) and bind it with `|set| &set.{part}`; \
+                 remove the key here"
+            ));
+        }
         BufferKey::Label => Some(
             "its buffers keep the labels its own struct gives them (unique across the parts); \
              rename them there",
         ),
-    }
+    };
+    why.map(str::to_owned)
 }

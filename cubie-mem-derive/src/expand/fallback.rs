@@ -3,8 +3,11 @@
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 
-use super::{import_name, wrap};
+use syn::{GenericParam, Ident, parse_quote};
+
+use super::{allowed_lints, binder_lifetime, import_name, wrap};
 use crate::ast::Container;
+use crate::check::names_parameter;
 
 /// The compile errors of `errors`, with the fallback impls (`GpuBuffers`,
 /// and `SingleBufferSet` where the real impls would have it): they state
@@ -49,6 +52,12 @@ pub(super) fn errors_with_fallback(container: &Container, errors: syn::Error) ->
         }
     });
     let errors = errors.iter().map(syn::Error::to_compile_error);
+    let (mirror, mirror_impls) = container
+        .attrs
+        .host
+        .as_ref()
+        .map(|name| host_mirror(container, name))
+        .unzip();
     let fallback = wrap(
         &container.attrs.krate(),
         quote! {
@@ -76,9 +85,103 @@ pub(super) fn errors_with_fallback(container: &Container, errors: syn::Error) ->
             }
 
             #single_set
+            #mirror_impls
         },
     );
-    quote!(#(#errors)* #fallback)
+    quote!(#(#errors)* #mirror #fallback)
+}
+
+/// The host mirror `name` of a struct with mistakes, so that code using it
+/// reports nothing more: its marked buffers' arrays and a marker of every
+/// parameter; a `new` that returns an error, and a binding that binds
+/// nothing. The declaration, then the impls for the `const _` block.
+fn host_mirror(container: &Container, name: &Ident) -> (TokenStream, TokenStream) {
+    let cubie_mem = import_name(Span::call_site());
+    let (krate, vis, ident) = (container.attrs.krate(), container.vis, container.ident);
+    let mut generics = container.generics.clone();
+    let binder = binder_lifetime(container.generics);
+    let fields: Vec<_> = container
+        .fields
+        .iter()
+        .flatten()
+        .filter(|field| !field.attrs.directions.is_empty())
+        .filter_map(|field| Some((field.ident, field.array.as_ref().ok()?.element)))
+        .collect();
+    for (_, element) in &fields {
+        let bound = if names_parameter(container.generics, quote!(#element)) {
+            parse_quote!(#element: #krate::Element)
+        } else {
+            parse_quote!(for<#binder> #element: #krate::Element)
+        };
+        generics.make_where_clause().predicates.push(bound);
+    }
+    let held = container
+        .generics
+        .params
+        .iter()
+        .map(|parameter| match parameter {
+            GenericParam::Type(parameter) => {
+                let ident = &parameter.ident;
+                quote!(#ident)
+            }
+            GenericParam::Lifetime(parameter) => {
+                let lifetime = &parameter.lifetime;
+                quote!(&#lifetime ())
+            }
+            GenericParam::Const(parameter) => {
+                let ident = &parameter.ident;
+                quote!([(); #ident])
+            }
+        });
+    let declared = fields
+        .iter()
+        .map(|(field, element)| quote!(#vis #field: #krate::HostArray<#element>));
+    let where_clause = &generics.where_clause;
+    let allowed = allowed_lints();
+    let declaration = quote! {
+        #allowed
+        #vis struct #name #generics #where_clause {
+            #(#declared,)*
+            #vis __params: ::core::marker::PhantomData<fn() -> (#(#held,)*)>,
+        }
+    };
+    let (impl_generics, type_generics, where_clause) = generics.split_for_impl();
+    let buffers = quote!(#ident #type_generics);
+    let impls = quote! {
+        impl #impl_generics #name #type_generics #where_clause {
+            #vis fn new(
+                _: &#cubie_mem::MemoryManager,
+                _: &<#buffers as #cubie_mem::GpuBuffers>::Dims,
+                _: impl ::core::convert::Into<::core::option::Option<#cubie_mem::HostMemoryKind>>,
+                _: &#cubie_mem::Instance,
+            ) -> ::core::result::Result<Self, #cubie_mem::MemError> {
+                ::core::result::Result::Err(#cubie_mem::MemError::InvalidRequest {
+                    label: ::std::string::String::new(),
+                    reason: ::std::string::String::from(
+                        "the GpuBuffers declaration has compile errors",
+                    ),
+                })
+            }
+        }
+
+        #[automatically_derived]
+        impl #impl_generics #cubie_mem::HostBuffers<#buffers> for #name #type_generics #where_clause {
+            fn bind_host<'__host, __Sets: '__host, __Pipeline: #cubie_mem::__private::HostBinder<'__host, __Sets>>(
+                &'__host mut self,
+                pipeline: __Pipeline,
+                _: impl ::core::ops::Fn(&'__host __Sets) -> &'__host #buffers
+                    + ::core::marker::Copy
+                    + ::core::marker::Sync
+                    + '__host,
+            ) -> __Pipeline
+            where
+                #buffers: '__host,
+            {
+                pipeline
+            }
+        }
+    };
+    (declaration, impls)
 }
 
 /// Whether the fallback implements `SingleBufferSet`, as the real impl does

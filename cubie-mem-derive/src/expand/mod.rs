@@ -10,6 +10,7 @@
 
 mod docs;
 mod fallback;
+mod host;
 mod parts;
 #[cfg(test)]
 mod tests;
@@ -42,6 +43,20 @@ fn import_name(span: Span) -> Ident {
     Ident::new("_cubie_mem", span)
 }
 
+/// The lints [`wrap`] allows on the generated items.
+fn allowed_lints() -> TokenStream {
+    quote! {
+        #[allow(
+            non_upper_case_globals,
+            unused_attributes,
+            unused_qualifications,
+            clippy::absolute_paths,
+            clippy::trait_duplication_in_bounds,
+            clippy::type_repetition_in_bounds
+        )]
+    }
+}
+
 /// `const _: () = { use <krate> as _cubie_mem; <items> };`, hidden from the
 /// documentation (the impl inside is documented on the struct's page) and
 /// allowing the lints serde's block allows, for the same reason: the code is
@@ -52,16 +67,10 @@ fn import_name(span: Span) -> Ident {
 /// `P: Precision`), spanned on the user's tokens.
 fn wrap(krate: &syn::Path, items: TokenStream) -> TokenStream {
     let cubie_mem = import_name(Span::call_site());
+    let allowed = allowed_lints();
     quote! {
         #[doc(hidden)]
-        #[allow(
-            non_upper_case_globals,
-            unused_attributes,
-            unused_qualifications,
-            clippy::absolute_paths,
-            clippy::trait_duplication_in_bounds,
-            clippy::type_repetition_in_bounds
-        )]
+        #allowed
         const _: () = {
             use #krate as #cubie_mem;
             #items
@@ -73,7 +82,10 @@ fn wrap(krate: &syn::Path, items: TokenStream) -> TokenStream {
 fn implementation(checked: &Checked) -> TokenStream {
     let cubie_mem = import_name(Span::call_site());
     let ident = checked.ident;
-    let mut generics = with_element_bounds(checked);
+    let mut generics = with_element_bounds(checked, &checked.buffers, &|span| {
+        let cubie_mem = import_name(span);
+        quote!(#cubie_mem)
+    });
     parts::with_part_bounds(&mut generics, checked);
     let (impl_generics, type_generics, where_clause) = generics.split_for_impl();
     let dims = parts::dims_type(checked);
@@ -135,7 +147,14 @@ fn implementation(checked: &Checked) -> TokenStream {
         (&docs.implementation, &docs.dims, &docs.group, &docs.labels);
     let (requests_doc, from_response_doc, registration_doc) =
         (&docs.requests, &docs.from_response, &docs.registration);
-    wrap(
+    let (mirror, mirror_impls) = match &checked.host {
+        Some(host) => (
+            host::declaration(checked, host),
+            host::implementation(checked, host, &generics),
+        ),
+        None => (TokenStream::new(), TokenStream::new()),
+    };
+    let implementation = wrap(
         &checked.krate,
         quote! {
             #(#item_assertions)*
@@ -183,8 +202,10 @@ fn implementation(checked: &Checked) -> TokenStream {
             }
 
             #single_set
+            #mirror_impls
         },
-    )
+    );
+    quote!(#mirror #implementation)
 }
 
 /// The struct's generics with an `Element` bound in the where clause for
@@ -203,11 +224,15 @@ fn implementation(checked: &Checked) -> TokenStream {
 /// higher-ranked one, while the impl can still rely on it. The bound of an
 /// element type naming a parameter (`P`) is plain: rustc checks it where the
 /// struct is used, with the parameter chosen.
-fn with_element_bounds(checked: &Checked) -> Generics {
+fn with_element_bounds<'b>(
+    checked: &Checked,
+    buffers: impl IntoIterator<Item = &'b Buffer<'b>>,
+    cubie_mem: &dyn Fn(Span) -> TokenStream,
+) -> Generics {
     let mut generics = checked.generics.clone();
     let binder = binder_lifetime(checked.generics);
     let mut bounded: Vec<String> = Vec::new();
-    for buffer in &checked.buffers {
+    for buffer in buffers {
         let element = buffer.element;
         let text = source_text(element);
         if bounded.contains(&text) {
@@ -215,7 +240,7 @@ fn with_element_bounds(checked: &Checked) -> Generics {
         }
         bounded.push(text);
         let span = element.span();
-        let cubie_mem = import_name(span);
+        let cubie_mem = cubie_mem(span);
         let bound = if buffer.element_is_generic {
             parse_quote_spanned! {span=> #element: #cubie_mem::Element}
         } else {

@@ -18,6 +18,10 @@ trait DimLength {}
 trait ElementIs {}
 #[allow(dead_code)]
 fn assert_precision() {}
+#[allow(dead_code)]
+fn host_array() {}
+#[allow(dead_code)]
+trait HostBinder {}
 #[allow(dead_code, non_upper_case_globals)]
 const _cubie_mem: () = ();
 
@@ -28,9 +32,9 @@ pub struct Dims {
 type Real = f64;
 
 #[derive(GpuBuffers)]
-#[buffers(dims = Dims)]
+#[buffers(dims = Dims, host = FirstHost)]
 pub struct First<P: Precision> {
-    #[buffer(shape = [n_runs], chunk_axis = n_runs, precision = P)]
+    #[buffer(shape = [n_runs], chunk_axis = n_runs, precision = P, output)]
     state: DeviceArray<P>,
     #[buffer(shape = [n_runs], precision = f64)]
     times: PinnedArray<Real>,

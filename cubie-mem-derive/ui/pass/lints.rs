@@ -64,11 +64,11 @@ type Real = f64;
 /// Every part of the grammar, with a type parameter.
 #[derive(GpuBuffers)]
 #[stream_group("integrators")]
-#[buffers(dims = RunDims, pipeline_depth = 2)]
+#[buffers(dims = RunDims, pipeline_depth = 2, host = OutputsHost)]
 struct Outputs<P: Precision> {
-    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs, precision = P)]
+    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs, precision = P, inout)]
     state: DeviceArray<P>,
-    #[buffer(shape = [n_runs], memory = pinned, label = "run_status")]
+    #[buffer(shape = [n_runs], memory = pinned, label = "run_status", output, host_memory = pageable)]
     status: PinnedArray<i32>,
     #[buffer(shape = [n_states, 2], unchunkable, precision = f64)]
     bounds: DeviceArray<Real>,
@@ -76,9 +76,9 @@ struct Outputs<P: Precision> {
 
 /// A bounded element parameter, and concrete element types only.
 #[derive(GpuBuffers)]
-#[buffers(dims = RunDims)]
+#[buffers(dims = RunDims, host = FlagsHost)]
 struct Flags<I: Element> {
-    #[buffer(shape = [n_runs], chunk_axis = 0)]
+    #[buffer(shape = [n_runs], chunk_axis = 0, input)]
     flags: DeviceArray<I>,
     #[buffer(shape = [n_runs], chunk_axis = 0)]
     times: DeviceArray<f64>,
@@ -102,6 +102,14 @@ fn main() {
         assert_eq!(set.status.shape().len(), 1, "one axis");
         assert_eq!(set.bounds.shape(), [3, 2], "unchunked");
     }
+    let mut host = OutputsHost::<f32>::new(&mgr, &dims, None, &solver).expect("makes the mirror");
+    assert_eq!(host.state.shape(), [3, 100], "the whole batch");
+    mgr.chunk_streamer(&solver, outputs.plan())
+        .expect("streams")
+        .pipeline_sets(outputs.sets())
+        .bind(&mut host, |set| set)
+        .run(|_, _| Ok(()))
+        .expect("runs");
     let flagger = mgr
         .register(Flags::<u8>::registration().on_invalidate(|| {}))
         .expect("registers");
@@ -110,4 +118,11 @@ fn main() {
         .expect("allocates");
     assert_eq!(flags.flags.shape(), [100], "one chunk");
     assert_eq!(flags.times.shape(), [100], "one chunk");
+    let mut flags_host = FlagsHost::<u8>::new(&mgr, &dims, None, &flagger).expect("makes the mirror");
+    mgr.chunk_streamer(&flagger, flags.plan())
+        .expect("streams")
+        .pipeline()
+        .bind(&mut flags_host, |()| &*flags)
+        .run(|_, ()| Ok(()))
+        .expect("runs");
 }

@@ -2,10 +2,13 @@
 //! the typed result of allocating one, and tuples of buffer structs
 //! allocated as one.
 
+mod host;
 mod tuples;
 
 use std::ops::Deref;
 use std::sync::Weak;
+
+pub use host::{HostBinder, HostBuffers};
 
 use crate::ChunkPlan;
 use crate::array::slot::Slot;

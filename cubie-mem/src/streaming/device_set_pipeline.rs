@@ -11,7 +11,7 @@ use super::{BatchError, ChunkStreamer, ChunkTarget};
 use crate::devices::{DevicePortion, DeviceSetBuffers};
 use crate::host::HostArray;
 use crate::plan::split::Split;
-use crate::{Chunk, Element, MemError, MemoryManager};
+use crate::{Chunk, Element, HostBuffers, MemError, MemoryManager};
 
 /// A batch of a [`DeviceSet`](crate::DeviceSet) streamed through every
 /// device taking part: made by [`DeviceSetBuffers::pipeline`]; bind host arrays
@@ -125,6 +125,17 @@ impl<'p, B: Sync + 'p> DeviceSetPipeline<'p, B> {
         select: impl Fn(&'p B) -> A + Sync + 'p,
     ) -> Self {
         self.with(HostRuns::output(host), select, Direction::InOut)
+    }
+
+    /// Binds every array of the host mirror `host` in its direction, to its
+    /// field of the `B2` that `select` picks in each device's buffer sets, as
+    /// [`ChunkPipeline::bind`](crate::ChunkPipeline::bind).
+    pub fn bind<B2: 'p, H: HostBuffers<B2>>(
+        self,
+        host: &'p mut H,
+        select: impl Fn(&'p B) -> &'p B2 + Copy + Sync + 'p,
+    ) -> Self {
+        host.bind_host(self, select)
     }
 
     /// Runs every device's portion at once, each on a thread of its own:

@@ -17,7 +17,7 @@ use crate::array::slot::Memory;
 use crate::host::HostArray;
 use crate::ids::OwnerId;
 use crate::streams::CurrentStream;
-use crate::{Chunk, Element, MemError, Work};
+use crate::{Chunk, Element, HostBuffers, MemError, Work};
 
 /// Runs a batch through the device chunk by chunk, overlapping the copies of
 /// some chunks with the computation of another. Made by
@@ -153,7 +153,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
 
     /// Adds a binding of the runs `host` of a host array to `targets`, one
     /// per buffer set.
-    fn bind<T: Element>(
+    fn bind_array<T: Element>(
         self,
         host: (&'p HostArray<T>, HostRuns<'p>),
         targets: Vec<ChunkTarget<'p, T>>,
@@ -181,7 +181,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         host: &'p HostArray<T>,
         array: impl Into<ChunkTarget<'p, T>>,
     ) -> Self {
-        self.bind(HostRuns::input(host), vec![array.into()], Direction::In)
+        self.bind_array(HostRuns::input(host), vec![array.into()], Direction::In)
     }
 
     /// Copies `array` into each chunk of `host` after the chunk computes (a
@@ -191,7 +191,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         host: &'p mut HostArray<T>,
         array: impl Into<ChunkTarget<'p, T>>,
     ) -> Self {
-        self.bind(HostRuns::output(host), vec![array.into()], Direction::Out)
+        self.bind_array(HostRuns::output(host), vec![array.into()], Direction::Out)
     }
 
     /// Both: copies each chunk in before it computes and back after (a
@@ -201,7 +201,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         host: &'p mut HostArray<T>,
         array: impl Into<ChunkTarget<'p, T>>,
     ) -> Self {
-        self.bind(HostRuns::output(host), vec![array.into()], Direction::InOut)
+        self.bind_array(HostRuns::output(host), vec![array.into()], Direction::InOut)
     }
 
     /// [`input`](Self::input) into the array `select` picks in every set
@@ -212,7 +212,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         select: impl Fn(&'p S) -> A,
     ) -> Self {
         let targets = self.select(select);
-        self.bind(HostRuns::input(host), targets, Direction::In)
+        self.bind_array(HostRuns::input(host), targets, Direction::In)
     }
 
     /// [`output`](Self::output) from the array `select` picks in every set.
@@ -222,7 +222,7 @@ impl<'p, S> ChunkPipeline<'p, S> {
         select: impl Fn(&'p S) -> A,
     ) -> Self {
         let targets = self.select(select);
-        self.bind(HostRuns::output(host), targets, Direction::Out)
+        self.bind_array(HostRuns::output(host), targets, Direction::Out)
     }
 
     /// [`inout`](Self::inout) with the array `select` picks in every set.
@@ -232,7 +232,24 @@ impl<'p, S> ChunkPipeline<'p, S> {
         select: impl Fn(&'p S) -> A,
     ) -> Self {
         let targets = self.select(select);
-        self.bind(HostRuns::output(host), targets, Direction::InOut)
+        self.bind_array(HostRuns::output(host), targets, Direction::InOut)
+    }
+
+    /// Binds every array of the host mirror `host` in its direction (see
+    /// [`HostBuffers`]), each to its field of the `B` that `select` picks in
+    /// every set, along that array's own chunk axis: `|set| set` when the
+    /// sets are `B`s, `|set| &set.inputs` for a part of a composed struct.
+    /// One call instead of one `input_with`/`output_with`/`inout_with` per
+    /// array, the same for a resumed run.
+    pub fn bind<B: 'p, H: HostBuffers<B>>(
+        self,
+        host: &'p mut H,
+        select: impl Fn(&'p S) -> &'p B + Copy + Sync + 'p,
+    ) -> Self
+    where
+        S: 'p,
+    {
+        host.bind_host(self, select)
     }
 
     /// Runs every chunk through `compute`, which is handed the chunk and

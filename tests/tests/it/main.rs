@@ -28,6 +28,7 @@ mod handles;
 mod held_bytes;
 mod host;
 mod host_limits;
+mod host_mirror;
 mod host_pipeline;
 mod hostile_inputs;
 mod identity;
