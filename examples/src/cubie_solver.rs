@@ -119,16 +119,16 @@ impl SolverDims {
 }
 
 /// cubie's `InputArrays`: what each run starts from, and the drivers every
-/// run shares.
+/// run shares. `InputHost` holds the batch's inputs on the host.
 #[derive(GpuBuffers)]
 #[stream_group("solver")]
-#[buffers(dims = SolverDims)]
+#[buffers(dims = SolverDims, host = InputHost)]
 pub struct InputArrays<P: Precision> {
     /// Each run's initial state.
-    #[buffer(shape = [n_states, runs], chunk_axis = runs)]
+    #[buffer(shape = [n_states, runs], chunk_axis = runs, input)]
     pub initial_values: DeviceArray<P>,
     /// Each run's `sigma`, `rho` and `beta`.
-    #[buffer(shape = [n_params, runs], chunk_axis = runs)]
+    #[buffer(shape = [n_params, runs], chunk_axis = runs, input)]
     pub parameters: DeviceArray<P>,
     /// The drivers' polynomial coefficients per segment, lowest order
     /// first; one array every buffer set shares.
@@ -137,28 +137,29 @@ pub struct InputArrays<P: Precision> {
 }
 
 /// cubie's `OutputArrays`: saves and summaries as `[time, variable, run]`,
-/// a status code and iteration counters per run.
+/// a status code and iteration counters per run. `OutputHost` holds the
+/// batch's results on the host.
 #[derive(GpuBuffers)]
 #[stream_group("solver")]
-#[buffers(dims = SolverDims)]
+#[buffers(dims = SolverDims, host = OutputHost)]
 pub struct OutputArrays<P: Precision> {
     /// The saved states, the time of each save in the row after them.
-    #[buffer(shape = [saves, state_rows, runs], chunk_axis = runs)]
+    #[buffer(shape = [saves, state_rows, runs], chunk_axis = runs, output)]
     pub state: DeviceArray<P>,
     /// The saved observables.
-    #[buffer(shape = [saves, observables, runs], chunk_axis = runs)]
+    #[buffer(shape = [saves, observables, runs], chunk_axis = runs, output)]
     pub observables: DeviceArray<P>,
     /// Each window's mean and maximum of each state.
-    #[buffer(shape = [summaries, state_summary_rows, runs], chunk_axis = runs)]
+    #[buffer(shape = [summaries, state_summary_rows, runs], chunk_axis = runs, output)]
     pub state_summaries: DeviceArray<P>,
     /// Each window's mean and maximum of each observable.
-    #[buffer(shape = [summaries, observable_summary_rows, runs], chunk_axis = runs)]
+    #[buffer(shape = [summaries, observable_summary_rows, runs], chunk_axis = runs, output)]
     pub observable_summaries: DeviceArray<P>,
     /// 0 for a run that stayed finite, 1 otherwise.
-    #[buffer(shape = [runs], chunk_axis = runs)]
+    #[buffer(shape = [runs], chunk_axis = runs, output)]
     pub status_codes: DeviceArray<i32>,
     /// The counters of each save interval (`N_COUNTERS`).
-    #[buffer(shape = [saves, 4, runs], chunk_axis = runs)]
+    #[buffer(shape = [saves, 4, runs], chunk_axis = runs, output)]
     pub iteration_counters: DeviceArray<i32>,
 }
 

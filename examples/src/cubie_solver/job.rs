@@ -5,14 +5,13 @@
 use std::time::{Duration, Instant};
 
 use cubie_mem::{
-    ChunkPlan, GpuBuffers, HostArray, Instance, ManagerConfig, MemError, MemoryManager, Precision,
-    SimBackend,
+    ChunkPlan, GpuBuffers, HostArray, ManagerConfig, MemError, MemoryManager, Precision, SimBackend,
 };
 use ndarray::{ArrayView1, ArrayView3, Ix1, Ix2, Ix3};
 
 use super::{
-    BatchSolver, Integration, N_COUNTERS, N_OBSERVABLES, N_PARAMS, N_STATES, Real, RunRecord,
-    SolverDims, SolverKernel, simulate_run,
+    BatchSolver, InputHost, Integration, N_OBSERVABLES, N_PARAMS, N_STATES, OutputHost, Real,
+    RunRecord, SolverDims, SolverKernel, simulate_run,
 };
 
 /// A batch to run.
@@ -122,52 +121,6 @@ fn inputs<P: Precision>(dims: &SolverDims) -> Inputs<P> {
     }
 }
 
-/// The batch's results on the host, each shaped as its device array is
-/// declared, for the whole batch.
-struct Results<P: Precision> {
-    state: HostArray<P>,
-    observables: HostArray<P>,
-    state_summaries: HostArray<P>,
-    observable_summaries: HostArray<P>,
-    status_codes: HostArray<i32>,
-    iteration_counters: HostArray<i32>,
-}
-
-impl<P: Precision> Results<P> {
-    /// Host arrays for the results, of the kind the manager picks.
-    fn new(mgr: &MemoryManager, holder: &Instance, d: &SolverDims) -> Result<Self, MemError> {
-        let runs = d.runs;
-        Ok(Results {
-            state: mgr.create_host_array([d.saves, d.state_rows, runs], None, None, holder)?,
-            observables: mgr.create_host_array(
-                [d.saves, d.observables, runs],
-                None,
-                None,
-                holder,
-            )?,
-            state_summaries: mgr.create_host_array(
-                [d.summaries, d.state_summary_rows, runs],
-                None,
-                None,
-                holder,
-            )?,
-            observable_summaries: mgr.create_host_array(
-                [d.summaries, d.observable_summary_rows, runs],
-                None,
-                None,
-                holder,
-            )?,
-            status_codes: mgr.create_host_array([runs], None, None, holder)?,
-            iteration_counters: mgr.create_host_array(
-                [d.saves, N_COUNTERS, runs],
-                None,
-                None,
-                holder,
-            )?,
-        })
-    }
-}
-
 /// A run's results as bit patterns, array by array: what "bit for bit"
 /// compares.
 fn bits<P: Precision>(record: &RunRecord<P>) -> [(&'static str, Vec<u64>); 6] {
@@ -227,7 +180,7 @@ fn rows<T: Copy + Default, const N: usize>(view: &ArrayView3<'_, T>, run: usize)
 
 impl<'a, P: Real> Stored<'a, P> {
     /// Views of `results`.
-    fn new(results: &'a Results<P>) -> Result<Self, MemError> {
+    fn new(results: &'a OutputHost<P>) -> Result<Self, MemError> {
         let three = |array: &'a HostArray<P>| array.view().into_dimensionality::<Ix3>();
         Ok(Stored {
             state: three(&results.state).map_err(shape_error)?,
@@ -276,28 +229,25 @@ pub fn run<P: Real>(job: &Job, kernel: &impl SolverKernel<P>) -> Result<Outcome,
             .driver_coefficients
             .copy_from_host(&data.drivers)?;
     }
-    let initial =
-        mgr.create_host_array([N_STATES, job.runs], None, Some(&data.initial), &holder)?;
-    let parameters =
-        mgr.create_host_array([N_PARAMS, job.runs], None, Some(&data.parameters), &holder)?;
-    let mut out = Results::<P>::new(&mgr, &holder, &dims)?;
+    // The host side of both parts, of the kinds the manager picks.
+    let mut input = InputHost::<P>::new(&mgr, &dims, None, &holder)?;
+    input
+        .initial_values
+        .as_mut_slice()
+        .copy_from_slice(&data.initial);
+    input
+        .parameters
+        .as_mut_slice()
+        .copy_from_slice(&data.parameters);
+    let mut out = OutputHost::<P>::new(&mgr, &dims, None, &holder)?;
 
     let started = Instant::now();
     mgr.chunk_streamer(&holder, buffers.plan())?
         .pipeline_sets(buffers.sets())
-        .input_with(&initial, |set| &set.inputs.initial_values)
-        .input_with(&parameters, |set| &set.inputs.parameters)
-        .output_with(&mut out.state, |set| &set.outputs.state)
-        .output_with(&mut out.observables, |set| &set.outputs.observables)
-        .output_with(&mut out.state_summaries, |set| &set.outputs.state_summaries)
-        .output_with(&mut out.observable_summaries, |set| {
-            &set.outputs.observable_summaries
-        })
-        .output_with(&mut out.status_codes, |set| &set.outputs.status_codes)
-        .output_with(&mut out.iteration_counters, |set| {
-            &set.outputs.iteration_counters
-        })
+        .bind(&mut input, |set| &set.inputs)
+        .bind(&mut out, |set| &set.outputs)
         .run(|chunk, set| kernel.solve_chunk(set, chunk.len()))?;
+    let (initial, parameters) = (input.initial_values, input.parameters);
     let wall = started.elapsed();
 
     let started = Instant::now();
