@@ -50,19 +50,20 @@ pub struct RunDims {
 }
 
 /// A solver's buffers, declared once: the manager turns them into requests
-/// and chunks them along `n_runs`.
+/// and chunks them along `n_runs`. `IntegrationHost` holds the batch's
+/// inputs and results on the host.
 #[derive(GpuBuffers)]
 #[stream_group("integrators")]
-#[buffers(dims = RunDims, pipeline_depth = 2)]
+#[buffers(dims = RunDims, pipeline_depth = 2, host = IntegrationHost)]
 pub struct Integration<P: Precision> {
     /// Initial values, one column per run.
-    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs)]
+    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs, input)]
     initial: DeviceArray<P>,
     /// Decay rate of each run.
-    #[buffer(shape = [n_runs], chunk_axis = 0)]
+    #[buffer(shape = [n_runs], chunk_axis = 0, input)]
     rates: DeviceArray<P>,
     /// The saved trajectory of every run.
-    #[buffer(shape = [n_saves, n_states, n_runs], chunk_axis = n_runs)]
+    #[buffer(shape = [n_saves, n_states, n_runs], chunk_axis = n_runs, output)]
     state: DeviceArray<P>,
     /// Per-variable weights shared by every run.
     #[buffer(shape = [n_states], unchunkable)]
@@ -298,21 +299,19 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         .map(|i| 1.0 + (i % 7) as f64)
         .collect();
     let rates: Vec<f64> = (0..n).map(|r| 0.5 + (r % 10) as f64 * 0.1).collect();
-    let host_initial = mgr.create_host_array([dims.n_states, n], None, Some(&initial), &solver)?;
-    let host_rates = mgr.create_host_array([n], None, Some(&rates), &solver)?;
-    let state_shape = [dims.n_saves, dims.n_states, n];
-    let mut host_state = if job.pinned_output {
-        mgr.create_host_array::<f64>(state_shape, HostMemoryKind::Pinned, None, &solver)?
-    } else {
-        mgr.create_host_array::<f64>(state_shape, None, None, &solver)?
-    };
+    // Every array of the kind the manager picks, or all page-locked.
+    let kind = job.pinned_output.then_some(HostMemoryKind::Pinned);
+    let mut on_host = IntegrationHost::<f64>::new(&mgr, &dims, kind, &solver)?;
+    on_host.initial.as_mut_slice().copy_from_slice(&initial);
+    on_host.rates.as_mut_slice().copy_from_slice(&rates);
     first.weights.copy_from_host(&WEIGHTS)?;
     println!(
         "host: initial {:?}, rates {:?}, state {:?}{}",
-        host_initial.kind(),
-        host_rates.kind(),
-        host_state.kind(),
-        host_state
+        on_host.initial.kind(),
+        on_host.rates.kind(),
+        on_host.state.kind(),
+        on_host
+            .state
             .spill_path()
             .map(|p| format!(" (made at {}, unlinked once mapped)", p.display()))
             .unwrap_or_default()
@@ -349,9 +348,7 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         let started = Instant::now();
         streamer
             .pipeline_sets(buffers.sets())
-            .input_with(&host_initial, |set| &set.initial)
-            .input_with(&host_rates, |set| &set.rates)
-            .output_with(&mut host_state, |set| &set.state)
+            .bind(&mut on_host, |set| set)
             .run(|chunk, set| {
                 progress.set_message(format!(
                     "batch {batch}/{batches}, chunk {}/{}",
@@ -369,7 +366,7 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
                 Ok::<_, MemError>(())
             })?;
         elapsed = started.elapsed();
-        let error = closed_form_error(host_state.as_slice(), &initial, &rates, &dims);
+        let error = closed_form_error(on_host.state.as_slice(), &initial, &rates, &dims);
         // A NaN result is the largest error (f64::max would skip it).
         if error.is_nan() || error > max_error {
             max_error = error;
@@ -381,8 +378,8 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
 
     let cache_evicted = cache.allocated_bytes() == 0;
     let stats = mgr.memory_report();
-    let moved_in = host_initial.nbytes() + host_rates.nbytes();
-    let moved_out = host_state.nbytes();
+    let moved_in = on_host.initial.nbytes() + on_host.rates.nbytes();
+    let moved_out = on_host.state.nbytes();
     println!();
     println!("summary");
     println!("  {:<28} {}", "runs", n);
@@ -465,14 +462,14 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
     println!();
     println!("{stats}");
 
-    if let Some(path) = host_state.spill_path() {
+    if let Some(path) = on_host.state.spill_path() {
         println!(
             "spill file {} unlinked once mapped: {}",
             path.display(),
             !path.exists()
         );
     }
-    host_state.close();
+    on_host.state.close();
     if let Some(path) = &job.trace {
         let write = std::fs::File::create(path)
             .and_then(|file| timeline.write_chrome_trace(std::io::BufWriter::new(file)));
