@@ -82,9 +82,7 @@ pub use default::default_memmgr;
 pub use devices::{DevicePortion, DeviceSet, DeviceSetBuffers, DeviceSetReport, Throughput};
 pub use dtype::{DType, Element, Precision};
 pub use error::{ArraySide, MemError, UnchunkableArray, UnchunkableReason, UnwrittenRead};
-pub use host::{
-    AnyHostArray, AsyncCopyError, HostArray, HostMemoryKind, PendingCopy, StagingPool, SystemMemory,
-};
+pub use host::{AsyncCopyError, HostArray, HostMemoryKind, PendingCopy, StagingPool, SystemMemory};
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs, KernelArray};
 pub use manager::{Instance, MemoryManager, Owner, StreamToBind, Work};

@@ -100,10 +100,10 @@ fn zero_byte_spilled_arrays_work() {
     assert!(array.is_empty());
     assert!(array.as_mut_slice().is_empty());
     assert_eq!(array.spill_path().unwrap().parent(), Some(dir.path()));
-    let untyped = mgr
-        .create_host_array_dyn(cubie_mem::DType::F32, [0], HostMemoryKind::Spilled, &solver)
+    let empty = mgr
+        .create_host_array::<f32>([0], HostMemoryKind::Spilled, None, &solver)
         .unwrap();
-    assert_eq!(untyped.nbytes(), 0);
+    assert_eq!(empty.nbytes(), 0);
     assert_eq!(entries(dir.path()), Vec::<String>::new());
     array.close();
 }

@@ -272,55 +272,22 @@ impl<T: Element> fmt::Debug for HostArray<T> {
     }
 }
 
-/// A host array whose element type is known at run time only (for example
-/// one made for each [`ArrayRequest`](crate::ArrayRequest) of a set).
-/// [`into_typed`](Self::into_typed) gives it its type.
-pub struct AnyHostArray {
+/// The storage of a [`HostArray`], its shape and its element type.
+pub(crate) struct AnyHostArray {
     storage: Storage,
     shape: Vec<usize>,
     dtype: DType,
 }
 
 impl AnyHostArray {
-    /// The element type.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// The shape.
-    pub fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-
     /// The kind of memory the array lives in.
-    pub fn kind(&self) -> HostMemoryKind {
+    fn kind(&self) -> HostMemoryKind {
         self.storage.kind()
     }
 
     /// Bytes of the elements.
-    pub fn nbytes(&self) -> u64 {
+    fn nbytes(&self) -> u64 {
         (self.shape.iter().product::<usize>() * self.dtype.size_bytes()) as u64
-    }
-
-    /// The typed array; an error when `T` is not its element type.
-    pub fn into_typed<T: Element>(self) -> Result<HostArray<T>, MemError> {
-        let expected = crate::dtype::dtype_of::<T>();
-        if expected != self.dtype {
-            return Err(MemError::DTypeMismatch {
-                expected,
-                found: self.dtype,
-            });
-        }
-        Ok(HostArray {
-            array: self,
-            _element: PhantomData,
-        })
-    }
-}
-
-impl<T: Element> From<HostArray<T>> for AnyHostArray {
-    fn from(array: HostArray<T>) -> Self {
-        array.array
     }
 }
 
@@ -396,23 +363,6 @@ impl MemoryManager {
             array.as_mut_slice().copy_from_slice(like);
         }
         Ok(array)
-    }
-
-    /// A zero-filled host array of an element type known at run time.
-    pub fn create_host_array_dyn(
-        &self,
-        dtype: DType,
-        shape: impl Into<Vec<usize>>,
-        kind: HostMemoryKind,
-        instance: &Instance,
-    ) -> Result<AnyHostArray, MemError> {
-        let shape = shape.into();
-        let storage = self.host_storage(&shape, dtype, kind, false, instance)?;
-        Ok(AnyHostArray {
-            storage,
-            shape,
-            dtype,
-        })
     }
 
     fn host_storage(

@@ -13,7 +13,7 @@ mod spill;
 mod staging_pool;
 mod tally;
 
-pub use array::{AnyHostArray, HostArray};
+pub use array::HostArray;
 pub use kind::HostMemoryKind;
 pub use pending_copy::{AsyncCopyError, PendingCopy};
 pub use ram::SystemMemory;
