@@ -44,6 +44,10 @@ pub(super) fn shape_problem(
     runs_axis: Option<usize>,
 ) -> String {
     match side {
+        ArraySide::Host if is_transpose(found, expected) => format!(
+            "the transpose of the {expected:?} it needs, whose runs lie on axis {axis}; make the \
+             host array with shape {expected:?} (transpose it) and bind along axis {axis}"
+        ),
         ArraySide::Host if found.get(axis) == Some(&total_runs) => {
             let device: Vec<usize> = expected
                 .iter()
@@ -83,6 +87,16 @@ pub(super) fn shape_problem(
             )
         }
     }
+}
+
+/// Whether `found` holds the lengths of `expected` in another order.
+fn is_transpose(found: &[usize], expected: &[usize]) -> bool {
+    let sorted = |shape: &[usize]| {
+        let mut sorted = shape.to_vec();
+        sorted.sort_unstable();
+        sorted
+    };
+    found != expected && sorted(found) == sorted(expected)
 }
 
 /// What a run needs beyond one buffer set, for `SingleRunTooLarge`.

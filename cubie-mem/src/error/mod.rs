@@ -379,28 +379,6 @@ pub enum MemError {
         shape: Vec<usize>,
     },
 
-    /// A host array whose axes are in another order than its device
-    /// array's: its shape is a permutation of the one the device array
-    /// needs (`[runs, 3]` bound to a `[3, chunk]` device array).
-    #[error(
-        "host array bound to '{label}' has shape {found:?}, the transpose of the {expected:?} it needs: \
-         the device array (shape {device:?}) holds its runs on axis {axis}; make the host array with \
-         shape {expected:?} (transpose it) and bind along axis {axis}"
-    )]
-    TransposedHostArray {
-        /// The device array's label.
-        label: String,
-        /// The host array's shape.
-        found: Vec<usize>,
-        /// The shape it needs: the device array's, with the batch's runs on
-        /// the run axis.
-        expected: Vec<usize>,
-        /// The device array's shape (one chunk).
-        device: Vec<usize>,
-        /// The device array's run axis, to bind along.
-        axis: usize,
-    },
-
     /// A host or device array whose shape does not fit the chunk plan.
     #[error("{side} array {} has shape {found:?}: {}", side.naming(label), shape_problem(*side, found, expected, *axis, *total_runs, *chunk_length, *runs_axis))]
     ChunkShapeMismatch {

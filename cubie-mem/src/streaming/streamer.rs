@@ -251,7 +251,8 @@ impl<'a> ChunkStreamer<'a> {
             })
     }
 
-    /// [`TransposedHostArray`](MemError::TransposedHostArray) when
+    /// A [`ChunkShapeMismatch`](MemError::ChunkShapeMismatch) of the host
+    /// array, naming the shape it needs and the axis to bind along, when
     /// `host_shape` is a permutation, not the same order, of the host shape
     /// `device_shape` needs along one of its axes of one chunk's length (the
     /// bound `axis` first).
@@ -272,12 +273,15 @@ impl<'a> ChunkStreamer<'a> {
                 let mut sorted_needed = needed.clone();
                 sorted_needed.sort_unstable();
                 (needed != host_shape && sorted_needed == sorted_host).then(|| {
-                    MemError::TransposedHostArray {
+                    MemError::ChunkShapeMismatch {
                         label: label.to_owned(),
+                        side: ArraySide::Host,
                         found: host_shape.to_vec(),
                         expected: needed,
-                        device: device_shape.to_vec(),
                         axis: run_axis,
+                        total_runs: self.batch_runs,
+                        chunk_length: self.plan.chunk_length,
+                        runs_axis: None,
                     }
                 })
             })

@@ -303,12 +303,15 @@ fn a_transposed_host_array_is_named_whichever_axis_it_is_bound_along() {
         .create_host_array::<f64>([100, 3], HostMemoryKind::Pageable, None, &solver)
         .unwrap();
     let streamer = mgr.chunk_streamer(&solver, &plan).unwrap();
-    let transposed = MemError::TransposedHostArray {
+    let transposed = MemError::ChunkShapeMismatch {
         label: "traj".into(),
+        side: ArraySide::Host,
         found: vec![100, 3],
         expected: vec![3, 100],
-        device: vec![3, 25],
         axis: 1,
+        total_runs: 100,
+        chunk_length: 25,
+        runs_axis: None,
     };
     // Along the device array's own axis, and along the axis the host
     // array's runs lie on: the same error, never "bind along the other".
@@ -318,9 +321,9 @@ fn a_transposed_host_array_is_named_whichever_axis_it_is_bound_along() {
     }
     assert_eq!(
         transposed.to_string(),
-        "host array bound to 'traj' has shape [100, 3], the transpose of the [3, 100] it needs: the \
-         device array (shape [3, 25]) holds its runs on axis 1; make the host array with shape \
-         [3, 100] (transpose it) and bind along axis 1"
+        "host array bound to 'traj' has shape [100, 3]: the transpose of the [3, 100] it needs, \
+         whose runs lie on axis 1; make the host array with shape [3, 100] (transpose it) and \
+         bind along axis 1"
     );
 
     // A host array of the right shape bound along its runs is no transpose.
