@@ -7,6 +7,7 @@ use crate::{Bytes, DType};
 mod constructors;
 mod hints;
 mod messages;
+mod rank;
 mod unchunkable;
 mod unwritten;
 
@@ -14,6 +15,7 @@ pub use hints::ArraySide;
 use hints::{fit_hint, shape_problem};
 use unchunkable::unchunkable_hint;
 pub use unchunkable::{UnchunkableArray, UnchunkableReason};
+pub use rank::RankMismatch;
 pub use unwritten::UnwrittenRead;
 
 /// Every failure of cubie-mem.
@@ -309,6 +311,10 @@ pub enum MemError {
     /// A kernel declared it reads bytes of an array that nothing wrote.
     #[error("{0}")]
     UnwrittenRead(UnwrittenRead),
+
+    /// A host kernel asked for a typed-rank view of an array of another rank.
+    #[error("{0}")]
+    RankMismatch(RankMismatch),
 
     /// A pipeline binding does not have one device array per buffer set.
     #[error("{}", messages::pipeline_sets(.label, *.bound, *.sets))]
