@@ -89,9 +89,9 @@ pub use host::{
 };
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs, KernelArray};
+pub use manager::{Instance, MemoryManager, Owner, StreamToBind, Work};
 #[cfg(feature = "ndarray")]
 pub use nd::{RunsView, RunsViewMut, SplitRuns};
-pub use manager::{Instance, MemoryManager, Owner, StreamToBind, Work};
 pub use plan::chunks::{Chunk, ChunkPlan};
 pub use plan::split::{Skip, Workload};
 pub use pools::MIN_AUTOPOOL_SIZE;

@@ -13,9 +13,9 @@ mod unwritten;
 
 pub use hints::ArraySide;
 use hints::{fit_hint, shape_problem};
+pub use rank::RankMismatch;
 use unchunkable::unchunkable_hint;
 pub use unchunkable::{UnchunkableArray, UnchunkableReason};
-pub use rank::RankMismatch;
 pub use unwritten::UnwrittenRead;
 
 /// Every failure of cubie-mem.

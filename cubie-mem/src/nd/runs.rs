@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use ndarray::{ArrayView, ArrayViewMut, Axis, Dimension};
 
-use crate::kernel::{KernelArgs, KernelArray};
 use crate::MemError;
+use crate::kernel::{KernelArgs, KernelArray};
 
 /// A chunk's read view of one array and its run axis, made by
 /// [`KernelArgs::read_runs`] for [`KernelArgs::par_runs`].
