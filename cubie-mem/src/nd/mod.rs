@@ -7,6 +7,9 @@
 //! chunk axis holds the chunk length, of which the last chunk uses its own
 //! runs only. The `_runs` views cut the chunk axis to a chunk's runs, so
 //! the padding after them is not in the view; the plain views include it.
+//! The `_as` views have a fixed rank (`Ix3`), checked once
+//! ([`MemError::RankMismatch`]) instead of at every index; `runs` splits a
+//! chunk's views by runs over host threads ([`KernelArgs::par_runs`]).
 //!
 //! ```
 //! use std::time::Duration;

@@ -84,13 +84,16 @@ fn kernel(arrays: &Arrays) -> HostKernel<'_> {
         .writes(&arrays.y)
 }
 
-/// The outputs after a kernel over `runs` runs.
-fn outputs(arrays: &Arrays) -> (Vec<f64>, Vec<f64>) {
+/// The elements of `x` and `y`.
+type Outputs = (Vec<f64>, Vec<f64>);
+
+/// The outputs after a kernel.
+fn outputs(arrays: &Arrays) -> Outputs {
     (arrays.x.to_vec().unwrap(), arrays.y.to_vec().unwrap())
 }
 
 /// The serial kernel, on typed views.
-fn serial(arrays: &Arrays, runs: usize) -> (Vec<f64>, Vec<f64>) {
+fn serial(arrays: &Arrays, runs: usize) -> Outputs {
     reset(arrays);
     kernel(arrays)
         .launch(|args| {
@@ -115,11 +118,7 @@ fn serial(arrays: &Arrays, runs: usize) -> (Vec<f64>, Vec<f64>) {
 
 /// The same kernel with its runs split over `threads` threads; the parts'
 /// runs, in order.
-fn parallel(
-    arrays: &Arrays,
-    runs: usize,
-    threads: usize,
-) -> ((Vec<f64>, Vec<f64>), Vec<Range<usize>>) {
+fn parallel(arrays: &Arrays, runs: usize, threads: usize) -> (Outputs, Vec<Range<usize>>) {
     reset(arrays);
     let parts = Mutex::new(Vec::new());
     let pool = rayon::ThreadPoolBuilder::new()
