@@ -124,7 +124,7 @@ impl<'a> HostKernel<'a> {
 
     /// The kernel reads `array` (a device or a pinned array). The simulated
     /// device refuses the launch while bytes of a device array it reads were
-    /// never written ([`MemError::UnwrittenRead`], its initcheck).
+    /// never written ([`KernelArgument::UnwrittenRead`](crate::KernelArgument::UnwrittenRead), its initcheck).
     pub fn reads(self, array: &'a impl KernelArray) -> Self {
         self.arg(array, Access::Read)
     }
@@ -136,7 +136,7 @@ impl<'a> HostKernel<'a> {
 
     /// The kernel reads and writes `array`: as for [`reads`](Self::reads),
     /// the simulated device refuses the launch while bytes of it were never
-    /// written ([`MemError::UnwrittenRead`]); declare a kernel that only
+    /// written ([`KernelArgument::UnwrittenRead`](crate::KernelArgument::UnwrittenRead)); declare a kernel that only
     /// overwrites it with [`writes`](Self::writes).
     pub fn updates(self, array: &'a impl KernelArray) -> Self {
         self.arg(array, Access::ReadWrite)
@@ -313,13 +313,15 @@ impl<'a> HostKernel<'a> {
                     .zip(&arg_labels)
                     .find_map(|(arg, label)| (arg.ptr == ptr).then_some(label))
                     .map_or_else(|| ptr.to_string(), |label| label.to_string());
-                return Err(MemError::UnwrittenRead(crate::UnwrittenRead {
-                    kernel: self.name.clone(),
-                    label,
-                    read,
-                    first_unwritten,
-                    unwritten,
-                }));
+                return Err(MemError::KernelArgument(
+                    crate::KernelArgument::UnwrittenRead {
+                        kernel: self.name.clone(),
+                        label,
+                        read,
+                        first_unwritten,
+                        unwritten,
+                    },
+                ));
             }
             launched => launched.for_array(backend, first.label())?,
         }

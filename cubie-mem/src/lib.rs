@@ -81,11 +81,13 @@ pub use config::{LimitMode, ManagerConfig};
 pub use default::default_memmgr;
 pub use devices::{DevicePortion, DeviceSet, DeviceSetBuffers, DeviceSetReport, Throughput};
 pub use dtype::{DType, Element, Precision};
-pub use error::{ArraySide, MemError, UnchunkableArray, UnchunkableReason, UnwrittenRead};
+pub use error::{ArraySide, KernelArgument, MemError, UnchunkableArray, UnchunkableReason};
 pub use host::{AsyncCopyError, HostArray, HostMemoryKind, PendingCopy, StagingPool, SystemMemory};
 pub use ids::{InstanceId, OwnerId};
 pub use kernel::{HostKernel, KernelArgs, KernelArray};
 pub use manager::{Instance, MemoryManager, Owner, StreamToBind, Work};
+#[cfg(feature = "ndarray")]
+pub use nd::{RunsView, RunsViewMut, SplitRuns};
 pub use plan::chunks::{Chunk, ChunkPlan};
 pub use plan::split::{Skip, Workload};
 pub use pools::MIN_AUTOPOOL_SIZE;

@@ -13,8 +13,9 @@
 //!
 //! The kernel is behind [`SolverKernel`]: [`HostRk4`] runs it on the
 //! simulated device, indexing its chunk's arrays as they are declared
-//! (`state[[save, v, run]]`, through the `ndarray` views of
-//! `KernelArgs::read_nd_runs`/`write_nd_runs`); a GPU implementation of the
+//! (`state[[save, v, run]]`, through the typed-rank `ndarray` views of
+//! `KernelArgs::read_runs`/`write_runs`), its chunk's runs split over host
+//! threads by `KernelArgs::par_runs`; a GPU implementation of the
 //! same trait launches PTX on the group's stream, as
 //! `euler_decay` (`examples/src/euler_decay.rs`, feature `cuda`) does.
 //!
@@ -32,7 +33,7 @@ use std::ops::{Add, Div, Mul, Sub};
 use std::time::Duration;
 
 use cubie_mem::{DeviceArray, GpuBuffers, HostKernel, MemError, Precision};
-use ndarray::{ArrayBase, ArrayView3, Dimension, Ix1, Ix2, Ix3, IxDyn, RawData};
+use ndarray::{ArrayView3, Ix1, Ix2, Ix3};
 
 pub use job::{Job, Outcome, run};
 
@@ -408,18 +409,6 @@ pub struct HostRk4 {
 /// The kernel's name in errors and traces.
 const KERNEL: &str = "lorenz_rk4";
 
-/// `view` with the dimension its declaration gives it.
-fn fixed<S: RawData, D: Dimension>(
-    view: ArrayBase<S, IxDyn>,
-    label: &str,
-) -> Result<ArrayBase<S, D>, MemError> {
-    view.into_dimensionality::<D>()
-        .map_err(|error| MemError::Kernel {
-            kernel: KERNEL.into(),
-            reason: format!("'{label}': {error}"),
-        })
-}
-
 impl<P: Real> SolverKernel<P> for HostRk4 {
     fn solve_chunk(&self, set: &BatchSolver<P>, runs: usize) -> Result<(), MemError> {
         let (inputs, outputs) = (&set.inputs, &set.outputs);
@@ -436,53 +425,56 @@ impl<P: Real> SolverKernel<P> for HostRk4 {
             .writes(&outputs.status_codes)
             .writes(&outputs.iteration_counters)
             .launch(|args| {
-                let initial = args.read_nd_runs(&inputs.initial_values, runs)?;
-                let initial = fixed::<_, Ix2>(initial, "initial_values")?;
-                let params =
-                    fixed::<_, Ix2>(args.read_nd_runs(&inputs.parameters, runs)?, "parameters")?;
-                let drivers = args.read_nd_runs(&inputs.driver_coefficients, runs)?;
-                let drivers = fixed::<_, Ix3>(drivers, "driver_coefficients")?;
-                let mut state =
-                    fixed::<_, Ix3>(args.write_nd_runs(&outputs.state, runs)?, "state")?;
-                let observables = args.write_nd_runs(&outputs.observables, runs)?;
-                let mut observables = fixed::<_, Ix3>(observables, "observables")?;
-                let summaries = args.write_nd_runs(&outputs.state_summaries, runs)?;
-                let mut state_summaries = fixed::<_, Ix3>(summaries, "state_summaries")?;
-                let summaries = args.write_nd_runs(&outputs.observable_summaries, runs)?;
-                let mut observable_summaries = fixed::<_, Ix3>(summaries, "observable_summaries")?;
-                let status = args.write_nd_runs(&outputs.status_codes, runs)?;
-                let mut status = fixed::<_, Ix1>(status, "status_codes")?;
-                let counters = args.write_nd_runs(&outputs.iteration_counters, runs)?;
-                let mut counters = fixed::<_, Ix3>(counters, "iteration_counters")?;
-                for run in 0..runs {
-                    let record = simulate_run(
-                        &self.integration,
-                        std::array::from_fn(|v| initial[[v, run]]),
-                        std::array::from_fn(|p| params[[p, run]]),
-                        &drivers,
-                    );
-                    for (save, row) in record.state.iter().enumerate() {
-                        for (v, &value) in row.iter().enumerate() {
-                            state[[save, v, run]] = value;
+                let views = (
+                    args.read_runs::<Ix2, _>(&inputs.initial_values, runs)?,
+                    args.read_runs::<Ix2, _>(&inputs.parameters, runs)?,
+                    args.read_runs::<Ix3, _>(&inputs.driver_coefficients, runs)?,
+                    args.write_runs::<Ix3, _>(&outputs.state, runs)?,
+                    args.write_runs::<Ix3, _>(&outputs.observables, runs)?,
+                    args.write_runs::<Ix3, _>(&outputs.state_summaries, runs)?,
+                    args.write_runs::<Ix3, _>(&outputs.observable_summaries, runs)?,
+                    args.write_runs::<Ix1, _>(&outputs.status_codes, runs)?,
+                    args.write_runs::<Ix3, _>(&outputs.iteration_counters, runs)?,
+                );
+                // Each part of the chunk's runs on a host thread, its views
+                // indexed from its first run.
+                args.par_runs(views, |part, views| {
+                    let (initial, params, drivers, mut state, mut observables) =
+                        (views.0, views.1, views.2, views.3, views.4);
+                    let (mut state_summaries, mut observable_summaries, mut status, mut counters) =
+                        (views.5, views.6, views.7, views.8);
+                    for run in 0..part.len() {
+                        let record = simulate_run(
+                            &self.integration,
+                            std::array::from_fn(|v| initial[[v, run]]),
+                            std::array::from_fn(|p| params[[p, run]]),
+                            &drivers,
+                        );
+                        for (save, row) in record.state.iter().enumerate() {
+                            for (v, &value) in row.iter().enumerate() {
+                                state[[save, v, run]] = value;
+                            }
+                            for (o, &value) in record.observables[save].iter().enumerate() {
+                                observables[[save, o, run]] = value;
+                            }
+                            for (c, &count) in record.counters[save].iter().enumerate() {
+                                counters[[save, c, run]] = count;
+                            }
                         }
-                        for (o, &value) in record.observables[save].iter().enumerate() {
-                            observables[[save, o, run]] = value;
+                        for (window, row) in record.state_summaries.iter().enumerate() {
+                            for (m, &value) in row.iter().enumerate() {
+                                state_summaries[[window, m, run]] = value;
+                            }
+                            for (m, &value) in
+                                record.observable_summaries[window].iter().enumerate()
+                            {
+                                observable_summaries[[window, m, run]] = value;
+                            }
                         }
-                        for (c, &count) in record.counters[save].iter().enumerate() {
-                            counters[[save, c, run]] = count;
-                        }
+                        status[run] = record.status;
                     }
-                    for (window, row) in record.state_summaries.iter().enumerate() {
-                        for (m, &value) in row.iter().enumerate() {
-                            state_summaries[[window, m, run]] = value;
-                        }
-                        for (m, &value) in record.observable_summaries[window].iter().enumerate() {
-                            observable_summaries[[window, m, run]] = value;
-                        }
-                    }
-                    status[run] = record.status;
-                }
-                Ok(())
+                    Ok(())
+                })
             })
     }
 }

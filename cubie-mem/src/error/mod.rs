@@ -6,15 +6,15 @@ use crate::{Bytes, DType};
 
 mod constructors;
 mod hints;
+mod kernel_argument;
 mod messages;
 mod unchunkable;
-mod unwritten;
 
 pub use hints::ArraySide;
 use hints::{fit_hint, shape_problem};
+pub use kernel_argument::KernelArgument;
 use unchunkable::unchunkable_hint;
 pub use unchunkable::{UnchunkableArray, UnchunkableReason};
-pub use unwritten::UnwrittenRead;
 
 /// Every failure of cubie-mem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -306,9 +306,10 @@ pub enum MemError {
         reason: String,
     },
 
-    /// A kernel declared it reads bytes of an array that nothing wrote.
+    /// A host kernel's argument it cannot use as declared: a read of bytes
+    /// nothing wrote, or a view of another rank.
     #[error("{0}")]
-    UnwrittenRead(UnwrittenRead),
+    KernelArgument(KernelArgument),
 
     /// A pipeline binding does not have one device array per buffer set.
     #[error("{}", messages::pipeline_sets(.label, *.bound, *.sets))]

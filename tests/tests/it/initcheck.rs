@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::common;
 use cubie_mem::{
-    ArrayRequest, BatchError, Bytes, ChunkPlan, DeviceArray, HostKernel, HostMemoryKind, MemError,
-    Registration, SimBackend, UnwrittenRead,
+    ArrayRequest, BatchError, Bytes, ChunkPlan, DeviceArray, HostKernel, HostMemoryKind,
+    KernelArgument, MemError, Registration, SimBackend,
 };
 
 const CHUNK: usize = 2;
@@ -86,14 +86,14 @@ fn scale_batch(
 }
 
 /// The error of a kernel that read set 1's table, never uploaded.
-fn never_uploaded() -> UnwrittenRead {
-    UnwrittenRead {
+fn never_uploaded(first_unwritten: std::ops::Range<u64>, unwritten: u64) -> MemError {
+    MemError::KernelArgument(KernelArgument::UnwrittenRead {
         kernel: "scale".to_owned(),
         label: "table1".to_owned(),
         read: Bytes(8 * TABLE as u64),
-        first_unwritten: 0..8 * TABLE as u64,
-        unwritten: Bytes(8 * TABLE as u64),
-    }
+        first_unwritten,
+        unwritten: Bytes(unwritten),
+    })
 }
 
 #[test]
@@ -107,7 +107,10 @@ fn a_shared_table_never_uploaded_is_refused_naming_kernel_array_and_chunk() {
     let failure = outcome.unwrap_err();
     assert_eq!(failure.chunk(), Some(1), "the chunk is named");
     assert_eq!(failure.completed(), 0..1);
-    assert_eq!(failure.error(), &MemError::UnwrittenRead(never_uploaded()));
+    assert_eq!(
+        failure.error(),
+        &never_uploaded(0..8 * TABLE as u64, 8 * TABLE as u64)
+    );
     assert_eq!(&host_y[..CHUNK], [0.0, 2.0], "chunk 0's results are in");
     let message = failure.error().to_string();
     for part in [
@@ -139,12 +142,7 @@ fn a_table_uploaded_in_part_is_refused_from_its_first_unwritten_byte() {
     .unwrap();
     let failure = outcome.unwrap_err();
     assert_eq!(failure.chunk(), Some(1));
-    let expected = UnwrittenRead {
-        first_unwritten: 32..128,
-        unwritten: Bytes(96),
-        ..never_uploaded()
-    };
-    assert_eq!(failure.error(), &MemError::UnwrittenRead(expected));
+    assert_eq!(failure.error(), &never_uploaded(32..128, 96));
 }
 
 #[test]
@@ -203,8 +201,8 @@ fn an_update_of_an_array_never_written_is_refused_and_a_write_is_not() {
     };
     let error = accumulate().unwrap_err();
     assert!(
-        matches!(&error, MemError::UnwrittenRead(read)
-            if read.kernel == "accumulate" && read.label == "sum" && read.unwritten == Bytes(16)),
+        matches!(&error, MemError::KernelArgument(KernelArgument::UnwrittenRead { kernel, label, unwritten, .. })
+            if kernel == "accumulate" && label == "sum" && *unwritten == Bytes(16)),
         "{error}"
     );
     HostKernel::new("zero", Duration::from_micros(1))

@@ -35,6 +35,7 @@ mod identity;
 mod idle_eviction;
 mod initcheck;
 mod logging;
+mod nd_runs;
 mod ndarray_views;
 mod overlap;
 mod pipeline_depth;

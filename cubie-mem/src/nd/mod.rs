@@ -7,6 +7,9 @@
 //! chunk axis holds the chunk length, of which the last chunk uses its own
 //! runs only. The `_runs` views cut the chunk axis to a chunk's runs, so
 //! the padding after them is not in the view; the plain views include it.
+//! The `_as` views have a fixed rank (`Ix3`), checked once
+//! ([`KernelArgument::RankMismatch`]) instead of at every index; `runs` splits a
+//! chunk's views by runs over host threads ([`KernelArgs::par_runs`]).
 //!
 //! ```
 //! use std::time::Duration;
@@ -31,10 +34,14 @@
 //! # Ok::<(), cubie_mem::MemError>(())
 //! ```
 
-use ndarray::{ArrayViewD, ArrayViewMutD, Axis, Dimension, IxDyn, Slice};
+mod runs;
+
+pub use runs::{RunsView, RunsViewMut, SplitRuns};
+
+use ndarray::{ArrayView, ArrayViewD, ArrayViewMut, ArrayViewMutD, Axis, Dimension, IxDyn, Slice};
 
 use crate::kernel::{KernelArgs, KernelArray};
-use crate::{Element, HostArray, MemError};
+use crate::{Element, HostArray, KernelArgument, MemError};
 
 /// The error of a view that cannot be made: `reason` says why.
 fn view_error(kernel: &str, label: &str, reason: impl std::fmt::Display) -> MemError {
@@ -63,6 +70,23 @@ fn runs_axis(shape: &[usize], axis: Option<usize>, runs: usize) -> Result<Option
 }
 
 impl<'k> KernelArgs<'k> {
+    /// The [`KernelArgument::RankMismatch`] of a fixed rank `D` that is not `array`'s,
+    /// checked before anything is borrowed.
+    fn check_rank<D: Dimension, A: KernelArray>(&self, array: &A) -> Result<(), MemError> {
+        let rank = array.shape().len();
+        match D::NDIM {
+            Some(asked) if asked != rank => {
+                Err(MemError::KernelArgument(KernelArgument::RankMismatch {
+                    kernel: self.kernel_name().to_owned(),
+                    label: array.label().to_owned(),
+                    rank,
+                    asked,
+                }))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The elements of `array` (listed with `reads` or `updates`) as a view
     /// of its shape, the chunk axis whole (a short last chunk's padding
     /// included).
@@ -70,11 +94,7 @@ impl<'k> KernelArgs<'k> {
         &mut self,
         array: &A,
     ) -> Result<ArrayViewD<'k, A::Element>, MemError> {
-        let shape = array.shape().to_vec();
-        let kernel = self.kernel_name().to_owned();
-        let elements = self.read(array)?;
-        ArrayViewD::from_shape(IxDyn(&shape), elements)
-            .map_err(|error| view_error(&kernel, array.label(), error))
+        self.read_nd_as(array)
     }
 
     /// The elements of `array` (listed with `writes` or `updates`) as a
@@ -83,11 +103,36 @@ impl<'k> KernelArgs<'k> {
         &mut self,
         array: &A,
     ) -> Result<ArrayViewMutD<'k, A::Element>, MemError> {
-        let shape = array.shape().to_vec();
-        let kernel = self.kernel_name().to_owned();
+        self.write_nd_as(array)
+    }
+
+    /// [`read_nd`](Self::read_nd) with the rank `D` (`Ix3` for a
+    /// `[saves, states, runs]` array): indexed without a rank check per
+    /// index. Another rank than the array's is [`KernelArgument::RankMismatch`].
+    pub fn read_nd_as<D: Dimension, A: KernelArray>(
+        &mut self,
+        array: &A,
+    ) -> Result<ArrayView<'k, A::Element, D>, MemError> {
+        self.check_rank::<D, A>(array)?;
+        let kernel = self.kernel_name();
+        let elements = self.read(array)?;
+        ArrayViewD::from_shape(IxDyn(array.shape()), elements)
+            .and_then(ArrayView::into_dimensionality)
+            .map_err(|error| view_error(kernel, array.label(), error))
+    }
+
+    /// [`write_nd`](Self::write_nd) with the rank `D`, as
+    /// [`read_nd_as`](Self::read_nd_as).
+    pub fn write_nd_as<D: Dimension, A: KernelArray>(
+        &mut self,
+        array: &A,
+    ) -> Result<ArrayViewMut<'k, A::Element, D>, MemError> {
+        self.check_rank::<D, A>(array)?;
+        let kernel = self.kernel_name();
         let elements = self.write(array)?;
-        ArrayViewMutD::from_shape(IxDyn(&shape), elements)
-            .map_err(|error| view_error(&kernel, array.label(), error))
+        ArrayViewMutD::from_shape(IxDyn(array.shape()), elements)
+            .and_then(ArrayViewMut::into_dimensionality)
+            .map_err(|error| view_error(kernel, array.label(), error))
     }
 
     /// [`read_nd`](Self::read_nd), the chunk axis cut to its first `runs`
@@ -98,13 +143,7 @@ impl<'k> KernelArgs<'k> {
         array: &A,
         runs: usize,
     ) -> Result<ArrayViewD<'k, A::Element>, MemError> {
-        let axis = runs_axis(array.shape(), array.chunk_axis(), runs)
-            .map_err(|reason| view_error(self.kernel_name(), array.label(), reason))?;
-        let view = self.read_nd(array)?;
-        Ok(match axis {
-            Some(axis) => view.slice_axis_move(Axis(axis), Slice::from(..runs)),
-            None => view,
-        })
+        self.read_nd_runs_as(array, runs)
     }
 
     /// [`write_nd`](Self::write_nd), the chunk axis cut to its first `runs`.
@@ -113,13 +152,43 @@ impl<'k> KernelArgs<'k> {
         array: &A,
         runs: usize,
     ) -> Result<ArrayViewMutD<'k, A::Element>, MemError> {
-        let axis = runs_axis(array.shape(), array.chunk_axis(), runs)
-            .map_err(|reason| view_error(self.kernel_name(), array.label(), reason))?;
-        let view = self.write_nd(array)?;
+        self.write_nd_runs_as(array, runs)
+    }
+
+    /// [`read_nd_runs`](Self::read_nd_runs) with the rank `D`, as
+    /// [`read_nd_as`](Self::read_nd_as).
+    pub fn read_nd_runs_as<D: Dimension, A: KernelArray>(
+        &mut self,
+        array: &A,
+        runs: usize,
+    ) -> Result<ArrayView<'k, A::Element, D>, MemError> {
+        let axis = self.runs_axis(array, runs)?;
+        let view = self.read_nd_as(array)?;
         Ok(match axis {
             Some(axis) => view.slice_axis_move(Axis(axis), Slice::from(..runs)),
             None => view,
         })
+    }
+
+    /// [`write_nd_runs`](Self::write_nd_runs) with the rank `D`, as
+    /// [`read_nd_as`](Self::read_nd_as).
+    pub fn write_nd_runs_as<D: Dimension, A: KernelArray>(
+        &mut self,
+        array: &A,
+        runs: usize,
+    ) -> Result<ArrayViewMut<'k, A::Element, D>, MemError> {
+        let axis = self.runs_axis(array, runs)?;
+        let view = self.write_nd_as(array)?;
+        Ok(match axis {
+            Some(axis) => view.slice_axis_move(Axis(axis), Slice::from(..runs)),
+            None => view,
+        })
+    }
+
+    /// `array`'s chunk axis, checked to hold `runs`.
+    fn runs_axis<A: KernelArray>(&self, array: &A, runs: usize) -> Result<Option<usize>, MemError> {
+        runs_axis(array.shape(), array.chunk_axis(), runs)
+            .map_err(|reason| view_error(self.kernel_name(), array.label(), reason))
     }
 }
 
