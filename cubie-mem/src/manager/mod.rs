@@ -16,40 +16,8 @@
 //! - The report: [`report`] (who holds the memory, and what would make a
 //!   batch fit).
 //!
-//! # Locks
-//!
-//! All state sits behind one mutex, the manager's. The lock order is:
-//!
-//! 1. the manager's mutex;
-//! 2. a slot's mutex ([`Slot`](crate::array::slot::Slot)), held only to swap
-//!    or clone the memory it points to;
-//! 3. a device allocation's stream mutex, held only to read or set it;
-//! 4. the backend's own locks (short, non-blocking calls: allocate, free,
-//!    create a stream, record or query an event).
-//!
-//! Never taken while the manager's mutex is held: a pinned block's
-//! read/write lock (held by copies and by the guards of `PinnedArray::read`/`write`),
-//! a hook's lock, the staging pool's lock. So the manager never waits for a
-//! handle: releasing an array (free, eviction, replacement, deregistration)
-//! marks it released and frees its memory at once unless an access still
-//! holds the memory, in which case the last access frees it; such deferred
-//! bytes do not count as released for the call that evicted them. A handle
-//! operation never takes the manager's mutex, so code inside
-//! `with_device_ptr` or holding a pinned guard may call the manager.
-//!
-//! Hooks run after the manager's mutex is released: a hook may call back
-//! into the manager. A hook that panics is caught and reported through
-//! `tracing::error!`; the other hooks still run.
-//!
-//! # Failed calls
-//!
-//! A call that fails leaves the state as it was: a failed registration
-//! registers nothing; a failed `allocate_queue` frees what it allocated,
-//! leaves every array the participants held valid, and puts their request
-//! sets back in the queue. It evicts no one for a batch that would not
-//! fit after the eviction; only when the device then refuses an
-//! allocation (a fault, another process) do the owners it evicted stay
-//! evicted, with their invalidate hooks called.
+//! The lock order, and what a failed call leaves, are on the architecture
+//! page ([locks and failed calls](crate::guide::architecture#locks-and-failed-calls)).
 
 mod accounting;
 mod apply;

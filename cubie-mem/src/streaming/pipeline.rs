@@ -100,34 +100,9 @@ impl<S> ChunkPipeline<'_, S> {
     /// range. A batch that failed at chunk 70 of 100 then costs 30 chunks,
     /// and every run is computed once. Bind the same arrays as the failed
     /// run (the host arrays hold the completed chunks' results; inputs are
-    /// uploaded again from the first chunk resumed).
-    ///
-    /// ```
-    /// use cubie_mem::{ArrayRequest, ChunkPlan, HostMemoryKind, ManagerConfig, MemError, MemoryManager, Registration, SimBackend};
-    ///
-    /// let mgr = MemoryManager::with_config(SimBackend::new(1 << 30), ManagerConfig::default().granule(0));
-    /// let solver = mgr.register(Registration::new().on_invalidate(|| {})).unwrap();
-    /// let plan = ChunkPlan::new(100, 10, 10)?;
-    /// mgr.queue_request(&solver, [("x", ArrayRequest::of::<f64>([10]).unchunkable())])?;
-    /// let x = mgr.allocate_queue_for(&solver)?.take::<f64>("x")?;
-    /// let mut out = mgr.create_host_array::<f64>([100], HostMemoryKind::Pageable, None, &solver)?;
-    /// let streamer = mgr.chunk_streamer(&solver, &plan)?;
-    /// let mut fault = true;
-    /// let failed = streamer.pipeline().output(&mut out, x.along(0)).run(|chunk, _| {
-    ///     if chunk.index == 7 && std::mem::take(&mut fault) {
-    ///         return Err(MemError::NoBufferSets); // a fault, fixed before resuming
-    ///     }
-    ///     x.copy_from_host(&vec![chunk.index as f64; 10])
-    /// }).unwrap_err();
-    /// assert_eq!(failed.completed(), 0..7);
-    /// let mut again = Vec::new();
-    /// streamer.pipeline().output(&mut out, x.along(0)).resume(&failed).run(|chunk, _| {
-    ///     again.push(chunk.index);
-    ///     x.copy_from_host(&vec![chunk.index as f64; 10])
-    /// }).unwrap();
-    /// assert_eq!(again, [7, 8, 9]);
-    /// # Ok::<(), MemError>(())
-    /// ```
+    /// uploaded again from the first chunk resumed). The walk-through
+    /// [a first chunked solver](crate::guide::first_solver) fails a batch
+    /// and resumes it.
     pub fn resume<E>(mut self, failure: &BatchError<E>) -> Self {
         self.chunks.start = failure.completed().end;
         self
