@@ -147,6 +147,7 @@ fn host_mirror(container: &Container, name: &Ident) -> (TokenStream, TokenStream
     };
     let (impl_generics, type_generics, where_clause) = generics.split_for_impl();
     let buffers = quote!(#ident #type_generics);
+    let signature = super::host::bind_host_signature(&cubie_mem, &buffers, &quote!(_));
     let impls = quote! {
         impl #impl_generics #name #type_generics #where_clause {
             #vis fn new(
@@ -166,17 +167,7 @@ fn host_mirror(container: &Container, name: &Ident) -> (TokenStream, TokenStream
 
         #[automatically_derived]
         impl #impl_generics #cubie_mem::HostBuffers<#buffers> for #name #type_generics #where_clause {
-            fn bind_host<'__host, __Sets: '__host, __Pipeline: #cubie_mem::__private::HostBinder<'__host, __Sets>>(
-                &'__host mut self,
-                pipeline: __Pipeline,
-                _: impl ::core::ops::Fn(&'__host __Sets) -> &'__host #buffers
-                    + ::core::marker::Copy
-                    + ::core::marker::Sync
-                    + '__host,
-            ) -> __Pipeline
-            where
-                #buffers: '__host,
-            {
+            #signature {
                 pipeline
             }
         }

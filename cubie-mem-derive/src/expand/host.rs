@@ -120,6 +120,27 @@ fn field_doc(buffer: &Buffer, side: HostSide) -> String {
 
 /// The mirror's constructor and `HostBuffers` impl, inside the `const _`
 /// block; `generics` are the `GpuBuffers` impl's.
+/// The signature of `HostBuffers::bind_host` for the buffer struct
+/// `buffers`, its selector bound to `select` (`_` when unused).
+pub(super) fn bind_host_signature(
+    cubie_mem: &Ident,
+    buffers: &TokenStream,
+    select: &TokenStream,
+) -> TokenStream {
+    quote! {
+        fn bind_host<'__host, __Sets: '__host, __Pipeline: #cubie_mem::__private::HostBinder<'__host, __Sets>>(
+            &'__host mut self,
+            pipeline: __Pipeline,
+            #select: impl ::core::ops::Fn(&'__host __Sets) -> &'__host #buffers
+                + ::core::marker::Copy
+                + ::core::marker::Sync
+                + '__host,
+        ) -> __Pipeline
+        where
+            #buffers: '__host,
+    }
+}
+
 pub(super) fn implementation(
     checked: &Checked,
     host: &HostMirror,
@@ -129,6 +150,7 @@ pub(super) fn implementation(
     let (impl_generics, type_generics, where_clause) = generics.split_for_impl();
     let (vis, name, ident) = (checked.vis, host.ident, checked.ident);
     let buffers = quote!(#ident #type_generics);
+    let signature = bind_host_signature(&cubie_mem, &buffers, &quote!(select));
     let marker = (!host.unused.is_empty()).then(marker_field);
     let made = directed(checked).map(|(buffer, side)| {
         let (field, element, label) = (buffer.field, buffer.element, &buffer.label);
@@ -184,17 +206,7 @@ pub(super) fn implementation(
 
         #[automatically_derived]
         impl #impl_generics #cubie_mem::HostBuffers<#buffers> for #name #type_generics #where_clause {
-            fn bind_host<'__host, __Sets: '__host, __Pipeline: #cubie_mem::__private::HostBinder<'__host, __Sets>>(
-                &'__host mut self,
-                pipeline: __Pipeline,
-                select: impl ::core::ops::Fn(&'__host __Sets) -> &'__host #buffers
-                    + ::core::marker::Copy
-                    + ::core::marker::Sync
-                    + '__host,
-            ) -> __Pipeline
-            where
-                #buffers: '__host,
-            {
+            #signature {
                 let Self { #(#fields,)* #rest } = self;
                 #bound
             }
