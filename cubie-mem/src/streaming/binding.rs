@@ -325,11 +325,11 @@ impl<'p> Binding<'p> {
     }
 
     /// Queues the upload of `chunk` into buffer set `set` on `stream`. The
-    /// bytes of the set's device array that no upload wrote (past a short
-    /// chunk's runs) are the pipeline's padding: a kernel over the whole
+    /// bytes of the set's device array that a short chunk's upload leaves
+    /// (past its runs) are the pipeline's padding: a kernel over the whole
     /// array reads them and its results there are never downloaded, so on
     /// the simulated device they read as poison without failing the
-    /// initcheck.
+    /// initcheck. A full chunk writes every byte and leaves none.
     pub(super) fn upload(
         &mut self,
         chunk: &Chunk,
@@ -337,7 +337,10 @@ impl<'p> Binding<'p> {
         stream: &OwnedStream,
     ) -> Result<(), MemError> {
         self.upload_runs(chunk, set, stream)?;
-        if self.direction.uploads()
+        let layout = &self.host.layout;
+        let short = layout.chunk_extent(chunk.len()) < layout.chunk_elements();
+        if short
+            && self.direction.uploads()
             && let (Some(slot), Ok(Memory::Device(device))) =
                 (self.slots.get(set), self.device(set))
         {
