@@ -3,7 +3,7 @@
 //! one call, arrays unchunkable by their axis, a host array made for other
 //! dims or transposed, and the guide's types at the crate root.
 
-use crate::common::{Inbox, capture_logs, manager, queuing, runs_request};
+use crate::common::{Inbox, allocate_f64, capture_logs, manager, queuing, runs_request};
 use cubie_mem::report::PendingRequests;
 use cubie_mem::{
     ArrayRequest, ArraySide, Bytes, ChunkPlan, HostMemoryKind, MemError, Registration,
@@ -283,21 +283,10 @@ fn a_transposed_host_array_is_named_whichever_axis_it_is_bound_along() {
         .unwrap();
     let plan = ChunkPlan::new(100, 4, 25).unwrap();
     // One chunk of [3 species, runs], chunked along axis 1.
-    mgr.queue_request(
-        &solver,
-        [(
-            "traj",
-            ArrayRequest::of::<f64>([3, 25])
-                .chunk_axis(1)
-                .total_runs(25),
-        )],
-    )
-    .unwrap();
-    let device = mgr
-        .allocate_queue_for(&solver)
-        .unwrap()
-        .take::<f64>("traj")
-        .unwrap();
+    let request = ArrayRequest::of::<f64>([3, 25])
+        .chunk_axis(1)
+        .total_runs(25);
+    let device = allocate_f64(&mgr, &solver, "traj", request);
     // The mistake: the host array is [runs, 3].
     let host = mgr
         .create_host_array::<f64>([100, 3], HostMemoryKind::Pageable, None, &solver)
