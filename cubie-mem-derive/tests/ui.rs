@@ -112,8 +112,15 @@ fn diagnostics(output: &str) -> Vec<Diagnostic> {
     found
 }
 
+/// The cases of `ui/fail` whose errors show only where code is generated
+/// (`cargo build`), not in `cargo check`: a tuple of buffer structs is
+/// formed where it is used, so its parts' agreement is asserted there.
+const BUILD_ONLY_CASES: &[&str] = &["tuple_parts_share_a_label"];
+
 /// Compiles each case of `ui/fail` on its own, in a package beside the
-/// suite's, and checks that it fails with every headline of its `.stderr`.
+/// suite's, and checks that it fails with every headline of its `.stderr`:
+/// under `cargo check`, as an editor would show it, except the
+/// [`BUILD_ONLY_CASES`], which are built.
 fn check_failures_by_headline() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut cases: Vec<PathBuf> = fs::read_dir(crate_dir.join("ui/fail"))
@@ -128,8 +135,13 @@ fn check_failures_by_headline() {
     let mut problems = Vec::new();
     for case in &cases {
         let name = case_name(case);
+        let command = if BUILD_ONLY_CASES.contains(&name.as_str()) {
+            "build"
+        } else {
+            "check"
+        };
         let output = Command::new(&cargo)
-            .args(["check", "--quiet", "--bin", &name, "--manifest-path"])
+            .args([command, "--quiet", "--bin", &name, "--manifest-path"])
             .arg(package.join("Cargo.toml"))
             .env("CARGO_TARGET_DIR", package.join("target"))
             .env("CARGO_TERM_COLOR", "never")

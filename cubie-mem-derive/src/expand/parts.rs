@@ -30,7 +30,7 @@ pub(super) fn stream_group(checked: &Checked) -> TokenStream {
         (StreamGroup::Named(name), _) => quote!(#name),
         (StreamGroup::OfPart, Some(part)) => {
             let ty = part.ty;
-            quote!(<#ty as #cubie_mem::GpuBuffers>::STREAM_GROUP)
+            quote_spanned!(ty.span()=> <#ty as #cubie_mem::GpuBuffers>::STREAM_GROUP)
         }
         (StreamGroup::Default | StreamGroup::OfPart, _) => {
             quote!(#cubie_mem::Registration::DEFAULT_STREAM_GROUP)
@@ -127,9 +127,21 @@ pub(super) fn with_part_bounds(generics: &mut Generics, checked: &Checked) {
 
 /// For each part whose type names no parameter of the struct, an item
 /// asserting that it is a buffer struct of the struct's dims, spanned on
-/// its type: the one place a part that is not one is reported.
+/// its type: the one place a part that is not one is reported. Empty when
+/// [`checks`] makes these assertions itself, at the declaration.
 pub(super) fn assertions(checked: &Checked) -> TokenStream {
-    let items = checked
+    if checked_at_declaration(checked) {
+        return TokenStream::new();
+    }
+    let items = part_assertions(checked).map(|assertion| quote!(const _: () = { #assertion };));
+    quote!(#(#items)*)
+}
+
+/// The statements asserting that each part whose type names no parameter
+/// of the struct is a buffer struct of the struct's dims, spanned on its
+/// type.
+fn part_assertions<'c>(checked: &'c Checked) -> impl Iterator<Item = TokenStream> + 'c {
+    checked
         .parts
         .iter()
         .enumerate()
@@ -140,10 +152,16 @@ pub(super) fn assertions(checked: &Checked) -> TokenStream {
             let dims = part_dims(checked, index)
                 .unwrap_or_else(|| quote!(<#ty as #cubie_mem::GpuBuffers>::Dims));
             quote_spanned! {ty.span()=>
-                const _: () = #cubie_mem::__private::assert_part::<#ty, #dims>();
+                #cubie_mem::__private::assert_part::<#ty, #dims>();
             }
-        });
-    quote!(#(#items)*)
+        })
+}
+
+/// Whether the parts' agreement is asserted where the struct is declared,
+/// where `cargo check` and an editor see it: when no part names a
+/// parameter of the struct, so that the assertion needs none.
+fn checked_at_declaration(checked: &Checked) -> bool {
+    checked.parts.iter().all(|part| !part.is_generic)
 }
 
 /// Statements appending each part's requests for `dims` to `set` (the
@@ -183,12 +201,15 @@ pub(super) fn takes(checked: &Checked) -> Vec<TokenStream> {
         .collect()
 }
 
-/// The assertions that the parts agree, as an associated constant of a
-/// trait local to the generated block: `(items, use)`, where `use` forces
-/// their evaluation in `requests`: evaluated where code is generated
-/// (`cargo build`, `cargo test`), not by `cargo check`. A check at the
-/// declaration would also fire for a part that is not a buffer struct of
-/// the struct's dims, a second error for the mistake `assertions` reports.
+/// The assertions that the parts agree: `(items, use)`.
+///
+/// Where no part names a parameter of the struct, one `const _` item that
+/// also asserts each part is a buffer struct of the struct's dims: rustc
+/// evaluates it in `cargo check`, and reports a part that is not one once,
+/// since every use of the part is spanned on its type. Otherwise an
+/// associated constant of a trait local to the generated block, which
+/// `use` forces in `requests`: evaluated where code is generated
+/// (`cargo build`, `cargo test`).
 pub(super) fn checks(checked: &Checked, generics: &Generics) -> (TokenStream, TokenStream) {
     if checked.parts.is_empty() {
         return (TokenStream::new(), TokenStream::new());
@@ -203,14 +224,22 @@ pub(super) fn checks(checked: &Checked, generics: &Generics) -> (TokenStream, To
     let mut assertions = Vec::new();
     let parts = &checked.parts;
     let message = quote!(#cubie_mem::__private::ConstMessage::new());
-    let group_of = |ty: &dyn quote::ToTokens| quote!(<#ty as #cubie_mem::GpuBuffers>::STREAM_GROUP);
-    let labels_of = |ty: &dyn quote::ToTokens| quote!(<#ty as #cubie_mem::GpuBuffers>::LABELS);
-    let axis_of = |ty: &dyn quote::ToTokens| quote!(<#ty as #cubie_mem::GpuBuffers>::__RUN_AXIS);
-    let this = quote!(#ident #type_generics);
+    let group_of =
+        |ty: &syn::Type| quote_spanned!(ty.span()=> <#ty as #cubie_mem::GpuBuffers>::STREAM_GROUP);
+    let labels_of =
+        |ty: &syn::Type| quote_spanned!(ty.span()=> <#ty as #cubie_mem::GpuBuffers>::LABELS);
+    let axis_of =
+        |ty: &syn::Type| quote_spanned!(ty.span()=> <#ty as #cubie_mem::GpuBuffers>::__RUN_AXIS);
+    let at_declaration = checked_at_declaration(checked);
+    let own_group = if at_declaration {
+        stream_group(checked)
+    } else {
+        quote!(<#ident #type_generics as #cubie_mem::GpuBuffers>::STREAM_GROUP)
+    };
     for (index, part) in parts.iter().enumerate() {
         let (field, ty) = (part.field, part.ty);
         let span = field.span();
-        let (part_group, own_group) = (group_of(ty), group_of(&this));
+        let part_group = group_of(ty);
         let group_start = format!("part `{field}` of `{name}` is in stream group \"");
         let group_middle = format!("\", and `{name}` in \"");
         let group_end = format!(
@@ -276,6 +305,18 @@ pub(super) fn checks(checked: &Checked, generics: &Generics) -> (TokenStream, To
                 }
             });
         }
+    }
+    if at_declaration {
+        let part_assertions = part_assertions(checked);
+        let items = quote! {
+            // Evaluated only at compile time, where a panic is the error.
+            #[allow(clippy::panic)]
+            const _: () = {
+                #(#part_assertions)*
+                #(#assertions)*
+            };
+        };
+        return (items, TokenStream::new());
     }
     let items = quote! {
         trait #trait_name {
