@@ -2,7 +2,7 @@
 //! to a chunk plan. It needs no manager.
 //! The rules and examples are on the guide page [planner](crate::guide::planner).
 
-use crate::{ArrayRequest, Bytes, MemError};
+use crate::{ArrayRequest, Bytes, MemError, UnchunkableArray};
 
 pub use limit::Limit;
 
@@ -30,8 +30,10 @@ pub struct BatchSizes {
 }
 
 impl BatchSizes {
-    /// Measures requests, checking each and that every chunkable one has the
-    /// batch's run count on its chunk axis.
+    /// Measures requests, checking each, that every chunkable one has the
+    /// batch's run count on its chunk axis, and that none declaring runs is
+    /// left whole beside them by a chunk axis beyond its shape
+    /// ([`MemError::RunsLeftWhole`]).
     pub fn measure<'a>(
         requests: impl IntoIterator<Item = (&'a str, &'a ArrayRequest)> + Clone,
     ) -> Result<Self, MemError> {
@@ -47,10 +49,13 @@ impl BatchSizes {
             unchunkable_bytes: 0,
             depth: 1,
         };
+        let mut any_chunkable = false;
+        let mut left_whole = None;
         for (label, request) in requests {
             let bytes = request.checked_nbytes(label)?;
             let slot = match request.chunk_axis_in_use() {
                 Some(axis) => {
+                    any_chunkable = true;
                     let axis_length = request.shape()[axis];
                     if axis_length != total_runs {
                         return Err(MemError::RunCountMismatch {
@@ -72,12 +77,18 @@ impl BatchSizes {
                             total_runs,
                         });
                     }
+                    if left_whole.is_none() && request.axis_out_of_range().is_some() {
+                        left_whole = UnchunkableArray::of(label, request, total_runs);
+                    }
                     &mut sizes.unchunkable_bytes
                 }
             };
             *slot = slot.checked_add(bytes).ok_or_else(|| {
                 MemError::invalid_request(label, "total byte size overflows 64 bits")
             })?;
+        }
+        if let Some(array) = left_whole.filter(|_| any_chunkable) {
+            return Err(MemError::RunsLeftWhole(array));
         }
         sizes
             .chunkable_bytes
@@ -146,12 +157,10 @@ pub(crate) struct SetSizes {
     shortest: usize,
     /// The longest chunk axis among its chunkable requests (0 without one).
     longest: usize,
-    /// Whether every request is valid, none has an empty chunk axis and no
-    /// sum overflows: else only a full measure tells the error.
+    /// Whether every request is valid, none has an empty chunk axis or one
+    /// beyond its shape while declaring runs, and no sum overflows: else
+    /// only a full measure tells the error, if any.
     plain: bool,
-    /// Whether a request is unchunkable only by a chunk axis beyond its
-    /// shape (a warning names it).
-    misaxed: bool,
 }
 
 impl Default for SetSizes {
@@ -164,7 +173,6 @@ impl Default for SetSizes {
             shortest: usize::MAX,
             longest: 0,
             plain: true,
-            misaxed: false,
         }
     }
 }
@@ -200,8 +208,8 @@ impl SetSizes {
                 &mut self.chunkable
             }
             None => {
-                self.plain &= request.empty_chunk_axis().is_none();
-                self.misaxed |= request.axis_out_of_range().is_some();
+                self.plain &=
+                    request.empty_chunk_axis().is_none() && request.axis_out_of_range().is_none();
                 &mut self.unchunkable
             }
         };
@@ -210,11 +218,6 @@ impl SetSizes {
             None => self.plain = false,
         }
         true
-    }
-
-    /// Whether a request of the set warns of its chunk axis.
-    pub(crate) fn misaxed(&self) -> bool {
-        self.misaxed
     }
 
     /// The sizes of a batch of `sets`, as [`BatchSizes::measure`] gives

@@ -17,6 +17,15 @@ pub(super) fn run_count_mismatch(
     )
 }
 
+/// `MemError::RunsLeftWhole`.
+pub(super) fn runs_left_whole(array: &super::UnchunkableArray) -> String {
+    format!(
+        "request {array}; it declares runs (total_runs above 1), yet would be allocated whole \
+         beside arrays split into chunks of the runs; to keep it whole on purpose, flag it \
+         ArrayRequest::unchunkable()"
+    )
+}
+
 /// `MemError::AllUnchunkable`, before its hints.
 pub(super) fn all_unchunkable(requested: Bytes, available: Bytes, withheld: Bytes) -> String {
     format!(

@@ -1,7 +1,6 @@
 //! The one error type of the crate. Every message says what was asked, what
 //! was available, and what the caller can change.
 
-use crate::pools::Proportion;
 use crate::{Bytes, DType};
 
 mod constructors;
@@ -11,9 +10,7 @@ mod messages;
 mod unchunkable;
 
 pub use hints::ArraySide;
-use hints::{fit_hint, shape_problem};
 pub use kernel_argument::KernelArgument;
-use unchunkable::unchunkable_hint;
 pub use unchunkable::{UnchunkableArray, UnchunkableReason};
 
 /// Every failure of cubie-mem.
@@ -21,7 +18,7 @@ pub use unchunkable::{UnchunkableArray, UnchunkableReason};
 #[non_exhaustive]
 pub enum MemError {
     /// A VRAM proportion outside `[0, 1]` (or not a number).
-    #[error("proportion {} is outside [0, 1]: give a fraction of total device memory", Proportion(*.proportion))]
+    #[error("proportion {} is outside [0, 1]: give a fraction of total device memory", crate::pools::Proportion(*.proportion))]
     InvalidProportion {
         /// The proportion given.
         proportion: f64,
@@ -114,8 +111,12 @@ pub enum MemError {
         total_runs: usize,
     },
 
+    /// A request of runs that a chunk axis beyond its shape leaves whole beside chunked arrays.
+    #[error("{}", messages::runs_left_whole(.0))]
+    RunsLeftWhole(UnchunkableArray),
+
     /// The effective free memory is below the allocation granule.
-    #[error("{}{}", messages::below_granule(*.free, *.granule), fit_hint(.report))]
+    #[error("{}{}", messages::below_granule(*.free, *.granule), hints::fit_hint(.report))]
     BelowGranule {
         /// Effective free memory.
         free: Bytes,
@@ -126,7 +127,7 @@ pub enum MemError {
     },
 
     /// Everything requested is unchunkable and does not fit.
-    #[error("{}{}{}", messages::all_unchunkable(*.requested, *.available, *.withheld), unchunkable_hint(.arrays), fit_hint(.report))]
+    #[error("{}{}{}", messages::all_unchunkable(*.requested, *.available, *.withheld), unchunkable::unchunkable_hint(.arrays), hints::fit_hint(.report))]
     AllUnchunkable {
         /// Bytes requested.
         requested: Bytes,
@@ -141,7 +142,7 @@ pub enum MemError {
     },
 
     /// The unchunkable requests alone leave no room for any run.
-    #[error("{}{}{}", messages::unchunkable_too_large(*.unchunkable, *.available, *.withheld), unchunkable_hint(.arrays), fit_hint(.report))]
+    #[error("{}{}{}", messages::unchunkable_too_large(*.unchunkable, *.available, *.withheld), unchunkable::unchunkable_hint(.arrays), hints::fit_hint(.report))]
     UnchunkableTooLarge {
         /// Bytes of the unchunkable requests.
         unchunkable: Bytes,
@@ -156,7 +157,7 @@ pub enum MemError {
     },
 
     /// Not even one run (in each buffer set) fits beside the unchunkable arrays.
-    #[error("{}{}", messages::single_run_too_large(*.per_run, *.depth, *.room, *.unchunkable, *.withheld), fit_hint(.report))]
+    #[error("{}{}", messages::single_run_too_large(*.per_run, *.depth, *.room, *.unchunkable, *.withheld), hints::fit_hint(.report))]
     SingleRunTooLarge {
         /// Chunkable bytes per run in one buffer set (rounded up).
         per_run: Bytes,
@@ -173,7 +174,7 @@ pub enum MemError {
     },
 
     /// The device could not provide the memory.
-    #[error("{}{}", messages::out_of_memory(.label, *.requested, *.free, *.idle_held, *.limit), fit_hint(.report))]
+    #[error("{}{}", messages::out_of_memory(.label, *.requested, *.free, *.idle_held, *.limit), hints::fit_hint(.report))]
     OutOfMemory {
         /// The label being allocated.
         label: String,
@@ -199,7 +200,7 @@ pub enum MemError {
     },
 
     /// Active-mode caps, not the device, keep the batch from fitting.
-    #[error("{}{}", messages::cap_limited(.group, *.proportion, *.caps, *.held, *.allowed, *.needed, *.free), fit_hint(.report))]
+    #[error("{}{}", messages::cap_limited(.group, *.proportion, *.caps, *.held, *.allowed, *.needed, *.free), hints::fit_hint(.report))]
     CapLimited {
         /// The stream group.
         group: String,
@@ -306,8 +307,7 @@ pub enum MemError {
         reason: String,
     },
 
-    /// A host kernel's argument it cannot use as declared: a read of bytes
-    /// nothing wrote, or a view of another rank.
+    /// A host kernel's argument it cannot use as declared ([`KernelArgument`]).
     #[error("{0}")]
     KernelArgument(KernelArgument),
 
@@ -381,7 +381,7 @@ pub enum MemError {
     },
 
     /// A host or device array whose shape does not fit the chunk plan.
-    #[error("{side} array {} has shape {found:?}: {}", side.naming(label), shape_problem(*side, found, expected, *axis, *total_runs, *chunk_length, *runs_axis))]
+    #[error("{side} array {} has shape {found:?}: {}", side.naming(label), hints::shape_problem(*side, found, expected, *axis, *total_runs, *chunk_length, *runs_axis))]
     ChunkShapeMismatch {
         /// The device array's label.
         label: String,

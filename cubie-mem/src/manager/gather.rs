@@ -16,26 +16,7 @@ use crate::backend::BackendResult;
 use crate::config::LimitMode;
 use crate::ids::{InstanceId, OwnerId};
 use crate::plan::{BatchSizes, OVERSIZE_WARNING_FACTOR, SetSizes};
-use crate::{ArrayRequest, Bytes, MemError};
-
-/// Warns (through tracing) about the requests of a batch of several runs
-/// left unchunkable only by a chunk axis beyond their shape; an error that
-/// follows names them ([`crate::UnchunkableArray`]).
-fn warn_misaxed<'a>(requests: impl Iterator<Item = (&'a str, &'a ArrayRequest)>) {
-    requests.for_each(|(label, request)| {
-        if let Some(axis) = request.axis_out_of_range() {
-            tracing::warn!(
-                label,
-                shape = ?request.shape(),
-                axis,
-                total_runs = request.runs(),
-                "request '{label}' is unchunkable only because its chunk axis {axis} lies beyond its \
-                 {} dimensions; set ArrayRequest::chunk_axis to the axis that holds the runs",
-                request.shape().len()
-            );
-        }
-    });
-}
+use crate::{Bytes, MemError};
 
 impl Inner {
     /// What the decision for `batch` reads: its sizes (an invalid request
@@ -55,9 +36,6 @@ impl Inner {
             None => BatchSizes::measure(batch.requests())?,
         };
         attempt.sizes = Some(sizes);
-        if sets.clone().any(SetSizes::misaxed) {
-            warn_misaxed(batch.requests());
-        }
         let requested = sizes.total_bytes();
         let held = Held::look_up(s, batch);
         let free = if requested == 0 {

@@ -139,8 +139,7 @@ fn arrays_remember_their_axis_of_runs() {
 #[test]
 fn a_binding_along_another_axis_still_works() {
     // A [runs, 2] array requested on axis 0, bound explicitly on axis 0,
-    // and a [2, runs] array whose request left the default axis (2, beyond
-    // its shape) bound along 1.
+    // and a [2, runs] array requested whole, in the one chunk, bound along 1.
     let (mgr, _) = manager(1 << 30, 1 << 20);
     let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(
@@ -152,14 +151,19 @@ fn a_binding_along_another_axis_still_works() {
                     .chunk_axis(0)
                     .total_runs(100),
             ),
-            ("cols", ArrayRequest::of::<u32>([2, 100]).total_runs(100)),
+            (
+                "cols",
+                ArrayRequest::of::<u32>([2, 100])
+                    .total_runs(100)
+                    .unchunkable(),
+            ),
         ],
     )
     .unwrap();
     let mut response = mgr.allocate_queue_for(&solver).unwrap();
     let rows = response.take::<u32>("rows").unwrap();
     let cols = response.take::<u32>("cols").unwrap();
-    assert_eq!(cols.chunk_axis(), None, "axis 2 lies beyond a 2-D shape");
+    assert_eq!(cols.chunk_axis(), None, "requested whole");
     let values: Vec<u32> = (0..200).collect();
     let host_rows = mgr
         .create_host_array([100, 2], HostMemoryKind::Pageable, Some(&values), &solver)

@@ -1,7 +1,8 @@
 //! Mistakes a new user makes that used to pass silently or blame the wrong
 //! thing: a holder that no `allocate_queue` serves, a label given twice in
-//! one call, arrays unchunkable by their axis, a host array made for other
-//! dims or transposed, and the guide's types at the crate root.
+//! one call, an array of runs left whole by its axis, unchunkable arrays
+//! that do not fit, a host array made for other dims or transposed, and
+//! the guide's types at the crate root.
 
 use crate::common::{Inbox, allocate_f64, capture_logs, manager, queuing, runs_request};
 use cubie_mem::report::PendingRequests;
@@ -127,9 +128,64 @@ fn a_label_given_twice_in_one_call_is_refused_and_changes_nothing() {
 }
 
 #[test]
+fn a_request_of_runs_left_whole_beside_chunked_arrays_is_refused() {
+    // 100 runs: a 2-D array of the runs left on the default axis 2 beside
+    // a chunkable one. cubie allocates it whole, beside chunks of 25 runs.
+    let (mgr, _) = manager(1 << 30, 1 << 30);
+    let solver = mgr.register(queuing().name("solver")).unwrap();
+    let initial = ArrayRequest::of::<f64>([60, 100]).total_runs(100);
+    mgr.queue_request(
+        &solver,
+        [
+            ("per_run", runs_request(8, 100)),
+            ("initial", initial.clone()),
+        ],
+    )
+    .unwrap();
+    let error = mgr.allocate_queue(&solver).unwrap_err();
+    assert_eq!(
+        error,
+        MemError::RunsLeftWhole(UnchunkableArray {
+            label: "initial".into(),
+            shape: vec![60, 100],
+            bytes: Bytes(48_000),
+            reason: UnchunkableReason::AxisBeyondShape {
+                axis: 2,
+                rank: 2,
+                runs_axis: Some(1),
+            },
+        })
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("set ArrayRequest::chunk_axis(1)")
+            && message.contains("ArrayRequest::unchunkable()"),
+        "{message}"
+    );
+    // The failed call left the queue as it was.
+    assert_eq!(mgr.memory_report().pending[0].labels.len(), 2);
+
+    // Alone, it is the whole batch and allocated whole, as in cubie; beside
+    // chunked arrays, flagged unchunkable or on the runs' axis, it is meant.
+    for requests in [
+        vec![("initial", initial.clone())],
+        vec![
+            ("per_run", runs_request(8, 100)),
+            ("initial", initial.clone().unchunkable()),
+        ],
+        vec![
+            ("per_run", runs_request(8, 100)),
+            ("initial", initial.clone().chunk_axis(1)),
+        ],
+    ] {
+        mgr.queue_request(&solver, requests).unwrap();
+        mgr.allocate_queue(&solver).unwrap();
+    }
+}
+
+#[test]
 fn unchunkable_arrays_that_do_not_fit_are_named_with_their_reasons() {
-    // 100 runs: a 2-D array of the runs left on the default axis 2, a
-    // flagged one, and a chunkable one.
+    // 100 runs: a flagged array and a scalar beside a chunkable one.
     let (mgr, _) = manager(1 << 30, 100_000);
     let solver = mgr.register(queuing()).unwrap();
     mgr.queue_request(
@@ -137,12 +193,8 @@ fn unchunkable_arrays_that_do_not_fit_are_named_with_their_reasons() {
         [
             ("per_run", runs_request(8, 100)),
             (
-                "initial",
-                ArrayRequest::of::<f64>([60, 100]).total_runs(100),
-            ),
-            (
                 "coefficients",
-                ArrayRequest::of::<f64>([8000]).unchunkable(),
+                ArrayRequest::of::<f64>([14_000]).unchunkable(),
             ),
             ("scalar", ArrayRequest::of::<f64>([])),
         ],
@@ -157,19 +209,9 @@ fn unchunkable_arrays_that_do_not_fit_are_named_with_their_reasons() {
         &[
             UnchunkableArray {
                 label: "coefficients".into(),
-                shape: vec![8000],
-                bytes: Bytes(64_000),
+                shape: vec![14_000],
+                bytes: Bytes(112_000),
                 reason: UnchunkableReason::Flagged,
-            },
-            UnchunkableArray {
-                label: "initial".into(),
-                shape: vec![60, 100],
-                bytes: Bytes(48_000),
-                reason: UnchunkableReason::AxisBeyondShape {
-                    axis: 2,
-                    rank: 2,
-                    runs_axis: Some(1),
-                },
             },
             UnchunkableArray {
                 label: "scalar".into(),
@@ -180,7 +222,7 @@ fn unchunkable_arrays_that_do_not_fit_are_named_with_their_reasons() {
         ]
     );
     // The failed call left the queue as it was.
-    assert_eq!(mgr.memory_report().pending[0].labels.len(), 4);
+    assert_eq!(mgr.memory_report().pending[0].labels.len(), 3);
 
     // All unchunkable: the same list, with no chunk axis and one run named.
     mgr.queue_request(
