@@ -6,6 +6,7 @@
 //! through a whole batch.
 
 mod array;
+mod calibration;
 mod kind;
 mod pending_copy;
 mod ram;

@@ -7,6 +7,7 @@
 use rustc_hash::FxHashMap;
 use std::time::Duration;
 
+use super::host_figures::{HostFigures, bandwidth_on};
 use crate::backend::error::LONGEST_OPERATION_NS;
 use crate::backend::{BackendError, EngineRates};
 use crate::timeline::{Activity, Span, SpanLog, Timeline};
@@ -14,23 +15,26 @@ use crate::timeline::{Activity, Span, SpanLog, Timeline};
 /// The default bandwidth of each copy direction: about PCIe Gen5 x16.
 pub(crate) const DEFAULT_COPY_BANDWIDTH: u64 = 50_000_000_000;
 
-/// The default bandwidth of the host's own work: a large memcpy on a small
-/// cloud machine.
+/// The default bandwidth of the host's own work on one thread: the top of
+/// published single-thread memcpy figures (the guide's device model; a
+/// machine's own are measured by `HostFigures::measure`).
 pub(crate) const DEFAULT_HOST_BANDWIDTH: u64 = 12_000_000_000;
 
 /// The default bandwidth of a pageable copy: about the host's memcpy speed.
 pub(crate) const DEFAULT_PAGEABLE_BANDWIDTH: u64 = 12_000_000_000;
 
 /// The default cost of each row of a strided copy, in picoseconds: 2.5 ns,
-/// as measured (the guide's device model gives the source).
+/// a customer's figure quoted in a ROCm pull request (the guide's device
+/// model gives the source).
 pub(crate) const DEFAULT_STRIDED_ROW_PS: u64 = 2_500;
 
-/// The default rate at which the host page-locks memory: 4.45 GB/s, as
-/// measured on a PCIe Gen4 node.
+/// The default rate at which the host page-locks memory: 4.45 GB/s, as a
+/// published `cuMemHostAlloc` of 33.38 GiB in 7,957 ms.
 pub(crate) const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = 4_450_000_000;
 
 /// The default rate of the host's first touch of fresh memory: 4 GB/s, one
-/// 4 KiB page (a minor fault) a microsecond.
+/// 4 KiB page a microsecond (a read fault's median; a machine's own figure
+/// for a file populated for writing is measured by `HostFigures::measure`).
 pub(crate) const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = 4_000_000_000;
 
 /// The default compute speed, in percent of the kernels' declared times.
@@ -68,8 +72,9 @@ pub(super) struct DeviceClock {
     event_ns: FxHashMap<u64, u64>,
     /// Bytes per second, host to device and device to host (at least 1).
     bandwidth: [u64; 2],
-    /// Bytes per second of the host's own work (at least 1).
-    host_bandwidth: u64,
+    /// Bytes per second of the host's own work on 1, 2, ... threads
+    /// ([`bandwidth_on`]).
+    host_curve: Vec<u64>,
     /// Bytes per second of a pageable copy (at least 1).
     pageable_bandwidth: u64,
     /// Bytes per second the host page-locks (at least 1).
@@ -91,7 +96,7 @@ impl DeviceClock {
             stream_tail_ns: FxHashMap::default(),
             event_ns: FxHashMap::default(),
             bandwidth: [DEFAULT_COPY_BANDWIDTH; 2],
-            host_bandwidth: DEFAULT_HOST_BANDWIDTH,
+            host_curve: vec![DEFAULT_HOST_BANDWIDTH],
             pageable_bandwidth: DEFAULT_PAGEABLE_BANDWIDTH,
             page_lock_bandwidth: DEFAULT_PAGE_LOCK_BANDWIDTH,
             first_touch_bandwidth: DEFAULT_FIRST_TOUCH_BANDWIDTH,
@@ -106,9 +111,19 @@ impl DeviceClock {
         self.bandwidth = [host_to_device.max(1), device_to_host.max(1)];
     }
 
-    /// Sets the host's bandwidth for its own work (0 counts as 1).
+    /// Sets the host's bandwidth for its own work on one thread, each
+    /// further thread adding as much (0 counts as 1).
     pub(super) fn set_host_bandwidth(&mut self, bytes_per_second: u64) {
-        self.host_bandwidth = bytes_per_second.max(1);
+        self.host_curve = vec![bytes_per_second.max(1)];
+    }
+
+    /// Sets the host's figures: its work by thread count, pageable copies at
+    /// one thread's memcpy, page-locking and first touch.
+    pub(super) fn set_host_figures(&mut self, figures: &HostFigures) {
+        self.host_curve = figures.memcpy_by_threads.clone();
+        self.pageable_bandwidth = figures.memcpy_bandwidth(1);
+        self.page_lock_bandwidth = figures.page_lock.max(1);
+        self.first_touch_bandwidth = figures.first_touch.max(1);
     }
 
     /// Sets the bandwidth of pageable copies (0 counts as 1).
@@ -142,7 +157,7 @@ impl DeviceClock {
         EngineRates::new(
             host_to_device,
             device_to_host,
-            self.host_bandwidth,
+            bandwidth_on(&self.host_curve, 1),
             self.compute_percent,
         )
     }
@@ -181,7 +196,7 @@ impl DeviceClock {
         let bandwidth = match engine {
             Engine::HostToDevice => self.bandwidth[0],
             Engine::DeviceToHost => self.bandwidth[1],
-            Engine::Host => self.host_bandwidth,
+            Engine::Host => bandwidth_on(&self.host_curve, 1),
             Engine::Compute => return 0,
         };
         transfer_ns(bytes, bandwidth)
@@ -205,15 +220,14 @@ impl DeviceClock {
     }
 
     /// The host works on `bytes` with `lanes` threads: its clock advances
-    /// by bytes / (lanes x host bandwidth).
+    /// by bytes / the host's bandwidth on that many threads.
     pub(super) fn host_work(
         &mut self,
         name: String,
         bytes: u64,
         lanes: usize,
     ) -> Result<(), BackendError> {
-        let lanes = u64::try_from(lanes.max(1)).unwrap_or(u64::MAX);
-        let duration = transfer_ns(bytes, self.host_bandwidth.saturating_mul(lanes));
+        let duration = transfer_ns(bytes, bandwidth_on(&self.host_curve, lanes));
         self.host_busy(name, bytes, duration, Activity::HostStaging)
     }
 

@@ -8,6 +8,7 @@
 
 mod clock;
 mod device;
+mod host_figures;
 mod memory;
 mod order;
 mod pinned;
@@ -28,6 +29,7 @@ use crate::Bytes;
 use crate::block::HostBlock;
 use crate::timeline::{Activity, Timeline};
 use clock::{DeviceClock, Engine, Work};
+pub use host_figures::HostFigures;
 use memory::{DeviceBlock, Pool};
 use order::Ordering;
 
@@ -170,6 +172,15 @@ impl SimBackend {
     /// thread, in bytes per second.
     pub fn with_host_bandwidth(self, bytes_per_second: u64) -> Self {
         self.state().clock.set_host_bandwidth(bytes_per_second);
+        self
+    }
+
+    /// Times the host's work with `figures`: the staging threads' gathers
+    /// and scatters by thread count, pageable copies at one thread's
+    /// memcpy, page-locking and first touch (the other `with_` setters
+    /// change one figure afterwards).
+    pub fn with_host_figures(self, figures: &HostFigures) -> Self {
+        self.state().clock.set_host_figures(figures);
         self
     }
 

@@ -534,7 +534,7 @@ fn page_locking_keeps_the_host_busy_for_its_bytes_at_the_page_lock_rate() {
         (Activity::PageLock, 0, 4000, 4000)
     );
     drop(block);
-    // The default: 44.5 MB in 10 ms.
+    // The default, 4.45 GB/s: 44.5 MB in 10 ms.
     let default = SimBackend::new(1 << 30);
     let _block = default.alloc_pinned(44_500_000).unwrap();
     assert_eq!(default.now(), Duration::from_millis(10));

@@ -1,0 +1,286 @@
+//! The host's figures the simulated device times its host work with: the
+//! fixed defaults, or figures measured on a machine and kept in a file.
+
+use std::fmt;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::clock::{
+    DEFAULT_FIRST_TOUCH_BANDWIDTH, DEFAULT_HOST_BANDWIDTH, DEFAULT_PAGE_LOCK_BANDWIDTH,
+};
+use crate::MemError;
+
+/// The name a figures file declares itself with.
+const FORMAT: &str = "cubie-mem host figures";
+
+/// The version of the figures file this build reads and writes.
+const VERSION: u64 = 1;
+
+/// The host's figures the simulated device times its host work with
+/// ([`SimBackend::with_host_figures`](crate::SimBackend::with_host_figures)).
+///
+/// [`HostFigures::fixed`] holds the defaults, which deterministic tests
+/// use. `HostFigures::measure` and `HostFigures::calibrated` measure this
+/// machine; [`HostFigures::load`] reads figures saved by
+/// [`HostFigures::save`] (or by `gpu_bench` on a GPU node).
+///
+/// ```
+/// use cubie_mem::backend::HostFigures;
+///
+/// let fixed = HostFigures::fixed();
+/// // One figure: each staging thread adds the first one's 12 GB/s.
+/// assert_eq!(fixed.memcpy_bandwidth(1), 12_000_000_000);
+/// assert_eq!(fixed.memcpy_bandwidth(4), 48_000_000_000);
+///
+/// // A measured curve: past its end, each thread adds what its last one added.
+/// let measured = HostFigures { memcpy_by_threads: vec![9_000, 14_000, 16_000], ..fixed };
+/// assert_eq!(measured.memcpy_bandwidth(2), 14_000);
+/// assert_eq!(measured.memcpy_bandwidth(5), 20_000);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostFigures {
+    /// Where the figures come from: "fixed", or the machine and how they
+    /// were measured.
+    pub source: String,
+    /// Bytes per second a large memcpy moves on 1, 2, ... threads together
+    /// (at least one entry): the staging threads' gathers and scatters, and
+    /// the driver's copies of pageable memory (one thread).
+    pub memcpy_by_threads: Vec<u64>,
+    /// Bytes per second of making a new spill file's mapping ready for
+    /// writing (its pages faulted in).
+    pub first_touch: u64,
+    /// Bytes per second of page-locking new host memory.
+    pub page_lock: u64,
+}
+
+impl HostFigures {
+    /// The defaults the simulated device starts with: 12 GB/s a staging
+    /// thread with every thread adding as much, page-locking at 4.45 GB/s,
+    /// first touch at 4 GB/s (the guide's device model gives the sources).
+    pub fn fixed() -> Self {
+        HostFigures {
+            source: "fixed".to_owned(),
+            memcpy_by_threads: vec![DEFAULT_HOST_BANDWIDTH],
+            first_touch: DEFAULT_FIRST_TOUCH_BANDWIDTH,
+            page_lock: DEFAULT_PAGE_LOCK_BANDWIDTH,
+        }
+    }
+
+    /// Bytes per second a memcpy moves on `threads` threads together (0
+    /// counts as 1): the measured figure, and past the last one, each
+    /// further thread adds what the last measured one added (nothing, where
+    /// the curve has flattened or fallen).
+    pub fn memcpy_bandwidth(&self, threads: usize) -> u64 {
+        bandwidth_on(&self.memcpy_by_threads, threads)
+    }
+
+    /// Reads figures saved by [`HostFigures::save`]. A file that is not
+    /// one, or holds a zero or missing figure, is `MemError::Config`
+    /// naming the file and what is wrong.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, MemError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|error| MemError::Io {
+            operation: "reading host figures from",
+            path: path.display().to_string(),
+            message: error.to_string(),
+        })?;
+        Self::from_json(&text).map_err(|reason| MemError::Config {
+            name: "host figures file".to_owned(),
+            value: path.display().to_string(),
+            reason,
+        })
+    }
+
+    /// Writes the figures as JSON, for [`HostFigures::load`].
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), MemError> {
+        let path = path.as_ref();
+        std::fs::write(path, self.to_json()).map_err(|error| MemError::Io {
+            operation: "writing host figures to",
+            path: path.display().to_string(),
+            message: error.to_string(),
+        })
+    }
+
+    /// The figures as the JSON text [`HostFigures::load`] reads.
+    pub(crate) fn to_json(&self) -> String {
+        let value = json!({
+            "format": FORMAT,
+            "version": VERSION,
+            "source": self.source,
+            "memcpy_bytes_per_second_by_threads": self.memcpy_by_threads,
+            "first_touch_bytes_per_second": self.first_touch,
+            "page_lock_bytes_per_second": self.page_lock,
+        });
+        format!("{value:#}\n")
+    }
+
+    /// Figures from the JSON text `to_json` writes; the reason otherwise.
+    pub(crate) fn from_json(text: &str) -> Result<Self, String> {
+        let value: Value =
+            serde_json::from_str(text).map_err(|error| format!("not JSON: {error}"))?;
+        if value["format"] != FORMAT || value["version"] != VERSION {
+            return Err(format!(
+                "not a version {VERSION} host figures file (its \"format\" must be \"{FORMAT}\" \
+                 and its \"version\" {VERSION}); write it with HostFigures::save"
+            ));
+        }
+        let rate = |key: &str| match value[key].as_u64() {
+            Some(rate) if rate > 0 => Ok(rate),
+            _ => Err(format!(
+                "\"{key}\" must be a whole number of bytes per second above 0"
+            )),
+        };
+        let curve = value["memcpy_bytes_per_second_by_threads"].as_array();
+        let memcpy_by_threads = curve
+            .filter(|curve| !curve.is_empty())
+            .and_then(|curve| {
+                curve
+                    .iter()
+                    .map(|rate| rate.as_u64().filter(|&rate| rate > 0))
+                    .collect::<Option<Vec<u64>>>()
+            })
+            .ok_or_else(|| {
+                "\"memcpy_bytes_per_second_by_threads\" must list the bytes per second on 1, 2, \
+                 ... threads, each above 0"
+                    .to_owned()
+            })?;
+        Ok(HostFigures {
+            source: value["source"].as_str().unwrap_or("a file").to_owned(),
+            memcpy_by_threads,
+            first_touch: rate("first_touch_bytes_per_second")?,
+            page_lock: rate("page_lock_bytes_per_second")?,
+        })
+    }
+}
+
+impl fmt::Display for HostFigures {
+    /// One line: the source, then the memcpy curve, page-locking and first
+    /// touch in bytes per second.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let curve: Vec<String> = self.memcpy_by_threads.iter().map(|&r| gb(r)).collect();
+        write!(
+            f,
+            "{}: memcpy {} GB/s on 1..{} thread(s), page-locking {} GB/s, first touch {} GB/s",
+            self.source,
+            curve.join(", "),
+            self.memcpy_by_threads.len(),
+            gb(self.page_lock),
+            gb(self.first_touch),
+        )
+    }
+}
+
+/// A rate in GB/s (10^9 bytes a second), to two decimals.
+fn gb(bytes_per_second: u64) -> String {
+    format!("{:.2}", bytes_per_second as f64 / 1e9)
+}
+
+/// Bytes per second on `threads` threads (0 counts as 1) of a curve by
+/// thread count: past its end, each thread adds what its last entry added
+/// over the one before (over 0 for a curve of one entry), never less than
+/// nothing. An empty curve moves 1 byte per second.
+pub(super) fn bandwidth_on(curve: &[u64], threads: usize) -> u64 {
+    let threads = threads.max(1);
+    let Some((&last, before)) = curve.split_last() else {
+        return 1;
+    };
+    if let Some(&rate) = curve.get(threads - 1) {
+        return rate.max(1);
+    }
+    let step = last.saturating_sub(before.last().copied().unwrap_or(0));
+    let extra = u64::try_from(threads - curve.len()).unwrap_or(u64::MAX);
+    last.saturating_add(step.saturating_mul(extra)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SimBackend;
+    use crate::backend::{Backend, HostWork};
+    use std::time::Duration;
+
+    #[test]
+    fn a_figures_file_written_by_hand_times_the_simulated_host() {
+        // 1 and 1.5 bytes per ns on one and two threads; page-locking at
+        // 0.5 and first touch at 0.25 bytes per ns.
+        let path = std::env::temp_dir().join(format!("host-figures-{}.json", std::process::id()));
+        std::fs::write(
+            &path,
+            r#"{
+                "format": "cubie-mem host figures",
+                "version": 1,
+                "source": "written by hand",
+                "memcpy_bytes_per_second_by_threads": [1000000000, 1500000000],
+                "first_touch_bytes_per_second": 250000000,
+                "page_lock_bytes_per_second": 500000000
+            }"#,
+        )
+        .unwrap();
+        let figures = HostFigures::load(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(figures.source, "written by hand");
+        let sim = SimBackend::new(1 << 30).with_host_figures(&figures);
+        let mut now = 0;
+        let mut advanced_by = |ns: u64| {
+            now += ns;
+            assert_eq!(sim.now(), Duration::from_nanos(now));
+        };
+        sim.host_work(HostWork::Gather, 3_000, 1);
+        advanced_by(3_000);
+        sim.host_work(HostWork::Scatter, 3_000, 2);
+        advanced_by(2_000);
+        // Three threads: the second's 0.5 bytes per ns added again.
+        sim.host_work(HostWork::Gather, 4_000, 3);
+        advanced_by(2_000);
+        let _block = sim.alloc_pinned(1_000).unwrap();
+        advanced_by(2_000);
+        sim.host_work(HostWork::FirstTouch, 1_000, 1);
+        advanced_by(4_000);
+        // A pageable copy runs at one thread's memcpy.
+        let stream = sim.create_stream().unwrap();
+        let ptr = sim.alloc_device(1_000, &*stream).unwrap();
+        stream.copy_to_device(ptr, 0, &[7u8; 1_000]).unwrap();
+        advanced_by(1_000);
+        assert_eq!(sim.engine_rates().unwrap().host(), 1_000_000_000);
+
+        let missing = HostFigures::load(&path).unwrap_err();
+        assert!(matches!(missing, MemError::Io { .. }), "{missing}");
+    }
+
+    #[test]
+    fn the_curve_is_read_then_extended_by_its_last_step() {
+        assert_eq!(bandwidth_on(&[10], 0), 10);
+        assert_eq!(bandwidth_on(&[10], 3), 30);
+        assert_eq!(bandwidth_on(&[10, 16, 20], 2), 16);
+        assert_eq!(bandwidth_on(&[10, 16, 20], 3), 20);
+        assert_eq!(bandwidth_on(&[10, 16, 20], 5), 28);
+        // A curve that fell at its end stays flat; overflow saturates.
+        assert_eq!(bandwidth_on(&[10, 16, 14], 8), 14);
+        assert_eq!(bandwidth_on(&[u64::MAX], usize::MAX), u64::MAX);
+        assert_eq!(bandwidth_on(&[], 4), 1);
+        assert_eq!(bandwidth_on(&[0], 1), 1);
+    }
+
+    #[test]
+    fn figures_saved_are_loaded_back_and_bad_files_are_named() {
+        let figures = HostFigures {
+            source: "measured on test".to_owned(),
+            memcpy_by_threads: vec![9_000_000_000, 15_000_000_000],
+            first_touch: 3_000_000_000,
+            page_lock: 5_000_000_000,
+        };
+        assert_eq!(HostFigures::from_json(&figures.to_json()), Ok(figures));
+
+        let error = HostFigures::from_json("{}").unwrap_err();
+        assert!(error.contains("\"format\" must be"), "{error}");
+        let mut value: Value = serde_json::from_str(&HostFigures::fixed().to_json()).unwrap();
+        value["page_lock_bytes_per_second"] = json!(0);
+        let error = HostFigures::from_json(&value.to_string()).unwrap_err();
+        assert!(error.contains("\"page_lock_bytes_per_second\""), "{error}");
+        value["page_lock_bytes_per_second"] = json!(1);
+        value["memcpy_bytes_per_second_by_threads"] = json!([]);
+        let error = HostFigures::from_json(&value.to_string()).unwrap_err();
+        assert!(error.contains("on 1, 2"), "{error}");
+    }
+}

@@ -1,0 +1,226 @@
+//! The host's figures measured on this machine, for the simulated device:
+//! a short probe (memcpy on 1, 2, ... threads, a new spill file made ready
+//! for writing, page-locking), cached per machine.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use super::SystemMemory;
+use super::spill::SpillFile;
+use crate::backend::HostFigures;
+
+/// Bytes each thread copies in one round of the memcpy probe: past the
+/// caches, so that memory, not a cache, is measured.
+const MEMCPY_BYTES: usize = 32 << 20;
+
+/// Rounds of each memcpy measure; the median is kept.
+const MEMCPY_ROUNDS: usize = 3;
+
+/// Bytes of the spill file and of the block the probe page-locks.
+const PREPARE_BYTES: usize = 64 << 20;
+
+/// The most threads the memcpy probe measures: as many as the staging
+/// threads take by default (`StagingThreads::MAX_DEFAULT_THREADS`); past
+/// them the curve is extended ([`HostFigures::memcpy_bandwidth`]).
+const MAX_PROBE_THREADS: usize = 8;
+
+/// The environment variable naming the directory the measured figures are
+/// cached in.
+const CACHE_DIR_VARIABLE: &str = "CUBIE_MEM_CACHE_DIR";
+
+impl HostFigures {
+    /// Measures this machine (about a second): a memcpy of 32 MiB a thread
+    /// on 1 to 8 threads (as many as the machine has, and as its available
+    /// RAM allows), a 64 MiB spill
+    /// file in the temporary directory made ready for writing, and 64 MiB
+    /// page-locked (`mlock`). A measure that cannot be made keeps the
+    /// fixed figure, and the source says which and why.
+    pub fn measure() -> Self {
+        let fixed = HostFigures::fixed();
+        let mut notes = Vec::new();
+        let first_touch = first_touch_rate().unwrap_or_else(|reason| {
+            notes.push(format!("first touch fixed ({reason})"));
+            fixed.first_touch
+        });
+        let page_lock = page_lock_rate().unwrap_or_else(|reason| {
+            notes.push(format!("page-locking fixed ({reason})"));
+            fixed.page_lock
+        });
+        let mut source = format!("measured on {}", machine());
+        if !notes.is_empty() {
+            source = format!("{source}; {}", notes.join("; "));
+        }
+        HostFigures {
+            source,
+            memcpy_by_threads: memcpy_curve(),
+            first_touch,
+            page_lock,
+        }
+    }
+
+    /// This machine's figures: read from the cache when they were measured
+    /// here, else measured ([`HostFigures::measure`]) and cached. The cache
+    /// is `host-figures.json` in `$CUBIE_MEM_CACHE_DIR`, else in
+    /// `$XDG_CACHE_HOME/cubie-mem` or `~/.cache/cubie-mem`; a cache that
+    /// cannot be written is reported through `tracing` and the figures are
+    /// measured again next time.
+    pub fn calibrated() -> Self {
+        let Some(path) = cache_path() else {
+            return HostFigures::measure();
+        };
+        let here = format!("measured on {}", machine());
+        if let Ok(cached) = HostFigures::load(&path)
+            && cached.source.starts_with(&here)
+        {
+            return cached;
+        }
+        let figures = HostFigures::measure();
+        let saved = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .map_err(|error| error.to_string())
+            .and_then(|()| figures.save(&path).map_err(|error| error.to_string()));
+        if let Err(error) = saved {
+            tracing::warn!(%error, path = %path.display(), "the measured host figures could not be cached");
+        }
+        figures
+    }
+}
+
+/// Where the measured figures are cached, if any directory is named.
+fn cache_path() -> Option<PathBuf> {
+    let var = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
+    let directory = var(CACHE_DIR_VARIABLE)
+        .map(PathBuf::from)
+        .or_else(|| var("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("cubie-mem")))
+        .or_else(|| var("HOME").map(|home| PathBuf::from(home).join(".cache/cubie-mem")))?;
+    Some(directory.join("host-figures.json"))
+}
+
+/// The machine, as the cache tells machines apart: its CPU model (Linux),
+/// logical CPUs and RAM.
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("model name"))
+                .and_then(|rest| rest.split_once(':'))
+                .map(|(_, name)| name.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let ram = SystemMemory::read().map_or(0, |ram| ram.total);
+    format!("{model}, {cpus} CPUs, {} RAM", crate::Bytes(ram))
+}
+
+/// The memcpy bandwidth on 1, 2, ... threads: up to the machine's
+/// parallelism and [`MAX_PROBE_THREADS`], and to threads whose buffers fit
+/// in a quarter of the available RAM.
+fn memcpy_curve() -> Vec<u64> {
+    let per_thread = 2 * MEMCPY_BYTES as u64;
+    let by_ram = SystemMemory::read().map_or(1, |ram| ram.available / 4 / per_thread);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(MAX_PROBE_THREADS)
+        .min(usize::try_from(by_ram).unwrap_or(usize::MAX))
+        .max(1);
+    let mut buffers: Vec<(Vec<u8>, Vec<u8>)> = (0..threads)
+        .map(|_| (vec![1u8; MEMCPY_BYTES], vec![0u8; MEMCPY_BYTES]))
+        .collect();
+    (1..=threads)
+        .map(|count| {
+            let mut rounds: Vec<u64> = (0..MEMCPY_ROUNDS)
+                .map(|_| memcpy_round(&mut buffers[..count]))
+                .collect();
+            rounds.sort_unstable();
+            rounds[MEMCPY_ROUNDS / 2]
+        })
+        .collect()
+}
+
+/// One round: every thread copies its buffer at once, from a common start;
+/// the bytes of all over the slowest thread's time.
+fn memcpy_round(buffers: &mut [(Vec<u8>, Vec<u8>)]) -> u64 {
+    let start = Barrier::new(buffers.len());
+    let slowest = std::thread::scope(|scope| {
+        let workers: Vec<_> = buffers
+            .iter_mut()
+            .map(|(from, to)| {
+                let start = &start;
+                scope.spawn(move || {
+                    start.wait();
+                    let began = Instant::now();
+                    to.copy_from_slice(from);
+                    black_box(&to);
+                    began.elapsed()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().unwrap_or(Duration::MAX))
+            .max()
+            .unwrap_or(Duration::MAX)
+    });
+    rate(buffers.len() * MEMCPY_BYTES, slowest)
+}
+
+/// Bytes per second of making a new 64 MiB spill file ready for writing, as
+/// host arrays spill (reserved, mapped, its pages faulted in).
+fn first_touch_rate() -> Result<u64, String> {
+    let began = Instant::now();
+    let file = SpillFile::create(&std::env::temp_dir(), PREPARE_BYTES)
+        .map_err(|error| error.to_string())?;
+    let elapsed = began.elapsed();
+    drop(file);
+    Ok(rate(PREPARE_BYTES, elapsed))
+}
+
+/// Bytes per second of page-locking 64 MiB of new memory (`mlock`, which
+/// faults in, zeroes and pins the pages, as page-locked allocations do).
+fn page_lock_rate() -> Result<u64, String> {
+    let block = memmap2::MmapMut::map_anon(PREPARE_BYTES).map_err(|error| error.to_string())?;
+    let began = Instant::now();
+    block
+        .lock()
+        .map_err(|error| format!("mlock refused: {error}"))?;
+    let elapsed = began.elapsed();
+    drop(block);
+    Ok(rate(PREPARE_BYTES, elapsed))
+}
+
+/// `bytes` over `elapsed`, in bytes per second (at least 1).
+fn rate(bytes: usize, elapsed: Duration) -> u64 {
+    let nanos = elapsed.as_nanos().max(1);
+    let per_second = (bytes as u128).saturating_mul(1_000_000_000) / nanos;
+    u64::try_from(per_second).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_is_bytes_over_time_and_never_zero() {
+        assert_eq!(rate(1_000, Duration::from_micros(1)), 1_000_000_000);
+        assert_eq!(rate(0, Duration::from_secs(1)), 1);
+        assert_eq!(rate(1, Duration::ZERO), 1_000_000_000);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "maps, locks and copies hundreds of MiB")]
+    fn the_probe_measures_every_figure_and_names_the_machine() {
+        let figures = HostFigures::measure();
+        assert!(
+            figures.source.starts_with("measured on "),
+            "{}",
+            figures.source
+        );
+        assert!(!figures.memcpy_by_threads.is_empty());
+        assert!(figures.memcpy_by_threads.iter().all(|&rate| rate > 1));
+        assert!(figures.first_touch > 1 && figures.page_lock > 1);
+    }
+}
