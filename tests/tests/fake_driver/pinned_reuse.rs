@@ -1,5 +1,6 @@
 //! The page-locked cache skips the zero-fill where the caller overwrites
-//! every byte (staging buffers) and keeps it where a user could read
+//! every byte (staging buffers, pinned host arrays made from data), new
+//! blocks and recycled ones alike, and keeps it where a user could read
 //! before writing (pinned host arrays made without data).
 
 use cubie_mem::HostMemoryKind;
@@ -8,28 +9,29 @@ use cubie_mem::cuda::CudaBackend;
 
 use super::{Fake, manager};
 
-/// A byte no zero-fill leaves behind.
+/// A byte no zero-fill leaves behind: the fake driver fills new page-locked
+/// blocks with it.
 const SENTINEL: u8 = 0xA5;
 
 #[test]
 #[ignore = "needs the fake driver of ci/fake-cuda on the loader's path"]
-fn a_recycled_block_for_overwrite_keeps_its_bytes_and_a_zeroed_one_is_cleared() {
+fn a_block_for_overwrite_is_never_zero_filled_and_a_zeroed_one_is_cleared() {
     let fake = Fake::open();
     let cuda = CudaBackend::new(0).unwrap();
     let mut first = cuda.alloc_pinned_for_overwrite(8192).unwrap();
     assert!(
-        first.bytes().iter().all(|&b| b == 0),
-        "new memory is zeroed"
+        first.bytes().iter().all(|&b| b == SENTINEL),
+        "a new block for overwrite is as the driver handed it over"
     );
-    first.bytes_mut().fill(SENTINEL);
+    first.bytes_mut()[..4096].fill(1);
     drop(first);
     let pages = fake.calls("cuMemHostAlloc");
 
     let recycled = cuda.alloc_pinned_for_overwrite(8192).unwrap();
     assert_eq!(fake.calls("cuMemHostAlloc"), pages, "served from the cache");
     assert!(
-        recycled.bytes().iter().all(|&b| b == SENTINEL),
-        "a block for overwrite is not zero-filled again"
+        recycled.bytes()[..4096].iter().all(|&b| b == 1),
+        "a recycled block for overwrite is as its last user left it"
     );
     drop(recycled);
 
