@@ -15,6 +15,7 @@ fn small_job() -> Job {
         staging_threads: 1,
         batches: 2,
         host_figures: HostFigures::fixed(),
+        kernel: KernelModel::Slow,
         trace: None,
         show_progress: false,
     }
@@ -183,4 +184,34 @@ fn a_device_run_out_explains_who_holds_what() {
         report.memory.owners
     );
     assert_eq!(report.memory.device_pool.unwrap().used, 1024);
+}
+
+#[test]
+fn a_bus_bound_kernel_leaves_the_copies_and_the_host_to_bound_the_batch() {
+    // The kernel takes what an H100 takes for the chunk's bytes: the
+    // pipeline runs within 1.10x of its busiest engine, at its floor.
+    for pinned_output in [false, true] {
+        let job = Job {
+            kernel: KernelModel::BusBound,
+            ..tenth_job(pinned_output)
+        };
+        let outcome = run(&job).unwrap();
+        assert_ne!(outcome.busiest_engine, "compute", "{outcome:?}");
+        assert!(
+            outcome.makespan_ns * 100 <= outcome.busiest_engine_ns * 110,
+            "{outcome:?}"
+        );
+        assert!(outcome.floor_ns <= outcome.makespan_ns, "{outcome:?}");
+    }
+    // 3,000 runs of 45 f64 values and the 4 weights, 1,080,032 bytes, at
+    // 3.35 TB/s: 323 ns (rounded up).
+    let dims = RunDims {
+        n_states: 4,
+        n_saves: 10,
+        n_runs: 3_000,
+    };
+    assert_eq!(
+        KernelModel::BusBound.duration(&dims, 3_000, 8),
+        Duration::from_nanos(323)
+    );
 }
