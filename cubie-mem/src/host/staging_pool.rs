@@ -68,8 +68,11 @@ pub struct StagingPool {
 }
 
 impl StagingPool {
-    /// Most bytes one staging buffer holds; larger transfers run in rounds.
-    pub const BYTES_PER_TRANSFER: usize = 64 << 20;
+    /// Most bytes one staging buffer holds (4 MiB): a larger chunk moves in
+    /// windows of one length, so that what a first batch page-locks stays
+    /// small while each copy call still moves enough to reach the link's
+    /// bandwidth.
+    pub const BYTES_PER_TRANSFER: usize = 4 << 20;
 
     /// A pool allocating from `backend`, bounded by this machine's RAM.
     pub fn new(backend: Arc<dyn Backend>) -> Self {

@@ -393,10 +393,8 @@ impl<'p> Binding<'p> {
         let Some(ring) = self.input.as_mut() else {
             return Ok(());
         };
-        let (host, window) = (&mut self.host, ring.window());
-        let mut start = 0;
-        while start < extent {
-            let len = window.min(extent - start);
+        let host = &mut self.host;
+        for (start, len) in ring.windows(extent) {
             // An inout binding's downloads may share the buffer: the
             // window it holds goes out first.
             let (_, buffer) =
@@ -410,7 +408,6 @@ impl<'p> Binding<'p> {
                     queue_upload(&device, label, start, part, stream)
                 })?;
             }
-            start += len;
         }
         Ok(())
     }
@@ -465,10 +462,7 @@ impl<'p> Binding<'p> {
         let Some(ring) = self.output.as_mut().or(self.input.as_mut()) else {
             return Ok(());
         };
-        let window = ring.window();
-        let mut start = 0;
-        while start < extent {
-            let len = window.min(extent - start);
+        for (start, len) in ring.windows(extent) {
             let (buffer_id, buffer) =
                 ring.next_free(|buffer, landing| host.scatter_landing(buffer, landing))?;
             // SAFETY: the closure queues one copy into the window it is
@@ -486,7 +480,6 @@ impl<'p> Binding<'p> {
                 start,
                 len,
             });
-            start += len;
         }
         Ok(())
     }

@@ -103,6 +103,22 @@ impl StagingRing {
             .max(1)
     }
 
+    /// The windows (first byte, length) that stage `extent` bytes: as few as
+    /// the buffers allow, of one length in whole elements (the last may be
+    /// shorter), so that each copy and the host's work on the window beside
+    /// it take about as long.
+    pub(super) fn windows(&self, extent: usize) -> impl Iterator<Item = (usize, usize)> + use<> {
+        let (window, element) = (self.window(), self.dtype.size_bytes().max(1));
+        let count = extent.div_ceil(window).max(1);
+        let len = extent
+            .div_ceil(count)
+            .checked_next_multiple_of(element)
+            .map_or(window, |len| len.clamp(1, window));
+        (0..extent)
+            .step_by(len)
+            .map(move |start| (start, len.min(extent - start)))
+    }
+
     /// The buffer the next window takes and its index, emptied for it: the
     /// window it still holds, if any, handed to `scatter` first (see
     /// [`flush`](Self::flush)). The buffer after it comes next.
@@ -157,6 +173,41 @@ impl StagingRing {
         ) {
             (Some(landing), Some(buffer)) => scatter(buffer, &landing),
             _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::SimBackend;
+
+    /// A ring of one-dimensional buffers of `window` elements of f64.
+    fn ring(window: usize) -> StagingRing {
+        let pool = StagingPool::new(Arc::new(SimBackend::new(1 << 20)));
+        StagingRing::new(pool, "state".into(), vec![window], DType::F64)
+    }
+
+    #[test]
+    fn windows_are_as_few_as_the_buffers_allow_and_of_one_length() {
+        let windows = |window, extent| ring(window).windows(extent).collect::<Vec<_>>();
+        // 4.4 windows' worth in five windows of 3.6 (whole f64s), not four
+        // full ones and a sliver.
+        assert_eq!(
+            windows(10, 352),
+            [(0, 72), (72, 72), (144, 72), (216, 72), (288, 64)]
+        );
+        assert_eq!(windows(10, 80), [(0, 80)]);
+        assert_eq!(windows(10, 8), [(0, 8)]);
+        assert_eq!(windows(10, 160), [(0, 80), (80, 80)]);
+        assert!(windows(10, 0).is_empty());
+        for extent in (0..2_000).step_by(8) {
+            let all = windows(10, extent);
+            assert_eq!(all.iter().map(|&(_, len)| len).sum::<usize>(), extent);
+            assert!(all.iter().all(|&(start, len)| start % 8 == 0 && len <= 80));
+            assert_eq!(all.len(), extent.div_ceil(80));
         }
     }
 }

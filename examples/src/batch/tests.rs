@@ -105,25 +105,25 @@ fn the_main_job_runs_within_a_tenth_of_its_busiest_engine_spilled_or_pinned() {
     let spilled = run(&tenth_job(false)).unwrap();
     let pinned = run(&tenth_job(true)).unwrap();
     println!("{spilled:?}\n{pinned:?}");
-    // Spilled results: the host scatters them (2,000,534 ns on two
-    // threads) while the device works on; the makespan (1.072x) adds
-    // the first chunk's upload, kernel and download before the first
-    // scatter.
+    // Spilled results: the host scatters them (2,000,544 ns on two
+    // threads, each chunk's 4.4 MB in two windows of 2.2 MB) while the
+    // device works on; the makespan (1.050x) adds the first window's
+    // upload, kernel and download before the first scatter.
     assert_eq!(spilled.busiest_engine, "the host", "{spilled:?}");
-    assert_eq!(spilled.host_busy_ns, 2_000_534, "{spilled:?}");
-    assert_eq!(spilled.makespan_ns, 2_144_583, "{spilled:?}");
+    assert_eq!(spilled.host_busy_ns, 2_000_544, "{spilled:?}");
+    assert_eq!(spilled.makespan_ns, 2_100_945, "{spilled:?}");
     // The second batch prepares no memory: the host's busy time is its
-    // staging alone. The first paid 2,231,372 ns of page-locking (the
-    // pinned inputs and the staging buffers), about as long as the
+    // staging alone. The first paid 2,154,746 ns of page-locking (the
+    // pinned inputs and the staging windows), about as long as the
     // streaming itself, and 12 ms touching the 48 MB spill file's pages
     // for the first time (at 4 GB/s, against 12 GB/s warm), all before
     // its streaming.
     assert_eq!(spilled.busiest_engine_ns, spilled.host_busy_ns);
-    assert_eq!(spilled.first_batch_page_lock_ns, 2_231_372, "{spilled:?}");
+    assert_eq!(spilled.first_batch_page_lock_ns, 2_154_746, "{spilled:?}");
     assert_eq!(spilled.first_touch_ns, 12_000_000, "{spilled:?}");
     assert_eq!(
         spilled.first_batch_makespan_ns,
-        12_000_000 + 4_375_958,
+        12_000_000 + 4_255_694,
         "{spilled:?}"
     );
     assert!(spilled.makespan_ns * 100 <= spilled.busiest_engine_ns * 110);
@@ -189,7 +189,8 @@ fn a_device_run_out_explains_who_holds_what() {
 #[test]
 fn a_bus_bound_kernel_leaves_the_copies_and_the_host_to_bound_the_batch() {
     // The kernel takes what an H100 takes for the chunk's bytes: the
-    // pipeline runs within 1.10x of its busiest engine, at its floor.
+    // pipeline runs within 1.10x of its busiest engine and 1.05x of its
+    // floor (below it where windows fill and drain faster than a chunk).
     for pinned_output in [false, true] {
         let job = Job {
             kernel: KernelModel::BusBound,
@@ -201,7 +202,10 @@ fn a_bus_bound_kernel_leaves_the_copies_and_the_host_to_bound_the_batch() {
             outcome.makespan_ns * 100 <= outcome.busiest_engine_ns * 110,
             "{outcome:?}"
         );
-        assert!(outcome.floor_ns <= outcome.makespan_ns, "{outcome:?}");
+        assert!(
+            outcome.makespan_ns * 100 <= outcome.floor_ns * 105,
+            "{outcome:?}"
+        );
     }
     // 3,000 runs of 45 f64 values and the 4 weights, 1,080,032 bytes, at
     // 3.35 TB/s: 323 ns (rounded up).
