@@ -17,7 +17,8 @@
 #       with its result and an "N passed, M failed" line, compute-sanitizer
 #       memcheck over gpu_kernel when present, and every example's output
 #       (gpu_bench's pipeline timeline beside REPORT as
-#       pipeline-trace.json), all into REPORT and standard output. The
+#       pipeline-trace.json, and the node's host figures as
+#       host-figures.json), all into REPORT and standard output. The
 #       names of what failed go to REPORT.failed. Every step has a time
 #       limit; together at most 420 s.
 #   BUNDLE_DIR/check.sh rerun REPORT FAILED_LIST
@@ -277,7 +278,8 @@ run_example() {
 # gpu_bench checks its goals on a GPU; on the fake driver (CHECK_FAKE_DRIVER=1,
 # as CI runs it) its timings mean nothing, so the goals are only printed.
 run_bench() {
-    local args=(--trace "$(dirname "$report")/pipeline-trace.json")
+    local args=(--trace "$(dirname "$report")/pipeline-trace.json"
+        --host-figures "$(dirname "$report")/host-figures.json")
     if [ "${CHECK_FAKE_DRIVER:-0}" = 1 ]; then
         say "(fake driver: gpu_bench's goals are printed, not checked)"
     else

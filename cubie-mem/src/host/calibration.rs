@@ -21,6 +21,9 @@ const MEMCPY_ROUNDS: usize = 3;
 /// Bytes of the spill file and of the block the probe page-locks.
 const PREPARE_BYTES: usize = 64 << 20;
 
+/// Rounds of the first-touch and page-locking measures; the median is kept.
+const PREPARE_ROUNDS: usize = 3;
+
 /// The most threads the memcpy probe measures: as many as the staging
 /// threads take by default (`StagingThreads::MAX_DEFAULT_THREADS`); past
 /// them the curve is extended ([`HostFigures::memcpy_bandwidth`]).
@@ -31,20 +34,20 @@ const MAX_PROBE_THREADS: usize = 8;
 const CACHE_DIR_VARIABLE: &str = "CUBIE_MEM_CACHE_DIR";
 
 impl HostFigures {
-    /// Measures this machine (about a second): a memcpy of 32 MiB a thread
+    /// Measures this machine (under a second): a memcpy of 32 MiB a thread
     /// on 1 to 8 threads (as many as the machine has, and as its available
-    /// RAM allows), a 64 MiB spill
-    /// file in the temporary directory made ready for writing, and 64 MiB
-    /// page-locked (`mlock`). A measure that cannot be made keeps the
+    /// RAM allows), a 64 MiB spill file in the temporary directory made
+    /// ready for writing, and 64 MiB page-locked (`mlock`), each the median
+    /// of three rounds. A measure that cannot be made keeps the
     /// fixed figure, and the source says which and why.
     pub fn measure() -> Self {
         let fixed = HostFigures::fixed();
         let mut notes = Vec::new();
-        let first_touch = first_touch_rate().unwrap_or_else(|reason| {
+        let first_touch = median_of(PREPARE_ROUNDS, first_touch_rate).unwrap_or_else(|reason| {
             notes.push(format!("first touch fixed ({reason})"));
             fixed.first_touch
         });
-        let page_lock = page_lock_rate().unwrap_or_else(|reason| {
+        let page_lock = median_of(PREPARE_ROUNDS, page_lock_rate).unwrap_or_else(|reason| {
             notes.push(format!("page-locking fixed ({reason})"));
             fixed.page_lock
         });
@@ -113,7 +116,10 @@ fn machine() -> String {
         .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let ram = SystemMemory::read().map_or(0, |ram| ram.total);
-    format!("{model}, {cpus} CPUs, {} RAM", crate::Bytes(ram))
+    format!(
+        "{model}, {cpus} CPUs, {:.1} GiB RAM",
+        ram as f64 / f64::from(1u32 << 30)
+    )
 }
 
 /// The memcpy bandwidth on 1, 2, ... threads: up to the machine's
@@ -136,7 +142,7 @@ fn memcpy_curve() -> Vec<u64> {
                 .map(|_| memcpy_round(&mut buffers[..count]))
                 .collect();
             rounds.sort_unstable();
-            rounds[MEMCPY_ROUNDS / 2]
+            rounds[rounds.len() / 2]
         })
         .collect()
 }
@@ -190,6 +196,16 @@ fn page_lock_rate() -> Result<u64, String> {
     let elapsed = began.elapsed();
     drop(block);
     Ok(rate(PREPARE_BYTES, elapsed))
+}
+
+/// The median of `rounds` rates `measure` gives (at least one), or its first
+/// failure.
+fn median_of(rounds: usize, measure: fn() -> Result<u64, String>) -> Result<u64, String> {
+    let mut rates = (0..rounds.max(1))
+        .map(|_| measure())
+        .collect::<Result<Vec<u64>, String>>()?;
+    rates.sort_unstable();
+    Ok(rates[rates.len() / 2])
 }
 
 /// `bytes` over `elapsed`, in bytes per second (at least 1).
