@@ -44,11 +44,15 @@ pub enum Activity {
     Alloc,
     /// A stream-ordered free (`free`).
     Free,
+    /// The host in a driver call (a launch, a record, a copy call) or
+    /// waking after a wait (`call`), as a node's figures give them
+    /// ([`HostFigures`](crate::backend::HostFigures)).
+    HostCall,
 }
 
 impl Activity {
     /// Every activity, in track order.
-    pub const ALL: [Activity; 8] = [
+    pub const ALL: [Activity; 9] = [
         Activity::HostStaging,
         Activity::HostToDevice,
         Activity::DeviceToHost,
@@ -57,6 +61,7 @@ impl Activity {
         Activity::FirstTouch,
         Activity::Alloc,
         Activity::Free,
+        Activity::HostCall,
     ];
 
     /// The Chrome trace category, such as `h2d` or `kernel`.
@@ -70,6 +75,7 @@ impl Activity {
             Activity::FirstTouch => "firsttouch",
             Activity::Alloc => "alloc",
             Activity::Free => "free",
+            Activity::HostCall => "call",
         }
     }
 
@@ -84,6 +90,7 @@ impl Activity {
             Activity::FirstTouch => 5,
             Activity::Alloc => 6,
             Activity::Free => 7,
+            Activity::HostCall => 8,
         }
     }
 
@@ -91,9 +98,13 @@ impl Activity {
     /// one for the allocator.
     fn track(self) -> (u64, &'static str) {
         match self {
-            Activity::HostStaging | Activity::PageLock | Activity::FirstTouch => {
-                (5, "host (staging, spill I/O, page-locking, first touch)")
-            }
+            Activity::HostStaging
+            | Activity::PageLock
+            | Activity::FirstTouch
+            | Activity::HostCall => (
+                5,
+                "host (staging, spill I/O, page-locking, first touch, calls)",
+            ),
             Activity::HostToDevice => (1, "host-to-device engine"),
             Activity::DeviceToHost => (2, "device-to-host engine"),
             Activity::Kernel => (3, "compute engine"),
@@ -197,11 +208,13 @@ impl Timeline {
         .unwrap_or(0)
     }
 
-    /// The host's busy time: staging, page-locking and first touches.
+    /// The host's busy time: staging, page-locking, first touches and
+    /// calls.
     pub fn host_busy_ns(&self) -> u64 {
         self.busy_ns(Activity::HostStaging)
             .saturating_add(self.busy_ns(Activity::PageLock))
             .saturating_add(self.busy_ns(Activity::FirstTouch))
+            .saturating_add(self.busy_ns(Activity::HostCall))
     }
 
     /// The timeline as a Chrome trace: one `"ph": "X"` event per span kept,

@@ -478,9 +478,10 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         ms(first_page_locking.saturating_sub(arrays_page_locking)),
         ms(first_touch),
     );
-    let (host, preparing, h2d, d2h, compute) = (
+    let (host, preparing, calls, h2d, d2h, compute) = (
         timeline.busy_ns(Activity::HostStaging),
         timeline.busy_ns(Activity::PageLock) + timeline.busy_ns(Activity::FirstTouch),
+        timeline.busy_ns(Activity::HostCall),
         timeline.busy_ns(Activity::HostToDevice),
         timeline.busy_ns(Activity::DeviceToHost),
         timeline.busy_ns(Activity::Kernel),
@@ -492,10 +493,12 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
     let floor = busiest + (sum - busiest) / plan.chunks().max(1) as u64;
     println!(
         "  {:<28} host {:.3} ms (gather, scatter, spill I/O; page-locking and first touch {:.3} \
-         ms), h2d {:.3} ms, kernels {:.3} ms, d2h {:.3} ms (sum {:.3} ms)",
+         ms; calls and wake-ups {:.3} ms), h2d {:.3} ms, kernels {:.3} ms, d2h {:.3} ms (sum \
+         {:.3} ms)",
         "modelled engine busy time",
         ms(host),
         ms(preparing),
+        ms(calls),
         ms(h2d),
         ms(compute),
         ms(d2h),

@@ -24,6 +24,9 @@ const PREPARE_BYTES: usize = 64 << 20;
 /// Rounds of the first-touch and page-locking measures; the median is kept.
 const PREPARE_ROUNDS: usize = 3;
 
+/// Wake-ups timed; the median is kept.
+const WAKE_ROUNDS: usize = 51;
+
 /// The most threads the memcpy probe measures: as many as the staging
 /// threads take by default (`StagingThreads::MAX_DEFAULT_THREADS`); past
 /// them the curve is extended ([`HostFigures::memcpy_bandwidth`]).
@@ -38,7 +41,8 @@ impl HostFigures {
     /// on 1 to 8 threads (as many as the machine has, and as its available
     /// RAM allows), a 64 MiB spill file in the temporary directory made
     /// ready for writing, and 64 MiB page-locked (`mlock`), each the median
-    /// of three rounds. A measure that cannot be made keeps the
+    /// of three rounds, and a blocked thread's wake-up (the median of 51).
+    /// No driver is called here, so the per-call costs stay 0. A measure that cannot be made keeps the
     /// fixed figure, and the source says which and why.
     pub fn measure() -> Self {
         let fixed = HostFigures::fixed();
@@ -60,6 +64,8 @@ impl HostFigures {
             memcpy_by_threads: memcpy_curve(),
             first_touch,
             page_lock,
+            calls: fixed.calls,
+            wake_ns: wake_ns(),
         }
     }
 
@@ -174,6 +180,38 @@ fn memcpy_round(buffers: &mut [(Vec<u8>, Vec<u8>)]) -> u64 {
     rate(buffers.len() * MEMCPY_BYTES, slowest)
 }
 
+/// The median time a thread blocked on a channel takes to run again once
+/// another sends to it: the host's wake-up after a wait.
+fn wake_ns() -> u64 {
+    let (to_waiter, waiting) = std::sync::mpsc::channel::<Instant>();
+    let (to_probe, woken) = std::sync::mpsc::channel::<Duration>();
+    let waiter = std::thread::spawn(move || {
+        for sent in waiting {
+            if to_probe.send(sent.elapsed()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut times = Vec::with_capacity(WAKE_ROUNDS);
+    for _ in 0..WAKE_ROUNDS {
+        // Long enough for the waiter to block, not merely spin.
+        std::thread::sleep(Duration::from_micros(200));
+        if to_waiter.send(Instant::now()).is_err() {
+            break;
+        }
+        match woken.recv() {
+            Ok(time) => times.push(time),
+            Err(_) => break,
+        }
+    }
+    drop(to_waiter);
+    let _ = waiter.join();
+    times.sort_unstable();
+    times
+        .get(times.len() / 2)
+        .map_or(0, |time| u64::try_from(time.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// Bytes per second of making a new 64 MiB spill file ready for writing, as
 /// host arrays spill (reserved, mapped, its pages faulted in).
 fn first_touch_rate() -> Result<u64, String> {
@@ -238,5 +276,6 @@ mod tests {
         assert!(!figures.memcpy_by_threads.is_empty());
         assert!(figures.memcpy_by_threads.iter().all(|&rate| rate > 1));
         assert!(figures.first_touch > 1 && figures.page_lock > 1);
+        assert!(figures.wake_ns > 0, "{figures}");
     }
 }

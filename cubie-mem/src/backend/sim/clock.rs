@@ -7,7 +7,7 @@
 use rustc_hash::FxHashMap;
 use std::time::Duration;
 
-use super::host_figures::{HostFigures, bandwidth_on};
+use super::host_figures::{CallCosts, HostFigures, bandwidth_on};
 use crate::backend::error::LONGEST_OPERATION_NS;
 use crate::backend::{BackendError, EngineRates};
 use crate::timeline::{Activity, Span, SpanLog, Timeline};
@@ -85,6 +85,10 @@ pub(super) struct DeviceClock {
     compute_percent: u32,
     /// Picoseconds each row of a strided copy costs beyond its bytes.
     strided_row_ps: u64,
+    /// The host's time per driver call.
+    calls: CallCosts,
+    /// The host's wake-up after a wait it blocked in.
+    wake_ns: u64,
     timeline: SpanLog,
 }
 
@@ -102,6 +106,8 @@ impl DeviceClock {
             first_touch_bandwidth: DEFAULT_FIRST_TOUCH_BANDWIDTH,
             compute_percent: DEFAULT_COMPUTE_PERCENT,
             strided_row_ps: DEFAULT_STRIDED_ROW_PS,
+            calls: CallCosts::default(),
+            wake_ns: 0,
             timeline: SpanLog::default(),
         }
     }
@@ -118,12 +124,28 @@ impl DeviceClock {
     }
 
     /// Sets the host's figures: its work by thread count, pageable copies at
-    /// one thread's memcpy, page-locking and first touch.
+    /// one thread's memcpy, page-locking, first touch, calls and wake-ups.
     pub(super) fn set_host_figures(&mut self, figures: &HostFigures) {
         self.host_curve = figures.memcpy_by_threads.clone();
         self.pageable_bandwidth = figures.memcpy_bandwidth(1);
         self.page_lock_bandwidth = figures.page_lock.max(1);
         self.first_touch_bandwidth = figures.first_touch.max(1);
+        self.calls = figures.calls;
+        self.wake_ns = figures.wake_ns;
+    }
+
+    /// The host's time per driver call.
+    pub(super) fn calls(&self) -> CallCosts {
+        self.calls
+    }
+
+    /// The host spends `cost_ns` in a driver call named `name` before what
+    /// it queues can start. Nothing is placed for a free call, nor past the
+    /// clock's range.
+    pub(super) fn call(&mut self, name: &str, cost_ns: u64) {
+        if cost_ns > 0 {
+            let _ = self.host_busy(name.to_owned(), 0, cost_ns, Activity::HostCall);
+        }
     }
 
     /// Sets the bandwidth of pageable copies (0 counts as 1).
@@ -375,8 +397,13 @@ impl DeviceClock {
     }
 
     /// The host waits until `time_ns`.
+    /// The host waits until `time_ns`: past its own clock, it blocks, and
+    /// runs again a wake-up after.
     pub(super) fn wait_until(&mut self, time_ns: u64) {
-        self.host_ns = self.host_ns.max(time_ns);
+        if time_ns > self.host_ns {
+            self.host_ns = time_ns;
+            self.call("wake-up", self.wake_ns);
+        }
     }
 
     /// The host waits for everything queued on `stream`.

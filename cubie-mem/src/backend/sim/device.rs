@@ -340,6 +340,8 @@ impl Backend for SimBackend {
         }
         // Checked by `fits` above.
         let duration_ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let call = s.clock.calls().launch_ns;
+        s.clock.call("launch", call);
         let touched = launch
             .args
             .iter()

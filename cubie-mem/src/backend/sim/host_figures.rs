@@ -52,6 +52,24 @@ pub struct HostFigures {
     pub first_touch: u64,
     /// Bytes per second of page-locking new host memory.
     pub page_lock: u64,
+    /// The host's time per driver call, which it spends before the work
+    /// it queues can start: 0 in the fixed figures and here, where no
+    /// driver is called; a GPU node's as `gpu_bench` measures them.
+    pub calls: CallCosts,
+    /// Nanoseconds from the end of work the host waited for to the host
+    /// running again (a thread's wake-up); 0 in the fixed figures.
+    pub wake_ns: u64,
+}
+
+/// The host's nanoseconds per driver call, by kind of call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallCosts {
+    /// A kernel launch.
+    pub launch_ns: u64,
+    /// An event record.
+    pub record_ns: u64,
+    /// An asynchronous copy call (one per copy, strided ones included).
+    pub copy_ns: u64,
 }
 
 impl HostFigures {
@@ -64,6 +82,8 @@ impl HostFigures {
             memcpy_by_threads: vec![DEFAULT_HOST_BANDWIDTH],
             first_touch: DEFAULT_FIRST_TOUCH_BANDWIDTH,
             page_lock: DEFAULT_PAGE_LOCK_BANDWIDTH,
+            calls: CallCosts::default(),
+            wake_ns: 0,
         }
     }
 
@@ -111,6 +131,10 @@ impl HostFigures {
             "memcpy_bytes_per_second_by_threads": self.memcpy_by_threads,
             "first_touch_bytes_per_second": self.first_touch,
             "page_lock_bytes_per_second": self.page_lock,
+            "launch_ns": self.calls.launch_ns,
+            "record_ns": self.calls.record_ns,
+            "copy_call_ns": self.calls.copy_ns,
+            "wake_ns": self.wake_ns,
         });
         format!("{value:#}\n")
     }
@@ -145,11 +169,24 @@ impl HostFigures {
                  ... threads, each above 0"
                     .to_owned()
             })?;
+        // Per-call costs may be left out (0), as where no driver was timed.
+        let nanoseconds = |key: &str| match &value[key] {
+            Value::Null => Ok(0),
+            ns => ns
+                .as_u64()
+                .ok_or_else(|| format!("\"{key}\" must be a whole number of nanoseconds")),
+        };
         Ok(HostFigures {
             source: value["source"].as_str().unwrap_or("a file").to_owned(),
             memcpy_by_threads,
             first_touch: rate("first_touch_bytes_per_second")?,
             page_lock: rate("page_lock_bytes_per_second")?,
+            calls: CallCosts {
+                launch_ns: nanoseconds("launch_ns")?,
+                record_ns: nanoseconds("record_ns")?,
+                copy_ns: nanoseconds("copy_call_ns")?,
+            },
+            wake_ns: nanoseconds("wake_ns")?,
         })
     }
 }
@@ -161,12 +198,17 @@ impl fmt::Display for HostFigures {
         let curve: Vec<String> = self.memcpy_by_threads.iter().map(|&r| gb(r)).collect();
         write!(
             f,
-            "{}: memcpy {} GB/s on 1..{} thread(s), page-locking {} GB/s, first touch {} GB/s",
+            "{}: memcpy {} GB/s on 1..{} thread(s), page-locking {} GB/s, first touch {} GB/s, \
+             calls (launch, record, copy) {}, {}, {} ns, wake-up {} ns",
             self.source,
             curve.join(", "),
             self.memcpy_by_threads.len(),
             gb(self.page_lock),
             gb(self.first_touch),
+            self.calls.launch_ns,
+            self.calls.record_ns,
+            self.calls.copy_ns,
+            self.wake_ns,
         )
     }
 }
@@ -199,6 +241,56 @@ mod tests {
     use crate::SimBackend;
     use crate::backend::{Backend, HostWork};
     use std::time::Duration;
+
+    #[test]
+    fn driver_calls_and_wake_ups_cost_the_host_their_figures() {
+        use crate::backend::{KernelBody, KernelLaunch};
+        use crate::timeline::Activity;
+
+        let figures = HostFigures {
+            calls: CallCosts {
+                launch_ns: 4_000,
+                record_ns: 500,
+                copy_ns: 250,
+            },
+            wake_ns: 8_000,
+            ..HostFigures::fixed()
+        };
+        // Copies at 1 byte per ns.
+        let sim = SimBackend::new(1 << 20)
+            .with_host_figures(&figures)
+            .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
+            .with_pageable_bandwidth(1_000_000_000);
+        let stream = sim.create_stream().unwrap();
+        let ptr = sim.alloc_device(1_000, &*stream).unwrap();
+        let now = || u64::try_from(sim.now().as_nanos()).unwrap();
+        // A blocking copy: its call, the copy, then the host wakes.
+        stream.copy_to_device(ptr, 0, &[1u8; 1_000]).unwrap();
+        assert_eq!(now(), 250 + 1_000 + 8_000);
+        // A launch returns after its call, and the kernel starts then.
+        let mut body = |_: &mut [&mut [u8]]| {};
+        let launch = KernelLaunch {
+            name: "two microseconds",
+            args: &[],
+            body: KernelBody::Host {
+                duration: Duration::from_micros(2),
+                run: &mut body,
+            },
+        };
+        sim.launch(launch, &*stream).unwrap();
+        assert_eq!(now(), 9_250 + 4_000);
+        let event = stream.record().unwrap();
+        assert_eq!(now(), 13_250 + 500);
+        // Waiting for the kernel (13,250 to 15,250 ns) blocks, then wakes;
+        // a wait for what is done does not block.
+        event.synchronize().unwrap();
+        assert_eq!(now(), 15_250 + 8_000);
+        event.synchronize().unwrap();
+        assert_eq!(now(), 23_250);
+        let calls = sim.timeline().busy_ns(Activity::HostCall);
+        assert_eq!(calls, 250 + 8_000 + 4_000 + 500 + 8_000);
+        assert_eq!(sim.timeline().host_busy_ns(), calls);
+    }
 
     #[test]
     fn a_figures_file_written_by_hand_times_the_simulated_host() {
@@ -269,6 +361,12 @@ mod tests {
             memcpy_by_threads: vec![9_000_000_000, 15_000_000_000],
             first_touch: 3_000_000_000,
             page_lock: 5_000_000_000,
+            calls: CallCosts {
+                launch_ns: 4_000,
+                record_ns: 500,
+                copy_ns: 250,
+            },
+            wake_ns: 8_000,
         };
         assert_eq!(HostFigures::from_json(&figures.to_json()), Ok(figures));
 
@@ -279,6 +377,10 @@ mod tests {
         let error = HostFigures::from_json(&value.to_string()).unwrap_err();
         assert!(error.contains("\"page_lock_bytes_per_second\""), "{error}");
         value["page_lock_bytes_per_second"] = json!(1);
+        value["wake_ns"] = json!(-1);
+        let error = HostFigures::from_json(&value.to_string()).unwrap_err();
+        assert!(error.contains("\"wake_ns\""), "{error}");
+        value["wake_ns"] = json!(0);
         value["memcpy_bytes_per_second_by_threads"] = json!([]);
         let error = HostFigures::from_json(&value.to_string()).unwrap_err();
         assert!(error.contains("on 1, 2"), "{error}");

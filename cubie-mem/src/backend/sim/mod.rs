@@ -29,7 +29,7 @@ use crate::Bytes;
 use crate::block::HostBlock;
 use crate::timeline::{Activity, Timeline};
 use clock::{DeviceClock, Engine, Work};
-pub use host_figures::HostFigures;
+pub use host_figures::{CallCosts, HostFigures};
 use memory::{DeviceBlock, Pool};
 use order::Ordering;
 
@@ -427,6 +427,8 @@ impl SimState {
         };
         let duration = self.copy_duration(engine, bytes, pageable);
         let memory = if pageable { host } else { "" };
+        let call = self.clock.calls().copy_ns;
+        self.clock.call("copy call", call);
         self.clock.run(
             engine,
             duration,

@@ -78,6 +78,8 @@ impl Stream for SimStream {
         let id = s.next_event;
         s.next_event = id.saturating_add(1);
         s.live_events += 1;
+        let call = s.clock.calls().record_ns;
+        s.clock.call("record", call);
         s.clock.record_event(id, self.id);
         s.order.record_event(id, self.id);
         Ok(Box::new(SimEvent {

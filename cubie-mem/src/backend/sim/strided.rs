@@ -77,6 +77,8 @@ impl SimState {
         let duration = self
             .clock
             .strided_copy_ns(engine, checked.bytes, rows.rows as u64);
+        let call = self.clock.calls().copy_ns;
+        self.clock.call("copy call", call);
         self.clock.run(
             engine,
             duration,

@@ -1,17 +1,26 @@
 //! The host's figures on a GPU node, for the simulated device: this
-//! machine's memcpy curve and first touch (`HostFigures::measure`), with
-//! page-locking measured through the driver (`cuMemHostAlloc` of new
-//! blocks, by size) in place of `mlock`. With `--host-figures FILE` they
+//! machine's memcpy curve, first touch and wake-up (`HostFigures::measure`),
+//! with page-locking measured through the driver (`cuMemHostAlloc` of new
+//! blocks, by size) in place of `mlock`, and the host's time per call: a
+//! launch (`EulerDecay::step` through cubie-mem), an event record (and its
+//! release) and an asynchronous copy call, each the mean of 1,000. With `--host-figures FILE` they
 //! are written in the format `HostFigures::load` reads, so that
 //! `batch --host-figures FILE` replays the batch on this node's figures.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use cubie_mem::backend::{Backend, HostFigures};
-use cubie_mem::cuda::CudaBackend;
+use cubie_mem::backend::{Backend, CallCosts, HostFigures};
+use cubie_mem::cuda::{CudaBackend, GroupStream};
+use cubie_mem::{ArrayRequest, MemoryManager, Registration};
+use cubie_mem_examples::euler_decay::EulerDecay;
 
 use super::BenchResult;
+
+/// Calls timed per kind; the mean is the figure.
+const CALLS: u32 = 1000;
+/// Bytes each timed copy moves: small, so that the call is what is timed.
+const CALL_COPY_BYTES: usize = 4096;
 
 /// The sizes page-locking is measured at; the largest gives the figure.
 const PAGE_LOCK_SIZES: [u64; 3] = [4 << 20, 64 << 20, 256 << 20];
@@ -37,6 +46,7 @@ pub fn report(cuda: &CudaBackend, path: Option<&Path>) -> BenchResult {
         figures.page_lock = rate.max(1);
     }
     cuda.clear_pinned_cache();
+    figures.calls = call_costs(cuda)?;
     figures.source = format!(
         "{} (page-locking by cuMemHostAlloc on {})",
         figures.source,
@@ -51,4 +61,53 @@ pub fn report(cuda: &CudaBackend, path: Option<&Path>) -> BenchResult {
         );
     }
     Ok(())
+}
+
+/// The host's mean time per launch, record and copy call, `CALLS` each.
+fn call_costs(cuda: &CudaBackend) -> BenchResult<CallCosts> {
+    let per_call = |total: Duration| u64::try_from((total / CALLS).as_nanos()).unwrap_or(u64::MAX);
+    let stream = cuda.create_stream()?;
+    let device = cuda.alloc_device(CALL_COPY_BYTES as u64, &*stream)?;
+    let block = cuda.alloc_pinned(CALL_COPY_BYTES as u64)?;
+    let began = Instant::now();
+    for _ in 0..CALLS {
+        // SAFETY: the page-locked block lives, unwritten, until the stream
+        // is synchronised below.
+        unsafe { stream.copy_to_device_async(device, 0, block.bytes().as_ptr(), CALL_COPY_BYTES)? };
+    }
+    let copy_ns = per_call(began.elapsed());
+    let began = Instant::now();
+    for _ in 0..CALLS {
+        drop(stream.record()?);
+    }
+    let record_ns = per_call(began.elapsed());
+    stream.synchronize()?;
+    drop(block);
+    cuda.free_device(device, CALL_COPY_BYTES as u64, &*stream)?;
+
+    let mgr = MemoryManager::new(cuda.clone());
+    let solver = mgr.register(Registration::new().on_invalidate(|| {}))?;
+    let request = || ArrayRequest::of::<f64>([256]).unchunkable();
+    mgr.queue_request(&solver, [("y", request()), ("k", request())])?;
+    let mut response = mgr.allocate_queue_for(&solver)?;
+    let (y, k) = (response.take::<f64>("y")?, response.take::<f64>("k")?);
+    y.copy_from_host(&[1.0; 256])?;
+    k.copy_from_host(&[0.5; 256])?;
+    let kernel = EulerDecay::load(cuda)?;
+    let group = GroupStream::of(&mgr, &solver)?;
+    let began = Instant::now();
+    for _ in 0..CALLS {
+        kernel.step(&group, &y, &k, 1e-6)?;
+    }
+    let launch_ns = per_call(began.elapsed());
+    mgr.synchronize(&solver)?;
+    println!(
+        "  host time per call: launch {launch_ns} ns (EulerDecay::step), record {record_ns} ns, \
+         copy {copy_ns} ns"
+    );
+    Ok(CallCosts {
+        launch_ns,
+        record_ns,
+        copy_ns,
+    })
 }
