@@ -17,8 +17,8 @@
 #       with its result and an "N passed, M failed" line, compute-sanitizer
 #       memcheck over gpu_kernel when present, and every example's output
 #       (gpu_bench's pipeline timeline beside REPORT as
-#       pipeline-trace.json, and the node's host figures as
-#       host-figures.json), all into REPORT and standard output. The
+#       pipeline-trace.json, and the node's calibration as
+#       calibration.json), all into REPORT and standard output. The
 #       names of what failed go to REPORT.failed. Every step has a time
 #       limit; together at most 420 s.
 #   BUNDLE_DIR/check.sh rerun REPORT FAILED_LIST
@@ -279,7 +279,7 @@ run_example() {
 # as CI runs it) its timings mean nothing, so the goals are only printed.
 run_bench() {
     local args=(--trace "$(dirname "$report")/pipeline-trace.json"
-        --host-figures "$(dirname "$report")/host-figures.json")
+        --calibration "$(dirname "$report")/calibration.json")
     if [ "${CHECK_FAKE_DRIVER:-0}" = 1 ]; then
         say "(fake driver: gpu_bench's goals are printed, not checked)"
     else

@@ -46,7 +46,7 @@ pub enum Activity {
     Free,
     /// The host in a driver call (a launch, a record, a copy call) or
     /// waking after a wait (`call`), as a node's figures give them
-    /// ([`HostFigures`](crate::backend::HostFigures)).
+    /// ([`Calibration`](crate::backend::Calibration)).
     HostCall,
 }
 

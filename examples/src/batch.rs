@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cubie_mem::backend::HostFigures;
+use cubie_mem::backend::Calibration;
 use cubie_mem::timeline::{Activity, Timeline};
 use cubie_mem::{
     ArrayRequest, Bytes, DeviceArray, GpuBuffers, HostKernel, HostMemoryKind, ManagerConfig,
@@ -209,8 +209,8 @@ pub struct Job {
     /// How many times the batch is streamed: the first batch page-locks
     /// the staging buffers, the later ones reuse them.
     pub batches: usize,
-    /// The host's figures the simulated device times the host's work with.
-    pub host_figures: HostFigures,
+    /// The calibration the simulated device times the host's work with.
+    pub calibration: Calibration,
     /// How long the modelled kernel takes over a chunk.
     pub kernel: KernelModel,
     /// Where to write the modelled device's Chrome trace.
@@ -233,7 +233,7 @@ impl Job {
             pinned_output: false,
             staging_threads: StagingThreads::default_count(),
             batches: 2,
-            host_figures: HostFigures::fixed(),
+            calibration: Calibration::fixed(),
             kernel: KernelModel::Slow,
             trace: None,
             show_progress: true,
@@ -280,7 +280,7 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
     // An 8 GiB device of which other processes leave `device_free` to us.
     let sim = SimBackend::new(8 << 30)
         .with_free(job.device_free)
-        .with_host_figures(&job.host_figures);
+        .with_calibration(&job.calibration);
     let mgr =
         MemoryManager::with_config(sim.clone(), ManagerConfig::default().granule(job.granule));
 
@@ -444,7 +444,7 @@ pub fn run(job: &Job) -> Result<Outcome, MemError> {
         "  {:<28} {} (the modelled host engine's lanes)",
         "staging threads", job.staging_threads
     );
-    println!("  {:<28} {}", "host figures", job.host_figures);
+    println!("  {:<28} {}", "calibration", job.calibration);
     println!("  {:<28} {}", "kernel", job.kernel);
     println!("  {:<28} {}", "bytes moved host -> device", Bytes(moved_in));
     println!(

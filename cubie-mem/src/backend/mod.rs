@@ -24,7 +24,7 @@ mod strided;
 pub use error::{BackendError, HazardMemory, MemorySpace};
 pub use kernel::{Access, HostKernelFn, KernelArg, KernelBody, KernelLaunch};
 pub use rates::EngineRates;
-pub use sim::{CallCosts, HostFigures};
+pub use sim::{Calibration, CallCosts};
 pub(crate) use stream::own;
 pub use stream::{Event, Stream};
 pub use strided::StridedRows;

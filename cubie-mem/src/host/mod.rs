@@ -6,9 +6,9 @@
 //! through a whole batch.
 
 mod array;
-mod calibration;
 mod kind;
 mod pending_copy;
+mod probe;
 mod ram;
 mod spill;
 mod staging_pool;

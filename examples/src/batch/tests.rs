@@ -14,7 +14,7 @@ fn small_job() -> Job {
         pinned_output: false,
         staging_threads: 1,
         batches: 2,
-        host_figures: HostFigures::fixed(),
+        calibration: Calibration::fixed(),
         kernel: KernelModel::Slow,
         trace: None,
         show_progress: false,
@@ -62,22 +62,22 @@ fn four_staging_threads_quarter_the_modelled_host_time() {
 fn measured_figures_time_the_host_on_their_curve() {
     // Figures whose second thread adds nothing: four threads take as long
     // as one, at a third of the fixed figure's speed.
-    let flat = HostFigures {
+    let flat = Calibration {
         source: "a flat curve".to_owned(),
         memcpy_by_threads: vec![4_000_000_000, 4_000_000_000],
-        ..HostFigures::fixed()
+        ..Calibration::fixed()
     };
-    let tenth = |staging_threads, host_figures: &HostFigures| Job {
+    let tenth = |staging_threads, calibration: &Calibration| Job {
         n_runs: 30_000,
         device_free: 10 * MIB,
         cache_bytes: 10 * MIB / 4,
         granule: 10 * MIB / 16,
         spill_threshold: 10 * MIB,
         staging_threads,
-        host_figures: host_figures.clone(),
+        calibration: calibration.clone(),
         ..small_job()
     };
-    let fixed = run(&tenth(1, &HostFigures::fixed())).unwrap();
+    let fixed = run(&tenth(1, &Calibration::fixed())).unwrap();
     let one = run(&tenth(1, &flat)).unwrap();
     let four = run(&tenth(4, &flat)).unwrap();
     assert_eq!(one.host_busy_ns, four.host_busy_ns, "{one:?}\n{four:?}");

@@ -7,24 +7,24 @@
 use std::process::ExitCode;
 
 use cubie_mem::MemError;
-use cubie_mem::backend::HostFigures;
+use cubie_mem::backend::Calibration;
 use cubie_mem_examples::batch::{self, Job, KernelModel};
 
 /// The main job as the command line asks:
 /// `batch [--trace FILE] [--output spilled|pinned] [--staging-threads N]
-/// [--host-figures fixed|measured|FIGURES] [--kernel slow|bus-bound]`.
+/// [--calibration fixed|measured|FIGURES] [--kernel slow|bus-bound]`.
 fn job_from_args() -> Result<Job, MemError> {
     let usage = |value: &str| MemError::Config {
         name: "arguments".into(),
         value: value.to_owned(),
         reason: "usage: batch [--trace FILE] [--output spilled|pinned] [--staging-threads N] \
-                 [--host-figures fixed|measured|FIGURES] [--kernel slow|bus-bound] (FILE: a \
+                 [--calibration fixed|measured|FIGURES] [--kernel slow|bus-bound] (FILE: a \
                  Chrome trace of the modelled \
                  device; the results go to a spill file, or to page-locked memory; N host threads \
                  stage the chunks, at least 1, by default the machine's available parallelism up \
                  to 8; the modelled host works at the fixed figures (the default), at this \
                  machine's, measured once and cached, or at those of a FIGURES file that \
-                 HostFigures::save or gpu_bench wrote; the kernel takes 100 Euler updates a ns, \
+                 Calibration::save or gpu_bench wrote; the kernel takes 100 Euler updates a ns, \
                  the default, or an H100's time for its bytes)"
             .into(),
     };
@@ -46,11 +46,11 @@ fn job_from_args() -> Result<Job, MemError> {
                     KernelModel::BusBound
                 };
             }
-            ("--host-figures", Some(figures)) => {
-                job.host_figures = match figures.as_str() {
-                    "fixed" => HostFigures::fixed(),
-                    "measured" => HostFigures::calibrated(),
-                    path => HostFigures::load(path)?,
+            ("--calibration", Some(figures)) => {
+                job.calibration = match figures.as_str() {
+                    "fixed" => Calibration::fixed(),
+                    "measured" => Calibration::for_this_machine(),
+                    path => Calibration::load(path)?,
                 };
             }
             _ => return Err(usage(&arg)),

@@ -21,10 +21,10 @@
 //!   against one contiguous copy of the same bytes, and the pipeline over a
 //!   pinned `[states, runs]` state chunked along the runs (figures only:
 //!   the curve the simulated device's 2.5 ns a row stands for);
-//! - host figures: this node's memcpy by threads and first touch, and
-//!   page-locking by `cuMemHostAlloc` by size; `--host-figures FILE` writes
+//! - calibration: this node's memcpy by threads and first touch, and
+//!   page-locking by `cuMemHostAlloc` by size; `--calibration FILE` writes
 //!   them in the format the simulated device loads
-//!   (`batch --host-figures FILE`).
+//!   (`batch --calibration FILE`).
 //!
 //! The references call the driver through `cudarc::driver::result`
 //! (cudarc's thin wrappers of the driver API), bindings independent of the
@@ -35,7 +35,7 @@
 //! it; on the fake driver of CI the timings mean nothing).
 //!
 //! ```text
-//! cargo run --release -p cubie-mem-examples --features cuda --bin gpu_bench [-- --trace FILE] [--host-figures FILE] [--check-goals]
+//! cargo run --release -p cubie-mem-examples --features cuda --bin gpu_bench [-- --trace FILE] [--calibration FILE] [--check-goals]
 //! ```
 
 use std::error::Error;
@@ -53,10 +53,10 @@ use cubie_mem::{
 };
 use cubie_mem_examples::euler_decay::EulerDecay;
 
+#[path = "gpu_bench/calibration.rs"]
+mod calibration;
 #[path = "gpu_bench/calls.rs"]
 mod calls;
-#[path = "gpu_bench/host.rs"]
-mod host;
 #[path = "gpu_bench/strided.rs"]
 mod strided;
 
@@ -117,7 +117,7 @@ fn main() -> ExitCode {
 #[derive(Default)]
 struct Options {
     trace: Option<PathBuf>,
-    host_figures: Option<PathBuf>,
+    calibration: Option<PathBuf>,
     check_goals: bool,
 }
 
@@ -127,14 +127,13 @@ fn options() -> BenchResult<Options> {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--trace" => options.trace = Some(args.next().ok_or("--trace needs a FILE")?.into()),
-            "--host-figures" => {
-                options.host_figures =
-                    Some(args.next().ok_or("--host-figures needs a FILE")?.into());
+            "--calibration" => {
+                options.calibration = Some(args.next().ok_or("--calibration needs a FILE")?.into());
             }
             "--check-goals" => options.check_goals = true,
             _ => {
                 return Err(format!(
-                    "usage: gpu_bench [--trace FILE] [--host-figures FILE] [--check-goals]; got '{arg}'"
+                    "usage: gpu_bench [--trace FILE] [--calibration FILE] [--check-goals]; got '{arg}'"
                 )
                 .into());
             }
@@ -178,7 +177,7 @@ fn run() -> BenchResult {
     overlap(&cuda, options.trace, &mut goals)?;
     calls::report(&cuda, &mut goals)?;
     strided::report(&cuda)?;
-    host::report(&cuda, options.host_figures.as_deref())?;
+    calibration::report(&cuda, options.calibration.as_deref())?;
     match (goals.missed.is_empty(), options.check_goals) {
         (true, _) => println!("\nevery goal met"),
         (false, true) => {

@@ -7,7 +7,7 @@
 use rustc_hash::FxHashMap;
 use std::time::Duration;
 
-use super::host_figures::{CallCosts, HostFigures, bandwidth_on};
+use super::calibration::{Calibration, CallCosts, bandwidth_on};
 use crate::backend::error::LONGEST_OPERATION_NS;
 use crate::backend::{BackendError, EngineRates};
 use crate::timeline::{Activity, Span, SpanLog, Timeline};
@@ -17,7 +17,7 @@ pub(crate) const DEFAULT_COPY_BANDWIDTH: u64 = 50_000_000_000;
 
 /// The default bandwidth of the host's own work on one thread: the top of
 /// published single-thread memcpy figures (the guide's device model; a
-/// machine's own are measured by `HostFigures::measure`).
+/// machine's own are measured by `Calibration::measure`).
 pub(crate) const DEFAULT_HOST_BANDWIDTH: u64 = 12_000_000_000;
 
 /// The default bandwidth of a pageable copy: about the host's memcpy speed.
@@ -34,7 +34,7 @@ pub(crate) const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = 4_450_000_000;
 
 /// The default rate of the host's first touch of fresh memory: 4 GB/s, one
 /// 4 KiB page a microsecond (a read fault's median; a machine's own figure
-/// for a file populated for writing is measured by `HostFigures::measure`).
+/// for a file populated for writing is measured by `Calibration::measure`).
 pub(crate) const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = 4_000_000_000;
 
 /// The default compute speed, in percent of the kernels' declared times.
@@ -123,9 +123,9 @@ impl DeviceClock {
         self.host_curve = vec![bytes_per_second.max(1)];
     }
 
-    /// Sets the host's figures: its work by thread count, pageable copies at
+    /// Sets the calibration's figures: the host's work by thread count, pageable copies at
     /// one thread's memcpy, page-locking, first touch, calls and wake-ups.
-    pub(super) fn set_host_figures(&mut self, figures: &HostFigures) {
+    pub(super) fn set_calibration(&mut self, figures: &Calibration) {
         self.host_curve = figures.memcpy_by_threads.clone();
         self.pageable_bandwidth = figures.memcpy_bandwidth(1);
         self.page_lock_bandwidth = figures.page_lock.max(1);

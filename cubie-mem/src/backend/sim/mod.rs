@@ -6,9 +6,9 @@
 //! refused ([`order`], [`pinned`]). The guide page
 //! [device model](crate::guide::device_model) describes it.
 
+mod calibration;
 mod clock;
 mod device;
-mod host_figures;
 mod memory;
 mod order;
 mod pinned;
@@ -28,8 +28,8 @@ use super::{BackendError, DevicePtr, MemorySpace};
 use crate::Bytes;
 use crate::block::HostBlock;
 use crate::timeline::{Activity, Timeline};
+pub use calibration::{Calibration, CallCosts};
 use clock::{DeviceClock, Engine, Work};
-pub use host_figures::{CallCosts, HostFigures};
 use memory::{DeviceBlock, Pool};
 use order::Ordering;
 
@@ -179,8 +179,8 @@ impl SimBackend {
     /// and scatters by thread count, pageable copies at one thread's
     /// memcpy, page-locking and first touch (the other `with_` setters
     /// change one figure afterwards).
-    pub fn with_host_figures(self, figures: &HostFigures) -> Self {
-        self.state().clock.set_host_figures(figures);
+    pub fn with_calibration(self, figures: &Calibration) -> Self {
+        self.state().clock.set_calibration(figures);
         self
     }
 

@@ -1,16 +1,16 @@
-//! The host's figures on a GPU node, for the simulated device: this
-//! machine's memcpy curve, first touch and wake-up (`HostFigures::measure`),
+//! A GPU node's calibration for the simulated device: this
+//! machine's memcpy curve, first touch and wake-up (`Calibration::measure`),
 //! with page-locking measured through the driver (`cuMemHostAlloc` of new
 //! blocks, by size) in place of `mlock`, and the host's time per call: a
 //! launch (`EulerDecay::step` through cubie-mem), an event record (and its
-//! release) and an asynchronous copy call, each the mean of 1,000. With `--host-figures FILE` they
-//! are written in the format `HostFigures::load` reads, so that
-//! `batch --host-figures FILE` replays the batch on this node's figures.
+//! release) and an asynchronous copy call, each the mean of 1,000. With `--calibration FILE` they
+//! are written in the format `Calibration::load` reads, so that
+//! `batch --calibration FILE` replays the batch on this node's figures.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cubie_mem::backend::{Backend, CallCosts, HostFigures};
+use cubie_mem::backend::{Backend, Calibration, CallCosts};
 use cubie_mem::cuda::{CudaBackend, GroupStream};
 use cubie_mem::{ArrayRequest, MemoryManager, Registration};
 use cubie_mem_examples::euler_decay::EulerDecay;
@@ -25,10 +25,10 @@ const CALL_COPY_BYTES: usize = 4096;
 /// The sizes page-locking is measured at; the largest gives the figure.
 const PAGE_LOCK_SIZES: [u64; 3] = [4 << 20, 64 << 20, 256 << 20];
 
-/// Measures the host's figures, prints them and, given `path`, writes them.
+/// Measures the calibration, prints it and, given `path`, writes it.
 pub fn report(cuda: &CudaBackend, path: Option<&Path>) -> BenchResult {
-    println!("\nhost figures (the simulated device's, measured on this node)");
-    let mut figures = HostFigures::measure();
+    println!("\ncalibration (the simulated device's, measured on this node)");
+    let mut figures = Calibration::measure();
     for bytes in PAGE_LOCK_SIZES {
         // Empty the backend's cache, so that the block is a new one.
         cuda.clear_pinned_cache();
@@ -56,7 +56,7 @@ pub fn report(cuda: &CudaBackend, path: Option<&Path>) -> BenchResult {
     if let Some(path) = path {
         figures.save(path)?;
         println!(
-            "  written to {} (batch --host-figures FILE loads it)",
+            "  written to {} (batch --calibration FILE loads it)",
             path.display()
         );
     }

@@ -1,4 +1,4 @@
-//! The host's figures the simulated device times its host work with: the
+//! The calibration the simulated device times the host's work with: the
 //! fixed defaults, or figures measured on a machine and kept in a file.
 
 use std::fmt;
@@ -12,34 +12,34 @@ use super::clock::{
 use crate::MemError;
 
 /// The name a figures file declares itself with.
-const FORMAT: &str = "cubie-mem host figures";
+const FORMAT: &str = "cubie-mem calibration";
 
 /// The version of the figures file this build reads and writes.
 const VERSION: u64 = 1;
 
-/// The host's figures the simulated device times its host work with
-/// ([`SimBackend::with_host_figures`](crate::SimBackend::with_host_figures)).
+/// The figures the simulated device times the host's work with
+/// ([`SimBackend::with_calibration`](crate::SimBackend::with_calibration)).
 ///
-/// [`HostFigures::fixed`] holds the defaults, which deterministic tests
-/// use. `HostFigures::measure` and `HostFigures::calibrated` measure this
-/// machine; [`HostFigures::load`] reads figures saved by
-/// [`HostFigures::save`] (or by `gpu_bench` on a GPU node).
+/// [`Calibration::fixed`] holds the defaults, which deterministic tests
+/// use. `Calibration::measure` and `Calibration::for_this_machine` measure this
+/// machine; [`Calibration::load`] reads figures saved by
+/// [`Calibration::save`] (or by `gpu_bench` on a GPU node).
 ///
 /// ```
-/// use cubie_mem::backend::HostFigures;
+/// use cubie_mem::backend::Calibration;
 ///
-/// let fixed = HostFigures::fixed();
+/// let fixed = Calibration::fixed();
 /// // One figure: each staging thread adds the first one's 12 GB/s.
 /// assert_eq!(fixed.memcpy_bandwidth(1), 12_000_000_000);
 /// assert_eq!(fixed.memcpy_bandwidth(4), 48_000_000_000);
 ///
 /// // A measured curve: past its end, each thread adds what its last one added.
-/// let measured = HostFigures { memcpy_by_threads: vec![9_000, 14_000, 16_000], ..fixed };
+/// let measured = Calibration { memcpy_by_threads: vec![9_000, 14_000, 16_000], ..fixed };
 /// assert_eq!(measured.memcpy_bandwidth(2), 14_000);
 /// assert_eq!(measured.memcpy_bandwidth(5), 20_000);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostFigures {
+pub struct Calibration {
     /// Where the figures come from: "fixed", or the machine and how they
     /// were measured.
     pub source: String,
@@ -72,12 +72,12 @@ pub struct CallCosts {
     pub copy_ns: u64,
 }
 
-impl HostFigures {
+impl Calibration {
     /// The defaults the simulated device starts with: 12 GB/s a staging
     /// thread with every thread adding as much, page-locking at 4.45 GB/s,
     /// first touch at 4 GB/s (the guide's device model gives the sources).
     pub fn fixed() -> Self {
-        HostFigures {
+        Calibration {
             source: "fixed".to_owned(),
             memcpy_by_threads: vec![DEFAULT_HOST_BANDWIDTH],
             first_touch: DEFAULT_FIRST_TOUCH_BANDWIDTH,
@@ -95,34 +95,34 @@ impl HostFigures {
         bandwidth_on(&self.memcpy_by_threads, threads)
     }
 
-    /// Reads figures saved by [`HostFigures::save`]. A file that is not
+    /// Reads figures saved by [`Calibration::save`]. A file that is not
     /// one, or holds a zero or missing figure, is `MemError::Config`
     /// naming the file and what is wrong.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, MemError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|error| MemError::Io {
-            operation: "reading host figures from",
+            operation: "reading a calibration from",
             path: path.display().to_string(),
             message: error.to_string(),
         })?;
         Self::from_json(&text).map_err(|reason| MemError::Config {
-            name: "host figures file".to_owned(),
+            name: "calibration file".to_owned(),
             value: path.display().to_string(),
             reason,
         })
     }
 
-    /// Writes the figures as JSON, for [`HostFigures::load`].
+    /// Writes the figures as JSON, for [`Calibration::load`].
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), MemError> {
         let path = path.as_ref();
         std::fs::write(path, self.to_json()).map_err(|error| MemError::Io {
-            operation: "writing host figures to",
+            operation: "writing a calibration to",
             path: path.display().to_string(),
             message: error.to_string(),
         })
     }
 
-    /// The figures as the JSON text [`HostFigures::load`] reads.
+    /// The figures as the JSON text [`Calibration::load`] reads.
     pub(crate) fn to_json(&self) -> String {
         let value = json!({
             "format": FORMAT,
@@ -145,8 +145,8 @@ impl HostFigures {
             serde_json::from_str(text).map_err(|error| format!("not JSON: {error}"))?;
         if value["format"] != FORMAT || value["version"] != VERSION {
             return Err(format!(
-                "not a version {VERSION} host figures file (its \"format\" must be \"{FORMAT}\" \
-                 and its \"version\" {VERSION}); write it with HostFigures::save"
+                "not a version {VERSION} calibration file (its \"format\" must be \"{FORMAT}\" \
+                 and its \"version\" {VERSION}); write it with Calibration::save"
             ));
         }
         let rate = |key: &str| match value[key].as_u64() {
@@ -176,7 +176,7 @@ impl HostFigures {
                 .as_u64()
                 .ok_or_else(|| format!("\"{key}\" must be a whole number of nanoseconds")),
         };
-        Ok(HostFigures {
+        Ok(Calibration {
             source: value["source"].as_str().unwrap_or("a file").to_owned(),
             memcpy_by_threads,
             first_touch: rate("first_touch_bytes_per_second")?,
@@ -191,7 +191,7 @@ impl HostFigures {
     }
 }
 
-impl fmt::Display for HostFigures {
+impl fmt::Display for Calibration {
     /// One line: the source, then the memcpy curve, page-locking and first
     /// touch in bytes per second.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -247,18 +247,18 @@ mod tests {
         use crate::backend::{KernelBody, KernelLaunch};
         use crate::timeline::Activity;
 
-        let figures = HostFigures {
+        let figures = Calibration {
             calls: CallCosts {
                 launch_ns: 4_000,
                 record_ns: 500,
                 copy_ns: 250,
             },
             wake_ns: 8_000,
-            ..HostFigures::fixed()
+            ..Calibration::fixed()
         };
         // Copies at 1 byte per ns.
         let sim = SimBackend::new(1 << 20)
-            .with_host_figures(&figures)
+            .with_calibration(&figures)
             .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
             .with_pageable_bandwidth(1_000_000_000);
         let stream = sim.create_stream().unwrap();
@@ -300,7 +300,7 @@ mod tests {
         std::fs::write(
             &path,
             r#"{
-                "format": "cubie-mem host figures",
+                "format": "cubie-mem calibration",
                 "version": 1,
                 "source": "written by hand",
                 "memcpy_bytes_per_second_by_threads": [1000000000, 1500000000],
@@ -309,10 +309,10 @@ mod tests {
             }"#,
         )
         .unwrap();
-        let figures = HostFigures::load(&path).unwrap();
+        let figures = Calibration::load(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(figures.source, "written by hand");
-        let sim = SimBackend::new(1 << 30).with_host_figures(&figures);
+        let sim = SimBackend::new(1 << 30).with_calibration(&figures);
         let mut now = 0;
         let mut advanced_by = |ns: u64| {
             now += ns;
@@ -336,7 +336,7 @@ mod tests {
         advanced_by(1_000);
         assert_eq!(sim.engine_rates().unwrap().host(), 1_000_000_000);
 
-        let missing = HostFigures::load(&path).unwrap_err();
+        let missing = Calibration::load(&path).unwrap_err();
         assert!(matches!(missing, MemError::Io { .. }), "{missing}");
     }
 
@@ -356,7 +356,7 @@ mod tests {
 
     #[test]
     fn figures_saved_are_loaded_back_and_bad_files_are_named() {
-        let figures = HostFigures {
+        let figures = Calibration {
             source: "measured on test".to_owned(),
             memcpy_by_threads: vec![9_000_000_000, 15_000_000_000],
             first_touch: 3_000_000_000,
@@ -368,21 +368,21 @@ mod tests {
             },
             wake_ns: 8_000,
         };
-        assert_eq!(HostFigures::from_json(&figures.to_json()), Ok(figures));
+        assert_eq!(Calibration::from_json(&figures.to_json()), Ok(figures));
 
-        let error = HostFigures::from_json("{}").unwrap_err();
+        let error = Calibration::from_json("{}").unwrap_err();
         assert!(error.contains("\"format\" must be"), "{error}");
-        let mut value: Value = serde_json::from_str(&HostFigures::fixed().to_json()).unwrap();
+        let mut value: Value = serde_json::from_str(&Calibration::fixed().to_json()).unwrap();
         value["page_lock_bytes_per_second"] = json!(0);
-        let error = HostFigures::from_json(&value.to_string()).unwrap_err();
+        let error = Calibration::from_json(&value.to_string()).unwrap_err();
         assert!(error.contains("\"page_lock_bytes_per_second\""), "{error}");
         value["page_lock_bytes_per_second"] = json!(1);
         value["wake_ns"] = json!(-1);
-        let error = HostFigures::from_json(&value.to_string()).unwrap_err();
+        let error = Calibration::from_json(&value.to_string()).unwrap_err();
         assert!(error.contains("\"wake_ns\""), "{error}");
         value["wake_ns"] = json!(0);
         value["memcpy_bytes_per_second_by_threads"] = json!([]);
-        let error = HostFigures::from_json(&value.to_string()).unwrap_err();
+        let error = Calibration::from_json(&value.to_string()).unwrap_err();
         assert!(error.contains("on 1, 2"), "{error}");
     }
 }

@@ -1,4 +1,4 @@
-//! The host's figures measured on this machine, for the simulated device:
+//! This machine's figures measured for the simulated device's calibration:
 //! a short probe (memcpy on 1, 2, ... threads, a new spill file made ready
 //! for writing, page-locking), cached per machine.
 
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::SystemMemory;
 use super::spill::SpillFile;
-use crate::backend::HostFigures;
+use crate::backend::Calibration;
 
 /// Bytes each thread copies in one round of the memcpy probe: past the
 /// caches, so that memory, not a cache, is measured.
@@ -29,14 +29,14 @@ const WAKE_ROUNDS: usize = 51;
 
 /// The most threads the memcpy probe measures: as many as the staging
 /// threads take by default (`StagingThreads::MAX_DEFAULT_THREADS`); past
-/// them the curve is extended ([`HostFigures::memcpy_bandwidth`]).
+/// them the curve is extended ([`Calibration::memcpy_bandwidth`]).
 const MAX_PROBE_THREADS: usize = 8;
 
 /// The environment variable naming the directory the measured figures are
 /// cached in.
 const CACHE_DIR_VARIABLE: &str = "CUBIE_MEM_CACHE_DIR";
 
-impl HostFigures {
+impl Calibration {
     /// Measures this machine (under a second): a memcpy of 32 MiB a thread
     /// on 1 to 8 threads (as many as the machine has, and as its available
     /// RAM allows), a 64 MiB spill file in the temporary directory made
@@ -45,7 +45,7 @@ impl HostFigures {
     /// No driver is called here, so the per-call costs stay 0. A measure that cannot be made keeps the
     /// fixed figure, and the source says which and why.
     pub fn measure() -> Self {
-        let fixed = HostFigures::fixed();
+        let fixed = Calibration::fixed();
         let mut notes = Vec::new();
         let first_touch = median_of(PREPARE_ROUNDS, first_touch_rate).unwrap_or_else(|reason| {
             notes.push(format!("first touch fixed ({reason})"));
@@ -59,7 +59,7 @@ impl HostFigures {
         if !notes.is_empty() {
             source = format!("{source}; {}", notes.join("; "));
         }
-        HostFigures {
+        Calibration {
             source,
             memcpy_by_threads: memcpy_curve(),
             first_touch,
@@ -70,29 +70,29 @@ impl HostFigures {
     }
 
     /// This machine's figures: read from the cache when they were measured
-    /// here, else measured ([`HostFigures::measure`]) and cached. The cache
-    /// is `host-figures.json` in `$CUBIE_MEM_CACHE_DIR`, else in
+    /// here, else measured ([`Calibration::measure`]) and cached. The cache
+    /// is `calibration.json` in `$CUBIE_MEM_CACHE_DIR`, else in
     /// `$XDG_CACHE_HOME/cubie-mem` or `~/.cache/cubie-mem`; a cache that
     /// cannot be written is reported through `tracing` and the figures are
     /// measured again next time.
-    pub fn calibrated() -> Self {
+    pub fn for_this_machine() -> Self {
         let Some(path) = cache_path() else {
-            return HostFigures::measure();
+            return Calibration::measure();
         };
         let here = format!("measured on {}", machine());
-        if let Ok(cached) = HostFigures::load(&path)
+        if let Ok(cached) = Calibration::load(&path)
             && cached.source.starts_with(&here)
         {
             return cached;
         }
-        let figures = HostFigures::measure();
+        let figures = Calibration::measure();
         let saved = path
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
             .map_err(|error| error.to_string())
             .and_then(|()| figures.save(&path).map_err(|error| error.to_string()));
         if let Err(error) = saved {
-            tracing::warn!(%error, path = %path.display(), "the measured host figures could not be cached");
+            tracing::warn!(%error, path = %path.display(), "the measured calibration could not be cached");
         }
         figures
     }
@@ -105,7 +105,7 @@ fn cache_path() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| var("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("cubie-mem")))
         .or_else(|| var("HOME").map(|home| PathBuf::from(home).join(".cache/cubie-mem")))?;
-    Some(directory.join("host-figures.json"))
+    Some(directory.join("calibration.json"))
 }
 
 /// The machine, as the cache tells machines apart: its CPU model (Linux),
@@ -267,7 +267,7 @@ mod tests {
     #[test]
     #[cfg_attr(miri, ignore = "maps, locks and copies hundreds of MiB")]
     fn the_probe_measures_every_figure_and_names_the_machine() {
-        let figures = HostFigures::measure();
+        let figures = Calibration::measure();
         assert!(
             figures.source.starts_with("measured on "),
             "{}",
