@@ -64,8 +64,8 @@ impl Calibration {
             memcpy_by_threads: memcpy_curve(),
             first_touch,
             page_lock,
-            calls: fixed.calls,
             wake_ns: wake_ns(),
+            ..fixed
         }
     }
 

@@ -59,6 +59,15 @@ pub struct Calibration {
     /// Nanoseconds from the end of work the host waited for to the host
     /// running again (a thread's wake-up); 0 in the fixed figures.
     pub wake_ns: u64,
+    /// Bytes per second of the copy engines alone, host to device and
+    /// back, as a GPU node measured them; `None` (the fixed figures, and
+    /// here) keeps the simulated device's own
+    /// ([`SimBackend::with_copy_bandwidth`](crate::SimBackend::with_copy_bandwidth)).
+    pub copy_bandwidth: Option<(u64, u64)>,
+    /// Percent of its bandwidth each copy direction keeps while the other
+    /// direction copies too (1 to 100; 100, none lost, in the fixed
+    /// figures).
+    pub both_ways_percent: u32,
 }
 
 /// The host's nanoseconds per driver call, by kind of call.
@@ -84,6 +93,8 @@ impl Calibration {
             page_lock: DEFAULT_PAGE_LOCK_BANDWIDTH,
             calls: CallCosts::default(),
             wake_ns: 0,
+            copy_bandwidth: None,
+            both_ways_percent: 100,
         }
     }
 
@@ -135,6 +146,9 @@ impl Calibration {
             "record_ns": self.calls.record_ns,
             "copy_call_ns": self.calls.copy_ns,
             "wake_ns": self.wake_ns,
+            "host_to_device_bytes_per_second": self.copy_bandwidth.map(|(up, _)| up),
+            "device_to_host_bytes_per_second": self.copy_bandwidth.map(|(_, down)| down),
+            "both_ways_percent": self.both_ways_percent,
         });
         format!("{value:#}\n")
     }
@@ -187,6 +201,8 @@ impl Calibration {
                 copy_ns: nanoseconds("copy_call_ns")?,
             },
             wake_ns: nanoseconds("wake_ns")?,
+            copy_bandwidth: copy_bandwidth(&value)?,
+            both_ways_percent: both_ways_percent(&value)?,
         })
     }
 }
@@ -199,7 +215,7 @@ impl fmt::Display for Calibration {
         write!(
             f,
             "{}: memcpy {} GB/s on 1..{} thread(s), page-locking {} GB/s, first touch {} GB/s, \
-             calls (launch, record, copy) {}, {}, {} ns, wake-up {} ns",
+             calls (launch, record, copy) {}, {}, {} ns, wake-up {} ns{}",
             self.source,
             curve.join(", "),
             self.memcpy_by_threads.len(),
@@ -209,7 +225,49 @@ impl fmt::Display for Calibration {
             self.calls.record_ns,
             self.calls.copy_ns,
             self.wake_ns,
+            match self.copy_bandwidth {
+                Some((up, down)) => format!(
+                    ", copies {} and {} GB/s, {}% each both ways",
+                    gb(up),
+                    gb(down),
+                    self.both_ways_percent
+                ),
+                None => String::new(),
+            },
         )
+    }
+}
+
+/// The copy bandwidths of a calibration's JSON: both directions, or
+/// neither (`None`).
+fn copy_bandwidth(value: &Value) -> Result<Option<(u64, u64)>, String> {
+    let keys = [
+        "host_to_device_bytes_per_second",
+        "device_to_host_bytes_per_second",
+    ];
+    match keys.map(|key| &value[key]) {
+        [Value::Null, Value::Null] => Ok(None),
+        [up, down] => match (up.as_u64(), down.as_u64()) {
+            (Some(up), Some(down)) if up > 0 && down > 0 => Ok(Some((up, down))),
+            _ => Err(format!(
+                "\"{}\" and \"{}\" must both be whole numbers of bytes per second above 0, \
+                 or both be left out",
+                keys[0], keys[1]
+            )),
+        },
+    }
+}
+
+/// The share each copy direction keeps while the other copies, of a
+/// calibration's JSON: 100 when left out.
+fn both_ways_percent(value: &Value) -> Result<u32, String> {
+    match &value["both_ways_percent"] {
+        Value::Null => Ok(100),
+        percent => percent
+            .as_u64()
+            .filter(|percent| (1..=100).contains(percent))
+            .and_then(|percent| u32::try_from(percent).ok())
+            .ok_or_else(|| "\"both_ways_percent\" must be a whole number from 1 to 100".to_owned()),
     }
 }
 
@@ -367,6 +425,8 @@ mod tests {
                 copy_ns: 250,
             },
             wake_ns: 8_000,
+            copy_bandwidth: Some((54_800_000_000, 46_800_000_000)),
+            both_ways_percent: 85,
         };
         assert_eq!(Calibration::from_json(&figures.to_json()), Ok(figures));
 
@@ -381,6 +441,14 @@ mod tests {
         let error = Calibration::from_json(&value.to_string()).unwrap_err();
         assert!(error.contains("\"wake_ns\""), "{error}");
         value["wake_ns"] = json!(0);
+        value["both_ways_percent"] = json!(0);
+        let error = Calibration::from_json(&value.to_string()).unwrap_err();
+        assert!(error.contains("from 1 to 100"), "{error}");
+        value["both_ways_percent"] = json!(100);
+        value["host_to_device_bytes_per_second"] = json!(1);
+        let error = Calibration::from_json(&value.to_string()).unwrap_err();
+        assert!(error.contains("or both be left out"), "{error}");
+        value["host_to_device_bytes_per_second"] = Value::Null;
         value["memcpy_bytes_per_second_by_threads"] = json!([]);
         let error = Calibration::from_json(&value.to_string()).unwrap_err();
         assert!(error.contains("on 1, 2"), "{error}");

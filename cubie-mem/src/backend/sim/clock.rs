@@ -89,6 +89,11 @@ pub(super) struct DeviceClock {
     calls: CallCosts,
     /// The host's wake-up after a wait it blocked in.
     wake_ns: u64,
+    /// Percent of its bandwidth a copy keeps while the other direction's
+    /// engine copies (1 to 100).
+    both_ways_percent: u32,
+    /// When each engine's last operation started.
+    engine_busy_from_ns: [u64; 4],
     timeline: SpanLog,
 }
 
@@ -108,6 +113,8 @@ impl DeviceClock {
             strided_row_ps: DEFAULT_STRIDED_ROW_PS,
             calls: CallCosts::default(),
             wake_ns: 0,
+            both_ways_percent: 100,
+            engine_busy_from_ns: [0; 4],
             timeline: SpanLog::default(),
         }
     }
@@ -132,6 +139,10 @@ impl DeviceClock {
         self.first_touch_bandwidth = figures.first_touch.max(1);
         self.calls = figures.calls;
         self.wake_ns = figures.wake_ns;
+        if let Some((host_to_device, device_to_host)) = figures.copy_bandwidth {
+            self.set_bandwidth(host_to_device, device_to_host);
+        }
+        self.both_ways_percent = figures.both_ways_percent.clamp(1, 100);
     }
 
     /// The host's time per driver call.
@@ -369,12 +380,37 @@ impl DeviceClock {
     /// work; returns when it ends. The caller checked that it [fits](Self::fits).
     pub(super) fn run(&mut self, engine: Engine, duration_ns: u64, work: Work) -> u64 {
         let start = self.start(engine, work.stream);
+        let duration_ns =
+            duration_ns.saturating_add(self.both_ways_slowdown(engine, start, duration_ns));
         let engine = engine as usize;
         let end = start.saturating_add(duration_ns);
+        self.engine_busy_from_ns[engine] = start;
         self.engine_free_ns[engine] = end;
         self.stream_tail_ns.insert(work.stream, end);
         self.record(work, start, end);
         end
+    }
+
+    /// The time a copy on `engine` from `start` for `duration_ns` loses to
+    /// the other direction's copy running beside it: the overlap with that
+    /// engine's last operation, moved at `both_ways_percent`. The copy
+    /// placed first keeps its time (work is placed in the order issued).
+    fn both_ways_slowdown(&self, engine: Engine, start: u64, duration_ns: u64) -> u64 {
+        let other = match engine {
+            Engine::HostToDevice => Engine::DeviceToHost,
+            Engine::DeviceToHost => Engine::HostToDevice,
+            Engine::Compute | Engine::Host => return 0,
+        } as usize;
+        let percent = u64::from(self.both_ways_percent.clamp(1, 100));
+        let from = start.max(self.engine_busy_from_ns[other]);
+        let to = start
+            .saturating_add(duration_ns)
+            .min(self.engine_free_ns[other]);
+        let overlap = to.saturating_sub(from);
+        (u128::from(overlap) * u128::from(100 - percent))
+            .div_ceil(u128::from(percent))
+            .try_into()
+            .unwrap_or(u64::MAX)
     }
 
     /// Places instantaneous work (an allocation, a free) at the stream's
@@ -396,7 +432,6 @@ impl DeviceClock {
         });
     }
 
-    /// The host waits until `time_ns`.
     /// The host waits until `time_ns`: past its own clock, it blocks, and
     /// runs again a wake-up after.
     pub(super) fn wait_until(&mut self, time_ns: u64) {
@@ -455,127 +490,5 @@ fn transfer_ns(bytes: u64, bandwidth: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn work(activity: Activity, stream: u64) -> Work {
-        Work {
-            activity,
-            name: String::new(),
-            stream,
-            bytes: 0,
-        }
-    }
-
-    #[test]
-    fn engines_overlap_across_streams_and_serialise_within_one() {
-        let mut c = DeviceClock::new();
-        // Two uploads on two streams share the one host-to-device engine.
-        assert_eq!(
-            c.run(Engine::HostToDevice, 100, work(Activity::HostToDevice, 1)),
-            100
-        );
-        assert_eq!(
-            c.run(Engine::HostToDevice, 100, work(Activity::HostToDevice, 2)),
-            200
-        );
-        // A download on stream 1 follows its upload and overlaps stream 2's.
-        assert_eq!(
-            c.run(Engine::DeviceToHost, 300, work(Activity::DeviceToHost, 1)),
-            400
-        );
-        // Stream 2's download waits for the engine, not only for its stream.
-        assert_eq!(
-            c.run(Engine::DeviceToHost, 50, work(Activity::DeviceToHost, 2)),
-            450
-        );
-        assert_eq!(c.now_ns(), 0, "the host has not waited");
-        let t = c.timeline();
-        assert_eq!(t.makespan_ns(), 450);
-        assert_eq!(t.busiest_engine_ns(), 350);
-    }
-
-    #[test]
-    fn events_order_streams_and_fire_when_the_host_passes_them() {
-        let mut c = DeviceClock::new();
-        c.run(Engine::HostToDevice, 500, work(Activity::HostToDevice, 1));
-        c.record_event(9, 1);
-        assert!(!c.event_fired(9));
-        c.wait_event(2, 9);
-        // Stream 2's copy waits for the upload although its engine is free.
-        assert_eq!(
-            c.run(Engine::DeviceToHost, 10, work(Activity::DeviceToHost, 2)),
-            510
-        );
-        c.synchronize(2);
-        assert_eq!(c.now_ns(), 510);
-        assert!(c.event_fired(9));
-        // An event on an idle stream fires at once.
-        c.record_event(10, 3);
-        assert!(c.event_fired(10));
-    }
-
-    #[test]
-    fn copy_time_is_bytes_over_bandwidth_rounded_up() {
-        let mut c = DeviceClock::new();
-        assert_eq!(c.copy_ns(Engine::HostToDevice, 50_000), 1000);
-        c.set_bandwidth(3, 0);
-        assert_eq!(c.copy_ns(Engine::HostToDevice, 1), 333_333_334);
-        assert_eq!(c.copy_ns(Engine::DeviceToHost, 1), 1_000_000_000);
-        assert_eq!(c.copy_ns(Engine::DeviceToHost, u64::MAX), u64::MAX);
-    }
-
-    #[test]
-    fn strided_copies_add_each_rows_cost_to_their_bytes_time() {
-        let mut c = DeviceClock::new();
-        // 50,000 bytes at 50 GB/s: 1 µs; 1,000 rows at 2.5 ns: 2.5 µs.
-        assert_eq!(
-            c.strided_copy_ns(Engine::DeviceToHost, 50_000, 1_000),
-            3_500
-        );
-        assert_eq!(
-            c.strided_copy_ns(Engine::HostToDevice, 0, 3),
-            8,
-            "7.5 ns, rounded up"
-        );
-        c.set_strided_row_cost(0);
-        assert_eq!(
-            c.strided_copy_ns(Engine::HostToDevice, 50_000, 1_000),
-            1_000
-        );
-        c.set_strided_row_cost(u64::MAX);
-        assert_eq!(
-            c.strided_copy_ns(Engine::HostToDevice, 1, u64::MAX),
-            u64::MAX
-        );
-    }
-
-    #[test]
-    fn kernels_take_their_declared_time_over_the_compute_speed() {
-        let mut c = DeviceClock::new();
-        let declared = Duration::from_micros(10);
-        assert_eq!(c.kernel_duration(declared), declared);
-        c.set_compute_speed(200);
-        assert_eq!(c.kernel_duration(declared), Duration::from_micros(5));
-        c.set_compute_speed(0);
-        assert_eq!(c.kernel_duration(declared), Duration::from_millis(1));
-        c.set_compute_speed(3);
-        // 10 µs * 100 / 3, rounded up.
-        assert_eq!(c.kernel_duration(declared), Duration::from_nanos(333_334));
-        assert_eq!(
-            c.kernel_duration(Duration::new(1, 999_999_999)),
-            Duration::new(66, 666_666_634)
-        );
-        c.set_compute_speed(1);
-        assert_eq!(c.kernel_duration(Duration::MAX), Duration::MAX);
-    }
-
-    #[test]
-    fn instants_sit_at_the_stream_position_without_taking_time() {
-        let mut c = DeviceClock::new();
-        c.run(Engine::HostToDevice, 100, work(Activity::HostToDevice, 1));
-        c.instant(work(Activity::Free, 1));
-        let free = c.timeline().spans().last().unwrap().clone();
-        assert_eq!((free.start_ns, free.end_ns), (100, 100));
-    }
-}
+#[path = "clock_tests.rs"]
+mod tests;

@@ -3,7 +3,8 @@
 //! with page-locking measured through the driver (`cuMemHostAlloc` of new
 //! blocks, by size) in place of `mlock`, and the host's time per call: a
 //! launch (`EulerDecay::step` through cubie-mem), an event record (and its
-//! release) and an asynchronous copy call, each the mean of 1,000. With `--calibration FILE` they
+//! release) and an asynchronous copy call, each the mean of 1,000; and the
+//! link: a 64 MiB copy each way alone, and both at once on two streams. With `--calibration FILE` they
 //! are written in the format `Calibration::load` reads, so that
 //! `batch --calibration FILE` replays the batch on this node's figures.
 
@@ -21,6 +22,10 @@ use super::BenchResult;
 const CALLS: u32 = 1000;
 /// Bytes each timed copy moves: small, so that the call is what is timed.
 const CALL_COPY_BYTES: usize = 4096;
+/// Bytes each link copy moves.
+const LINK_BYTES: usize = 64 << 20;
+/// Rounds of each link figure; the median is kept.
+const LINK_ROUNDS: usize = 5;
 
 /// The sizes page-locking is measured at; the largest gives the figure.
 const PAGE_LOCK_SIZES: [u64; 3] = [4 << 20, 64 << 20, 256 << 20];
@@ -47,6 +52,9 @@ pub fn report(cuda: &CudaBackend, path: Option<&Path>) -> BenchResult {
     }
     cuda.clear_pinned_cache();
     figures.calls = call_costs(cuda)?;
+    let (up, down, both_ways_percent) = link(cuda)?;
+    figures.copy_bandwidth = Some((up, down));
+    figures.both_ways_percent = both_ways_percent;
     figures.source = format!(
         "{} (page-locking by cuMemHostAlloc on {})",
         figures.source,
@@ -110,4 +118,72 @@ fn call_costs(cuda: &CudaBackend) -> BenchResult<CallCosts> {
         record_ns,
         copy_ns,
     })
+}
+
+/// The link's bytes per second host to device and back alone, and the
+/// percent of it each direction keeps when both copy at once: the slower
+/// direction's time alone over the time both take together.
+fn link(cuda: &CudaBackend) -> BenchResult<(u64, u64, u32)> {
+    let (up_stream, down_stream) = (cuda.create_stream()?, cuda.create_stream()?);
+    let up_device = cuda.alloc_device(LINK_BYTES as u64, &*up_stream)?;
+    let down_device = cuda.alloc_device(LINK_BYTES as u64, &*down_stream)?;
+    let up_host = cuda.alloc_pinned(LINK_BYTES as u64)?;
+    let mut down_host = cuda.alloc_pinned(LINK_BYTES as u64)?;
+    let down_ptr = down_host.bytes_mut().as_mut_ptr();
+    // Both device buffers written once, so that a download reads written bytes.
+    // SAFETY: each block lives, untouched by the host, until its stream is
+    // synchronised in the same round.
+    let upload = || unsafe {
+        up_stream.copy_to_device_async(up_device, 0, up_host.bytes().as_ptr(), LINK_BYTES)
+    };
+    let download =
+        || unsafe { down_stream.copy_from_device_async(down_ptr, LINK_BYTES, down_device, 0) };
+    // SAFETY: as above.
+    unsafe {
+        down_stream.copy_to_device_async(down_device, 0, up_host.bytes().as_ptr(), LINK_BYTES)?
+    };
+    down_stream.synchronize()?;
+    let median = |round: &dyn Fn() -> BenchResult<Duration>| -> BenchResult<Duration> {
+        let mut times = (0..LINK_ROUNDS)
+            .map(|_| round())
+            .collect::<BenchResult<Vec<_>>>()?;
+        times.sort_unstable();
+        Ok(times[LINK_ROUNDS / 2])
+    };
+    let up_alone = median(&|| {
+        let began = Instant::now();
+        upload()?;
+        up_stream.synchronize()?;
+        Ok(began.elapsed())
+    })?;
+    let down_alone = median(&|| {
+        let began = Instant::now();
+        download()?;
+        down_stream.synchronize()?;
+        Ok(began.elapsed())
+    })?;
+    let both = median(&|| {
+        let began = Instant::now();
+        upload()?;
+        download()?;
+        up_stream.synchronize()?;
+        down_stream.synchronize()?;
+        Ok(began.elapsed())
+    })?;
+    cuda.free_device(up_device, LINK_BYTES as u64, &*up_stream)?;
+    cuda.free_device(down_device, LINK_BYTES as u64, &*down_stream)?;
+    let rate =
+        |time: Duration| (LINK_BYTES as u128 * 1_000_000_000 / time.as_nanos().max(1)) as u64;
+    let slower = up_alone.max(down_alone);
+    let percent = (slower.as_nanos() * 100 / both.as_nanos().max(1)).clamp(1, 100) as u32;
+    println!(
+        "  link, {} MiB: host to device {:.2} GB/s, device to host {:.2} GB/s alone; both at once \
+         {:.3} ms against {:.3} ms for the slower alone: {percent}% each",
+        LINK_BYTES >> 20,
+        rate(up_alone) as f64 / 1e9,
+        rate(down_alone) as f64 / 1e9,
+        both.as_secs_f64() * 1e3,
+        slower.as_secs_f64() * 1e3,
+    );
+    Ok((rate(up_alone).max(1), rate(down_alone).max(1), percent))
 }
