@@ -68,6 +68,10 @@ pub struct Calibration {
     /// direction copies too (1 to 100; 100, none lost, in the fixed
     /// figures).
     pub both_ways_percent: u32,
+    /// Percent of its bandwidth the staging threads' memcpy keeps while a
+    /// copy engine moves data into or out of host memory, which shares its
+    /// memory bandwidth (1 to 100; 100 in the fixed figures).
+    pub staging_beside_copies_percent: u32,
 }
 
 /// The host's nanoseconds per driver call, by kind of call.
@@ -95,6 +99,7 @@ impl Calibration {
             wake_ns: 0,
             copy_bandwidth: None,
             both_ways_percent: 100,
+            staging_beside_copies_percent: 100,
         }
     }
 
@@ -149,6 +154,7 @@ impl Calibration {
             "host_to_device_bytes_per_second": self.copy_bandwidth.map(|(up, _)| up),
             "device_to_host_bytes_per_second": self.copy_bandwidth.map(|(_, down)| down),
             "both_ways_percent": self.both_ways_percent,
+            "staging_beside_copies_percent": self.staging_beside_copies_percent,
         });
         format!("{value:#}\n")
     }
@@ -202,7 +208,8 @@ impl Calibration {
             },
             wake_ns: nanoseconds("wake_ns")?,
             copy_bandwidth: copy_bandwidth(&value)?,
-            both_ways_percent: both_ways_percent(&value)?,
+            both_ways_percent: percent(&value, "both_ways_percent")?,
+            staging_beside_copies_percent: percent(&value, "staging_beside_copies_percent")?,
         })
     }
 }
@@ -227,10 +234,11 @@ impl fmt::Display for Calibration {
             self.wake_ns,
             match self.copy_bandwidth {
                 Some((up, down)) => format!(
-                    ", copies {} and {} GB/s, {}% each both ways",
+                    ", copies {} and {} GB/s, {}% each both ways, staging {}% beside copies",
                     gb(up),
                     gb(down),
-                    self.both_ways_percent
+                    self.both_ways_percent,
+                    self.staging_beside_copies_percent
                 ),
                 None => String::new(),
             },
@@ -258,16 +266,15 @@ fn copy_bandwidth(value: &Value) -> Result<Option<(u64, u64)>, String> {
     }
 }
 
-/// The share each copy direction keeps while the other copies, of a
-/// calibration's JSON: 100 when left out.
-fn both_ways_percent(value: &Value) -> Result<u32, String> {
-    match &value["both_ways_percent"] {
+/// A share in percent of a calibration's JSON, at `key`: 100 when left out.
+fn percent(value: &Value, key: &str) -> Result<u32, String> {
+    match &value[key] {
         Value::Null => Ok(100),
         percent => percent
             .as_u64()
             .filter(|percent| (1..=100).contains(percent))
             .and_then(|percent| u32::try_from(percent).ok())
-            .ok_or_else(|| "\"both_ways_percent\" must be a whole number from 1 to 100".to_owned()),
+            .ok_or_else(|| format!("\"{key}\" must be a whole number from 1 to 100")),
     }
 }
 
@@ -427,6 +434,7 @@ mod tests {
             wake_ns: 8_000,
             copy_bandwidth: Some((54_800_000_000, 46_800_000_000)),
             both_ways_percent: 85,
+            staging_beside_copies_percent: 70,
         };
         assert_eq!(Calibration::from_json(&figures.to_json()), Ok(figures));
 

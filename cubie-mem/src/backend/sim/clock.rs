@@ -92,6 +92,9 @@ pub(super) struct DeviceClock {
     /// Percent of its bandwidth a copy keeps while the other direction's
     /// engine copies (1 to 100).
     both_ways_percent: u32,
+    /// Percent of its bandwidth the host's staging keeps while a copy
+    /// engine moves host memory (1 to 100).
+    staging_beside_copies_percent: u32,
     /// When each engine's last operation started.
     engine_busy_from_ns: [u64; 4],
     timeline: SpanLog,
@@ -114,6 +117,7 @@ impl DeviceClock {
             calls: CallCosts::default(),
             wake_ns: 0,
             both_ways_percent: 100,
+            staging_beside_copies_percent: 100,
             engine_busy_from_ns: [0; 4],
             timeline: SpanLog::default(),
         }
@@ -143,6 +147,7 @@ impl DeviceClock {
             self.set_bandwidth(host_to_device, device_to_host);
         }
         self.both_ways_percent = figures.both_ways_percent.clamp(1, 100);
+        self.staging_beside_copies_percent = figures.staging_beside_copies_percent.clamp(1, 100);
     }
 
     /// The host's time per driver call.
@@ -253,7 +258,8 @@ impl DeviceClock {
     }
 
     /// The host works on `bytes` with `lanes` threads: its clock advances
-    /// by bytes / the host's bandwidth on that many threads.
+    /// by bytes / the host's bandwidth on that many threads, and by what it
+    /// loses beside the copy engines' DMA into and out of host memory.
     pub(super) fn host_work(
         &mut self,
         name: String,
@@ -261,7 +267,21 @@ impl DeviceClock {
         lanes: usize,
     ) -> Result<(), BackendError> {
         let duration = transfer_ns(bytes, bandwidth_on(&self.host_curve, lanes));
-        self.host_busy(name, bytes, duration, Activity::HostStaging)
+        let start = self.start(Engine::Host, HOST_STREAM);
+        let lost = [Engine::HostToDevice, Engine::DeviceToHost]
+            .into_iter()
+            .map(|engine| {
+                let share = self.staging_beside_copies_percent;
+                self.overlap_loss(engine, share, start, duration)
+            })
+            .max()
+            .unwrap_or(0);
+        self.host_busy(
+            name,
+            bytes,
+            duration.saturating_add(lost),
+            Activity::HostStaging,
+        )
     }
 
     /// The host touches `bytes` of fresh memory for the first time.
@@ -400,8 +420,16 @@ impl DeviceClock {
             Engine::HostToDevice => Engine::DeviceToHost,
             Engine::DeviceToHost => Engine::HostToDevice,
             Engine::Compute | Engine::Host => return 0,
-        } as usize;
-        let percent = u64::from(self.both_ways_percent.clamp(1, 100));
+        };
+        self.overlap_loss(other, self.both_ways_percent, start, duration_ns)
+    }
+
+    /// The time work from `start` for `duration_ns` loses where it overlaps
+    /// `other`'s last operation, its overlapped part moving at `percent` of
+    /// its speed (1 to 100; 100 loses nothing).
+    fn overlap_loss(&self, other: Engine, percent: u32, start: u64, duration_ns: u64) -> u64 {
+        let other = other as usize;
+        let percent = u64::from(percent.clamp(1, 100));
         let from = start.max(self.engine_busy_from_ns[other]);
         let to = start
             .saturating_add(duration_ns)

@@ -178,3 +178,29 @@ fn a_copy_beside_the_other_directions_loses_the_overlap_at_the_both_ways_share()
         1_000
     );
 }
+
+#[test]
+fn staging_beside_a_copy_loses_the_overlap_at_its_share_of_host_memory() {
+    let mut clock = DeviceClock::new();
+    // 1 byte per ns for copies and for one staging thread; staging keeps
+    // half of it beside the copy engines' DMA.
+    clock.set_calibration(&Calibration {
+        memcpy_by_threads: vec![1_000_000_000],
+        copy_bandwidth: Some((1_000_000_000, 1_000_000_000)),
+        staging_beside_copies_percent: 50,
+        ..Calibration::fixed()
+    });
+    let download = clock.copy_ns(Engine::DeviceToHost, 1_000);
+    clock.run(
+        Engine::DeviceToHost,
+        download,
+        work(Activity::DeviceToHost, 1),
+    );
+    clock.host_work("scatter".into(), 1_000, 1).unwrap();
+    assert_eq!(
+        clock.host_ns, 2_000,
+        "1,000 ns beside the download, at half speed"
+    );
+    clock.host_work("gather".into(), 1_000, 1).unwrap();
+    assert_eq!(clock.host_ns, 3_000, "nothing copies any more");
+}

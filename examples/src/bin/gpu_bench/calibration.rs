@@ -3,8 +3,9 @@
 //! with page-locking measured through the driver (`cuMemHostAlloc` of new
 //! blocks, by size) in place of `mlock`, and the host's time per call: a
 //! launch (`EulerDecay::step` through cubie-mem), an event record (and its
-//! release) and an asynchronous copy call, each the mean of 1,000; and the
-//! link: a 64 MiB copy each way alone, and both at once on two streams. With `--calibration FILE` they
+//! release) and an asynchronous copy call, each the mean of 1,000; the
+//! link: a 64 MiB copy each way alone, and both at once on two streams;
+//! and the staging threads' memcpy beside copies both ways, against alone. With `--calibration FILE` they
 //! are written in the format `Calibration::load` reads, so that
 //! `batch --calibration FILE` replays the batch on this node's figures.
 
@@ -26,6 +27,10 @@ const CALL_COPY_BYTES: usize = 4096;
 const LINK_BYTES: usize = 64 << 20;
 /// Rounds of each link figure; the median is kept.
 const LINK_ROUNDS: usize = 5;
+/// Bytes each thread's memcpy moves beside the copies.
+const MEMCPY_BYTES: usize = 32 << 20;
+/// Copies queued each way while the memcpy runs: enough to outlast it.
+const BESIDE_COPIES: usize = 16;
 
 /// The sizes page-locking is measured at; the largest gives the figure.
 const PAGE_LOCK_SIZES: [u64; 3] = [4 << 20, 64 << 20, 256 << 20];
@@ -52,9 +57,11 @@ pub fn report(cuda: &CudaBackend, path: Option<&Path>) -> BenchResult {
     }
     cuda.clear_pinned_cache();
     figures.calls = call_costs(cuda)?;
-    let (up, down, both_ways_percent) = link(cuda)?;
+    let (up, down, both_ways_percent, staging_percent) =
+        link(cuda, figures.memcpy_by_threads.len())?;
     figures.copy_bandwidth = Some((up, down));
     figures.both_ways_percent = both_ways_percent;
+    figures.staging_beside_copies_percent = staging_percent;
     figures.source = format!(
         "{} (page-locking by cuMemHostAlloc on {})",
         figures.source,
@@ -120,10 +127,12 @@ fn call_costs(cuda: &CudaBackend) -> BenchResult<CallCosts> {
     })
 }
 
-/// The link's bytes per second host to device and back alone, and the
-/// percent of it each direction keeps when both copy at once: the slower
-/// direction's time alone over the time both take together.
-fn link(cuda: &CudaBackend) -> BenchResult<(u64, u64, u32)> {
+/// The link's bytes per second host to device and back alone; the percent
+/// of it each direction keeps when both copy at once (the slower
+/// direction's time alone over the time both take together); and the
+/// percent of its speed a memcpy on `threads` threads keeps while copies
+/// run both ways.
+fn link(cuda: &CudaBackend, threads: usize) -> BenchResult<(u64, u64, u32, u32)> {
     let (up_stream, down_stream) = (cuda.create_stream()?, cuda.create_stream()?);
     let up_device = cuda.alloc_device(LINK_BYTES as u64, &*up_stream)?;
     let down_device = cuda.alloc_device(LINK_BYTES as u64, &*down_stream)?;
@@ -170,6 +179,34 @@ fn link(cuda: &CudaBackend) -> BenchResult<(u64, u64, u32)> {
         down_stream.synchronize()?;
         Ok(began.elapsed())
     })?;
+    let mut buffers: Vec<(Vec<u8>, Vec<u8>)> = (0..threads.max(1))
+        .map(|_| (vec![1u8; MEMCPY_BYTES], vec![0u8; MEMCPY_BYTES]))
+        .collect();
+    // The first copy touches the pages; the medians of the rounds count.
+    memcpy(&mut buffers);
+    let mut alone: Vec<Duration> = (0..LINK_ROUNDS).map(|_| memcpy(&mut buffers)).collect();
+    let mut beside = Vec::with_capacity(LINK_ROUNDS);
+    for _ in 0..LINK_ROUNDS {
+        for _ in 0..BESIDE_COPIES {
+            upload()?;
+            download()?;
+        }
+        beside.push(memcpy(&mut buffers));
+        up_stream.synchronize()?;
+        down_stream.synchronize()?;
+    }
+    alone.sort_unstable();
+    beside.sort_unstable();
+    let (alone, beside) = (alone[LINK_ROUNDS / 2], beside[LINK_ROUNDS / 2]);
+    let staging_percent = (alone.as_nanos() * 100 / beside.as_nanos().max(1)).clamp(1, 100) as u32;
+    println!(
+        "  memcpy of {} MiB on {} thread(s): {:.3} ms alone, {:.3} ms beside copies both ways: \
+         {staging_percent}%",
+        (MEMCPY_BYTES >> 20) * buffers.len(),
+        buffers.len(),
+        alone.as_secs_f64() * 1e3,
+        beside.as_secs_f64() * 1e3,
+    );
     cuda.free_device(up_device, LINK_BYTES as u64, &*up_stream)?;
     cuda.free_device(down_device, LINK_BYTES as u64, &*down_stream)?;
     let rate =
@@ -185,5 +222,36 @@ fn link(cuda: &CudaBackend) -> BenchResult<(u64, u64, u32)> {
         both.as_secs_f64() * 1e3,
         slower.as_secs_f64() * 1e3,
     );
-    Ok((rate(up_alone).max(1), rate(down_alone).max(1), percent))
+    Ok((
+        rate(up_alone).max(1),
+        rate(down_alone).max(1),
+        percent,
+        staging_percent,
+    ))
+}
+
+/// One memcpy of each pair of `buffers`, each on its own thread, from a
+/// common start: the slowest thread's time.
+fn memcpy(buffers: &mut [(Vec<u8>, Vec<u8>)]) -> Duration {
+    let start = std::sync::Barrier::new(buffers.len());
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = buffers
+            .iter_mut()
+            .map(|(from, to)| {
+                let start = &start;
+                scope.spawn(move || {
+                    start.wait();
+                    let began = Instant::now();
+                    to.copy_from_slice(from);
+                    std::hint::black_box(&to);
+                    began.elapsed()
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| thread.join().unwrap_or(Duration::MAX))
+            .max()
+            .unwrap_or(Duration::MAX)
+    })
 }
