@@ -24,6 +24,7 @@ mod strided;
 pub use error::{BackendError, HazardMemory, MemorySpace};
 pub use kernel::{Access, HostKernelFn, KernelArg, KernelBody, KernelLaunch};
 pub use rates::EngineRates;
+pub(crate) use rates::{MAX_DEFAULT_STAGING_LANES, default_staging_lanes};
 pub use sim::{Calibration, CallCosts};
 pub(crate) use stream::own;
 pub use stream::{Event, Stream};

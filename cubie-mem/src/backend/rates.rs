@@ -43,7 +43,8 @@ impl EngineRates {
         self.device_to_host
     }
 
-    /// Bytes per second of the host's staging work for the device.
+    /// Bytes per second of the host's staging work for the device, on the
+    /// default staging threads ([`default_staging_lanes`]).
     pub fn host(&self) -> u64 {
         self.host
     }
@@ -52,4 +53,17 @@ impl EngineRates {
     pub fn compute_percent(&self) -> u32 {
         self.compute_percent
     }
+}
+
+/// The most staging threads the default takes: 8 (see
+/// `StagingThreads::MAX_DEFAULT_THREADS`).
+pub(crate) const MAX_DEFAULT_STAGING_LANES: usize = 8;
+
+/// The default number of staging threads, and so of the host engine's
+/// lanes: the machine's available parallelism, at most
+/// [`MAX_DEFAULT_STAGING_LANES`] (1 where it cannot be read).
+pub(crate) fn default_staging_lanes() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(MAX_DEFAULT_STAGING_LANES)
 }

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::ChunkLayout;
 use super::binding_host::HostRuns;
-use crate::backend::{Backend, HostWork};
+use crate::backend::{Backend, HostWork, MAX_DEFAULT_STAGING_LANES, default_staging_lanes};
 use crate::{Element, MemError};
 
 /// The host threads a [`ChunkStreamer`](crate::ChunkStreamer) gathers and
@@ -48,7 +48,7 @@ impl StagingThreads {
     /// 15 GB/s; about 8 of them saturate a socket's memory bandwidth and
     /// reach a PCIe Gen5 x16 link's 50 GB/s with room to spare, and more
     /// would take cores from the user's own work for nothing.
-    pub const MAX_DEFAULT_THREADS: usize = 8;
+    pub const MAX_DEFAULT_THREADS: usize = MAX_DEFAULT_STAGING_LANES;
 
     /// The most threads [`new`](Self::new) starts: 1,024. Staging saturates
     /// a node's memory bandwidth with a few dozen threads; a larger count is
@@ -64,9 +64,7 @@ impl StagingThreads {
     /// at most [`MAX_DEFAULT_THREADS`](Self::MAX_DEFAULT_THREADS) (1 where
     /// it cannot be read).
     pub fn default_count() -> usize {
-        std::thread::available_parallelism()
-            .map_or(1, NonZeroUsize::get)
-            .min(Self::MAX_DEFAULT_THREADS)
+        default_staging_lanes()
     }
 
     /// `threads` staging threads (1: the caller's thread alone). 0

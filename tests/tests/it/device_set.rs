@@ -1,8 +1,9 @@
 //! A batch across the devices of a set: the split (proportional to
 //! throughput, exact, every run once, devices that cannot hold a run
-//! skipped), results equal to one device's, a failure on one device
-//! stopping the others with every computed chunk saved, the trace's
-//! process per device, and the modelled time against one device's.
+//! skipped, hosts weighed on their staging threads), results equal to one
+//! device's, a failure on one device stopping the others with every
+//! computed chunk saved, the trace's process per device, and the modelled
+//! time against one device's.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use cubie_mem_tests::ThreadExit;
 
+use cubie_mem::backend::Calibration;
 use cubie_mem::plan::split::{Skip, Workload};
 use cubie_mem::timeline::Activity;
 use cubie_mem::{
@@ -315,6 +317,44 @@ fn the_trace_shows_each_device_as_its_own_process() {
 fn modelled(set: &DeviceSet, runs: usize, throughput: &Throughput) -> u64 {
     run_batch(set, runs, throughput);
     set.report().unwrap().makespan_ns()
+}
+
+#[test]
+fn a_host_bound_split_weighs_each_hosts_staging_on_its_threads() {
+    // One host whose memcpy scales with its staging threads, one whose
+    // second thread adds nothing: on the default threads, the first
+    // stages `lanes` times as fast and takes `lanes` times the runs.
+    let lanes = cubie_mem::StagingThreads::default_count();
+    let scaling = Calibration {
+        memcpy_by_threads: vec![10_000_000_000],
+        ..Calibration::fixed()
+    };
+    let flat = Calibration {
+        memcpy_by_threads: vec![10_000_000_000, 10_000_000_000],
+        ..Calibration::fixed()
+    };
+    let set = DeviceSet::simulated(
+        [
+            device(8 << 20).with_calibration(&scaling),
+            device(8 << 20).with_calibration(&flat),
+        ],
+        config(),
+    );
+    let host_bound = Workload {
+        host_bytes: 2 * RUN_BYTES,
+        ..Workload::default()
+    };
+    let runs = 12_000;
+    let buffers = set
+        .allocate::<Solve>(runs, &Throughput::Modelled(host_bound), registration, dims)
+        .unwrap();
+    let lengths: Vec<usize> = buffers.split().ranges().iter().map(Range::len).collect();
+    assert_eq!(lengths.iter().sum::<usize>(), runs);
+    let expected = runs * lanes / (lanes + 1);
+    assert!(
+        lengths[0].abs_diff(expected) <= 1,
+        "{lengths:?} on {lanes} threads, expected {expected}"
+    );
 }
 
 #[test]

@@ -399,7 +399,13 @@ mod tests {
         let ptr = sim.alloc_device(1_000, &*stream).unwrap();
         stream.copy_to_device(ptr, 0, &[7u8; 1_000]).unwrap();
         advanced_by(1_000);
-        assert_eq!(sim.engine_rates().unwrap().host(), 1_000_000_000);
+        // The rates weigh a device set's devices: the host's on the
+        // default staging threads.
+        let lanes = crate::backend::default_staging_lanes();
+        assert_eq!(
+            sim.engine_rates().unwrap().host(),
+            figures.memcpy_bandwidth(lanes)
+        );
 
         let missing = Calibration::load(&path).unwrap_err();
         assert!(matches!(missing, MemError::Io { .. }), "{missing}");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::calibration::{Calibration, CallCosts, bandwidth_on};
 use crate::backend::error::LONGEST_OPERATION_NS;
-use crate::backend::{BackendError, EngineRates};
+use crate::backend::{BackendError, EngineRates, default_staging_lanes};
 use crate::timeline::{Activity, Span, SpanLog, Timeline};
 
 /// The default bandwidth of each copy direction: about PCIe Gen5 x16.
@@ -189,13 +189,14 @@ impl DeviceClock {
         self.compute_percent = percent.max(1);
     }
 
-    /// The engines' rates, for [`Backend::engine_rates`](crate::backend::Backend::engine_rates).
+    /// The engines' rates, for [`Backend::engine_rates`](crate::backend::Backend::engine_rates):
+    /// the host's on the default staging threads.
     pub(super) fn rates(&self) -> EngineRates {
         let [host_to_device, device_to_host] = self.bandwidth;
         EngineRates::new(
             host_to_device,
             device_to_host,
-            bandwidth_on(&self.host_curve, 1),
+            bandwidth_on(&self.host_curve, default_staging_lanes()),
             self.compute_percent,
         )
     }

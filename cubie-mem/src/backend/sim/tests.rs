@@ -503,7 +503,8 @@ fn engine_rates_are_the_modelled_bandwidths_and_speed() {
         EngineRates::new(
             SimBackend::DEFAULT_COPY_BANDWIDTH,
             SimBackend::DEFAULT_COPY_BANDWIDTH,
-            SimBackend::DEFAULT_HOST_BANDWIDTH,
+            // The host's on the default staging threads, each adding as much.
+            SimBackend::DEFAULT_HOST_BANDWIDTH * crate::backend::default_staging_lanes() as u64,
             SimBackend::DEFAULT_COMPUTE_PERCENT
         )
     );
@@ -511,7 +512,8 @@ fn engine_rates_are_the_modelled_bandwidths_and_speed() {
         .with_copy_bandwidth(1, 2)
         .with_host_bandwidth(3)
         .with_compute_speed(400);
-    assert_eq!(sim.engine_rates(), Some(EngineRates::new(1, 2, 3, 400)));
+    let host = 3 * crate::backend::default_staging_lanes() as u64;
+    assert_eq!(sim.engine_rates(), Some(EngineRates::new(1, 2, host, 400)));
 }
 
 #[test]
