@@ -20,7 +20,7 @@ use crate::array::slot::{Memory, Slot};
 use crate::backend::{Backend, BackendResult, StridedRows};
 use crate::host::{HostArray, HostMemoryKind, StagingBuffer};
 use crate::ids::OwnerId;
-use crate::resource::OwnedStream;
+use crate::resource::{Event, OwnedStream};
 use crate::{Chunk, Element, MemError};
 
 /// Which ways a binding copies.
@@ -330,13 +330,18 @@ impl<'p> Binding<'p> {
     /// array reads them and its results there are never downloaded, so on
     /// the simulated device they read as poison without failing the
     /// initcheck. A full chunk writes every byte and leaves none.
+    ///
+    /// A page-locked set is filled by the host in place once `set_free`
+    /// fired (the kernel that last used the set is done), without waiting
+    /// for the other copies on `stream`; with no event, once `stream` is.
     pub(super) fn upload(
         &mut self,
         chunk: &Chunk,
         set: usize,
         stream: &OwnedStream,
+        set_free: Option<&Event>,
     ) -> Result<(), MemError> {
-        self.upload_runs(chunk, set, stream)?;
+        self.upload_runs(chunk, set, stream, set_free)?;
         let layout = &self.host.layout;
         let short = layout.chunk_extent(chunk.len()) < layout.chunk_elements();
         if short
@@ -355,6 +360,7 @@ impl<'p> Binding<'p> {
         chunk: &Chunk,
         set: usize,
         stream: &OwnedStream,
+        set_free: Option<&Event>,
     ) -> Result<(), MemError> {
         let runs = chunk.runs.clone();
         let extent = self.host.layout.chunk_extent(runs.len());
@@ -364,9 +370,7 @@ impl<'p> Binding<'p> {
         let device = match self.device(set)? {
             Memory::Device(device) => device,
             Memory::Pinned(pinned) => {
-                // Once the copy stream reached it, the computation that
-                // last used the set is done.
-                stream.stream().synchronize().on(&*self.host.backend)?;
+                host_may_touch(set_free, stream, &*self.host.backend)?;
                 let mut block = pinned.write();
                 return self
                     .host
@@ -415,12 +419,14 @@ impl<'p> Binding<'p> {
     /// Queues the download of `chunk` from buffer set `set` on `stream`.
     /// Staged results wait in their staging buffers for
     /// [`scatter_landed`](Self::scatter_landed) (a buffer needed again is
-    /// emptied first).
+    /// emptied first). A page-locked set is read by the host once
+    /// `computed` fired (with no event, once `stream` is done).
     pub(super) fn download(
         &mut self,
         chunk: &Chunk,
         set: usize,
         stream: &OwnedStream,
+        computed: Option<&Event>,
     ) -> Result<(), MemError> {
         let runs = chunk.runs.clone();
         let extent = self.host.layout.chunk_extent(runs.len());
@@ -430,8 +436,7 @@ impl<'p> Binding<'p> {
         let device = match self.device(set)? {
             Memory::Device(device) => device,
             Memory::Pinned(pinned) => {
-                // The download stream waited for this chunk's computation.
-                stream.stream().synchronize().on(&*self.host.backend)?;
+                host_may_touch(computed, stream, &*self.host.backend)?;
                 let mut block = pinned.write();
                 return self
                     .host
@@ -511,4 +516,18 @@ fn pinned_part(bytes: &mut [u8], len: usize) -> Result<&mut [u8], MemError> {
         end: len as u64,
         size,
     })
+}
+
+/// Waits until the host may touch a page-locked buffer set in place: for
+/// `event` (the kernels that use the set are done), or with none, for
+/// everything queued on `stream`.
+fn host_may_touch(
+    event: Option<&Event>,
+    stream: &OwnedStream,
+    backend: &dyn Backend,
+) -> Result<(), MemError> {
+    match event {
+        Some(event) => event.wait(),
+        None => stream.stream().synchronize().on(backend),
+    }
 }

@@ -38,6 +38,9 @@ pub(super) struct Schedule {
     upload: Arc<OwnedStream>,
     download: Arc<OwnedStream>,
     sets: usize,
+    /// After the work queued before the run: what the run's first use of
+    /// each buffer set waits for.
+    start: Event,
     /// Events of the chunks still referred to, from chunk `first` on.
     events: VecDeque<ChunkEvents>,
     first: usize,
@@ -75,6 +78,7 @@ impl Schedule {
             upload,
             download,
             sets: sets.max(1),
+            start,
             events: VecDeque::new(),
             first: 0,
             computed: VecDeque::new(),
@@ -129,19 +133,31 @@ impl Schedule {
         }
     }
 
+    /// The event after which the host may fill buffer set `chunk % sets`
+    /// in place (a page-locked set, which kernels use directly): the
+    /// computation of the chunk that used it last, or the run's start.
+    /// `None` when that chunk's event is not kept.
+    fn set_free(&self, chunk: usize) -> Option<&Event> {
+        match chunk.checked_sub(self.sets) {
+            Some(previous) => self.event(previous, |e| &e.computed),
+            None => Some(&self.start),
+        }
+    }
+
     fn upload(&mut self, bindings: &mut [Binding<'_>], chunk: &Chunk) -> Result<(), MemError> {
         self.at = Some(chunk.index);
         let stream = Arc::clone(&self.upload);
         let stream = &*stream;
         let set = chunk.index % self.sets;
         self.after_previous_use(chunk.index, stream, |e| &e.computed)?;
+        let free = self.set_free(chunk.index);
         for binding in bindings.iter_mut().filter(|binding| !binding.is_inout()) {
-            binding.upload(chunk, set, stream)?;
+            binding.upload(chunk, set, stream, free)?;
         }
         if bindings.iter().any(|binding| binding.is_inout()) {
             self.after_previous_use(chunk.index, stream, |e| &e.downloaded)?;
             for binding in bindings.iter_mut().filter(|binding| binding.is_inout()) {
-                binding.upload(chunk, set, stream)?;
+                binding.upload(chunk, set, stream, free)?;
             }
         }
         self.events(chunk.index).uploaded = Some(Event::record(stream)?);
@@ -200,12 +216,13 @@ impl Schedule {
     ) -> Result<(), MemError> {
         let stream = Arc::clone(&self.download);
         let stream = &*stream;
-        if let Some(computed) = self.event(chunk.index, |e| &e.computed) {
+        let computed = self.event(chunk.index, |e| &e.computed);
+        if let Some(computed) = computed {
             computed.order(stream)?;
         }
         let set = chunk.index % self.sets;
         for binding in bindings.iter_mut() {
-            binding.download(chunk, set, stream)?;
+            binding.download(chunk, set, stream, computed)?;
         }
         self.events(chunk.index).downloaded = Some(Event::record(stream)?);
         tracing::debug!(chunk = chunk.index, runs = ?chunk.runs, set, "queued a chunk's download");

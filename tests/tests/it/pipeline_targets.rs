@@ -385,3 +385,66 @@ fn one_pinned_set_carries_every_chunk_in_and_out_in_turn() {
     let negated: Vec<f64> = values.iter().map(|v| -v).collect();
     assert_eq!(host.as_slice(), negated);
 }
+
+/// A per-run rate in a page-locked set the host fills in place, and a
+/// large state uploaded from page-locked memory, two sets.
+#[derive(GpuBuffers)]
+#[buffers(dims = Dims, pipeline_depth = 2)]
+pub struct Rated {
+    #[buffer(shape = [n_runs], chunk_axis = n_runs, memory = pinned)]
+    rate: PinnedArray<f64>,
+    #[buffer(shape = [n_states, n_runs], chunk_axis = n_runs)]
+    state: DeviceArray<f64>,
+}
+
+#[test]
+fn a_pinned_set_is_filled_once_its_kernel_is_done_not_the_other_uploads() {
+    // 1 byte per ns for copies and for the host; 100 states a run, so the
+    // state's uploads take 100 times the rates' gathers.
+    let sim = cubie_mem::SimBackend::new(1 << 30)
+        .with_free(300_000)
+        .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
+        .with_host_bandwidth(1_000_000_000);
+    let mgr = crate::common::manager_on(sim.clone());
+    let dims = Dims {
+        n_states: 100,
+        n_runs: RUNS,
+    };
+    let solver = mgr
+        .register(Rated::registration().on_invalidate(|| {}))
+        .unwrap();
+    let allocated = mgr.allocate_buffers::<Rated>(&solver, &dims).unwrap();
+    let chunks = allocated.plan().chunks();
+    assert!(chunks >= 4, "{chunks} chunks");
+    let rates = mgr
+        .create_host_array::<f64>([RUNS], HostMemoryKind::Pageable, None, &solver)
+        .unwrap();
+    let states = mgr
+        .create_host_array::<f64>([100, RUNS], HostMemoryKind::Pinned, None, &solver)
+        .unwrap();
+    sim.clear_timeline();
+    mgr.chunk_streamer(&solver, allocated.plan())
+        .unwrap()
+        .with_staging_threads(cubie_mem::StagingThreads::new(1).unwrap())
+        .pipeline_sets(allocated.sets())
+        .input_with(&rates, |set| &set.rate)
+        .input_with(&states, |set| &set.state)
+        .run(|_, set| {
+            HostKernel::new("step", Duration::from_micros(1))
+                .reads(&set.rate)
+                .updates(&set.state)
+                .launch(|_| Ok(()))
+        })
+        .unwrap();
+    // The uploads run back to back: the host fills chunk k's rates while
+    // chunk k - 1's state still uploads, so only the first chunk's rates
+    // and the last chunk's kernel lie outside them.
+    let timeline = sim.timeline();
+    let uploads = timeline.busy_ns(cubie_mem::timeline::Activity::HostToDevice);
+    let chunk_rates = (RUNS / chunks * 8) as u64;
+    assert!(
+        timeline.makespan_ns() <= uploads + chunk_rates + 1_000 + 10,
+        "makespan {} against uploads {uploads} ns",
+        timeline.makespan_ns()
+    );
+}
