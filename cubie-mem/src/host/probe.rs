@@ -1,6 +1,5 @@
-//! This machine's figures measured for the simulated device's calibration:
-//! a short probe (memcpy on 1, 2, ... threads, a new spill file made ready
-//! for writing, page-locking), cached per machine.
+//! This machine measured for the simulated device's calibration, and
+//! cached per machine.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -9,10 +8,9 @@ use std::time::{Duration, Instant};
 
 use super::SystemMemory;
 use super::spill::SpillFile;
-use crate::backend::Calibration;
+use crate::backend::{Calibration, default_staging_lanes};
 
-/// Bytes each thread copies in one round of the memcpy probe: past the
-/// caches, so that memory, not a cache, is measured.
+/// Bytes each thread copies a round: past the caches.
 const MEMCPY_BYTES: usize = 32 << 20;
 
 /// Rounds of each memcpy measure; the median is kept.
@@ -27,23 +25,14 @@ const PREPARE_ROUNDS: usize = 3;
 /// Wake-ups timed; the median is kept.
 const WAKE_ROUNDS: usize = 51;
 
-/// The most threads the memcpy probe measures: as many as the staging
-/// threads take by default (`StagingThreads::MAX_DEFAULT_THREADS`); past
-/// them the curve is extended ([`Calibration::memcpy_bandwidth`]).
-const MAX_PROBE_THREADS: usize = 8;
-
-/// The environment variable naming the directory the measured figures are
-/// cached in.
+/// The environment variable naming the cache's directory.
 const CACHE_DIR_VARIABLE: &str = "CUBIE_MEM_CACHE_DIR";
 
 impl Calibration {
-    /// Measures this machine (under a second): a memcpy of 32 MiB a thread
-    /// on 1 to 8 threads (as many as the machine has, and as its available
-    /// RAM allows), a 64 MiB spill file in the temporary directory made
-    /// ready for writing, and 64 MiB page-locked (`mlock`), each the median
-    /// of three rounds, and a blocked thread's wake-up (the median of 51).
-    /// No driver is called here, so the per-call costs stay 0. A measure that cannot be made keeps the
-    /// fixed figure, and the source says which and why.
+    /// Measures this machine in under a second: memcpy on each count of the
+    /// default staging threads, a 64 MiB spill file, 64 MiB `mlock`ed, and
+    /// a thread's wake-up (no driver: calls cost 0). A measure that fails
+    /// keeps the fixed figure, and the source says why.
     pub fn measure() -> Self {
         let fixed = Calibration::fixed();
         let mut notes = Vec::new();
@@ -69,12 +58,9 @@ impl Calibration {
         }
     }
 
-    /// This machine's figures: read from the cache when they were measured
-    /// here, else measured ([`Calibration::measure`]) and cached. The cache
-    /// is `calibration.json` in `$CUBIE_MEM_CACHE_DIR`, else in
-    /// `$XDG_CACHE_HOME/cubie-mem` or `~/.cache/cubie-mem`; a cache that
-    /// cannot be written is reported through `tracing` and the figures are
-    /// measured again next time.
+    /// This machine's figures, measured once and cached in
+    /// `calibration.json` (in `$CUBIE_MEM_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/cubie-mem` or `~/.cache/cubie-mem`).
     pub fn for_this_machine() -> Self {
         let Some(path) = cache_path() else {
             return Calibration::measure();
@@ -108,8 +94,7 @@ fn cache_path() -> Option<PathBuf> {
     Some(directory.join("calibration.json"))
 }
 
-/// The machine, as the cache tells machines apart: its CPU model (Linux),
-/// logical CPUs and RAM.
+/// The machine, as the cache tells machines apart: CPU model, CPUs, RAM.
 fn machine() -> String {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -128,15 +113,12 @@ fn machine() -> String {
     )
 }
 
-/// The memcpy bandwidth on 1, 2, ... threads: up to the machine's
-/// parallelism and [`MAX_PROBE_THREADS`], and to threads whose buffers fit
-/// in a quarter of the available RAM.
+/// The memcpy bandwidth on 1 to the default staging threads (as far as a
+/// quarter of the available RAM holds their buffers).
 fn memcpy_curve() -> Vec<u64> {
     let per_thread = 2 * MEMCPY_BYTES as u64;
     let by_ram = SystemMemory::read().map_or(1, |ram| ram.available / 4 / per_thread);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(MAX_PROBE_THREADS)
+    let threads = default_staging_lanes()
         .min(usize::try_from(by_ram).unwrap_or(usize::MAX))
         .max(1);
     let mut buffers: Vec<(Vec<u8>, Vec<u8>)> = (0..threads)
@@ -153,8 +135,7 @@ fn memcpy_curve() -> Vec<u64> {
         .collect()
 }
 
-/// One round: every thread copies its buffer at once, from a common start;
-/// the bytes of all over the slowest thread's time.
+/// One round, every thread from a common start: all bytes over the slowest.
 fn memcpy_round(buffers: &mut [(Vec<u8>, Vec<u8>)]) -> u64 {
     let start = Barrier::new(buffers.len());
     let slowest = std::thread::scope(|scope| {
@@ -180,8 +161,7 @@ fn memcpy_round(buffers: &mut [(Vec<u8>, Vec<u8>)]) -> u64 {
     rate(buffers.len() * MEMCPY_BYTES, slowest)
 }
 
-/// The median time a thread blocked on a channel takes to run again once
-/// another sends to it: the host's wake-up after a wait.
+/// The median time a thread blocked on a channel takes to run once sent to.
 fn wake_ns() -> u64 {
     let (to_waiter, waiting) = std::sync::mpsc::channel::<Instant>();
     let (to_probe, woken) = std::sync::mpsc::channel::<Duration>();
@@ -212,8 +192,7 @@ fn wake_ns() -> u64 {
         .map_or(0, |time| u64::try_from(time.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// Bytes per second of making a new 64 MiB spill file ready for writing, as
-/// host arrays spill (reserved, mapped, its pages faulted in).
+/// Bytes per second of making a 64 MiB spill file, as host arrays spill.
 fn first_touch_rate() -> Result<u64, String> {
     let began = Instant::now();
     let file = SpillFile::create(&std::env::temp_dir(), PREPARE_BYTES)
@@ -223,8 +202,7 @@ fn first_touch_rate() -> Result<u64, String> {
     Ok(rate(PREPARE_BYTES, elapsed))
 }
 
-/// Bytes per second of page-locking 64 MiB of new memory (`mlock`, which
-/// faults in, zeroes and pins the pages, as page-locked allocations do).
+/// Bytes per second of `mlock`ing 64 MiB of new memory.
 fn page_lock_rate() -> Result<u64, String> {
     let block = memmap2::MmapMut::map_anon(PREPARE_BYTES).map_err(|error| error.to_string())?;
     let began = Instant::now();
@@ -236,8 +214,7 @@ fn page_lock_rate() -> Result<u64, String> {
     Ok(rate(PREPARE_BYTES, elapsed))
 }
 
-/// The median of `rounds` rates `measure` gives (at least one), or its first
-/// failure.
+/// The median of `rounds` rates of `measure`, or its first failure.
 fn median_of(rounds: usize, measure: fn() -> Result<u64, String>) -> Result<u64, String> {
     let mut rates = (0..rounds.max(1))
         .map(|_| measure())

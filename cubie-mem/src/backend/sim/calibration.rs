@@ -18,59 +18,29 @@ const FORMAT: &str = "cubie-mem calibration";
 const VERSION: u64 = 1;
 
 /// The figures the simulated device times the host's work with
-/// ([`SimBackend::with_calibration`](crate::SimBackend::with_calibration)).
-///
-/// [`Calibration::fixed`] holds the defaults, which deterministic tests
-/// use. `Calibration::measure` and `Calibration::for_this_machine` measure this
-/// machine; [`Calibration::load`] reads figures saved by
-/// [`Calibration::save`] (or by `gpu_bench` on a GPU node).
-///
-/// ```
-/// use cubie_mem::backend::Calibration;
-///
-/// let fixed = Calibration::fixed();
-/// // One figure: each staging thread adds the first one's 12 GB/s.
-/// assert_eq!(fixed.memcpy_bandwidth(1), 12_000_000_000);
-/// assert_eq!(fixed.memcpy_bandwidth(4), 48_000_000_000);
-///
-/// // A measured curve: past its end, each thread adds what its last one added.
-/// let measured = Calibration { memcpy_by_threads: vec![9_000, 14_000, 16_000], ..fixed };
-/// assert_eq!(measured.memcpy_bandwidth(2), 14_000);
-/// assert_eq!(measured.memcpy_bandwidth(5), 20_000);
-/// ```
+/// ([`SimBackend::with_calibration`](crate::SimBackend::with_calibration)):
+/// [`fixed`](Self::fixed), measured here, or [`load`](Self::load)ed. The
+/// guide's device model lists each figure and its source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Calibration {
-    /// Where the figures come from: "fixed", or the machine and how they
-    /// were measured.
+    /// Where the figures come from: "fixed", or the machine measured.
     pub source: String,
-    /// Bytes per second a large memcpy moves on 1, 2, ... threads together
-    /// (at least one entry): the staging threads' gathers and scatters, and
-    /// the driver's copies of pageable memory (one thread).
+    /// Bytes per second of a memcpy on 1, 2, ... threads together (one
+    /// entry at least): staging, and pageable copies (one thread).
     pub memcpy_by_threads: Vec<u64>,
-    /// Bytes per second of making a new spill file's mapping ready for
-    /// writing (its pages faulted in).
+    /// Bytes per second of faulting in a new spill file for writing.
     pub first_touch: u64,
     /// Bytes per second of page-locking new host memory.
     pub page_lock: u64,
-    /// The host's time per driver call, which it spends before the work
-    /// it queues can start: 0 in the fixed figures and here, where no
-    /// driver is called; a GPU node's as `gpu_bench` measures them.
+    /// The host's time per driver call (0 but on a GPU node's figures).
     pub calls: CallCosts,
-    /// Nanoseconds from the end of work the host waited for to the host
-    /// running again (a thread's wake-up); 0 in the fixed figures.
+    /// Nanoseconds the host takes to run again after a wait that blocked.
     pub wake_ns: u64,
-    /// Bytes per second of the copy engines alone, host to device and
-    /// back, as a GPU node measured them; `None` (the fixed figures, and
-    /// here) keeps the simulated device's own
-    /// ([`SimBackend::with_copy_bandwidth`](crate::SimBackend::with_copy_bandwidth)).
+    /// A GPU node's copy bandwidths, up and down; `None` keeps the device's.
     pub copy_bandwidth: Option<(u64, u64)>,
-    /// Percent of its bandwidth each copy direction keeps while the other
-    /// direction copies too (1 to 100; 100, none lost, in the fixed
-    /// figures).
+    /// Percent of its bandwidth a copy keeps beside the other direction's.
     pub both_ways_percent: u32,
-    /// Percent of its bandwidth the staging threads' memcpy keeps while a
-    /// copy engine moves data into or out of host memory, which shares its
-    /// memory bandwidth (1 to 100; 100 in the fixed figures).
+    /// Percent of its bandwidth staging keeps beside a copy engine's DMA.
     pub staging_beside_copies_percent: u32,
 }
 
@@ -86,9 +56,8 @@ pub struct CallCosts {
 }
 
 impl Calibration {
-    /// The defaults the simulated device starts with: 12 GB/s a staging
-    /// thread with every thread adding as much, page-locking at 4.45 GB/s,
-    /// first touch at 4 GB/s (the guide's device model gives the sources).
+    /// The defaults: 12 GB/s a staging thread, each adding as much,
+    /// page-locking at 4.45 GB/s, first touch at 4 GB/s, nothing else.
     pub fn fixed() -> Self {
         Calibration {
             source: "fixed".to_owned(),
@@ -103,17 +72,14 @@ impl Calibration {
         }
     }
 
-    /// Bytes per second a memcpy moves on `threads` threads together (0
-    /// counts as 1): the measured figure, and past the last one, each
-    /// further thread adds what the last measured one added (nothing, where
-    /// the curve has flattened or fallen).
+    /// Bytes per second of a memcpy on `threads` threads: past the curve,
+    /// each thread adds what the last one added (never less than nothing).
     pub fn memcpy_bandwidth(&self, threads: usize) -> u64 {
         bandwidth_on(&self.memcpy_by_threads, threads)
     }
 
-    /// Reads figures saved by [`Calibration::save`]. A file that is not
-    /// one, or holds a zero or missing figure, is `MemError::Config`
-    /// naming the file and what is wrong.
+    /// Reads what [`save`](Self::save) wrote; a bad file is
+    /// `MemError::Config`, naming it and what is wrong.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, MemError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|error| MemError::Io {
@@ -215,8 +181,7 @@ impl Calibration {
 }
 
 impl fmt::Display for Calibration {
-    /// One line: the source, then the memcpy curve, page-locking and first
-    /// touch in bytes per second.
+    /// One line: the source, then every figure.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let curve: Vec<String> = self.memcpy_by_threads.iter().map(|&r| gb(r)).collect();
         write!(
@@ -283,10 +248,8 @@ fn gb(bytes_per_second: u64) -> String {
     format!("{:.2}", bytes_per_second as f64 / 1e9)
 }
 
-/// Bytes per second on `threads` threads (0 counts as 1) of a curve by
-/// thread count: past its end, each thread adds what its last entry added
-/// over the one before (over 0 for a curve of one entry), never less than
-/// nothing. An empty curve moves 1 byte per second.
+/// Bytes per second on `threads` threads (0 counts as 1) of `curve`,
+/// extended past its end by its last step (at least 1).
 pub(super) fn bandwidth_on(curve: &[u64], threads: usize) -> u64 {
     let threads = threads.max(1);
     let Some((&last, before)) = curve.split_last() else {
