@@ -6,10 +6,21 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::clock::{
-    DEFAULT_FIRST_TOUCH_BANDWIDTH, DEFAULT_HOST_BANDWIDTH, DEFAULT_PAGE_LOCK_BANDWIDTH,
-};
 use crate::MemError;
+
+/// The default bandwidth of the host's own work on one thread: the top of
+/// published single-thread memcpy figures (the guide's device model; a
+/// machine's own are measured by `Calibration::measure`).
+pub(crate) const DEFAULT_HOST_BANDWIDTH: u64 = 12_000_000_000;
+
+/// The default rate at which the host page-locks memory: 4.45 GB/s, as a
+/// published `cuMemHostAlloc` of 33.38 GiB in 7,957 ms.
+pub(crate) const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = 4_450_000_000;
+
+/// The default rate of the host's first touch of fresh memory: 4 GB/s, one
+/// 4 KiB page a microsecond (a read fault's median; a machine's own figure
+/// for a file populated for writing is measured by `Calibration::measure`).
+pub(crate) const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = 4_000_000_000;
 
 /// The name a figures file declares itself with.
 const FORMAT: &str = "cubie-mem calibration";

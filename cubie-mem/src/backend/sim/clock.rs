@@ -7,18 +7,16 @@
 use rustc_hash::FxHashMap;
 use std::time::Duration;
 
-use super::calibration::{Calibration, CallCosts, bandwidth_on};
+use super::calibration::{
+    Calibration, CallCosts, DEFAULT_FIRST_TOUCH_BANDWIDTH, DEFAULT_HOST_BANDWIDTH,
+    DEFAULT_PAGE_LOCK_BANDWIDTH, bandwidth_on,
+};
 use crate::backend::error::LONGEST_OPERATION_NS;
 use crate::backend::{BackendError, EngineRates, default_staging_lanes};
 use crate::timeline::{Activity, Span, SpanLog, Timeline};
 
 /// The default bandwidth of each copy direction: about PCIe Gen5 x16.
 pub(crate) const DEFAULT_COPY_BANDWIDTH: u64 = 50_000_000_000;
-
-/// The default bandwidth of the host's own work on one thread: the top of
-/// published single-thread memcpy figures (the guide's device model; a
-/// machine's own are measured by `Calibration::measure`).
-pub(crate) const DEFAULT_HOST_BANDWIDTH: u64 = 12_000_000_000;
 
 /// The default bandwidth of a pageable copy: about the host's memcpy speed.
 pub(crate) const DEFAULT_PAGEABLE_BANDWIDTH: u64 = 12_000_000_000;
@@ -27,15 +25,6 @@ pub(crate) const DEFAULT_PAGEABLE_BANDWIDTH: u64 = 12_000_000_000;
 /// a customer's figure quoted in a ROCm pull request (the guide's device
 /// model gives the source).
 pub(crate) const DEFAULT_STRIDED_ROW_PS: u64 = 2_500;
-
-/// The default rate at which the host page-locks memory: 4.45 GB/s, as a
-/// published `cuMemHostAlloc` of 33.38 GiB in 7,957 ms.
-pub(crate) const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = 4_450_000_000;
-
-/// The default rate of the host's first touch of fresh memory: 4 GB/s, one
-/// 4 KiB page a microsecond (a read fault's median; a machine's own figure
-/// for a file populated for writing is measured by `Calibration::measure`).
-pub(crate) const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = 4_000_000_000;
 
 /// The default compute speed, in percent of the kernels' declared times.
 pub(crate) const DEFAULT_COMPUTE_PERCENT: u32 = 100;

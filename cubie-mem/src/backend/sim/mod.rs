@@ -87,7 +87,7 @@ impl SimBackend {
     /// The default bandwidth of each copy direction, bytes per second.
     pub const DEFAULT_COPY_BANDWIDTH: u64 = clock::DEFAULT_COPY_BANDWIDTH;
     /// The default bandwidth of the host's own work on one thread, bytes per second.
-    pub const DEFAULT_HOST_BANDWIDTH: u64 = clock::DEFAULT_HOST_BANDWIDTH;
+    pub const DEFAULT_HOST_BANDWIDTH: u64 = calibration::DEFAULT_HOST_BANDWIDTH;
     /// The default bandwidth of copies of pageable memory, bytes per second.
     pub const DEFAULT_PAGEABLE_BANDWIDTH: u64 = clock::DEFAULT_PAGEABLE_BANDWIDTH;
     /// The default cost of each row of a strided copy, in picoseconds.
@@ -99,9 +99,9 @@ impl SimBackend {
     /// ([`BackendError::ClockOverflow`](super::BackendError::ClockOverflow)).
     pub const LONGEST_OPERATION: Duration = Duration::from_nanos(LONGEST_OPERATION_NS);
     /// The default rate at which the host page-locks memory, bytes per second.
-    pub const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = clock::DEFAULT_PAGE_LOCK_BANDWIDTH;
+    pub const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = calibration::DEFAULT_PAGE_LOCK_BANDWIDTH;
     /// The default rate of the host's first touch of fresh memory, bytes per second.
-    pub const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = clock::DEFAULT_FIRST_TOUCH_BANDWIDTH;
+    pub const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = calibration::DEFAULT_FIRST_TOUCH_BANDWIDTH;
 
     /// A device with `total_bytes` of memory, all of it free.
     pub fn new(total_bytes: u64) -> Self {
