@@ -44,7 +44,7 @@ impl EngineRates {
     }
 
     /// Bytes per second of the host's staging work for the device, on the
-    /// default staging threads ([`default_staging_lanes`]).
+    /// default staging threads (`StagingThreads::default_count`).
     pub fn host(&self) -> u64 {
         self.host
     }
