@@ -176,8 +176,8 @@ fn run() -> BenchResult {
     bandwidth(&cuda, &mut goals)?;
     overlap(&cuda, options.trace, &mut goals)?;
     calls::report(&cuda, &mut goals)?;
-    strided::report(&cuda)?;
-    calibration::report(&cuda, options.calibration.as_deref())?;
+    let row_ps = strided::report(&cuda)?;
+    calibration::report(&cuda, row_ps, options.calibration.as_deref())?;
     match (goals.missed.is_empty(), options.check_goals) {
         (true, _) => println!("\nevery goal met"),
         (false, true) => {

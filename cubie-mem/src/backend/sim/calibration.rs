@@ -53,6 +53,9 @@ pub struct Calibration {
     pub both_ways_percent: u32,
     /// Percent of its bandwidth staging keeps beside a copy engine's DMA.
     pub staging_beside_copies_percent: u32,
+    /// A GPU node's picoseconds a row of a 2D copy costs beyond its bytes;
+    /// `None` keeps the device's.
+    pub strided_row_ps: Option<u64>,
 }
 
 /// The host's nanoseconds per driver call, by kind of call.
@@ -80,6 +83,7 @@ impl Calibration {
             copy_bandwidth: None,
             both_ways_percent: 100,
             staging_beside_copies_percent: 100,
+            strided_row_ps: None,
         }
     }
 
@@ -132,6 +136,7 @@ impl Calibration {
             "device_to_host_bytes_per_second": self.copy_bandwidth.map(|(_, down)| down),
             "both_ways_percent": self.both_ways_percent,
             "staging_beside_copies_percent": self.staging_beside_copies_percent,
+            "strided_row_ps": self.strided_row_ps,
         });
         format!("{value:#}\n")
     }
@@ -187,6 +192,12 @@ impl Calibration {
             copy_bandwidth: copy_bandwidth(&value)?,
             both_ways_percent: percent(&value, "both_ways_percent")?,
             staging_beside_copies_percent: percent(&value, "staging_beside_copies_percent")?,
+            strided_row_ps: match &value["strided_row_ps"] {
+                Value::Null => None,
+                ps => Some(ps.as_u64().ok_or_else(|| {
+                    "\"strided_row_ps\" must be a whole number of picoseconds".to_owned()
+                })?),
+            },
         })
     }
 }
@@ -210,11 +221,14 @@ impl fmt::Display for Calibration {
             self.wake_ns,
             match self.copy_bandwidth {
                 Some((up, down)) => format!(
-                    ", copies {} and {} GB/s, {}% each both ways, staging {}% beside copies",
+                    ", copies {} and {} GB/s, {}% each both ways, staging {}% beside copies{}",
                     gb(up),
                     gb(down),
                     self.both_ways_percent,
-                    self.staging_beside_copies_percent
+                    self.staging_beside_copies_percent,
+                    self.strided_row_ps
+                        .map(|ps| format!(", 2D rows {ps} ps"))
+                        .unwrap_or_default(),
                 ),
                 None => String::new(),
             },
@@ -332,6 +346,45 @@ mod tests {
     }
 
     #[test]
+    fn page_locking_holds_back_every_later_call_as_the_drivers_lock_does() {
+        use crate::backend::{KernelBody, KernelLaunch};
+        use crate::timeline::Activity;
+
+        // Page-locking at 1 byte per ns; a launch call of 100 ns.
+        let figures = Calibration {
+            page_lock: 1_000_000_000,
+            calls: CallCosts {
+                launch_ns: 100,
+                ..CallCosts::default()
+            },
+            ..Calibration::fixed()
+        };
+        let sim = SimBackend::new(1 << 20).with_calibration(&figures);
+        let stream = sim.create_stream().unwrap();
+        let _block = sim.alloc_pinned(5_000).unwrap();
+        let mut body = |_: &mut [&mut [u8]]| {};
+        let launch = KernelLaunch {
+            name: "after the lock",
+            args: &[],
+            body: KernelBody::Host {
+                duration: Duration::from_micros(1),
+                run: &mut body,
+            },
+        };
+        sim.launch(launch, &*stream).unwrap();
+        let kernel = sim
+            .timeline()
+            .spans()
+            .iter()
+            .find(|span| span.activity == Activity::Kernel)
+            .cloned()
+            .unwrap();
+        // The launch's call waits for the page-locking (5,000 ns), and the
+        // kernel for the call.
+        assert_eq!((kernel.start_ns, kernel.end_ns), (5_100, 6_100));
+    }
+
+    #[test]
     fn a_figures_file_written_by_hand_times_the_simulated_host() {
         // 1 and 1.5 bytes per ns on one and two threads; page-locking at
         // 0.5 and first touch at 0.25 bytes per ns.
@@ -415,6 +468,7 @@ mod tests {
             copy_bandwidth: Some((54_800_000_000, 46_800_000_000)),
             both_ways_percent: 85,
             staging_beside_copies_percent: 70,
+            strided_row_ps: Some(2_450),
         };
         assert_eq!(Calibration::from_json(&figures.to_json()), Ok(figures));
 

@@ -137,6 +137,9 @@ impl DeviceClock {
         }
         self.both_ways_percent = figures.both_ways_percent.clamp(1, 100);
         self.staging_beside_copies_percent = figures.staging_beside_copies_percent.clamp(1, 100);
+        if let Some(picoseconds) = figures.strided_row_ps {
+            self.strided_row_ps = picoseconds;
+        }
     }
 
     /// The host's time per driver call.

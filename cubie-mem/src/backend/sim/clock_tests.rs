@@ -131,8 +131,14 @@ fn a_copy_beside_the_other_directions_loses_the_overlap_at_the_both_ways_share()
     clock.set_calibration(&Calibration {
         copy_bandwidth: Some((1_000_000_000, 1_000_000_000)),
         both_ways_percent: 50,
+        strided_row_ps: Some(1_000),
         ..Calibration::fixed()
     });
+    // The node's strided rows: 1 ns each beyond the bytes.
+    assert_eq!(
+        clock.strided_copy_ns(Engine::HostToDevice, 1_000, 10),
+        1_010
+    );
     let download = clock.copy_ns(Engine::DeviceToHost, 1_000);
     assert_eq!(
         clock.run(

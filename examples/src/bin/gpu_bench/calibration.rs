@@ -35,8 +35,9 @@ const BESIDE_COPIES: usize = 16;
 /// The sizes page-locking is measured at; the largest gives the figure.
 const PAGE_LOCK_SIZES: [u64; 3] = [4 << 20, 64 << 20, 256 << 20];
 
-/// Measures the calibration, prints it and, given `path`, writes it.
-pub fn report(cuda: &CudaBackend, path: Option<&Path>) -> BenchResult {
+/// Measures the calibration (with `strided_row_ps`, the strided copies'
+/// figure), prints it and, given `path`, writes it.
+pub fn report(cuda: &CudaBackend, strided_row_ps: u64, path: Option<&Path>) -> BenchResult {
     println!("\ncalibration (the simulated device's, measured on this node)");
     let mut figures = Calibration::measure();
     for bytes in PAGE_LOCK_SIZES {
@@ -62,6 +63,7 @@ pub fn report(cuda: &CudaBackend, path: Option<&Path>) -> BenchResult {
     figures.copy_bandwidth = Some((up, down));
     figures.both_ways_percent = both_ways_percent;
     figures.staging_beside_copies_percent = staging_percent;
+    figures.strided_row_ps = Some(strided_row_ps);
     figures.source = format!(
         "{} (page-locking by cuMemHostAlloc on {})",
         figures.source,

@@ -1,6 +1,6 @@
 //! Strided (2D) copies on the device, for the real curve of their
 //! throughput against the row's width that the simulated device models at
-//! 2.5 ns a row: one `cuMemcpy2DAsync` of rows of 64 B to 1 MiB, a row
+//! 2.5 ns a row: one `cuMemcpy2DAsync` of rows of 32 B to 1 MiB, a row
 //! apart in page-locked memory and packed on the device, both ways, against
 //! one contiguous copy of the same bytes; and the chunk pipeline over a
 //! pinned `[states, runs]` state, whose chunks move by strided copies.
@@ -17,7 +17,8 @@ use cubie_mem_examples::euler_decay::EulerDecay;
 use super::{BenchResult, ROUNDS, Set, gib_per_s, median};
 
 /// The row widths measured, in bytes.
-const WIDTHS: [usize; 8] = [
+const WIDTHS: [usize; 9] = [
+    32,
     64,
     256,
     1 << 10,
@@ -47,8 +48,10 @@ fn timed(
     Ok(start.elapsed())
 }
 
-/// Prints each width's 2D copies against contiguous copies of their bytes.
-pub fn report(cuda: &CudaBackend) -> BenchResult {
+/// Prints each width's 2D copies against contiguous copies of their bytes;
+/// the picoseconds a row costs beyond its bytes, from the narrowest rows
+/// (the mean of both directions), for the calibration.
+pub fn report(cuda: &CudaBackend) -> BenchResult<u64> {
     let stream = cuda.create_stream()?;
     let stream = &*stream;
     let device = cuda.alloc_device(BYTES as u64, stream)?;
@@ -59,6 +62,7 @@ pub fn report(cuda: &CudaBackend) -> BenchResult {
     println!(
         "\nstrided (2D) copies against one contiguous copy of the same bytes (median of {ROUNDS}):"
     );
+    let mut row_ps = None;
     for width in WIDTHS {
         let rows = (BYTES / width).min(MAX_ROWS);
         let shape = StridedRows::new(width, rows, 2 * width, width as u64);
@@ -86,6 +90,8 @@ pub fn report(cuda: &CudaBackend) -> BenchResult {
                 stream.copy_from_device_async(host, bytes, device, 0)
             })
         })?;
+        let extra = (up_2d.saturating_sub(up) + down_2d.saturating_sub(down)) / 2;
+        row_ps.get_or_insert((extra.as_nanos() * 1000 / rows.max(1) as u128) as u64);
         println!(
             "  rows of {width:>7} B x {rows:>5}: h2d {:>6.2} GiB/s ({:>5.1}% of {:>6.2}), d2h {:>6.2} GiB/s ({:>5.1}% of {:>6.2})",
             gib_per_s(bytes, up_2d),
@@ -99,7 +105,10 @@ pub fn report(cuda: &CudaBackend) -> BenchResult {
     drop(block);
     cuda.free_device(device, BYTES as u64, stream)?;
     stream.synchronize()?;
-    pipeline(cuda)
+    pipeline(cuda)?;
+    let row_ps = row_ps.unwrap_or(0);
+    println!("  a row costs {row_ps} ps beyond its bytes (32 B rows, both ways)");
+    Ok(row_ps)
 }
 
 /// The pipeline over a pinned `[STATES, runs]` state stepped in place and
