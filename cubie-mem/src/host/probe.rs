@@ -126,11 +126,8 @@ fn memcpy_curve() -> Vec<u64> {
         .collect();
     (1..=threads)
         .map(|count| {
-            let mut rounds: Vec<u64> = (0..MEMCPY_ROUNDS)
-                .map(|_| memcpy_round(&mut buffers[..count]))
-                .collect();
-            rounds.sort_unstable();
-            rounds[rounds.len() / 2]
+            let rounds = (0..MEMCPY_ROUNDS).map(|_| memcpy_round(&mut buffers[..count]));
+            median(rounds.collect()).unwrap_or(1)
         })
         .collect()
 }
@@ -186,10 +183,7 @@ fn wake_ns() -> u64 {
     }
     drop(to_waiter);
     let _ = waiter.join();
-    times.sort_unstable();
-    times
-        .get(times.len() / 2)
-        .map_or(0, |time| u64::try_from(time.as_nanos()).unwrap_or(u64::MAX))
+    median(times).map_or(0, |time| u64::try_from(time.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Bytes per second of making a 64 MiB spill file, as host arrays spill.
@@ -216,11 +210,17 @@ fn page_lock_rate() -> Result<u64, String> {
 
 /// The median of `rounds` rates of `measure`, or its first failure.
 fn median_of(rounds: usize, measure: fn() -> Result<u64, String>) -> Result<u64, String> {
-    let mut rates = (0..rounds.max(1))
+    let rates = (0..rounds.max(1))
         .map(|_| measure())
         .collect::<Result<Vec<u64>, String>>()?;
-    rates.sort_unstable();
-    Ok(rates[rates.len() / 2])
+    Ok(median(rates).unwrap_or(1))
+}
+
+/// The middle of `values` once sorted (the upper one of an even count);
+/// `None` for none.
+fn median<T: Ord + Copy>(mut values: Vec<T>) -> Option<T> {
+    values.sort_unstable();
+    values.get(values.len() / 2).copied()
 }
 
 /// `bytes` over `elapsed`, in bytes per second (at least 1).

@@ -193,8 +193,8 @@ mod tests {
     #[test]
     fn windows_are_as_few_as_the_buffers_allow_and_of_one_length() {
         let windows = |window, extent| ring(window).windows(extent).collect::<Vec<_>>();
-        // 4.4 windows' worth in five windows of 3.6 (whole f64s), not four
-        // full ones and a sliver.
+        // 352 bytes through 80-byte buffers: five windows of 72 bytes (nine
+        // f64s each, the last eight), not four full ones and a sliver.
         assert_eq!(
             windows(10, 352),
             [(0, 72), (72, 72), (144, 72), (216, 72), (288, 64)]

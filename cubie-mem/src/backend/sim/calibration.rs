@@ -65,7 +65,7 @@ pub struct CallCosts {
     pub launch_ns: u64,
     /// An event record.
     pub record_ns: u64,
-    /// An asynchronous copy call (one per copy, strided ones included).
+    /// A copy call (one per copy: blocking, asynchronous or strided).
     pub copy_ns: u64,
 }
 

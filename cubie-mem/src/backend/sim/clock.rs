@@ -123,8 +123,7 @@ impl DeviceClock {
         self.host_curve = vec![bytes_per_second.max(1)];
     }
 
-    /// Sets the calibration's figures: the host's work by thread count, pageable copies at
-    /// one thread's memcpy, page-locking, first touch, calls and wake-ups.
+    /// Sets every figure of `figures`; the link's only where it gives them.
     pub(super) fn set_calibration(&mut self, figures: &Calibration) {
         self.host_curve = figures.memcpy_by_threads.clone();
         self.pageable_bandwidth = figures.memcpy_bandwidth(1);

@@ -175,10 +175,10 @@ impl SimBackend {
         self
     }
 
-    /// Times the host's work with `figures`: the staging threads' gathers
-    /// and scatters by thread count, pageable copies at one thread's
-    /// memcpy, page-locking and first touch (the other `with_` setters
-    /// change one figure afterwards).
+    /// Times the device with every figure of `figures`: the host's memcpy
+    /// by thread count (pageable copies at one thread's), page-locking,
+    /// first touch, calls and wake-ups, and a node's link figures where it
+    /// gives them (the other `with_` setters change one figure afterwards).
     pub fn with_calibration(self, figures: &Calibration) -> Self {
         self.state().clock.set_calibration(figures);
         self
