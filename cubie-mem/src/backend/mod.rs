@@ -94,10 +94,18 @@ pub(crate) fn byte_range(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HostWork {
-    /// Gathering a chunk's runs from a host array into a staging buffer.
-    Gather,
-    /// Scattering a chunk's results from a staging buffer into a host array.
-    Scatter,
+    /// Gathering a chunk's runs from a host array into a staging buffer:
+    /// `rows` contiguous blocks of the host array.
+    Gather {
+        /// The blocks copied, each its own memcpy.
+        rows: u64,
+    },
+    /// Scattering a chunk's results from a staging buffer into a host
+    /// array: `rows` contiguous blocks of it.
+    Scatter {
+        /// The blocks copied, each its own memcpy.
+        rows: u64,
+    },
     /// Touching fresh host memory for the first time (a new spill file).
     FirstTouch,
 }
@@ -106,8 +114,8 @@ impl HostWork {
     /// `gather`, `scatter` or `first touch`, for timelines and logs.
     pub fn name(self) -> &'static str {
         match self {
-            HostWork::Gather => "gather",
-            HostWork::Scatter => "scatter",
+            HostWork::Gather { .. } => "gather",
+            HostWork::Scatter { .. } => "scatter",
             HostWork::FirstTouch => "first touch",
         }
     }

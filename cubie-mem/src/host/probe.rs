@@ -16,6 +16,13 @@ const MEMCPY_BYTES: usize = 32 << 20;
 /// Rounds of each memcpy measure; the median is kept.
 const MEMCPY_ROUNDS: usize = 3;
 
+/// Bytes each row measure gathers or scatters: past the caches.
+const ROWS_BYTES: usize = 16 << 20;
+
+/// The row widths the host's cost per row is fitted over: from a single
+/// variable's runs to a page.
+const ROW_WIDTHS: [usize; 3] = [32, 256, 4096];
+
 /// Bytes of the spill file and of the block the probe page-locks.
 const PREPARE_BYTES: usize = 64 << 20;
 
@@ -30,8 +37,9 @@ const CACHE_DIR_VARIABLE: &str = "CUBIE_MEM_CACHE_DIR";
 
 impl Calibration {
     /// Measures this machine in under a second: memcpy on each count of the
-    /// default staging threads, a 64 MiB spill file, 64 MiB `mlock`ed, and
-    /// a thread's wake-up (no driver: calls cost 0). A measure that fails
+    /// default staging threads, gathers and scatters of rows 32 B to 4 KiB
+    /// wide, a 64 MiB spill file, 64 MiB `mlock`ed, and a thread's wake-up
+    /// (no driver: calls cost 0). A measure that fails
     /// keeps the fixed figure, and the source says why.
     pub fn measure() -> Self {
         let fixed = Calibration::fixed();
@@ -44,6 +52,7 @@ impl Calibration {
             notes.push(format!("page-locking fixed ({reason})"));
             fixed.page_lock
         });
+        let (gather_row_ps, scatter_row_ps) = row_costs();
         let mut source = format!("measured on {}", machine());
         if !notes.is_empty() {
             source = format!("{source}; {}", notes.join("; "));
@@ -51,6 +60,8 @@ impl Calibration {
         Calibration {
             source,
             memcpy_by_threads: memcpy_curve(),
+            gather_row_ps,
+            scatter_row_ps,
             first_touch,
             page_lock,
             wake_ns: wake_ns(),
@@ -158,6 +169,60 @@ fn memcpy_round(buffers: &mut [(Vec<u8>, Vec<u8>)]) -> u64 {
     rate(buffers.len() * MEMCPY_BYTES, slowest)
 }
 
+/// Picoseconds a row costs beyond its bytes, gathering rows of a host
+/// array (each a row apart) into one block and scattering them back: the
+/// least-squares slope of each width's time over its count of rows, past
+/// the time of the same bytes in one row, as staging copies them.
+fn row_costs() -> (u64, u64) {
+    let mut spread = vec![1u8; 2 * ROWS_BYTES];
+    let mut packed = vec![2u8; ROWS_BYTES];
+    let mut fit = |scatter: bool| {
+        let mut time = |width: usize| {
+            let rounds =
+                (0..MEMCPY_ROUNDS).map(|_| rows_round(&mut spread, &mut packed, width, scatter));
+            median(rounds.collect()).unwrap_or_default()
+        };
+        let whole = time(ROWS_BYTES);
+        let by_rows = ROW_WIDTHS.map(|width| (ROWS_BYTES / width, time(width)));
+        cost_per_row_ps(whole, &by_rows)
+    };
+    (fit(false), fit(true))
+}
+
+/// The least-squares slope, in picoseconds a row, of each `(rows, time)`'s
+/// time past `whole` (the same bytes in one row); 0 where rows cost nothing.
+fn cost_per_row_ps(whole: Duration, by_rows: &[(usize, Duration)]) -> u64 {
+    let (mut weighted, mut squares) = (0f64, 0f64);
+    for &(rows, time) in by_rows {
+        let rows = rows as f64;
+        let beyond_ps = (time.as_secs_f64() - whole.as_secs_f64()) * 1e12;
+        weighted += rows * beyond_ps;
+        squares += rows * rows;
+    }
+    // A float cast saturates: negative or NaN slopes are 0.
+    (weighted / squares).round() as u64
+}
+
+/// The time to gather `packed`'s bytes from rows `width` wide, two widths
+/// apart in `spread`, or to scatter them back.
+fn rows_round(spread: &mut [u8], packed: &mut [u8], width: usize, scatter: bool) -> Duration {
+    let rows = spread
+        .chunks_exact_mut(2 * width)
+        .zip(packed.chunks_exact_mut(width));
+    let began = Instant::now();
+    for (row, block) in rows {
+        let row = &mut row[..width];
+        if scatter {
+            row.copy_from_slice(block);
+        } else {
+            block.copy_from_slice(row);
+        }
+    }
+    let elapsed = began.elapsed();
+    black_box((spread, packed));
+    elapsed
+}
+
 /// The median time a thread blocked on a channel takes to run once sent to.
 fn wake_ns() -> u64 {
     let (to_waiter, waiting) = std::sync::mpsc::channel::<Instant>();
@@ -254,5 +319,22 @@ mod tests {
         assert!(figures.memcpy_by_threads.iter().all(|&rate| rate > 1));
         assert!(figures.first_touch > 1 && figures.page_lock > 1);
         assert!(figures.wake_ns > 0, "{figures}");
+        // Past a microsecond a row would be a unit slip, not a host.
+        assert!(figures.gather_row_ps < 1_000_000, "{figures}");
+        assert!(figures.scatter_row_ps < 1_000_000, "{figures}");
+    }
+
+    #[test]
+    fn the_row_cost_is_the_slope_of_time_over_rows() {
+        let ms = Duration::from_millis;
+        // 2 ns a row beyond 10 ms, with noise of a few µs either way.
+        let by_rows = [
+            (1_000, ms(10) + Duration::from_nanos(2_000 + 300)),
+            (100_000, ms(10) + Duration::from_nanos(200_000 - 300)),
+            (500_000, ms(11)),
+        ];
+        assert_eq!(cost_per_row_ps(ms(10), &by_rows), 2_000);
+        assert_eq!(cost_per_row_ps(ms(12), &by_rows), 0, "faster than one row");
+        assert_eq!(cost_per_row_ps(ms(10), &[]), 0, "nothing measured");
     }
 }

@@ -100,21 +100,25 @@ impl Host<'_> {
     /// staging threads.
     fn gather(&self, runs: &Range<usize>, start: usize, part: &mut [u8]) -> Result<(), MemError> {
         let (host, layout) = (&self.runs, &self.layout);
-        self.threads.gather(&*self.backend, part, |offset, piece| {
-            host.gather(layout, runs.clone(), start.saturating_add(offset), piece)
-        })
+        let rows = layout.rows_in(runs.len(), start, part.len());
+        self.threads
+            .gather(&*self.backend, part, rows, |offset, piece| {
+                host.gather(layout, runs.clone(), start.saturating_add(offset), piece)
+            })
     }
 
     /// Scatters `part`, the bytes from `start` of chunk `runs`, into the
     /// host array on the staging threads.
     fn scatter(&mut self, runs: &Range<usize>, start: usize, part: &[u8]) -> Result<(), MemError> {
         let (host, layout) = (&self.runs, &self.layout);
-        self.threads.scatter(&*self.backend, part, |offset, piece| {
-            // SAFETY: the threads are given disjoint pieces of the window,
-            // which the layout maps to disjoint bytes of the chunk; `&mut`
-            // keeps any other use of the access away meanwhile.
-            unsafe { host.scatter(layout, runs.clone(), piece, start.saturating_add(offset)) }
-        })
+        let rows = layout.rows_in(runs.len(), start, part.len());
+        self.threads
+            .scatter(&*self.backend, part, rows, |offset, piece| {
+                // SAFETY: the threads are given disjoint pieces of the window,
+                // which the layout maps to disjoint bytes of the chunk; `&mut`
+                // keeps any other use of the access away meanwhile.
+                unsafe { host.scatter(layout, runs.clone(), piece, start.saturating_add(offset)) }
+            })
     }
 
     /// Scatters the window `landing` of `buffer` once its download has

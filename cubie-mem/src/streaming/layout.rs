@@ -212,6 +212,24 @@ impl ChunkLayout {
         )
     }
 
+    /// How many contiguous host blocks (rows) a gather or scatter of `runs`
+    /// runs through the device window `[window_start, +window_len)` copies,
+    /// as [`blocks`](Self::blocks) visits them: for a modelled host's
+    /// per-row cost.
+    pub(crate) fn rows_in(&self, runs: usize, window_start: usize, window_len: usize) -> u64 {
+        let row = self.chunk_length.saturating_mul(self.inner);
+        let block = runs.min(self.chunk_length).saturating_mul(self.inner);
+        let window_end = window_start.saturating_add(window_len);
+        if row == 0 || block == 0 || window_len == 0 || self.outer == 0 {
+            return 0;
+        }
+        // A row's block starts each `row` elements; the window's first
+        // offset may lie in the gap after a block.
+        let first = window_start / row + usize::from(window_start % row >= block);
+        let last = ((window_end - 1) / row).min(self.outer - 1);
+        last.checked_sub(first).map_or(0, |span| span as u64 + 1)
+    }
+
     fn window_error(&self, start: usize, len: usize) -> MemError {
         MemError::StagingWindow {
             start,
@@ -337,6 +355,36 @@ mod tests {
                     for (got, want) in device.iter().zip(&expected) {
                         if let Some(want) = want {
                             assert_eq!(got, want, "axis {axis} runs {runs:?} window {window}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_in_counts_the_blocks_a_window_copies() {
+        let shape = [3, 7, 4];
+        for axis in 0..3 {
+            for chunk_length in [1, 2, shape[axis]] {
+                let layout = ChunkLayout::new(&shape, axis, chunk_length).unwrap();
+                let chunk = layout.chunk_elements();
+                for runs in 0..=chunk_length {
+                    for start in 0..chunk {
+                        for len in 0..=chunk - start {
+                            let mut visited = 0;
+                            layout
+                                .blocks(layout.elements(), &(0..runs), start, len, |_, _| {
+                                    visited += 1;
+                                    Ok(())
+                                })
+                                .unwrap();
+                            assert_eq!(
+                                layout.rows_in(runs, start, len),
+                                visited,
+                                "axis {axis}, chunks of {chunk_length}, {runs} runs, \
+                                 window {start}+{len}"
+                            );
                         }
                     }
                 }

@@ -200,12 +200,13 @@ impl StagingThreads {
 
     /// Fills `part` piece by piece at the same time on the staging threads,
     /// `fill(offset, piece)` for each piece (`offset` its first element in
-    /// `part`), and reports the gather to `backend` with its pieces as
-    /// lanes; the first error is returned.
+    /// `part`), and reports the gather of `rows` host rows to `backend` with
+    /// its pieces as lanes; the first error is returned.
     pub(crate) fn gather<T, F>(
         &self,
         backend: &dyn Backend,
         part: &mut [T],
+        rows: u64,
         fill: F,
     ) -> Result<(), MemError>
     where
@@ -214,17 +215,18 @@ impl StagingThreads {
     {
         let bytes = size_of_val(part) as u64;
         let lanes = self.fill(part, fill)?;
-        backend.host_work(HostWork::Gather, bytes, lanes);
+        backend.host_work(HostWork::Gather { rows }, bytes, lanes);
         Ok(())
     }
 
     /// Reads `part` piece by piece at the same time on the staging threads,
-    /// `drain(offset, piece)` for each piece, and reports the scatter to
-    /// `backend`, as [`gather`](Self::gather).
+    /// `drain(offset, piece)` for each piece, and reports the scatter of
+    /// `rows` host rows to `backend`, as [`gather`](Self::gather).
     pub(crate) fn scatter<T, F>(
         &self,
         backend: &dyn Backend,
         part: &[T],
+        rows: u64,
         drain: F,
     ) -> Result<(), MemError>
     where
@@ -232,7 +234,8 @@ impl StagingThreads {
         F: Fn(usize, &[T]) -> Result<(), MemError> + Sync,
     {
         let lanes = self.drain(part, drain)?;
-        backend.host_work(HostWork::Scatter, size_of_val(part) as u64, lanes);
+        let bytes = size_of_val(part) as u64;
+        backend.host_work(HostWork::Scatter { rows }, bytes, lanes);
         Ok(())
     }
 

@@ -1,10 +1,11 @@
 //! Staged chunks gathered and scattered by several host threads: spilled
 //! arrays streamed along each axis byte-exact with 1 and 4 threads, each
-//! window cut into pieces on the modelled host engine, and zero staging
-//! threads refused.
+//! window cut into pieces on the modelled host engine, each host row it
+//! copies costing a calibrated figure, and zero staging threads refused.
 
 use std::time::Duration;
 
+use cubie_mem::backend::Calibration;
 use cubie_mem::timeline::{Activity, Timeline};
 use cubie_mem::{
     ArrayRequest, ChunkPlan, DeviceArray, HostKernel, HostMemoryKind, MemError, MemoryManager,
@@ -29,10 +30,14 @@ fn host_work(timeline: &Timeline) -> (u64, Vec<String>) {
 }
 
 /// Streams `y = 2 x + 1` over a spilled input and a spilled output chunked
-/// along `axis` (a short last chunk) with `threads` staging threads; the
-/// output and the modelled host work.
-fn stream_spilled(axis: usize, threads: usize) -> (Vec<f64>, Vec<f64>, Timeline) {
-    let sim = SimBackend::new(1 << 30);
+/// along `axis` (a short last chunk) with `threads` staging threads, on a
+/// host of `figures`; the output and the modelled host work.
+fn stream_spilled(
+    axis: usize,
+    threads: usize,
+    figures: &Calibration,
+) -> (Vec<f64>, Vec<f64>, Timeline) {
+    let sim = SimBackend::new(1 << 30).with_calibration(figures);
     let mgr = MemoryManager::new(sim.clone());
     let solver = mgr
         .register(Registration::new().on_invalidate(|| {}))
@@ -81,8 +86,8 @@ fn stream_spilled(axis: usize, threads: usize) -> (Vec<f64>, Vec<f64>, Timeline)
 #[test]
 fn spilled_arrays_stream_byte_exact_along_each_axis_with_one_and_four_threads() {
     for axis in 0..SHAPE.len() {
-        let (one, expected, one_timeline) = stream_spilled(axis, 1);
-        let (four, _, four_timeline) = stream_spilled(axis, 4);
+        let (one, expected, one_timeline) = stream_spilled(axis, 1, &Calibration::fixed());
+        let (four, _, four_timeline) = stream_spilled(axis, 4, &Calibration::fixed());
         assert!(one == expected, "axis {axis}, 1 thread: wrong results");
         assert!(four == expected, "axis {axis}, 4 threads: wrong results");
         let (one_busy, one_names) = host_work(&one_timeline);
@@ -100,6 +105,31 @@ fn spilled_arrays_stream_byte_exact_along_each_axis_with_one_and_four_threads() 
             "axis {axis}: 4 threads keep the modelled host busy {four_busy} ns, 1 thread \
              {one_busy} ns"
         );
+    }
+}
+
+#[test]
+fn each_host_row_a_window_gathers_or_scatters_costs_its_calibrated_figure() {
+    // Along the last axis a chunk is 8 x 16 = 128 rows of its runs, one
+    // window each; along the first, one block.
+    let costly = Calibration {
+        gather_row_ps: 1_000_000,
+        scatter_row_ps: 2_000_000,
+        ..Calibration::fixed()
+    };
+    for (axis, rows) in [(2, 128), (0, 1)] {
+        let (free_busy, names) = host_work(&stream_spilled(axis, 1, &Calibration::fixed()).2);
+        let (results, expected, timeline) = stream_spilled(axis, 1, &costly);
+        assert!(results == expected, "axis {axis}: wrong results");
+        let (costly_busy, costly_names) = host_work(&timeline);
+        assert_eq!(names, costly_names, "axis {axis}");
+        let in_rows = format!("in {rows} row(s)");
+        assert!(
+            names.len() == 4 && names.iter().all(|name| name.ends_with(&in_rows)),
+            "axis {axis}: two chunks gathered and scattered, each {in_rows}: {names:?}"
+        );
+        // Two chunks' rows at 1 µs gathered and 2 µs scattered.
+        assert_eq!(costly_busy - free_busy, 2 * rows * 3_000, "axis {axis}");
     }
 }
 

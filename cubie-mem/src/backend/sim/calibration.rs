@@ -26,7 +26,7 @@ pub(crate) const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = 4_000_000_000;
 const FORMAT: &str = "cubie-mem calibration";
 
 /// The version of the figures file this build reads and writes.
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 
 /// The figures the simulated device times the host's work with
 /// ([`SimBackend::with_calibration`](crate::SimBackend::with_calibration)):
@@ -39,6 +39,11 @@ pub struct Calibration {
     /// Bytes per second of a memcpy on 1, 2, ... threads together (one
     /// entry at least): staging, and pageable copies (one thread).
     pub memcpy_by_threads: Vec<u64>,
+    /// Picoseconds each row (contiguous block) of a staging thread's
+    /// gather from a host array costs beyond its bytes.
+    pub gather_row_ps: u64,
+    /// The same for a scatter into a host array.
+    pub scatter_row_ps: u64,
     /// Bytes per second of faulting in a new spill file for writing.
     pub first_touch: u64,
     /// Bytes per second of page-locking new host memory.
@@ -70,12 +75,15 @@ pub struct CallCosts {
 }
 
 impl Calibration {
-    /// The defaults: 12 GB/s a staging thread, each adding as much,
-    /// page-locking at 4.45 GB/s, first touch at 4 GB/s, nothing else.
+    /// The defaults: 12 GB/s a staging thread, each adding as much, host
+    /// rows free, page-locking at 4.45 GB/s, first touch at 4 GB/s,
+    /// nothing else.
     pub fn fixed() -> Self {
         Calibration {
             source: "fixed".to_owned(),
             memcpy_by_threads: vec![DEFAULT_HOST_BANDWIDTH],
+            gather_row_ps: 0,
+            scatter_row_ps: 0,
             first_touch: DEFAULT_FIRST_TOUCH_BANDWIDTH,
             page_lock: DEFAULT_PAGE_LOCK_BANDWIDTH,
             calls: CallCosts::default(),
@@ -126,6 +134,8 @@ impl Calibration {
             "version": VERSION,
             "source": self.source,
             "memcpy_bytes_per_second_by_threads": self.memcpy_by_threads,
+            "gather_row_ps": self.gather_row_ps,
+            "scatter_row_ps": self.scatter_row_ps,
             "first_touch_bytes_per_second": self.first_touch,
             "page_lock_bytes_per_second": self.page_lock,
             "launch_ns": self.calls.launch_ns,
@@ -171,16 +181,19 @@ impl Calibration {
                  ... threads, each above 0"
                     .to_owned()
             })?;
-        // Per-call costs may be left out (0), as where no driver was timed.
-        let nanoseconds = |key: &str| match &value[key] {
+        // Costs may be left out (0), as where no driver was timed.
+        let cost = |key: &str, unit: &str| match &value[key] {
             Value::Null => Ok(0),
-            ns => ns
+            time => time
                 .as_u64()
-                .ok_or_else(|| format!("\"{key}\" must be a whole number of nanoseconds")),
+                .ok_or_else(|| format!("\"{key}\" must be a whole number of {unit}")),
         };
+        let nanoseconds = |key: &str| cost(key, "nanoseconds");
         Ok(Calibration {
             source: value["source"].as_str().unwrap_or("a file").to_owned(),
             memcpy_by_threads,
+            gather_row_ps: cost("gather_row_ps", "picoseconds")?,
+            scatter_row_ps: cost("scatter_row_ps", "picoseconds")?,
             first_touch: rate("first_touch_bytes_per_second")?,
             page_lock: rate("page_lock_bytes_per_second")?,
             calls: CallCosts {
@@ -208,11 +221,14 @@ impl fmt::Display for Calibration {
         let curve: Vec<String> = self.memcpy_by_threads.iter().map(|&r| gb(r)).collect();
         write!(
             f,
-            "{}: memcpy {} GB/s on 1..{} thread(s), page-locking {} GB/s, first touch {} GB/s, \
-             calls (launch, record, copy) {}, {}, {} ns, wake-up {} ns{}",
+            "{}: memcpy {} GB/s on 1..{} thread(s), host rows (gather, scatter) {}, {} ps, \
+             page-locking {} GB/s, first touch {} GB/s, calls (launch, record, copy) {}, {}, {} ns, \
+             wake-up {} ns{}",
             self.source,
             curve.join(", "),
             self.memcpy_by_threads.len(),
+            self.gather_row_ps,
+            self.scatter_row_ps,
             gb(self.page_lock),
             gb(self.first_touch),
             self.calls.launch_ns,
@@ -386,16 +402,19 @@ mod tests {
 
     #[test]
     fn a_figures_file_written_by_hand_times_the_simulated_host() {
-        // 1 and 1.5 bytes per ns on one and two threads; page-locking at
-        // 0.5 and first touch at 0.25 bytes per ns.
+        // 1 and 1.5 bytes per ns on one and two threads, 1 and 2 ns a row
+        // gathered and scattered; page-locking at 0.5 and first touch at
+        // 0.25 bytes per ns.
         let path = std::env::temp_dir().join(format!("host-figures-{}.json", std::process::id()));
         std::fs::write(
             &path,
             r#"{
                 "format": "cubie-mem calibration",
-                "version": 1,
+                "version": 2,
                 "source": "written by hand",
                 "memcpy_bytes_per_second_by_threads": [1000000000, 1500000000],
+                "gather_row_ps": 1000,
+                "scatter_row_ps": 2000,
                 "first_touch_bytes_per_second": 250000000,
                 "page_lock_bytes_per_second": 500000000
             }"#,
@@ -410,12 +429,13 @@ mod tests {
             now += ns;
             assert_eq!(sim.now(), Duration::from_nanos(now));
         };
-        sim.host_work(HostWork::Gather, 3_000, 1);
-        advanced_by(3_000);
-        sim.host_work(HostWork::Scatter, 3_000, 2);
-        advanced_by(2_000);
+        sim.host_work(HostWork::Gather { rows: 3 }, 3_000, 1);
+        advanced_by(3_000 + 3);
+        // The threads share the rows' cost.
+        sim.host_work(HostWork::Scatter { rows: 4 }, 3_000, 2);
+        advanced_by(2_000 + 4);
         // Three threads: the second's 0.5 bytes per ns added again.
-        sim.host_work(HostWork::Gather, 4_000, 3);
+        sim.host_work(HostWork::Gather { rows: 0 }, 4_000, 3);
         advanced_by(2_000);
         let _block = sim.alloc_pinned(1_000).unwrap();
         advanced_by(2_000);
@@ -457,6 +477,8 @@ mod tests {
         let figures = Calibration {
             source: "measured on test".to_owned(),
             memcpy_by_threads: vec![9_000_000_000, 15_000_000_000],
+            gather_row_ps: 4_100,
+            scatter_row_ps: 6_300,
             first_touch: 3_000_000_000,
             page_lock: 5_000_000_000,
             calls: CallCosts {
@@ -483,6 +505,13 @@ mod tests {
         let error = Calibration::from_json(&value.to_string()).unwrap_err();
         assert!(error.contains("\"wake_ns\""), "{error}");
         value["wake_ns"] = json!(0);
+        value["scatter_row_ps"] = json!(1.5);
+        let error = Calibration::from_json(&value.to_string()).unwrap_err();
+        assert!(
+            error.contains("\"scatter_row_ps\" must be a whole number of picoseconds"),
+            "{error}"
+        );
+        value["scatter_row_ps"] = json!(0);
         value["both_ways_percent"] = json!(0);
         let error = Calibration::from_json(&value.to_string()).unwrap_err();
         assert!(error.contains("from 1 to 100"), "{error}");

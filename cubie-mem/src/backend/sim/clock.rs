@@ -12,7 +12,7 @@ use super::calibration::{
     DEFAULT_PAGE_LOCK_BANDWIDTH, bandwidth_on,
 };
 use crate::backend::error::LONGEST_OPERATION_NS;
-use crate::backend::{BackendError, EngineRates, default_staging_lanes};
+use crate::backend::{BackendError, EngineRates, HostWork, default_staging_lanes};
 use crate::timeline::{Activity, Span, SpanLog, Timeline};
 
 /// The default bandwidth of each copy direction: about PCIe Gen5 x16.
@@ -74,6 +74,9 @@ pub(super) struct DeviceClock {
     compute_percent: u32,
     /// Picoseconds each row of a strided copy costs beyond its bytes.
     strided_row_ps: u64,
+    /// Picoseconds each row of the host's gather and of its scatter cost
+    /// beyond their bytes.
+    host_row_ps: [u64; 2],
     /// The host's time per driver call.
     calls: CallCosts,
     /// The host's wake-up after a wait it blocked in.
@@ -103,6 +106,7 @@ impl DeviceClock {
             first_touch_bandwidth: DEFAULT_FIRST_TOUCH_BANDWIDTH,
             compute_percent: DEFAULT_COMPUTE_PERCENT,
             strided_row_ps: DEFAULT_STRIDED_ROW_PS,
+            host_row_ps: [0; 2],
             calls: CallCosts::default(),
             wake_ns: 0,
             both_ways_percent: 100,
@@ -129,6 +133,7 @@ impl DeviceClock {
         self.pageable_bandwidth = figures.memcpy_bandwidth(1);
         self.page_lock_bandwidth = figures.page_lock.max(1);
         self.first_touch_bandwidth = figures.first_touch.max(1);
+        self.host_row_ps = [figures.gather_row_ps, figures.scatter_row_ps];
         self.calls = figures.calls;
         self.wake_ns = figures.wake_ns;
         if let Some((host_to_device, device_to_host)) = figures.copy_bandwidth {
@@ -249,16 +254,30 @@ impl DeviceClock {
             .max(transfer_ns(bytes, self.pageable_bandwidth))
     }
 
-    /// The host works on `bytes` with `lanes` threads: its clock advances
-    /// by bytes / the host's bandwidth on that many threads, and by what it
-    /// loses beside the copy engines' DMA into and out of host memory.
+    /// The host does `work` on `bytes` with `lanes` threads: its clock
+    /// advances by bytes / the host's bandwidth on that many threads, each
+    /// of their rows' cost shared among them, and by what it loses beside
+    /// the copy engines' DMA into and out of host memory. A first touch
+    /// runs at its own rate, on one thread.
     pub(super) fn host_work(
         &mut self,
         name: String,
+        work: HostWork,
         bytes: u64,
         lanes: usize,
     ) -> Result<(), BackendError> {
-        let duration = transfer_ns(bytes, bandwidth_on(&self.host_curve, lanes));
+        let (rows, row_ps) = match work {
+            HostWork::Gather { rows } => (rows, self.host_row_ps[0]),
+            HostWork::Scatter { rows } => (rows, self.host_row_ps[1]),
+            HostWork::FirstTouch => {
+                let duration = transfer_ns(bytes, self.first_touch_bandwidth);
+                return self.host_busy(name, bytes, duration, Activity::FirstTouch);
+            }
+        };
+        let lanes = lanes.max(1);
+        let rows_ns = (u128::from(rows) * u128::from(row_ps)).div_ceil(1_000 * lanes as u128);
+        let duration = transfer_ns(bytes, bandwidth_on(&self.host_curve, lanes))
+            .saturating_add(u64::try_from(rows_ns).unwrap_or(u64::MAX));
         let start = self.start(Engine::Host, HOST_STREAM);
         let lost = [Engine::HostToDevice, Engine::DeviceToHost]
             .into_iter()
@@ -274,12 +293,6 @@ impl DeviceClock {
             duration.saturating_add(lost),
             Activity::HostStaging,
         )
-    }
-
-    /// The host touches `bytes` of fresh memory for the first time.
-    pub(super) fn first_touch(&mut self, name: String, bytes: u64) -> Result<(), BackendError> {
-        let duration = transfer_ns(bytes, self.first_touch_bandwidth);
-        self.host_busy(name, bytes, duration, Activity::FirstTouch)
     }
 
     /// Places `duration` of the host's own work (`activity`) on its engine

@@ -202,11 +202,15 @@ fn staging_beside_a_copy_loses_the_overlap_at_its_share_of_host_memory() {
         download,
         work(Activity::DeviceToHost, 1),
     );
-    clock.host_work("scatter".into(), 1_000, 1).unwrap();
+    clock
+        .host_work("scatter".into(), HostWork::Scatter { rows: 1 }, 1_000, 1)
+        .unwrap();
     assert_eq!(
         clock.host_ns, 2_000,
         "1,000 ns beside the download, at half speed"
     );
-    clock.host_work("gather".into(), 1_000, 1).unwrap();
+    clock
+        .host_work("gather".into(), HostWork::Gather { rows: 1 }, 1_000, 1)
+        .unwrap();
     assert_eq!(clock.host_ns, 3_000, "nothing copies any more");
 }

@@ -242,15 +242,14 @@ impl Backend for SimBackend {
     fn host_work(&self, work: HostWork, bytes: u64, lanes: usize) {
         let mut s = self.state();
         let lanes = lanes.max(1);
-        let name = if lanes == 1 {
-            format!("{} {}", work.name(), Bytes(bytes))
-        } else {
-            format!("{} {} on {lanes} threads", work.name(), Bytes(bytes))
-        };
-        let timed = match work {
-            HostWork::FirstTouch => s.clock.first_touch(name, bytes),
-            _ => s.clock.host_work(name, bytes, lanes),
-        };
+        let mut name = format!("{} {}", work.name(), Bytes(bytes));
+        if let HostWork::Gather { rows } | HostWork::Scatter { rows } = work {
+            name = format!("{name} in {rows} row(s)");
+        }
+        if lanes > 1 {
+            name = format!("{name} on {lanes} threads");
+        }
+        let timed = s.clock.host_work(name, work, bytes, lanes);
         // The contract's calls cannot fail: the device's next call does.
         if let Err(error) = timed {
             tracing::error!(%error, "host work past the simulated clock");

@@ -238,12 +238,12 @@ fn the_hosts_work_is_timed_on_its_own_engine_and_delays_what_it_issues() {
     let sim = sim().with_host_bandwidth(1_000_000_000);
     let stream = sim.create_stream().unwrap();
     let ptr = sim.alloc_device(500, &*stream).unwrap();
-    sim.host_work(HostWork::Gather, 2000, 1);
+    sim.host_work(HostWork::Gather { rows: 1 }, 2000, 1);
     assert_eq!(sim.now(), Duration::from_nanos(2000), "the host was busy");
     let block = sim.alloc_pinned(500).unwrap();
     // SAFETY: the block lives until the stream is synchronised.
     unsafe { stream.copy_to_device_async(ptr, 0, block.bytes().as_ptr(), 500) }.unwrap();
-    sim.host_work(HostWork::Scatter, 1000, 1);
+    sim.host_work(HostWork::Scatter { rows: 1 }, 1000, 1);
     stream.synchronize().unwrap();
     let spans: Vec<_> = sim
         .timeline()
@@ -389,21 +389,21 @@ fn the_timeline_keeps_its_capacity_and_figures_over_everything() {
 fn host_work_over_four_lanes_takes_a_quarter_of_one_lanes_time() {
     // 1 byte per ns for each of the host's threads.
     let sim = sim().with_host_bandwidth(1_000_000_000);
-    sim.host_work(HostWork::Gather, 4000, 1);
+    sim.host_work(HostWork::Gather { rows: 1 }, 4000, 1);
     assert_eq!(
         sim.now(),
         Duration::from_nanos(4000),
         "one lane: 4000 B at 1 B/ns"
     );
-    sim.host_work(HostWork::Scatter, 4000, 4);
+    sim.host_work(HostWork::Scatter { rows: 1 }, 4000, 4);
     assert_eq!(sim.now(), Duration::from_nanos(5000), "four lanes: 1000 ns");
-    sim.host_work(HostWork::Gather, 4001, 4);
+    sim.host_work(HostWork::Gather { rows: 1 }, 4001, 4);
     assert_eq!(
         sim.now(),
         Duration::from_nanos(6001),
         "rounded up to the ns"
     );
-    sim.host_work(HostWork::Gather, 10, 0);
+    sim.host_work(HostWork::Gather { rows: 1 }, 10, 0);
     assert_eq!(sim.now(), Duration::from_nanos(6011), "0 lanes count as 1");
     let names: Vec<_> = sim
         .timeline()
