@@ -77,7 +77,7 @@ impl<'a> ChunkStreamer<'a> {
     /// A strided copy costs about 2.5 ns a row
     /// ([`SimBackend::DEFAULT_STRIDED_ROW_PS`](crate::SimBackend::DEFAULT_STRIDED_ROW_PS))
     /// where staging costs the host the bytes at 12 GB/s
-    /// ([`SimBackend::DEFAULT_HOST_BANDWIDTH`](crate::SimBackend::DEFAULT_HOST_BANDWIDTH)):
+    /// ([`Calibration::fixed`](crate::backend::Calibration::fixed)):
     /// it is the faster above 30 bytes a row (see
     /// [strided copies](crate::guide::host_memory#strided-copies-of-page-locked-chunks)).
     pub const DEFAULT_MIN_STRIDED_ROW_BYTES: usize = 32;

@@ -5,6 +5,7 @@
 use crate::common;
 use std::time::Duration;
 
+use cubie_mem::backend::Calibration;
 use cubie_mem::timeline::Activity;
 use cubie_mem::{
     ArrayRequest, DeviceArray, HostArray, HostMemoryKind, Instance, MemError, MemoryManager,
@@ -20,7 +21,10 @@ fn setup() -> (MemoryManager, SimBackend) {
     // Page-locking takes no time: the times asserted are the copies'.
     let sim = SimBackend::new(1 << 30)
         .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
-        .with_page_lock_bandwidth(u64::MAX);
+        .with_calibration(&Calibration {
+            page_lock: u64::MAX,
+            ..Calibration::fixed()
+        });
     (common::manager_on(sim.clone()), sim)
 }
 

@@ -9,6 +9,7 @@
 use crate::common;
 use std::time::Duration;
 
+use cubie_mem::backend::Calibration;
 use cubie_mem::timeline::{Activity, Span, Timeline};
 use cubie_mem::{
     ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Registration, SimBackend, StagingPool,
@@ -34,7 +35,10 @@ struct Set {
 fn stream(chunks: usize, host_bandwidth: u64, single_buffer: bool) -> Timeline {
     let sim = SimBackend::new(1 << 30)
         .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
-        .with_host_bandwidth(host_bandwidth);
+        .with_calibration(&Calibration {
+            memcpy_by_threads: vec![host_bandwidth],
+            ..Calibration::fixed()
+        });
     let mgr = common::manager_on(sim.clone());
     let solver = mgr
         .register(Registration::new().on_invalidate(|| {}))

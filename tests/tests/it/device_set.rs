@@ -398,8 +398,10 @@ fn two_devices_finish_together_in_the_modelled_time() {
         device(large)
             .with_compute_speed(200)
             .with_copy_bandwidth(100_000_000_000, 100_000_000_000)
-            .with_host_bandwidth(24_000_000_000)
-            .with_pageable_bandwidth(24_000_000_000)
+            .with_calibration(&Calibration {
+                memcpy_by_threads: vec![24_000_000_000],
+                ..Calibration::fixed()
+            })
     };
     let alone = modelled(
         &DeviceSet::simulated([fast()], config()),

@@ -8,6 +8,7 @@
 use crate::common;
 use std::time::Duration;
 
+use cubie_mem::backend::Calibration;
 use cubie_mem::timeline::Activity;
 use cubie_mem::{
     ArrayRequest, ChunkPlan, DeviceArray, HostMemoryKind, Instance, MemoryManager, SimBackend,
@@ -133,7 +134,7 @@ fn pageable_arrays_add_the_hosts_staging_work_to_the_model() {
     let step = STEP.as_nanos() as u64;
     // Each chunk's 4000 bytes are gathered in and scattered out at the
     // default host bandwidth.
-    let staging = (4000u64 * 1_000_000_000).div_ceil(SimBackend::DEFAULT_HOST_BANDWIDTH);
+    let staging = (4000u64 * 1_000_000_000).div_ceil(Calibration::fixed().memcpy_bandwidth(1));
     for depth in [1, 2] {
         let pinned = stream_batch(chunks, depth, HostMemoryKind::Pinned);
         let pageable = stream_batch(chunks, depth, HostMemoryKind::Pageable);

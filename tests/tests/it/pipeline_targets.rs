@@ -404,7 +404,10 @@ fn a_pinned_set_is_filled_once_its_kernel_is_done_not_the_other_uploads() {
     let sim = cubie_mem::SimBackend::new(1 << 30)
         .with_free(300_000)
         .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
-        .with_host_bandwidth(1_000_000_000);
+        .with_calibration(&cubie_mem::backend::Calibration {
+            memcpy_by_threads: vec![1_000_000_000],
+            ..cubie_mem::backend::Calibration::fixed()
+        });
     let mgr = crate::common::manager_on(sim.clone());
     let dims = Dims {
         n_states: 100,

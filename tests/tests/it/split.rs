@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cubie_mem::backend::Backend;
+use cubie_mem::backend::{Backend, Calibration};
 use cubie_mem::plan::split::{DeviceCapacity, Skip, Workload, split, weights};
 use cubie_mem::plan::{BatchSizes, Budget};
 use cubie_mem::timeline::Activity;
@@ -82,7 +82,10 @@ fn engines_twice_as_fast_take_two_thirds() {
             2 * SimBackend::DEFAULT_COPY_BANDWIDTH,
             2 * SimBackend::DEFAULT_COPY_BANDWIDTH,
         )
-        .with_host_bandwidth(2 * SimBackend::DEFAULT_HOST_BANDWIDTH)
+        .with_calibration(&Calibration {
+            memcpy_by_threads: vec![2 * Calibration::fixed().memcpy_bandwidth(1)],
+            ..Calibration::fixed()
+        })
         .with_compute_speed(200);
     let slow = SimBackend::new(8 * GIB).with_free(2 * GIB);
     let per_run = |d: &SimBackend| workload().time_on(&d.engine_rates().unwrap());

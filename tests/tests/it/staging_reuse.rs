@@ -6,6 +6,7 @@
 use crate::common;
 use std::time::Duration;
 
+use cubie_mem::backend::Calibration;
 use cubie_mem::timeline::Activity;
 use cubie_mem::{
     ArrayRequest, ChunkPlan, HostKernel, HostMemoryKind, MemError, Registration, SimBackend,
@@ -74,7 +75,10 @@ fn a_second_batch_reuses_the_first_batchs_staging_buffers() {
 #[test]
 fn a_new_spill_file_costs_the_host_its_first_touch_once() {
     // A page a microsecond: 4 GB/s.
-    let sim = SimBackend::new(1 << 30).with_first_touch_bandwidth(4_000_000_000);
+    let sim = SimBackend::new(1 << 30).with_calibration(&Calibration {
+        first_touch: 4_000_000_000,
+        ..Calibration::fixed()
+    });
     let mgr = common::manager_on(sim.clone());
     let solver = mgr
         .register(Registration::new().on_invalidate(|| {}))

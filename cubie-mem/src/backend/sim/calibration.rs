@@ -11,16 +11,16 @@ use crate::MemError;
 /// The default bandwidth of the host's own work on one thread: the top of
 /// published single-thread memcpy figures (the guide's device model; a
 /// machine's own are measured by `Calibration::measure`).
-pub(crate) const DEFAULT_HOST_BANDWIDTH: u64 = 12_000_000_000;
+const DEFAULT_HOST_BANDWIDTH: u64 = 12_000_000_000;
 
 /// The default rate at which the host page-locks memory: 4.45 GB/s, as a
 /// published `cuMemHostAlloc` of 33.38 GiB in 7,957 ms.
-pub(crate) const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = 4_450_000_000;
+const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = 4_450_000_000;
 
 /// The default rate of the host's first touch of fresh memory: 4 GB/s, one
 /// 4 KiB page a microsecond (a read fault's median; a machine's own figure
 /// for a file populated for writing is measured by `Calibration::measure`).
-pub(crate) const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = 4_000_000_000;
+const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = 4_000_000_000;
 
 /// The name a figures file declares itself with.
 const FORMAT: &str = "cubie-mem calibration";
@@ -316,7 +316,9 @@ mod tests {
         use crate::backend::{KernelBody, KernelLaunch};
         use crate::timeline::Activity;
 
+        // Copies at 1 byte per ns, pageable too.
         let figures = Calibration {
+            memcpy_by_threads: vec![1_000_000_000],
             calls: CallCosts {
                 launch_ns: 4_000,
                 record_ns: 500,
@@ -325,11 +327,9 @@ mod tests {
             wake_ns: 8_000,
             ..Calibration::fixed()
         };
-        // Copies at 1 byte per ns.
         let sim = SimBackend::new(1 << 20)
             .with_calibration(&figures)
-            .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
-            .with_pageable_bandwidth(1_000_000_000);
+            .with_copy_bandwidth(1_000_000_000, 1_000_000_000);
         let stream = sim.create_stream().unwrap();
         let ptr = sim.alloc_device(1_000, &*stream).unwrap();
         let now = || u64::try_from(sim.now().as_nanos()).unwrap();

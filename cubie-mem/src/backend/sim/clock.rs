@@ -7,19 +7,13 @@
 use rustc_hash::FxHashMap;
 use std::time::Duration;
 
-use super::calibration::{
-    Calibration, CallCosts, DEFAULT_FIRST_TOUCH_BANDWIDTH, DEFAULT_HOST_BANDWIDTH,
-    DEFAULT_PAGE_LOCK_BANDWIDTH, bandwidth_on,
-};
+use super::calibration::{Calibration, CallCosts};
 use crate::backend::error::LONGEST_OPERATION_NS;
 use crate::backend::{BackendError, EngineRates, HostWork, default_staging_lanes};
 use crate::timeline::{Activity, Span, SpanLog, Timeline};
 
 /// The default bandwidth of each copy direction: about PCIe Gen5 x16.
 pub(crate) const DEFAULT_COPY_BANDWIDTH: u64 = 50_000_000_000;
-
-/// The default bandwidth of a pageable copy: about the host's memcpy speed.
-pub(crate) const DEFAULT_PAGEABLE_BANDWIDTH: u64 = 12_000_000_000;
 
 /// The default cost of each row of a strided copy, in picoseconds: 2.5 ns,
 /// a customer's figure quoted in a ROCm pull request (the guide's device
@@ -61,32 +55,12 @@ pub(super) struct DeviceClock {
     event_ns: FxHashMap<u64, u64>,
     /// Bytes per second, host to device and device to host (at least 1).
     bandwidth: [u64; 2],
-    /// Bytes per second of the host's own work on 1, 2, ... threads
-    /// ([`bandwidth_on`]).
-    host_curve: Vec<u64>,
-    /// Bytes per second of a pageable copy (at least 1).
-    pageable_bandwidth: u64,
-    /// Bytes per second the host page-locks (at least 1).
-    page_lock_bandwidth: u64,
-    /// Bytes per second the host touches fresh memory (at least 1).
-    first_touch_bandwidth: u64,
+    /// The host's figures, and the link's where they give them.
+    host: Calibration,
     /// Compute speed in percent of the kernels' declared times (at least 1).
     compute_percent: u32,
     /// Picoseconds each row of a strided copy costs beyond its bytes.
     strided_row_ps: u64,
-    /// Picoseconds each row of the host's gather and of its scatter cost
-    /// beyond their bytes.
-    host_row_ps: [u64; 2],
-    /// The host's time per driver call.
-    calls: CallCosts,
-    /// The host's wake-up after a wait it blocked in.
-    wake_ns: u64,
-    /// Percent of its bandwidth a copy keeps while the other direction's
-    /// engine copies (1 to 100).
-    both_ways_percent: u32,
-    /// Percent of its bandwidth the host's staging keeps while a copy
-    /// engine moves host memory (1 to 100).
-    staging_beside_copies_percent: u32,
     /// When each engine's last operation started.
     engine_busy_from_ns: [u64; 4],
     timeline: SpanLog,
@@ -100,17 +74,9 @@ impl DeviceClock {
             stream_tail_ns: FxHashMap::default(),
             event_ns: FxHashMap::default(),
             bandwidth: [DEFAULT_COPY_BANDWIDTH; 2],
-            host_curve: vec![DEFAULT_HOST_BANDWIDTH],
-            pageable_bandwidth: DEFAULT_PAGEABLE_BANDWIDTH,
-            page_lock_bandwidth: DEFAULT_PAGE_LOCK_BANDWIDTH,
-            first_touch_bandwidth: DEFAULT_FIRST_TOUCH_BANDWIDTH,
+            host: Calibration::fixed(),
             compute_percent: DEFAULT_COMPUTE_PERCENT,
             strided_row_ps: DEFAULT_STRIDED_ROW_PS,
-            host_row_ps: [0; 2],
-            calls: CallCosts::default(),
-            wake_ns: 0,
-            both_ways_percent: 100,
-            staging_beside_copies_percent: 100,
             engine_busy_from_ns: [0; 4],
             timeline: SpanLog::default(),
         }
@@ -121,26 +87,12 @@ impl DeviceClock {
         self.bandwidth = [host_to_device.max(1), device_to_host.max(1)];
     }
 
-    /// Sets the host's bandwidth for its own work on one thread, each
-    /// further thread adding as much (0 counts as 1).
-    pub(super) fn set_host_bandwidth(&mut self, bytes_per_second: u64) {
-        self.host_curve = vec![bytes_per_second.max(1)];
-    }
-
     /// Sets every figure of `figures`; the link's only where it gives them.
     pub(super) fn set_calibration(&mut self, figures: &Calibration) {
-        self.host_curve = figures.memcpy_by_threads.clone();
-        self.pageable_bandwidth = figures.memcpy_bandwidth(1);
-        self.page_lock_bandwidth = figures.page_lock.max(1);
-        self.first_touch_bandwidth = figures.first_touch.max(1);
-        self.host_row_ps = [figures.gather_row_ps, figures.scatter_row_ps];
-        self.calls = figures.calls;
-        self.wake_ns = figures.wake_ns;
+        self.host = figures.clone();
         if let Some((host_to_device, device_to_host)) = figures.copy_bandwidth {
             self.set_bandwidth(host_to_device, device_to_host);
         }
-        self.both_ways_percent = figures.both_ways_percent.clamp(1, 100);
-        self.staging_beside_copies_percent = figures.staging_beside_copies_percent.clamp(1, 100);
         if let Some(picoseconds) = figures.strided_row_ps {
             self.strided_row_ps = picoseconds;
         }
@@ -148,7 +100,7 @@ impl DeviceClock {
 
     /// The host's time per driver call.
     pub(super) fn calls(&self) -> CallCosts {
-        self.calls
+        self.host.calls
     }
 
     /// The host spends `cost_ns` in a driver call named `name` before what
@@ -158,26 +110,6 @@ impl DeviceClock {
         if cost_ns > 0 {
             let _ = self.host_busy(name.to_owned(), 0, cost_ns, Activity::HostCall);
         }
-    }
-
-    /// Sets the bandwidth of pageable copies (0 counts as 1).
-    pub(super) fn set_pageable_bandwidth(&mut self, bytes_per_second: u64) {
-        self.pageable_bandwidth = bytes_per_second.max(1);
-    }
-
-    /// Sets the rate the host page-locks memory at (`u64::MAX`: instantaneous).
-    pub(super) fn set_page_lock_bandwidth(&mut self, bytes_per_second: u64) {
-        self.page_lock_bandwidth = bytes_per_second.max(1);
-    }
-
-    /// Sets the rate the host touches fresh memory at (0 counts as 1).
-    pub(super) fn set_first_touch_bandwidth(&mut self, bytes_per_second: u64) {
-        self.first_touch_bandwidth = bytes_per_second.max(1);
-    }
-
-    /// Sets the cost of each row of a strided copy, in picoseconds.
-    pub(super) fn set_strided_row_cost(&mut self, picoseconds: u64) {
-        self.strided_row_ps = picoseconds;
     }
 
     /// Sets the compute speed in percent (0 counts as 1).
@@ -192,7 +124,7 @@ impl DeviceClock {
         EngineRates::new(
             host_to_device,
             device_to_host,
-            bandwidth_on(&self.host_curve, default_staging_lanes()),
+            self.host.memcpy_bandwidth(default_staging_lanes()),
             self.compute_percent,
         )
     }
@@ -231,7 +163,7 @@ impl DeviceClock {
         let bandwidth = match engine {
             Engine::HostToDevice => self.bandwidth[0],
             Engine::DeviceToHost => self.bandwidth[1],
-            Engine::Host => bandwidth_on(&self.host_curve, 1),
+            Engine::Host => self.host.memcpy_bandwidth(1),
             Engine::Compute => return 0,
         };
         transfer_ns(bytes, bandwidth)
@@ -251,7 +183,7 @@ impl DeviceClock {
     /// pageable bandwidth, or the engine's when that is slower.
     pub(super) fn pageable_copy_ns(&self, engine: Engine, bytes: u64) -> u64 {
         self.copy_ns(engine, bytes)
-            .max(transfer_ns(bytes, self.pageable_bandwidth))
+            .max(transfer_ns(bytes, self.host.memcpy_bandwidth(1)))
     }
 
     /// The host does `work` on `bytes` with `lanes` threads: its clock
@@ -267,22 +199,22 @@ impl DeviceClock {
         lanes: usize,
     ) -> Result<(), BackendError> {
         let (rows, row_ps) = match work {
-            HostWork::Gather { rows } => (rows, self.host_row_ps[0]),
-            HostWork::Scatter { rows } => (rows, self.host_row_ps[1]),
+            HostWork::Gather { rows } => (rows, self.host.gather_row_ps),
+            HostWork::Scatter { rows } => (rows, self.host.scatter_row_ps),
             HostWork::FirstTouch => {
-                let duration = transfer_ns(bytes, self.first_touch_bandwidth);
+                let duration = transfer_ns(bytes, self.host.first_touch.max(1));
                 return self.host_busy(name, bytes, duration, Activity::FirstTouch);
             }
         };
         let lanes = lanes.max(1);
         let rows_ns = (u128::from(rows) * u128::from(row_ps)).div_ceil(1_000 * lanes as u128);
-        let duration = transfer_ns(bytes, bandwidth_on(&self.host_curve, lanes))
+        let duration = transfer_ns(bytes, self.host.memcpy_bandwidth(lanes))
             .saturating_add(u64::try_from(rows_ns).unwrap_or(u64::MAX));
         let start = self.start(Engine::Host, HOST_STREAM);
         let lost = [Engine::HostToDevice, Engine::DeviceToHost]
             .into_iter()
             .map(|engine| {
-                let share = self.staging_beside_copies_percent;
+                let share = self.host.staging_beside_copies_percent;
                 self.overlap_loss(engine, share, start, duration)
             })
             .max()
@@ -327,7 +259,7 @@ impl DeviceClock {
     /// How long page-locking `bytes` takes the host; refused past the
     /// clock's range. [`page_lock`](Self::page_lock) then places it.
     pub(super) fn page_lock_time(&self, bytes: u64) -> Result<u64, BackendError> {
-        let duration = match self.page_lock_bandwidth {
+        let duration = match self.host.page_lock {
             u64::MAX => 0,
             bandwidth => transfer_ns(bytes, bandwidth),
         };
@@ -426,7 +358,7 @@ impl DeviceClock {
             Engine::DeviceToHost => Engine::HostToDevice,
             Engine::Compute | Engine::Host => return 0,
         };
-        self.overlap_loss(other, self.both_ways_percent, start, duration_ns)
+        self.overlap_loss(other, self.host.both_ways_percent, start, duration_ns)
     }
 
     /// The time work from `start` for `duration_ns` loses where it overlaps
@@ -470,7 +402,7 @@ impl DeviceClock {
     pub(super) fn wait_until(&mut self, time_ns: u64) {
         if time_ns > self.host_ns {
             self.host_ns = time_ns;
-            self.call("wake-up", self.wake_ns);
+            self.call("wake-up", self.host.wake_ns);
         }
     }
 

@@ -83,12 +83,12 @@ fn strided_copies_add_each_rows_cost_to_their_bytes_time() {
         8,
         "7.5 ns, rounded up"
     );
-    c.set_strided_row_cost(0);
+    c.strided_row_ps = 0;
     assert_eq!(
         c.strided_copy_ns(Engine::HostToDevice, 50_000, 1_000),
         1_000
     );
-    c.set_strided_row_cost(u64::MAX);
+    c.strided_row_ps = u64::MAX;
     assert_eq!(
         c.strided_copy_ns(Engine::HostToDevice, 1, u64::MAX),
         u64::MAX

@@ -86,10 +86,6 @@ impl SimBackend {
     pub const POISON: u8 = memory::POISON;
     /// The default bandwidth of each copy direction, bytes per second.
     pub const DEFAULT_COPY_BANDWIDTH: u64 = clock::DEFAULT_COPY_BANDWIDTH;
-    /// The default bandwidth of the host's own work on one thread, bytes per second.
-    pub const DEFAULT_HOST_BANDWIDTH: u64 = calibration::DEFAULT_HOST_BANDWIDTH;
-    /// The default bandwidth of copies of pageable memory, bytes per second.
-    pub const DEFAULT_PAGEABLE_BANDWIDTH: u64 = clock::DEFAULT_PAGEABLE_BANDWIDTH;
     /// The default cost of each row of a strided copy, in picoseconds.
     pub const DEFAULT_STRIDED_ROW_PS: u64 = clock::DEFAULT_STRIDED_ROW_PS;
     /// The default compute speed, in percent of the kernels' declared times.
@@ -98,10 +94,6 @@ impl SimBackend {
     /// Longer work is refused
     /// ([`BackendError::ClockOverflow`](super::BackendError::ClockOverflow)).
     pub const LONGEST_OPERATION: Duration = Duration::from_nanos(LONGEST_OPERATION_NS);
-    /// The default rate at which the host page-locks memory, bytes per second.
-    pub const DEFAULT_PAGE_LOCK_BANDWIDTH: u64 = calibration::DEFAULT_PAGE_LOCK_BANDWIDTH;
-    /// The default rate of the host's first touch of fresh memory, bytes per second.
-    pub const DEFAULT_FIRST_TOUCH_BANDWIDTH: u64 = calibration::DEFAULT_FIRST_TOUCH_BANDWIDTH;
 
     /// A device with `total_bytes` of memory, all of it free.
     pub fn new(total_bytes: u64) -> Self {
@@ -168,48 +160,14 @@ impl SimBackend {
         self
     }
 
-    /// Sets the bandwidth of the host's own work (staging, spill I/O) on one
-    /// thread, in bytes per second.
-    pub fn with_host_bandwidth(self, bytes_per_second: u64) -> Self {
-        self.state().clock.set_host_bandwidth(bytes_per_second);
-        self
-    }
-
     /// Times the device with every figure of `figures`: the host's memcpy
-    /// by thread count (pageable copies at one thread's), page-locking,
-    /// first touch, calls and wake-ups, and a node's link figures where it
-    /// gives them (the other `with_` setters change one figure afterwards).
+    /// by thread count (pageable copies at one thread's), its rows,
+    /// page-locking, first touch, calls and wake-ups, and a node's link
+    /// figures where it gives them. The host's figures are set here only
+    /// ([`Calibration::fixed`] by default); a later
+    /// [`with_copy_bandwidth`](Self::with_copy_bandwidth) changes the link's.
     pub fn with_calibration(self, figures: &Calibration) -> Self {
         self.state().clock.set_calibration(figures);
-        self
-    }
-
-    /// Sets the rate at which the host page-locks memory, in bytes per
-    /// second (`u64::MAX`: no time).
-    pub fn with_page_lock_bandwidth(self, bytes_per_second: u64) -> Self {
-        self.state().clock.set_page_lock_bandwidth(bytes_per_second);
-        self
-    }
-
-    /// Sets the rate of the host's first touch of fresh memory, in bytes per
-    /// second.
-    pub fn with_first_touch_bandwidth(self, bytes_per_second: u64) -> Self {
-        self.state()
-            .clock
-            .set_first_touch_bandwidth(bytes_per_second);
-        self
-    }
-
-    /// Sets the cost of each row of a strided copy beyond its bytes' time,
-    /// in picoseconds.
-    pub fn with_strided_row_cost(self, picoseconds: u64) -> Self {
-        self.state().clock.set_strided_row_cost(picoseconds);
-        self
-    }
-
-    /// Sets the bandwidth of copies of pageable memory, in bytes per second.
-    pub fn with_pageable_bandwidth(self, bytes_per_second: u64) -> Self {
-        self.state().clock.set_pageable_bandwidth(bytes_per_second);
         self
     }
 
@@ -454,6 +412,16 @@ impl SimState {
     fn host_waits_for_event(&mut self, event: u64) {
         let landings = self.order.host_waits_for_event(event);
         self.land(landings);
+    }
+}
+
+/// The fixed figures with page-locking free, for tests whose times are the
+/// copies' alone.
+#[cfg(test)]
+fn instant_page_locking() -> Calibration {
+    Calibration {
+        page_lock: u64::MAX,
+        ..Calibration::fixed()
     }
 }
 

@@ -13,7 +13,15 @@ use crate::backend::{Backend, HostWork};
 fn sim() -> SimBackend {
     SimBackend::new(1 << 20)
         .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
-        .with_page_lock_bandwidth(u64::MAX)
+        .with_calibration(&instant_page_locking())
+}
+
+/// [`sim`] with its host's memcpy at `bytes_per_second` on each thread.
+fn sim_with_host(bytes_per_second: u64) -> SimBackend {
+    sim().with_calibration(&Calibration {
+        memcpy_by_threads: vec![bytes_per_second],
+        ..instant_page_locking()
+    })
 }
 
 /// Asserts that `error` reports the host's `access` ("read", "write" or
@@ -235,7 +243,7 @@ fn streams_may_write_disjoint_bytes_of_one_buffer_but_not_the_same_bytes() {
 #[test]
 fn the_hosts_work_is_timed_on_its_own_engine_and_delays_what_it_issues() {
     // 1 byte per ns for the host too.
-    let sim = sim().with_host_bandwidth(1_000_000_000);
+    let sim = sim_with_host(1_000_000_000);
     let stream = sim.create_stream().unwrap();
     let ptr = sim.alloc_device(500, &*stream).unwrap();
     sim.host_work(HostWork::Gather { rows: 1 }, 2000, 1);
@@ -267,7 +275,7 @@ fn the_hosts_work_is_timed_on_its_own_engine_and_delays_what_it_issues() {
 #[test]
 fn pageable_copies_run_at_the_pageable_bandwidth_and_block_the_host() {
     // Page-locked copies at 1 byte per ns, pageable ones at half that.
-    let sim = sim().with_pageable_bandwidth(500_000_000);
+    let sim = sim_with_host(500_000_000);
     let stream = sim.create_stream().unwrap();
     let ptr = sim.alloc_device(1000, &*stream).unwrap();
     stream.copy_to_device(ptr, 0, &[1; 1000]).unwrap();
@@ -278,7 +286,10 @@ fn pageable_copies_run_at_the_pageable_bandwidth_and_block_the_host() {
     // A pageable bandwidth above the engine's does not make copies faster.
     let fast = SimBackend::new(1 << 20)
         .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
-        .with_pageable_bandwidth(u64::MAX);
+        .with_calibration(&Calibration {
+            memcpy_by_threads: vec![u64::MAX],
+            ..Calibration::fixed()
+        });
     let stream = fast.create_stream().unwrap();
     let ptr = fast.alloc_device(1000, &*stream).unwrap();
     stream.copy_to_device(ptr, 0, &[1; 1000]).unwrap();
@@ -388,7 +399,7 @@ fn the_timeline_keeps_its_capacity_and_figures_over_everything() {
 #[test]
 fn host_work_over_four_lanes_takes_a_quarter_of_one_lanes_time() {
     // 1 byte per ns for each of the host's threads.
-    let sim = sim().with_host_bandwidth(1_000_000_000);
+    let sim = sim_with_host(1_000_000_000);
     sim.host_work(HostWork::Gather { rows: 1 }, 4000, 1);
     assert_eq!(
         sim.now(),

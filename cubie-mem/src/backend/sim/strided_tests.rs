@@ -12,7 +12,7 @@ use crate::backend::{Backend, HazardMemory, PinnedBlock, Stream, StridedRows};
 fn sim() -> SimBackend {
     SimBackend::new(1 << 20)
         .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
-        .with_page_lock_bandwidth(u64::MAX)
+        .with_calibration(&instant_page_locking())
 }
 
 /// 3 rows of 4 bytes, 10 apart on the host and 6 apart on the device.
@@ -205,7 +205,10 @@ fn downloaded_rows_land_when_the_host_has_seen_the_copy_done() {
 
 #[test]
 fn a_strided_copy_takes_its_bytes_time_plus_a_cost_per_row() {
-    let sim = sim().with_strided_row_cost(2_500);
+    let sim = sim().with_calibration(&Calibration {
+        strided_row_ps: Some(2_500),
+        ..instant_page_locking()
+    });
     let s = sim.create_stream().unwrap();
     let ptr = sim.alloc_device(4096, &*s).unwrap();
     let block = sim.alloc_pinned(8192).unwrap();

@@ -257,7 +257,7 @@ fn asynchronous_copies_return_at_once_and_events_say_when_they_are_done() {
     // 1 byte per ns each way; page-locking takes no time.
     let sim = SimBackend::new(1 << 20)
         .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
-        .with_page_lock_bandwidth(u64::MAX);
+        .with_calibration(&instant_page_locking());
     let stream = sim.create_stream().unwrap();
     let ptr = sim.alloc_device(1000, &*stream).unwrap();
     let mut block = sim.alloc_pinned(1000).unwrap();
@@ -392,7 +392,7 @@ fn kernels_run_on_the_compute_engine_and_overlap_copies_on_other_streams() {
     // 1 byte per ns each way: a 1000-byte copy takes 1 µs, as the kernels do.
     let sim = SimBackend::new(1 << 20)
         .with_copy_bandwidth(1_000_000_000, 1_000_000_000)
-        .with_page_lock_bandwidth(u64::MAX);
+        .with_calibration(&instant_page_locking());
     let (up, compute) = (sim.create_stream().unwrap(), sim.create_stream().unwrap());
     let input = sim.alloc_device(1000, &*up).unwrap();
     let output = sim.alloc_device(1000, &*compute).unwrap();
@@ -504,13 +504,17 @@ fn engine_rates_are_the_modelled_bandwidths_and_speed() {
             SimBackend::DEFAULT_COPY_BANDWIDTH,
             SimBackend::DEFAULT_COPY_BANDWIDTH,
             // The host's on the default staging threads, each adding as much.
-            SimBackend::DEFAULT_HOST_BANDWIDTH * crate::backend::default_staging_lanes() as u64,
+            Calibration::fixed().memcpy_bandwidth(1)
+                * crate::backend::default_staging_lanes() as u64,
             SimBackend::DEFAULT_COMPUTE_PERCENT
         )
     );
     let sim = SimBackend::new(1)
         .with_copy_bandwidth(1, 2)
-        .with_host_bandwidth(3)
+        .with_calibration(&Calibration {
+            memcpy_by_threads: vec![3],
+            ..Calibration::fixed()
+        })
         .with_compute_speed(400);
     let host = 3 * crate::backend::default_staging_lanes() as u64;
     assert_eq!(sim.engine_rates(), Some(EngineRates::new(1, 2, host, 400)));
@@ -519,7 +523,10 @@ fn engine_rates_are_the_modelled_bandwidths_and_speed() {
 #[test]
 fn page_locking_keeps_the_host_busy_for_its_bytes_at_the_page_lock_rate() {
     // 1 byte per ns.
-    let sim = SimBackend::new(1 << 20).with_page_lock_bandwidth(1_000_000_000);
+    let sim = SimBackend::new(1 << 20).with_calibration(&Calibration {
+        page_lock: 1_000_000_000,
+        ..Calibration::fixed()
+    });
     let block = sim.alloc_pinned(4000).unwrap();
     assert_eq!(
         sim.now(),
