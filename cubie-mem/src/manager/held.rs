@@ -2,26 +2,16 @@
 //! the labels they share ([`Labels`]), and bytes held or freed
 //! ([`Freed`]).
 //!
-//! A list in the order the labels were first placed, searched from a hint:
-//! a solver requests the same labels in the same order call after call, so
-//! the batch's look-up, which walks each request set in order, finds every
-//! label at the position it expects, reading the list front to back. With
-//! thousands of instances a hash table per instance cost a cache miss per
-//! label (its buckets in hash order); a list read in order is prefetched.
-//! A label not at its hint is found by a linear search: instances hold a
-//! few arrays each.
-//!
-//! Each buffer carries a copy of the layout placing compares with its
-//! request, and the list keeps the arrays of the instance's last response:
-//! a batch that keeps every buffer reads neither a slot nor its reference
-//! count (with thousands of arrays held, each is a cache miss per array and
-//! call).
-//!
-//! Every instance of a solver holds arrays under the same few labels. With
-//! the label interned, each instance's list of held arrays names them by
-//! that one string: looking an array up compares with a string every
-//! instance shares (in cache), not with a copy of its own (a cache miss per
-//! array when thousands are held).
+//! Built for thousands of instances, where each cache miss per array
+//! counts:
+//! - the arrays sit in a list in the order their labels were first placed,
+//!   searched from a hint (a solver requests the same labels in the same
+//!   order each call, so a batch's look-up reads the list front to back,
+//!   prefetched); a label off its hint is found by a linear search;
+//! - labels are interned, so every instance compares with one shared
+//!   string, not a copy of its own;
+//! - each buffer keeps a copy of its layout, so a batch that keeps every
+//!   buffer reads neither a slot nor its reference count.
 
 use std::sync::Arc;
 

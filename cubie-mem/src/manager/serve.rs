@@ -2,31 +2,21 @@
 //! sets, evicts idle owners under physical pressure, plans, allocates all
 //! or nothing, and commits.
 //!
-//! The call runs in two steps under the manager's lock. [`Inner::prepare`]
-//! reads the figures into a snapshot ([`Inner::snapshot`], in `gather`),
-//! lets the pure [`decide`] say who is evicted, the plan and each
-//! placement, and applies that (`apply`: evicting, then placing). It may
-//! fail and then changes nothing: it evicts idle owners only for a batch
-//! that the planner says fits once they are gone (granule, caps and
-//! reserve included), and allocates only new memory, beside the arrays
-//! the participants hold. Only an allocation the device then refuses (a
-//! fault, another process taking the memory) fails after an eviction,
-//! whose hooks are delivered all the same. [`Inner::commit`] cannot fail:
-//! it retires replaced arrays, hands reused buffers to their new arrays
-//! and builds the responses.
-//!
-//! A chunkable array has a buffer in each of the plan's buffer sets, an
-//! unchunkable one a single buffer; arrays are matched with what the
-//! participant holds by (label, set).
+//! Two steps under the manager's lock. [`Inner::prepare`] reads a snapshot
+//! ([`Inner::snapshot`]), lets the pure [`decide`] choose evictions, plan
+//! and placements, and applies them. It may fail and then changes
+//! nothing: it evicts only for a batch the planner says fits once they are
+//! gone, and allocates only new memory beside what the participants hold
+//! (only a device refusing that allocation fails after an eviction, whose
+//! hooks are delivered all the same). [`Inner::commit`] cannot fail: it
+//! retires replaced arrays, hands reused buffers on and builds the
+//! responses. Arrays match held buffers by (label, buffer set).
 //!
 //! A call serves only the trigger's owner. A holder registered without
-//! `.owner(&solver)` is an owner of its own: an `allocate_queue` of the
-//! solver never serves it, and its ready hook never fires. That is not an
-//! error (the holder's own `allocate_queue` serves it, and two owners of
-//! one group may queue and allocate in turn), so the manager warns once
-//! per queued set the first time a call in its group passes it over
-//! ([`note_passed_over`]), warns when an instance is dropped with requests
-//! never served, and lists what waits in
+//! `.owner(&solver)` waits for its own call (owners of one group may take
+//! turns), so that is no error: the manager warns once per set it passes
+//! over ([`note_passed_over`]) and when an instance drops with requests
+//! unserved, and lists them in
 //! [`MemoryReport::pending`](crate::report::MemoryReport::pending).
 
 use super::Inner;
