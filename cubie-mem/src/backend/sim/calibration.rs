@@ -291,7 +291,7 @@ fn gb(bytes_per_second: u64) -> String {
 
 /// Bytes per second on `threads` threads (0 counts as 1) of `curve`,
 /// extended past its end by its last step (at least 1).
-pub(super) fn bandwidth_on(curve: &[u64], threads: usize) -> u64 {
+fn bandwidth_on(curve: &[u64], threads: usize) -> u64 {
     let threads = threads.max(1);
     let Some((&last, before)) = curve.split_last() else {
         return 1;

@@ -240,15 +240,18 @@ impl Backend for SimBackend {
 
     /// Times the host's work on its own engine; the host's clock advances.
     fn host_work(&self, work: HostWork, bytes: u64, lanes: usize) {
-        let mut s = self.state();
         let lanes = lanes.max(1);
-        let mut name = format!("{} {}", work.name(), Bytes(bytes));
-        if let HostWork::Gather { rows } | HostWork::Scatter { rows } = work {
-            name = format!("{name} in {rows} row(s)");
-        }
-        if lanes > 1 {
-            name = format!("{name} on {lanes} threads");
-        }
+        let rows = match work {
+            HostWork::Gather { rows } | HostWork::Scatter { rows } => format!(" in {rows} row(s)"),
+            HostWork::FirstTouch => String::new(),
+        };
+        let threads = if lanes > 1 {
+            format!(" on {lanes} threads")
+        } else {
+            String::new()
+        };
+        let name = format!("{} {}{rows}{threads}", work.name(), Bytes(bytes));
+        let mut s = self.state();
         let timed = s.clock.host_work(name, work, bytes, lanes);
         // The contract's calls cannot fail: the device's next call does.
         if let Err(error) = timed {
